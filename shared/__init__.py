@@ -1,0 +1,1 @@
+"""Torch-free code that both the gateway and the workers import."""

@@ -1,0 +1,50 @@
+"""Frozen configuration, parsed once at the edge (the CLI) and passed down."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+
+BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
+DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one worker process needs to load and serve one model."""
+
+    model_path: str
+    served_model_name: str
+    backend: Backend = "auto"
+    dtype: DType = "auto"
+    max_model_len: int | None = None
+    max_batch_tokens: int = 16384
+    allow_pickle_weights: bool = False
+    pooling_type: str | None = None
+    normalize: bool | None = None
+    num_threads: int | None = None
+    tokenizer_threads: int = 1
+
+    def to_wire(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, body: dict) -> "WorkerConfig":
+        return cls(**body)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """The HTTP side: where to listen, auth, truncation policy, the workers."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    auto_truncate: bool = False
+    transport: Literal["unix", "tcp"] = "unix"
+    worker_urls: tuple[str, ...] = ()
+    workers: tuple[WorkerConfig, ...] = field(default_factory=tuple)
+    startup_timeout_s: float = 600.0
+    max_request_bytes: int = 32 * 1024 * 1024

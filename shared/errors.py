@@ -1,0 +1,88 @@
+"""Typed errors: code raises these; the gateway's one middleware maps them to HTTP.
+
+Each class carries its HTTP status and the OpenAI-style ``type``. Workers send
+them across the transport by class name (``ERRORS``) and the client raises the
+same class again, so a 400 found in a worker is a 400 at the gateway.
+"""
+from __future__ import annotations
+
+
+class PoolgateError(Exception):
+    """Base class: ``status``, ``type`` and ``code`` go into the error body."""
+
+    status = 500
+    type = "InternalServerError"
+    code = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def to_wire(self) -> dict:
+        return {"class": type(self).__name__, "message": self.message, "param": self.param}
+
+
+class InvalidRequest(PoolgateError):
+    status = 400
+    type = "BadRequestError"
+    code = "invalid_request"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class Unauthorized(PoolgateError):
+    status = 401
+    type = "AuthenticationError"
+    code = "invalid_api_key"
+
+
+class ModelNotFound(PoolgateError):
+    status = 404
+    type = "NotFoundError"
+    code = "model_not_found"
+
+
+class RouteNotFound(PoolgateError):
+    status = 404
+    type = "NotFoundError"
+    code = "not_found"
+
+
+class Overloaded(PoolgateError):
+    status = 429
+    type = "RateLimitError"
+    code = "overloaded"
+
+
+class NotSupported(PoolgateError):
+    status = 501
+    type = "NotImplementedError"
+    code = "not_implemented"
+
+
+class Unavailable(PoolgateError):
+    status = 503
+    type = "ServiceUnavailableError"
+    code = "unavailable"
+
+
+class InternalError(PoolgateError):
+    pass
+
+
+ERRORS: dict[str, type[PoolgateError]] = {
+    cls.__name__: cls
+    for cls in (
+        PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, ModelNotFound,
+        RouteNotFound, Overloaded, NotSupported, Unavailable, InternalError,
+    )
+}
+
+
+def from_wire(body: dict) -> PoolgateError:
+    """Rebuild the error a worker sent; unknown class names become InternalError."""
+    cls = ERRORS.get(body.get("class", ""), InternalError)
+    return cls(str(body.get("message", "worker error")), param=body.get("param"))

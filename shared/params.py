@@ -1,0 +1,28 @@
+"""Dialect-free pooling parameters that travel with every call."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from shared.tasks import PoolingTask
+
+
+@dataclass(frozen=True)
+class PoolingParams:
+    """What the caller asked of the pooler and the tokenizer.
+
+    ``truncate_prompt_tokens``: None = no truncation (unless the server runs
+    with auto-truncate), -1 = the model's max length, k > 0 = keep k tokens.
+    ``use_activation``: None = the model's default (L2-normalize for embed).
+    """
+
+    task: PoolingTask = "embed"
+    dimensions: int | None = None
+    use_activation: bool | None = None
+    truncate_prompt_tokens: int | None = None
+
+    def to_wire(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, body: dict) -> "PoolingParams":
+        return cls(**body)

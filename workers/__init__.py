@@ -1,0 +1,1 @@
+"""A worker process: transport server, scheduler, runner, models, poolers, backends."""

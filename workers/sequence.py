@@ -1,0 +1,23 @@
+"""One tokenized input waiting for, or inside, a batch (torch-free)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.params import PoolingParams
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Token ids plus the params its pooler needs; ``handle`` is the engine's."""
+
+    token_ids: list[int]
+    params: PoolingParams
+    arrival: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+    handle: Any = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
