@@ -1,0 +1,40 @@
+"""The contract every hardware backend fills: device, dtype choice, attention, set-up."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from workers.kernels.attention import AttentionFn, grouped_sdpa
+
+
+class Backend(ABC):
+    """One hardware family. ``BACKENDS`` in ``workers.backends`` maps names to these."""
+
+    name: str = ""
+
+    @abstractmethod
+    def available(self) -> bool:
+        """Whether this process can run on the hardware."""
+
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The torch device the model runs on."""
+
+    @abstractmethod
+    def fast_dtype(self) -> torch.dtype:
+        """The fastest dtype worth trying for ``--dtype auto`` (checked against fp32 at start)."""
+
+    def setup(self, num_threads: int | None) -> None:
+        """Process-wide set-up before the model loads (threads, allocator, flags)."""
+
+    def attention(self, dtype: torch.dtype) -> AttentionFn:
+        """The packed-attention implementation for ``dtype`` on this hardware."""
+        return grouped_sdpa
+
+    def uses_groups(self, dtype: torch.dtype) -> bool:
+        """Whether packed batches need the grouped-SDPA plan (host-side work)."""
+        return self.attention(dtype) is grouped_sdpa
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (no-op on the CPU)."""

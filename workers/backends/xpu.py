@@ -1,0 +1,22 @@
+"""Intel XPU backend: bf16, grouped SDPA attention."""
+from __future__ import annotations
+
+import torch
+
+from workers.backends.base import Backend
+
+
+class XpuBackend(Backend):
+    name = "xpu"
+
+    def available(self) -> bool:
+        return hasattr(torch, "xpu") and torch.xpu.is_available()
+
+    def device(self) -> torch.device:
+        return torch.device("xpu", torch.xpu.current_device())
+
+    def fast_dtype(self) -> torch.dtype:
+        return torch.bfloat16
+
+    def synchronize(self) -> None:
+        torch.xpu.synchronize()

@@ -1,0 +1,1 @@
+"""Compute kernels with torch references: attention over packed sequences."""

@@ -1,0 +1,58 @@
+"""Architectures with a packed implementation, by Hugging Face ``architectures`` name."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from workers.kernels.attention import AttentionFn
+from workers.models.bert import BASE_PREFIXES, BertConfig, BertEncoder
+from workers.models.hf_auto import HfAutoEncoder
+from workers.st_config import ModelSpec
+from workers.weights import load_state_dict, strip_prefix
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How to build one family, and its pooling default when the model does not say."""
+
+    build: Callable[[ModelSpec, AttentionFn, bool], nn.Module]
+    default_pooling: str
+    packed: bool = True
+
+
+def _build_bert(spec: ModelSpec, attention: AttentionFn, allow_pickle: bool) -> nn.Module:
+    model = BertEncoder(BertConfig.from_hf(spec.hf_config), attention)
+    state = strip_prefix(load_state_dict(spec.path, allow_pickle=allow_pickle), BASE_PREFIXES)
+    model.load_hf_state(state)
+    return model.eval()
+
+
+def _build_hf(spec: ModelSpec, attention: AttentionFn, allow_pickle: bool) -> nn.Module:
+    return HfAutoEncoder(spec, allow_pickle=allow_pickle)
+
+
+BERT = Architecture(_build_bert, default_pooling="CLS")
+ARCHITECTURES: dict[str, Architecture] = {
+    "BertModel": BERT,
+    "BertForMaskedLM": BERT,
+    "RobertaModel": BERT,
+    "XLMRobertaModel": BERT,
+}
+DECODER_MARKERS = ("CausalLM", "LMHeadModel")
+
+
+def architecture_for(spec: ModelSpec) -> Architecture:
+    """The packed implementation for ``spec``, else transformers' AutoModel (padded)."""
+    if spec.architecture in ARCHITECTURES:
+        return ARCHITECTURES[spec.architecture]
+    decoder = any(m in spec.architecture for m in DECODER_MARKERS) or spec.hf_config.get("is_decoder")
+    return Architecture(_build_hf, default_pooling="LAST" if decoder else "CLS", packed=False)
+
+
+@torch.no_grad()
+def build_model(spec: ModelSpec, attention: AttentionFn, *, allow_pickle: bool) -> tuple[nn.Module, Architecture]:
+    arch = architecture_for(spec)
+    return arch.build(spec, attention, allow_pickle), arch

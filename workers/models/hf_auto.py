@@ -1,0 +1,35 @@
+"""Fallback for architectures without a packed implementation: transformers' AutoModel, padded."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workers.packing import PackedBatch
+from workers.st_config import ModelSpec
+
+
+class HfAutoEncoder(nn.Module):
+    """Pads the packed batch, runs AutoModel, and packs the last hidden states again."""
+
+    def __init__(self, spec: ModelSpec, *, allow_pickle: bool):
+        super().__init__()
+        from transformers import AutoModel
+
+        self.model = AutoModel.from_pretrained(
+            str(spec.path), use_safetensors=None if allow_pickle else True, torch_dtype=torch.float32
+        ).eval()
+        self.pad_id = int(spec.hf_config.get("pad_token_id") or 0)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        n, width = len(batch.lengths), batch.max_len
+        device = batch.input_ids.device
+        lengths = torch.tensor(batch.lengths, device=device)
+        mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
+        ids[mask] = batch.input_ids
+        out = self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # (batch, width, hidden)
+        return out[mask]  # (n_tokens, hidden), in packed order

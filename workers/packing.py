@@ -1,0 +1,103 @@
+"""Turns a list of token-id lists into one packed, padding-free batch (host side)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class AttnGroup:
+    """Sequences of similar length attended together, padded only inside the group."""
+
+    n: int  # sequences in the group
+    max_len: int
+    gather: torch.Tensor  # (n * max_len,) token rows to read; padding reads row 0
+    mask: torch.Tensor | None  # (n, 1, 1, max_len) True = real key; None = no padding
+    valid: torch.Tensor  # (n_tokens_in_group,) rows of the padded block that are real
+    dst: torch.Tensor  # (n_tokens_in_group,) where those rows go in the packed output
+
+
+@dataclass
+class PackedBatch:
+    """``input_ids``/``positions`` are (n_tokens,); ``cu_seqlens`` is (batch + 1,) int32."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    cu_seqlens: torch.Tensor
+    seg_ids: torch.Tensor  # (n_tokens,) index of each token's sequence
+    lengths: list[int]
+    max_len: int
+    groups: list[AttnGroup] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def pack(seqs: list[list[int]], *, position_offset: int = 0, group_attention: bool = True,
+         waste: float = 1.25, max_group: int = 32) -> PackedBatch:
+    """Concatenate ``seqs``; with ``group_attention`` also plan length-sorted SDPA groups."""
+    lengths = [len(s) for s in seqs]
+    ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
+    cu = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cu[1:])
+    starts = np.repeat(cu[:-1], lengths)
+    positions = np.arange(ids.shape[0], dtype=np.int64) - starts + position_offset
+    seg_ids = np.repeat(np.arange(len(seqs), dtype=np.int64), lengths)
+    return PackedBatch(
+        input_ids=torch.from_numpy(ids),
+        positions=torch.from_numpy(positions),
+        cu_seqlens=torch.from_numpy(cu.astype(np.int32)),
+        seg_ids=torch.from_numpy(seg_ids),
+        lengths=lengths,
+        max_len=max(lengths),
+        groups=_plan_groups(lengths, cu, waste, max_group) if group_attention else None,
+    )
+
+
+def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: int) -> list[AttnGroup]:
+    """Greedy groups over length-sorted sequences, padded cost ≤ ``waste`` × exact cost."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups, current, exact = [], [], 0
+    for i in order:
+        s = lengths[i]
+        top = lengths[current[0]] if current else s
+        if current and (len(current) >= max_group or (len(current) + 1) * top * top > waste * (exact + s * s)):
+            groups.append(_group(current, lengths, cu))
+            current, exact = [], 0
+        current.append(i)
+        exact += s * s
+    if current:
+        groups.append(_group(current, lengths, cu))
+    return groups
+
+
+def _group(members: list[int], lengths: list[int], cu: np.ndarray) -> AttnGroup:
+    n, top = len(members), lengths[members[0]]
+    lens = np.array([lengths[i] for i in members])
+    col = np.arange(top)
+    real = col[None, :] < lens[:, None]  # (n, top)
+    gather = np.where(real, cu[members][:, None] + col[None, :], 0)
+    full = bool(real.all())
+    return AttnGroup(
+        n=n, max_len=top,
+        gather=torch.from_numpy(gather.reshape(-1)),
+        mask=None if full else torch.from_numpy(real[:, None, None, :].copy()),
+        valid=torch.from_numpy(np.flatnonzero(real.reshape(-1))),
+        dst=torch.from_numpy(gather.reshape(-1)[real.reshape(-1)]),
+    )
+
+
+def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:
+    """Copy every tensor of ``batch`` to ``device`` (non-blocking where the source allows)."""
+    if device.type == "cpu":
+        return batch
+    mv = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+    groups = None if batch.groups is None else [
+        AttnGroup(g.n, g.max_len, mv(g.gather), None if g.mask is None else mv(g.mask), mv(g.valid), mv(g.dst))
+        for g in batch.groups
+    ]
+    return PackedBatch(mv(batch.input_ids), mv(batch.positions), mv(batch.cu_seqlens), mv(batch.seg_ids),
+                       batch.lengths, batch.max_len, groups)

@@ -1,0 +1,53 @@
+"""The embed head: sentence-transformers Dense projection → matryoshka slice → L2 normalize."""
+from __future__ import annotations
+
+import importlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shared.params import PoolingParams
+from workers.st_config import DenseSpec
+from workers.weights import load_state_dict
+
+
+def _activation(path: str) -> nn.Module:
+    """Instantiate a ``torch.nn.modules.*`` activation named by a Dense config (nothing else)."""
+    module, _, name = path.rpartition(".")
+    if not module.startswith("torch.nn.modules"):
+        raise ValueError(f"refusing Dense activation {path!r}: only torch.nn.modules.* is allowed")
+    return getattr(importlib.import_module(module), name)()
+
+
+def load_dense(spec: DenseSpec, *, allow_pickle: bool) -> nn.Module:
+    """One Dense module as Linear + activation, from its folder's weights."""
+    linear = nn.Linear(spec.in_features, spec.out_features, bias=spec.bias)
+    state = load_state_dict(spec.path, allow_pickle=allow_pickle)
+    linear.load_state_dict({k.removeprefix("linear."): v.float() for k, v in state.items()})
+    return nn.Sequential(linear, _activation(spec.activation))
+
+
+class EmbedHead(nn.Module):
+    """(batch, hidden) fp32 pooled → one vector per sequence, per its own params."""
+
+    def __init__(self, projector: nn.Module | None, normalize_default: bool):
+        super().__init__()
+        self.projector = projector
+        self.normalize_default = normalize_default
+
+    def forward(self, pooled: torch.Tensor, params: list[PoolingParams]) -> list[torch.Tensor]:
+        x = self.projector(pooled) if self.projector is not None else pooled  # (batch, dim)
+        keys = [(p.dimensions, self._normalize(p)) for p in params]
+        if len(set(keys)) == 1:
+            return list(self._finish(x, *keys[0]))
+        return [self._finish(x[i : i + 1], *key)[0] for i, key in enumerate(keys)]
+
+    def _normalize(self, p: PoolingParams) -> bool:
+        return self.normalize_default if p.use_activation is None else p.use_activation
+
+    @staticmethod
+    def _finish(x: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:
+        if dimensions is not None:
+            x = x[:, :dimensions]
+        return F.normalize(x, p=2, dim=-1) if normalize else x

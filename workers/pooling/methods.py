@@ -1,0 +1,35 @@
+"""Sequence pooling methods over packed hidden states: CLS, MEAN, LAST."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from workers.packing import PackedBatch
+
+PoolingMethod = Callable[[torch.Tensor, PackedBatch], torch.Tensor]
+
+
+def cls_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """(n_tokens, hidden) → (batch, hidden): each sequence's first token."""
+    return hidden.index_select(0, batch.cu_seqlens[:-1].long())
+
+
+def last_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """(n_tokens, hidden) → (batch, hidden): each sequence's last token."""
+    return hidden.index_select(0, batch.cu_seqlens[1:].long() - 1)
+
+
+def mean_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """(n_tokens, hidden) → (batch, hidden): the mean over each sequence's tokens."""
+    n_seqs = batch.cu_seqlens.shape[0] - 1
+    sums = hidden.new_zeros(n_seqs, hidden.shape[1]).index_add_(0, batch.seg_ids, hidden)
+    counts = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).to(hidden.dtype)  # (batch,)
+    return sums / counts[:, None]
+
+
+POOLING_TYPES: dict[str, PoolingMethod] = {
+    "CLS": cls_pool,
+    "MEAN": mean_pool,
+    "LAST": last_pool,
+}

@@ -1,0 +1,123 @@
+"""Reads a model folder (Hugging Face or sentence-transformers layout) into a ModelSpec.
+
+The sentence-transformers files are the model's own description of its
+pipeline: ``modules.json`` names the Pooling, Dense and Normalize modules,
+``1_Pooling/config.json`` the pooling mode, ``sentence_bert_config.json`` the
+max length and lower-casing. Precedence everywhere: user flag >
+sentence-transformers config > architecture default.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config import WorkerConfig
+
+ST_CONFIG_FILES = (
+    "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
+    "sentence_camembert_config.json", "sentence_albert_config.json",
+    "sentence_xlm-roberta_config.json", "sentence_xlnet_config.json",
+)
+POOLING_ALIASES = {"lasttoken": "LAST"}
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    """A sentence-transformers Dense module: Linear(in→out) + activation."""
+
+    path: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # e.g. "torch.nn.modules.activation.Tanh"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything about a model folder that decides how it is served."""
+
+    path: Path
+    hf_config: dict
+    architecture: str
+    pooling_type: str | None  # CLS | MEAN | LAST; None = the architecture's default
+    normalize: bool | None  # None = the architecture's default
+    max_model_len: int
+    do_lower_case: bool
+    dense: tuple[DenseSpec, ...]
+    is_matryoshka: bool
+    matryoshka_dimensions: tuple[int, ...] | None
+
+
+def _read_json(path: Path) -> dict | list | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _st_pooling_type(pooling_dir: Path) -> str | None:
+    """vLLM's parse: ``pooling_mode`` string, else the first ``pooling_mode_*`` key set true."""
+    cfg = _read_json(pooling_dir / "config.json") or {}
+    mode = cfg.get("pooling_mode")
+    if mode is None:
+        mode = next((k for k, v in cfg.items() if k.startswith("pooling_mode_") and v is True), None)
+    if mode is None:
+        return None
+    name = mode.removeprefix("pooling_mode_").split("_")[0]
+    name = POOLING_ALIASES.get(name, name).upper()
+    return name if name in ("CLS", "MEAN", "LAST") else None
+
+
+def _dense_spec(module_dir: Path) -> DenseSpec:
+    cfg = _read_json(module_dir / "config.json") or {}
+    return DenseSpec(
+        path=module_dir,
+        in_features=int(cfg["in_features"]),
+        out_features=int(cfg["out_features"]),
+        bias=bool(cfg.get("bias", True)),
+        activation=cfg.get("activation_function", "torch.nn.modules.linear.Identity"),
+    )
+
+
+def _derived_max_len(hf: dict) -> int:
+    n = int(hf.get("max_position_embeddings", 512))
+    if hf.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        n -= int(hf.get("pad_token_id", 1)) + 1  # positions start after the padding index
+    return n
+
+
+def read_spec(cfg: WorkerConfig) -> ModelSpec:
+    """Build the ModelSpec for ``cfg.model_path`` with the flag > ST > default precedence."""
+    path = Path(cfg.model_path)
+    hf = _read_json(path / "config.json")
+    if not isinstance(hf, dict):
+        raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
+    modules = _read_json(path / "modules.json") or []
+    pooling, normalize, dense = None, None, []
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        mdir = path / module.get("path", "")
+        if kind == "Pooling" and pooling is None:
+            pooling = _st_pooling_type(mdir)
+        elif kind == "Dense":
+            dense.append(_dense_spec(mdir))
+        elif kind == "Normalize":
+            normalize = True
+    if modules and normalize is None:
+        normalize = False
+    st = next((c for f in ST_CONFIG_FILES if (c := _read_json(path / f)) is not None), {})
+    derived = _derived_max_len(hf)
+    max_len = cfg.max_model_len or st.get("max_seq_length") or derived
+    if max_len > derived:
+        raise ValueError(f"max_model_len {max_len} exceeds the model's {derived} positions")
+    dims = hf.get("matryoshka_dimensions")
+    return ModelSpec(
+        path=path,
+        hf_config=hf,
+        architecture=(hf.get("architectures") or ["BertModel"])[0],
+        pooling_type=(cfg.pooling_type.upper() if cfg.pooling_type else pooling),
+        normalize=cfg.normalize if cfg.normalize is not None else normalize,
+        max_model_len=int(max_len),
+        do_lower_case=bool(st.get("do_lower_case", False)),
+        dense=tuple(dense),
+        is_matryoshka=bool(dims or hf.get("is_matryoshka", False)),
+        matryoshka_dimensions=tuple(dims) if dims else None,
+    )

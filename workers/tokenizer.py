@@ -1,0 +1,29 @@
+"""Text → token ids with the model's fast tokenizer, truncating as sentence-transformers does."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TextEncoder:
+    """Wraps a fast tokenizer; ``do_lower_case`` lower-cases texts first (sentence-transformers)."""
+
+    def __init__(self, path: Path, *, do_lower_case: bool = False):
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+        if not self.tokenizer.is_fast:
+            raise ValueError(f"{path} has no fast tokenizer (tokenizer.json)")
+        backend = self.tokenizer.backend_tokenizer
+        backend.no_truncation()
+        backend.no_padding()
+        self.backend = backend
+        self.do_lower_case = do_lower_case
+
+    def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Ids with special tokens; with ``max_tokens``, tokenizer truncation to that length."""
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        if max_tokens is None:
+            return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=True)]
+        out = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=max_tokens)
+        return out["input_ids"]

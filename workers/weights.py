@@ -1,0 +1,51 @@
+"""Loads a folder's weights into a state dict: safetensors directly, pickle only when allowed."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+log = logging.getLogger("poolgate.worker")
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / s for s in shards]
+    single = folder / "model.safetensors"
+    return [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
+
+
+def load_state_dict(folder: Path, *, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """All tensors of ``folder``'s checkpoint, on the CPU, in their stored dtype."""
+    files = _safetensors_files(folder)
+    state: dict[str, torch.Tensor] = {}
+    if files:
+        for i, f in enumerate(files, 1):
+            log.info("loading weights %s [%d/%d]", f.name, i, len(files))
+            state.update(load_file(str(f), device="cpu"))
+        return state
+    pickles = sorted(folder.glob("pytorch_model*.bin"))
+    if not pickles:
+        raise FileNotFoundError(f"no safetensors or pytorch_model*.bin weights in {folder}")
+    if not allow_pickle:
+        raise PermissionError(
+            f"{folder} has only pickle weights ({pickles[0].name}); convert them to safetensors "
+            "or pass --allow-pickle-weights to load them"
+        )
+    for i, f in enumerate(pickles, 1):
+        log.info("loading pickle weights %s [%d/%d]", f.name, i, len(pickles))
+        state.update(torch.load(f, map_location="cpu", weights_only=True))
+    return state
+
+
+def strip_prefix(state: dict[str, torch.Tensor], prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Drop the first matching base-model prefix (``bert.``, ``roberta.`` …) from every key."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in state):
+            return {k.removeprefix(prefix): v for k, v in state.items()}
+    return state
