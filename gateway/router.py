@@ -1,0 +1,70 @@
+"""Maps a request's model name and task to the pool of workers that serves it."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gateway.pool import WorkerPool
+from shared.errors import InvalidRequest, ModelNotFound, NotSupported
+from shared.tasks import PoolingTask
+from shared.wire import ModelInfo
+
+# vLLM's name for the API of each task, used in its 501 "does not support" message.
+TASK_APIS: dict[str, str] = {
+    "embed": "Embeddings",
+    "token_embed": "Embeddings",
+    "classify": "Classification",
+    "token_classify": "Pooling",
+}
+
+
+class Router:
+    """Served model name -> WorkerPool.
+
+    A request without a model goes to ``default``: the only model when exactly
+    one is served, unless a default is named.
+    """
+
+    def __init__(self, pools: Iterable[WorkerPool], *, default: str | None = None):
+        self.pools: dict[str, WorkerPool] = {}
+        for pool in pools:
+            if pool.name in self.pools:
+                raise ValueError(f"model '{pool.name}' is served by two pools")
+            self.pools[pool.name] = pool
+        if default is None and len(self.pools) == 1:
+            default = next(iter(self.pools))
+        if default is not None and default not in self.pools:
+            raise ValueError(f"default model '{default}' is not served")
+        self.default = default
+
+    def resolve(self, model: str | None, task: PoolingTask) -> WorkerPool:
+        """The pool for ``model`` (None or "" = the default) that serves ``task``."""
+        pool = self.pools.get(model) if model else self._default_pool()
+        if pool is None:
+            raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+        if task not in pool.info.tasks:
+            api = TASK_APIS.get(task, task)
+            raise NotSupported(f"The model does not support {api} API", param="model")
+        return pool
+
+    def _default_pool(self) -> WorkerPool:
+        if not self.pools:
+            raise ModelNotFound("No model is served.", param="model")
+        if self.default is None:
+            names = ", ".join(sorted(self.pools)) or "none"
+            raise InvalidRequest(
+                f"`model` is required: this server serves several models ({names}).",
+                param="model",
+            )
+        return self.pools[self.default]
+
+    def models(self) -> list[ModelInfo]:
+        return [pool.info for pool in self.pools.values()]
+
+    @property
+    def ready(self) -> bool:
+        """True when at least one model is served and every pool has a ready worker."""
+        return bool(self.pools) and all(pool.ready for pool in self.pools.values())
+
+    async def close(self) -> None:
+        for pool in self.pools.values():
+            await pool.close()
