@@ -1,0 +1,33 @@
+"""The aiohttp application factory: state, middleware, dialect and ops routes."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+
+from aiohttp import web
+
+from gateway import routes_ops
+from gateway.dialects import DIALECTS
+from gateway.middleware import edge_middleware, openai_error_body
+from gateway.router import Router
+from gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER
+from shared.config import GatewayConfig
+
+CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
+
+
+def make_app(config: GatewayConfig, router: Router, *,
+             cleanup_ctx: Iterable[CleanupCtx] = ()) -> web.Application:
+    """An app serving ``router``'s models; whoever built the router owns its workers.
+
+    ``cleanup_ctx`` generators (start-up before their ``yield``, tear-down
+    after) are attached in order, e.g. to spawn and stop local workers.
+    """
+    app = web.Application(middlewares=[edge_middleware], client_max_size=config.max_request_bytes)
+    app[CONFIG] = config
+    app[ROUTER] = router
+    app[ERROR_FORMATTERS] = {"": openai_error_body}
+    for register in DIALECTS.values():
+        register(app)
+    routes_ops.register(app)
+    app.cleanup_ctx.extend(cleanup_ctx)
+    return app

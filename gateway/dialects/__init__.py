@@ -1,0 +1,12 @@
+"""The API dialects: name -> a function that adds the dialect's routes to an app."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gateway.dialects import openai
+
+DIALECTS: dict[str, Callable[[web.Application], None]] = {
+    "openai": openai.register,
+}

@@ -1,0 +1,50 @@
+"""Read a JSON request body into a pydantic model, with vLLM's 400 messages."""
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from shared.errors import InvalidRequest
+
+Model = TypeVar("Model", bound=BaseModel)
+
+JSON_MEDIA_TYPE = "application/json"
+MAX_LISTED_ERRORS = 5
+
+
+async def parse_body(request: web.Request, model: type[Model]) -> Model:
+    """The body as ``model``; InvalidRequest (400) for anything that is not one."""
+    if request.content_type != JSON_MEDIA_TYPE:
+        raise InvalidRequest("Unsupported Media Type: Only 'application/json' is allowed")
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequest(f"Malformed JSON in request body: {_first_line(exc)}") from None
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def validation_error(exc: ValidationError) -> InvalidRequest:
+    """vLLM's shape: "N validation error(s):" then one line per error; param = first loc."""
+    errors = exc.errors(include_url=False, include_input=False)
+    n = len(errors)
+    lines = [f"{n} validation error{'s' if n != 1 else ''}:"]
+    for e in errors[:MAX_LISTED_ERRORS]:
+        lines.append(f"  {_loc(e['loc'])}: {e['msg']} [type={e['type']}]")
+    if n > MAX_LISTED_ERRORS:
+        lines.append(f"  ... and {n - MAX_LISTED_ERRORS} more")
+    return InvalidRequest("\n".join(lines), param=_loc(errors[0]["loc"]) if errors else None)
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(part) for part in ("body", *loc))
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

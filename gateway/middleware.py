@@ -1,0 +1,99 @@
+"""The gateway's one request middleware: request id, API key, errors to HTTP bodies.
+
+Every exception a handler lets out is turned into an error body here and
+nowhere else: ``PoolgateError`` by its own status, aiohttp's HTTP exceptions
+(404 no route, 405 wrong method, 413 body too large) by theirs, anything
+else as a logged 500. The body's shape is picked by path prefix from
+``app[ERROR_FORMATTERS]``, so a dialect can register its own.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import uuid
+from http import HTTPStatus
+
+from aiohttp import web
+
+from gateway.state import CONFIG, ERROR_FORMATTERS, REQUEST_ID
+from shared.errors import InternalError, PoolgateError, Unauthorized
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "X-Request-Id"
+MAX_REQUEST_ID_CHARS = 256
+# vLLM's rule: only these paths need the API key.
+API_KEY_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+RETRY_AFTER_S = "1"
+RETRY_STATUSES = (429, 503)
+
+
+def openai_error_body(err: PoolgateError) -> dict:
+    """The OpenAI (and vLLM) error envelope."""
+    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+class HTTPError(PoolgateError):
+    """One of aiohttp's own HTTP exceptions, seen as a PoolgateError."""
+
+    def __init__(self, exc: web.HTTPException):
+        phrase = HTTPStatus(exc.status).phrase
+        text = exc.text or ""
+        super().__init__(phrase if not text or text.startswith(f"{exc.status}:") else text)
+        self.status = exc.status
+        self.type = phrase.replace(" ", "").replace("-", "") + "Error"
+        self.code = phrase.lower().replace(" ", "_").replace("-", "_")
+        self.allow = exc.headers.get("Allow")
+
+
+@web.middleware
+async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
+    request_id = _request_id(request)
+    request[REQUEST_ID] = request_id
+    try:
+        _check_api_key(request)
+        response = await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            exc.headers[REQUEST_ID_HEADER] = request_id
+            raise
+        response = error_response(request, HTTPError(exc))
+    except PoolgateError as err:
+        response = error_response(request, err)
+    except Exception:
+        log.exception("unhandled error in %s %s (request %s)", request.method, request.path, request_id)
+        response = error_response(request, InternalError("Internal server error."))
+    response.headers[REQUEST_ID_HEADER] = request_id
+    return response
+
+
+def _request_id(request: web.Request) -> str:
+    incoming = request.headers.get(REQUEST_ID_HEADER, "")
+    if 0 < len(incoming) <= MAX_REQUEST_ID_CHARS and incoming.isascii() and incoming.isprintable():
+        return incoming
+    return uuid.uuid4().hex
+
+
+def _check_api_key(request: web.Request) -> None:
+    key = request.app[CONFIG].api_key
+    if not key or request.method == "OPTIONS" or not request.path.startswith(API_KEY_PREFIXES):
+        return
+    sent = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
+        raise Unauthorized("Unauthorized: missing or invalid API key.")
+
+
+def error_response(request: web.Request, err: PoolgateError) -> web.Response:
+    """The error body for ``err`` in the shape the request's path calls for."""
+    if err.status >= 500:
+        log.warning("request %s failed: %s %s", request.get(REQUEST_ID), err.status, err.message)
+    formatter = _formatter(request.app[ERROR_FORMATTERS], request.path)
+    headers = {"Retry-After": RETRY_AFTER_S} if err.status in RETRY_STATUSES else {}
+    if isinstance(err, HTTPError) and err.allow:
+        headers["Allow"] = err.allow
+    return web.json_response(formatter(err), status=err.status, headers=headers)
+
+
+def _formatter(formatters: dict, path: str):
+    prefix = max((p for p in formatters if path.startswith(p)), key=len, default=None)
+    return formatters[prefix] if prefix is not None else openai_error_body

@@ -1,0 +1,45 @@
+"""The operational routes: model list, health, readiness ping and version."""
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from gateway import __version__
+from gateway.state import ROUTER
+from shared.errors import Unavailable
+from shared.wire import ModelInfo
+
+
+def model_card(info: ModelInfo, created: int) -> dict:
+    """One entry of ``/v1/models`` in vLLM's shape."""
+    return {
+        "id": info.served_model_name, "object": "model", "created": created, "owned_by": "poolgate",
+        "root": info.served_model_name, "parent": None, "max_model_len": info.max_model_len,
+        "permission": [],
+    }
+
+
+async def list_models(request: web.Request) -> web.Response:
+    created = int(time.time())
+    cards = [model_card(info, created) for info in request.app[ROUTER].models()]
+    return web.json_response({"object": "list", "data": cards})
+
+
+async def health(request: web.Request) -> web.Response:
+    """200 with an empty body once every pool has a ready worker, else 503."""
+    if not request.app[ROUTER].ready:
+        raise Unavailable("Not ready: some model has no ready worker yet.")
+    return web.Response(status=200)
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": __version__})
+
+
+def register(app: web.Application) -> None:
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/ping", health)
+    app.router.add_post("/ping", health)
+    app.router.add_get("/version", version)
