@@ -51,3 +51,76 @@ class FakeRunner:
 @pytest.fixture
 def fake_runner() -> FakeRunner:
     return FakeRunner()
+
+
+# --- gateway fakes: an in-memory WorkerClient ---------------------------------
+import asyncio  # noqa: E402
+
+from shared.errors import PoolgateError  # noqa: E402
+from shared.limits import check_length, check_params, truncation_length  # noqa: E402
+from shared.wire import PoolingCall, PoolingResult  # noqa: E402
+
+
+class FakeWorkerClient:
+    """``shared.transport.WorkerClient`` in memory: a FakeRunner behind the worker's checks.
+
+    Like a real worker it checks params and lengths with ``shared.limits``.
+    Set ``fail`` to make every call raise it; set ``gate`` (an asyncio.Event)
+    to hold calls until it is set. ``calls`` records every call received.
+    """
+
+    def __init__(self, runner: FakeRunner | None = None, *, address: str = "fake://0"):
+        self.runner = runner or FakeRunner()
+        self.address = address
+        self.calls: list[PoolingCall] = []
+        self.fail: PoolgateError | None = None
+        self.gate: asyncio.Event | None = None
+        self.closed = False
+        self._in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def info(self) -> ModelInfo:
+        return self.runner.info
+
+    async def health(self) -> dict:
+        if self.fail is not None:
+            raise self.fail
+        return {"status": "ok", "in_flight": self._in_flight}
+
+    async def pool(self, call: PoolingCall) -> PoolingResult:
+        self._in_flight += 1
+        try:
+            self.calls.append(call)
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.fail is not None:
+                raise self.fail
+            return self._run(call)
+        finally:
+            self._in_flight -= 1
+
+    def _run(self, call: PoolingCall) -> PoolingResult:
+        info = self.runner.info
+        check_params(info, call.params)
+        keep = truncation_length(info, call.params)
+        seqs = []
+        for item in call.inputs:
+            if isinstance(item, str):
+                ids = self.runner.encode_texts([item], keep)[0]
+            else:
+                ids = list(item) if keep is None else list(item)[:keep]
+            check_length(info, len(ids))
+            seqs.append(Sequence(ids, call.params))
+        outputs = self.runner.run(seqs)
+        return PoolingResult(outputs=outputs, prompt_tokens=[s.num_tokens for s in seqs])
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def fake_client(fake_runner: FakeRunner) -> FakeWorkerClient:
+    return FakeWorkerClient(fake_runner)
