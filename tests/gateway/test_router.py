@@ -1,0 +1,70 @@
+"""Router: model name and task -> pool, the default model, readiness."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gateway.pool import WorkerPool
+from gateway.router import Router
+from shared.errors import InvalidRequest, ModelNotFound, NotSupported
+from tests.conftest import FakeRunner, FakeWorkerClient
+
+
+def pool(name: str, *, ready: bool = True, tasks: tuple[str, ...] = ("embed",)) -> WorkerPool:
+    client = FakeWorkerClient(FakeRunner(name=name))
+    info = dataclasses.replace(client.runner.info, tasks=tasks)
+    return WorkerPool(info, [client], ready=ready)
+
+
+def test_resolves_by_name_and_defaults_to_the_only_model():
+    only = pool("m1")
+    router = Router([only])
+    assert router.resolve("m1", "embed") is only
+    assert router.resolve(None, "embed") is only
+    assert router.resolve("", "embed") is only
+
+
+def test_unknown_model_has_vllms_message():
+    with pytest.raises(ModelNotFound) as info:
+        Router([pool("m1")]).resolve("nope", "embed")
+    assert info.value.message == "The model `nope` does not exist."
+    assert info.value.status == 404
+
+
+def test_several_models_need_a_name_or_a_default():
+    a, b = pool("a"), pool("b")
+    with pytest.raises(InvalidRequest, match="serves several models"):
+        Router([a, b]).resolve(None, "embed")
+    assert Router([a, b], default="b").resolve(None, "embed") is b
+    assert Router([a, b]).resolve("a", "embed") is a
+
+
+def test_task_the_model_does_not_serve_is_501():
+    router = Router([pool("clf", tasks=("classify",))])
+    with pytest.raises(NotSupported, match="does not support Embeddings API"):
+        router.resolve("clf", "embed")
+    assert router.resolve("clf", "classify").name == "clf"
+
+
+def test_bad_construction_is_refused():
+    with pytest.raises(ValueError, match="two pools"):
+        Router([pool("a"), pool("a")])
+    with pytest.raises(ValueError, match="not served"):
+        Router([pool("a")], default="b")
+
+
+def test_empty_router_serves_nothing_and_is_not_ready():
+    router = Router([])
+    assert not router.ready and router.models() == []
+    with pytest.raises(ModelNotFound):
+        router.resolve(None, "embed")
+
+
+def test_ready_when_every_pool_has_a_ready_worker():
+    a, b = pool("a"), pool("b", ready=False)
+    router = Router([a, b])
+    assert not router.ready
+    b.mark_ready(b.clients[0])
+    assert router.ready
+    assert [info.served_model_name for info in router.models()] == ["a", "b"]
