@@ -1,0 +1,128 @@
+"""The OpenAI dialect's pure conversions: request -> PoolingCall, result -> body."""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from gateway.dialects.body import validation_error
+from gateway.dialects.openai import EmbeddingRequest, to_call, to_response
+from shared.errors import InvalidRequest
+from shared.params import PoolingParams
+from shared.wire import PoolingResult
+
+
+def convert(body: dict, auto_truncate: bool = False):
+    req = EmbeddingRequest.model_validate(body)
+    return to_call(req, request_id="rid", model="served", auto_truncate=auto_truncate)
+
+
+@pytest.mark.parametrize("value, inputs", [
+    ("one text", ["one text"]),
+    (["a", "b"], ["a", "b"]),
+    ([1, 2, 3], [[1, 2, 3]]),
+    ([[1, 2], [3]], [[1, 2], [3]]),
+])
+def test_input_forms_become_a_list_of_inputs(value, inputs):
+    call = convert({"input": value})
+    assert call.inputs == inputs
+    assert (call.request_id, call.model) == ("rid", "served")
+
+
+@pytest.mark.parametrize("value", [
+    ["1", 2], [1, "2"], [True], [1.5], [[1], ["a"]], {"a": 1}, 7, None, [-1], [2**40],
+    [[[1]]],
+])
+def test_inputs_that_are_neither_texts_nor_token_ids_are_refused(value):
+    with pytest.raises(ValidationError):
+        EmbeddingRequest.model_validate({"input": value})
+
+
+def test_strings_of_digits_stay_texts():
+    assert convert({"input": ["1", "2"]}).inputs == ["1", "2"]
+
+
+def test_empty_input_is_vllms_400():
+    with pytest.raises(InvalidRequest, match="You must pass at least one prompt"):
+        convert({"input": []})
+
+
+def test_params_are_carried_and_extras_ignored():
+    call = convert({"input": "x", "dimensions": 4, "use_activation": False,
+                    "truncate_prompt_tokens": 5, "user": "u", "surprise": {"a": 1}})
+    assert call.params == PoolingParams(task="embed", dimensions=4, use_activation=False,
+                                        truncate_prompt_tokens=5)
+
+
+def test_auto_truncate_fills_only_a_missing_truncation():
+    assert convert({"input": "x"}).params.truncate_prompt_tokens is None
+    assert convert({"input": "x"}, auto_truncate=True).params.truncate_prompt_tokens == -1
+    explicit = convert({"input": "x", "truncate_prompt_tokens": 3}, auto_truncate=True)
+    assert explicit.params.truncate_prompt_tokens == 3
+
+
+def test_removed_normalize_param_has_vllms_message():
+    with pytest.raises(InvalidRequest, match="Parameter `normalize` was removed"):
+        convert({"input": "x", "normalize": True})
+
+
+def test_validation_error_message_and_param_follow_vllm():
+    with pytest.raises(ValidationError) as info:
+        EmbeddingRequest.model_validate({"input": "x", "encoding_format": "hex"})
+    err = validation_error(info.value)
+    assert err.message.startswith("1 validation error:\n  body.encoding_format: ")
+    assert err.param == "body.encoding_format" and err.status == 400
+
+
+def test_validation_error_lists_at_most_a_few_errors():
+    with pytest.raises(ValidationError) as info:
+        EmbeddingRequest.model_validate({"input": [None] * 50})
+    message = validation_error(info.value).message
+    assert message.count("\n") <= 6 and "more" in message
+
+
+def result(*vectors) -> PoolingResult:
+    return PoolingResult(outputs=[np.asarray(v, dtype=np.float32) for v in vectors], prompt_tokens=[3, 4])
+
+
+def test_float_response_shape_and_usage():
+    body = to_response(result([0.1, -2.0], [3.5, 1e-8]), request_id="rid", model="m",
+                       encoding_format="float", created=123)
+    assert {k: body[k] for k in ("id", "object", "created", "model")} == {
+        "id": "embd-rid", "object": "list", "created": 123, "model": "m"}
+    assert body["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
+    assert [d["index"] for d in body["data"]] == [0, 1]
+    assert np.asarray(body["data"][1]["embedding"], dtype=np.float32).tolist() == \
+        np.asarray([3.5, 1e-8], dtype=np.float32).tolist()
+
+
+def test_base64_is_the_raw_little_endian_float32_bytes():
+    vector = np.asarray([0.1, -2.0, 3.25], dtype=np.float64)  # converted to float32
+    body = to_response(result(vector, vector[::-1]), request_id="r", model="m",
+                       encoding_format="base64", created=1)
+    raw = base64.b64decode(body["data"][0]["embedding"])
+    assert raw == vector.astype("<f4").tobytes()
+    assert base64.b64decode(body["data"][1]["embedding"]) == vector[::-1].astype("<f4").tobytes()
+
+
+def test_json_fallback_without_orjson_gives_the_same_body(monkeypatch):
+    from gateway.dialects import encoding
+
+    vectors = result([0.1, 1 / 3], [2.5, -1e-8])
+    fast = encoding.dumps(to_response(vectors, request_id="r", model="m", encoding_format="float", created=1))
+    monkeypatch.setattr(encoding, "orjson", None)
+    slow = encoding.dumps(to_response(vectors, request_id="r", model="m", encoding_format="float", created=1))
+    as_f32 = [np.float32(d["embedding"]).tolist() for d in json.loads(slow)["data"]]
+    assert as_f32 == [np.float32(d["embedding"]).tolist() for d in json.loads(fast)["data"]]
+    assert as_f32 == [v.tolist() for v in vectors.outputs]
+
+
+def test_gateway_imports_without_torch():
+    code = "import sys, gateway.app; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

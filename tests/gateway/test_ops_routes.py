@@ -1,0 +1,41 @@
+"""Ops routes: /v1/models, /health, /ping, /version."""
+from __future__ import annotations
+
+from gateway import __version__
+from gateway.state import ROUTER
+from tests.conftest import FakeRunner, FakeWorkerClient
+from tests.gateway.conftest import make_router
+
+
+async def test_models_lists_every_served_model(gateway):
+    router = make_router(FakeWorkerClient(FakeRunner(name="a", max_model_len=16)),
+                         FakeWorkerClient(FakeRunner(name="b")))
+    client = await gateway(router=router)
+    body = await (await client.get("/v1/models")).json()
+    assert body["object"] == "list"
+    first = body["data"][0]
+    assert isinstance(first.pop("created"), int)
+    assert first == {"id": "a", "object": "model", "owned_by": "poolgate", "root": "a",
+                     "parent": None, "max_model_len": 16, "permission": []}
+    assert [m["id"] for m in body["data"]] == ["a", "b"]
+
+
+async def test_health_is_503_until_every_pool_is_ready(gateway):
+    worker = FakeWorkerClient(FakeRunner())
+    client = await gateway(router=make_router(worker, ready=False))
+    for path in ("/health", "/ping"):
+        resp = await client.get(path)
+        assert resp.status == 503 and resp.headers["Retry-After"] == "1"
+        assert (await resp.json())["error"]["type"] == "ServiceUnavailableError"
+    resp = await client.post("/v1/embeddings", json={"input": "x"})
+    assert resp.status == 503
+    client.app[ROUTER].pools["fake-model"].mark_ready(worker)
+    for path in ("/health", "/ping"):
+        resp = await client.get(path)
+        assert resp.status == 200 and await resp.read() == b""
+    assert (await client.post("/ping")).status == 200
+
+
+async def test_version(gateway):
+    client = await gateway()
+    assert await (await client.get("/version")).json() == {"version": __version__}
