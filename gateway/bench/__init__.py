@@ -1,0 +1,1 @@
+"""``poolgate bench``: a load generator for any OpenAI-compatible embeddings server."""
