@@ -57,10 +57,12 @@ def _choose_dtype(runner: PoolingRunner, requested: str) -> None:
 
 def _warm_up(runner: PoolingRunner, max_batch_tokens: int) -> None:
     """Run a few batch shapes once so kernels are chosen before the first request."""
-    shapes = [(1, 8), (8, 64), (max(1, max_batch_tokens // runner.info.max_model_len), runner.info.max_model_len)]
+    longest = runner.info.max_model_len
+    ids = runner.encode_texts([" ".join(["warm up"] * longest)], max_tokens=longest)[0]
+    shapes = [(1, 8), (8, 64), (max(1, max_batch_tokens // longest), longest)]
     for i, (n, length) in enumerate(shapes, 1):
-        log.info("warming up [%d/%d]: %d x %d tokens", i, len(shapes), n, length)
-        runner.pooled([[100 + (j % 50) for j in range(length)] for _ in range(n)])
+        log.info("warming up [%d/%d]: %d x %d tokens", i, len(shapes), n, min(length, len(ids)))
+        runner.pooled([ids[:length]] * n)
     runner.backend.synchronize()
 
 

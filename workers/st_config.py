@@ -77,6 +77,12 @@ def _dense_spec(module_dir: Path) -> DenseSpec:
     )
 
 
+def _st6_max_len(path: Path) -> int | None:
+    """sentence-transformers ≥ 6 saves ``max_seq_length`` as the tokenizer's ``model_max_length``."""
+    n = (_read_json(path / "tokenizer_config.json") or {}).get("model_max_length")
+    return int(n) if isinstance(n, int) and n < 1_000_000 else None
+
+
 def _derived_max_len(hf: dict) -> int:
     n = int(hf.get("max_position_embeddings", 512))
     if hf.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
@@ -105,7 +111,7 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         normalize = False
     st = next((c for f in ST_CONFIG_FILES if (c := _read_json(path / f)) is not None), {})
     derived = _derived_max_len(hf)
-    max_len = cfg.max_model_len or st.get("max_seq_length") or derived
+    max_len = cfg.max_model_len or st.get("max_seq_length") or (_st6_max_len(path) if modules else None) or derived
     if max_len > derived:
         raise ValueError(f"max_model_len {max_len} exceeds the model's {derived} positions")
     dims = hf.get("matryoshka_dimensions")

@@ -13,10 +13,12 @@ class TextEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True)
         if not self.tokenizer.is_fast:
             raise ValueError(f"{path} has no fast tokenizer (tokenizer.json)")
-        backend = self.tokenizer.backend_tokenizer
-        backend.no_truncation()
-        backend.no_padding()
-        self.backend = backend
+        from tokenizers import Tokenizer
+
+        # A private copy: the transformers call below changes its backend's truncation state.
+        self.backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
+        self.backend.no_truncation()
+        self.backend.no_padding()
         self.do_lower_case = do_lower_case
 
     def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:

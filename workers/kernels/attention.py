@@ -8,39 +8,38 @@ import torch.nn.functional as F
 
 from workers.packing import PackedBatch
 
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, PackedBatch, float], torch.Tensor]
+AttentionFn = Callable[[torch.Tensor, PackedBatch, float], torch.Tensor]
 
 
-def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch,
-                 scale: float) -> torch.Tensor:
-    """q, k, v: (n_tokens, heads, head_dim) → (n_tokens, heads, head_dim), exact.
+def grouped_sdpa(qkv: torch.Tensor, batch: PackedBatch, scale: float) -> torch.Tensor:
+    """qkv: (n_tokens, 3, heads, head_dim) → (n_tokens, heads, head_dim), exact.
 
-    Each group of similar-length sequences is padded to its own longest and
-    masked, so the padding cost stays within the plan's waste factor.
+    Each group of similar-length sequences is gathered (one contiguous row
+    copy), padded to its own longest and masked, so the padding cost stays
+    within the plan's waste factor.
     """
-    n_tokens, heads, dim = q.shape
-    out = torch.empty_like(q)
+    n_tokens, _, heads, dim = qkv.shape
+    out = qkv.new_empty(n_tokens, heads, dim)
     for g in batch.groups:
-        def block(x: torch.Tensor) -> torch.Tensor:
-            return x.index_select(0, g.gather).view(g.n, g.max_len, heads, dim).transpose(1, 2)
-
-        o = F.scaled_dot_product_attention(block(q), block(k), block(v), attn_mask=g.mask, scale=scale)
+        block = qkv.index_select(0, g.gather).view(g.n, g.max_len, 3, heads, dim)
+        q, k, v = block.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (n, heads, max_len, dim)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scale)
         o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, dim)  # (n * max_len, heads, dim)
-        out.index_copy_(0, g.dst, o.index_select(0, g.valid))
+        out.index_copy_(0, g.dst, o if g.mask is None else o.index_select(0, g.valid))
     return out
 
 
-def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch,
-                 scale: float) -> torch.Tensor:
-    """q, k, v: (n_tokens, heads, head_dim) fp16/bf16 on a GPU → same shape, no padding.
+def varlen_flash(qkv: torch.Tensor, batch: PackedBatch, scale: float) -> torch.Tensor:
+    """qkv: (n_tokens, 3, heads, head_dim) fp16/bf16 on a GPU → (n_tokens, heads, head_dim).
 
-    The kernel's default softmax scale is 1/sqrt(head_dim); other scales go
-    through the keyword that torch ≥ 2.11 has.
+    No padding at all. The kernel's default softmax scale is 1/sqrt(head_dim);
+    other scales go through the keyword that torch ≥ 2.11 has.
     """
     from torch.nn.attention.varlen import varlen_attn
 
+    q, k, v = qkv.unbind(1)  # 3 × (n_tokens, heads, dim)
     cu = batch.cu_seqlens
-    kwargs = {} if abs(scale * q.shape[-1] ** 0.5 - 1.0) < 1e-6 else {"scale": scale}
+    kwargs = {} if abs(scale * qkv.shape[-1] ** 0.5 - 1.0) < 1e-6 else {"scale": scale}
     return varlen_attn(q, k, v, cu, cu, batch.max_len, batch.max_len, **kwargs)
 
 

@@ -67,8 +67,8 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn) -> torch.Tensor:
         n = x.shape[0]
-        q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
-        a = attention(q, k, v, batch, self.head_dim ** -0.5).reshape(n, -1)  # (n, hidden)
+        qkv = self.qkv(x).view(n, 3, self.heads, self.head_dim)  # (n, 3, heads, dim)
+        a = attention(qkv, batch, self.head_dim ** -0.5).reshape(n, -1)  # (n, hidden)
         x = self.attn_norm(x + self.attn_out(a))
         return self.out_norm(x + self.down(self.act(self.up(x))))  # (n, hidden)
 

@@ -1,0 +1,97 @@
+"""The runner against sentence-transformers: the bundled real model and a Dense/CLS tiny model."""
+import numpy as np
+import pytest
+
+from shared.config import WorkerConfig
+from shared.models import bundled_model_path
+from shared.params import PoolingParams
+from workers.build import build_runner
+from workers.sequence import Sequence
+
+TEXTS = [
+    "a", "Hi", "!", "The quick brown fox jumps over the lazy dog.",
+    "Embeddings map text to vectors so that similar meanings land close together.",
+    "Zürich, São Paulo and Kraków are cities; 東京 is Tokyo.", "x " * 120,
+]
+
+
+def _cos(a, b):
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _run(runner, texts, params=PoolingParams(), max_tokens=None):
+    ids = runner.encode_texts(texts, max_tokens)
+    return runner.run([Sequence(i, params) for i in ids]), ids
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from sentence_transformers import SentenceTransformer
+
+    path = str(bundled_model_path())
+    runner = build_runner(WorkerConfig(model_path=path, served_model_name="m", dtype="float32", max_batch_tokens=512))
+    return runner, SentenceTransformer(path, device="cpu")
+
+
+def test_bundled_model_fp32_parity(minilm):
+    runner, st = minilm
+    got, _ = _run(runner, TEXTS)
+    want = st.encode(TEXTS, convert_to_numpy=True)
+    assert runner.info.max_model_len == 256 and runner.info.embedding_dim == 384
+    for g, w in zip(got, want):
+        assert _cos(g, w) >= 0.9999
+        assert abs(np.linalg.norm(g) - 1.0) < 1e-5
+
+
+def test_truncation_matches_sentence_transformers(minilm):
+    runner, st = minilm
+    long_text = " ".join(f"word{i}" for i in range(400))
+    got, ids = _run(runner, [long_text], max_tokens=256)
+    assert len(ids[0]) == 256
+    assert _cos(got[0], st.encode([long_text])[0]) >= 0.9999
+    assert len(runner.encode_texts([long_text])[0]) > 256  # untruncated count is the real one
+
+
+def test_batched_equals_single(minilm):
+    runner, _ = minilm
+    together, _ = _run(runner, TEXTS)
+    for text, vec in zip(TEXTS, together):
+        alone, _ = _run(runner, [text])
+        assert _cos(alone[0], vec) >= 0.99999
+
+
+def test_dimensions_and_no_normalize(minilm):
+    runner, _ = minilm
+    raw, _ = _run(runner, ["hello"], PoolingParams(use_activation=False))
+    short, _ = _run(runner, ["hello"], PoolingParams(dimensions=16))
+    assert abs(np.linalg.norm(raw[0]) - 1.0) > 1e-3
+    assert short[0].shape == (16,) and abs(np.linalg.norm(short[0]) - 1.0) < 1e-5
+
+
+def test_auto_dtype_keeps_cosine(minilm):
+    runner, _ = minilm
+    auto = build_runner(WorkerConfig(model_path=runner.info and str(bundled_model_path()), served_model_name="m",
+                                     dtype="auto", max_batch_tokens=512))
+    got, _ = _run(auto, TEXTS)
+    want, _ = _run(runner, TEXTS)
+    assert min(_cos(g, w) for g, w in zip(got, want)) >= 0.999
+
+
+def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
+    from sentence_transformers import SentenceTransformer, models
+    from torch import nn
+
+    folder, _ = tiny_bert
+    body = models.Transformer(str(folder), max_seq_length=48)
+    pool = models.Pooling(body.get_word_embedding_dimension(), pooling_mode="cls")
+    dense = models.Dense(32, 16, activation_function=nn.Tanh())
+    st = SentenceTransformer(modules=[body, pool, dense, models.Normalize()], device="cpu")
+    st.save(str(tmp_path / "st"))
+    runner = build_runner(WorkerConfig(model_path=str(tmp_path / "st"), served_model_name="t", dtype="float32",
+                                       max_batch_tokens=256))
+    texts = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9 w10"]
+    got, _ = _run(runner, texts)
+    want = st.encode(texts)
+    assert runner.info.embedding_dim == 16 and runner.info.max_model_len == 48
+    for g, w in zip(got, want):
+        assert _cos(g, w) >= 0.9999
