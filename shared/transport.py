@@ -1,0 +1,190 @@
+"""The gateway's client for the gateway↔worker transport: addresses, frames, multiplexed calls.
+
+Addresses are ``unix:/path/to.sock`` or ``tcp://host:port``. Every message is
+one ``shared.wire`` frame. A request header is ``{"id", "op", "call"?}`` with
+``op`` in ``pool | info | health | cancel``; a response header is
+``{"id", "ok": true, "result"}`` (pool outputs ride as the frame's arrays) or
+``{"id", "ok": false, "error": PoolgateError.to_wire()}``. Many requests share
+one connection, matched by id; ``cancel`` (no response) tells the worker the
+caller left so it drops that request's sequences. Losing the connection fails
+every pending call with ``Unavailable``.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.errors import InternalError, Unavailable, from_wire
+from shared.wire import MAX_HEADER_BYTES, PREFIX, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame
+
+
+@dataclass(frozen=True)
+class Address:
+    """A parsed transport address: a Unix socket path, or a TCP host and port."""
+
+    kind: str  # "unix" | "tcp"
+    path: str | None = None
+    host: str | None = None
+    port: int | None = None
+
+    def __str__(self) -> str:
+        return f"unix:{self.path}" if self.kind == "unix" else f"tcp://{self.host}:{self.port}"
+
+
+def parse_address(address: str) -> Address:
+    """``unix:/p.sock`` or ``tcp://host:port`` (``[v6]`` hosts allowed); ValueError otherwise."""
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path:
+            raise ValueError(f"unix address needs a socket path: {address!r}")
+        return Address("unix", path=path)
+    if address.startswith("tcp://"):
+        host, sep, port = address[len("tcp://"):].rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"tcp address must be tcp://host:port, got {address!r}")
+        return Address("tcp", host=host, port=int(port))
+    raise ValueError(f"transport address must start with unix: or tcp://, got {address!r}")
+
+
+async def open_stream(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    addr = parse_address(address)
+    if addr.kind == "unix":
+        return await asyncio.open_unix_connection(addr.path)
+    return await asyncio.open_connection(addr.host, addr.port)
+
+
+class FrameError(Exception):
+    """The byte stream is not a frame (bad length prefix): the connection must close."""
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One frame's raw header and payload; IncompleteReadError at EOF."""
+    head_len, payload_len = PREFIX.unpack(await reader.readexactly(PREFIX.size))
+    if head_len > MAX_HEADER_BYTES:
+        raise FrameError(f"frame header of {head_len} bytes exceeds {MAX_HEADER_BYTES}")
+    return await reader.readexactly(head_len), await reader.readexactly(payload_len)
+
+
+class WorkerClient:
+    """One connection to one worker, with any number of requests in flight."""
+
+    def __init__(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.address = address
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._drain_lock = asyncio.Lock()
+        self._connect_lock = asyncio.Lock()
+        self._closed = False
+        self._attach(reader, writer)
+
+    def _attach(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+        self._lost: str | None = None
+        self._reader_task = asyncio.create_task(self._read_responses(), name=f"poolgate-client {self.address}")
+
+    @classmethod
+    async def connect(cls, address: str, *, timeout: float = 10.0) -> "WorkerClient":
+        try:
+            reader, writer = await asyncio.wait_for(open_stream(address), timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise Unavailable(f"cannot connect to worker at {address}: {exc or type(exc).__name__}") from exc
+        return cls(address, reader, writer)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
+    def connected(self) -> bool:
+        return self._lost is None
+
+    async def info(self) -> ModelInfo:
+        result, _ = await self._request({"op": "info"})
+        return ModelInfo.from_wire(result)
+
+    async def health(self) -> dict:
+        result, _ = await self._request({"op": "health"})
+        return result
+
+    async def pool(self, call: PoolingCall) -> PoolingResult:
+        result, arrays = await self._request({"op": "pool", "call": call.to_wire()})
+        if len(arrays) != len(result["prompt_tokens"]):
+            raise InternalError(f"worker sent {len(arrays)} outputs for {len(result['prompt_tokens'])} inputs")
+        return PoolingResult(outputs=arrays, prompt_tokens=list(result["prompt_tokens"]))
+
+    async def close(self) -> None:
+        self._closed = True
+        self._fail_pending("connection closed by the gateway")
+        self._reader_task.cancel()
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except (OSError, asyncio.CancelledError):
+            pass
+
+    async def _request(self, header: dict) -> tuple[dict, list[np.ndarray]]:
+        if self._lost is not None:
+            await self._reconnect()
+        rid = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            self._writer.write(encode_frame({"id": rid, **header}))
+            async with self._drain_lock:
+                await self._writer.drain()
+            response, arrays = await future
+        except asyncio.CancelledError:
+            if self._lost is None and rid in self._pending:
+                self._writer.write(encode_frame({"id": rid, "op": "cancel"}))
+            raise
+        except OSError as exc:  # the write side broke before the reader noticed
+            raise Unavailable(f"worker at {self.address}: {exc}") from exc
+        finally:
+            self._pending.pop(rid, None)
+        if not response.get("ok"):
+            raise from_wire(response.get("error") or {})
+        return response.get("result") or {}, arrays
+
+    async def _reconnect(self) -> None:
+        """After a lost connection, dial again once per request (a restarted worker comes back)."""
+        async with self._connect_lock:
+            if self._lost is None:
+                return
+            if self._closed:
+                raise Unavailable(f"worker at {self.address}: client is closed")
+            try:
+                reader, writer = await open_stream(self.address)
+            except OSError as exc:
+                raise Unavailable(f"worker at {self.address}: {self._lost}; reconnect failed: {exc}") from exc
+            self._attach(reader, writer)
+
+    async def _read_responses(self) -> None:
+        reason = "connection closed by the worker"
+        try:
+            while True:
+                head, payload = await read_frame(self._reader)
+                header, arrays = decode_frame(head, payload)
+                future = self._pending.get(header.get("id"))
+                if future is not None and not future.done():
+                    future.set_result((header, arrays))
+        except asyncio.IncompleteReadError:
+            pass
+        except asyncio.CancelledError:
+            reason = "connection closed by the gateway"
+        except Exception as exc:  # reset, bad frame: the stream cannot be trusted any more
+            reason = f"connection lost: {exc or type(exc).__name__}"
+        self._fail_pending(reason)
+        self._writer.close()
+
+    def _fail_pending(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(Unavailable(f"worker at {self.address}: {self._lost}"))

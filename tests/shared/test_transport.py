@@ -1,0 +1,249 @@
+"""WorkerClient against a real worker server (FakeRunner engine) over a Unix socket and TCP."""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, NotSupported, Unavailable
+from shared.params import PoolingParams
+from shared.transport import Address, WorkerClient, parse_address, read_frame
+from shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
+from tests.conftest import FakeRunner
+from workers.engine import Engine
+from workers.server import bound_address, serve
+
+
+class WorkerRunner(FakeRunner):
+    """FakeRunner with a gate on ``run`` and a tokenizer that breaks on 'explode'."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+
+    def encode_texts(self, texts, max_tokens=None):
+        if "explode" in texts:
+            raise RuntimeError("tokenizer exploded")
+        return super().encode_texts(texts, max_tokens)
+
+    def run(self, batch):
+        self.entered.set()
+        assert self.release.wait(5)
+        return super().run(batch)
+
+
+def call(*inputs, **params) -> PoolingCall:
+    return PoolingCall(request_id="r", model="fake-model", inputs=list(inputs), params=PoolingParams(**params))
+
+
+async def until(predicate, timeout: float = 2.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+def sock_dir():
+    path = tempfile.mkdtemp(prefix="pg-")  # short: AF_UNIX paths are limited to ~107 bytes
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=["unix", "tcp"])
+def listen(request, sock_dir) -> str:
+    return f"unix:{sock_dir}/w.sock" if request.param == "unix" else "tcp://127.0.0.1:0"
+
+
+@pytest.fixture
+def runner() -> WorkerRunner:
+    return WorkerRunner()
+
+
+@pytest.fixture
+async def worker(listen, runner):
+    """A started engine and server; yields the address to dial."""
+    engine = Engine(runner, max_batch_tokens=256)
+    await engine.start()
+    server = await serve(listen, engine, runner.info)
+    yield bound_address(server)
+    runner.release.set()
+    server.close()
+    await engine.stop()
+
+
+@pytest.fixture
+async def client(worker):
+    c = await WorkerClient.connect(worker)
+    yield c
+    await c.close()
+
+
+def test_parse_address():
+    assert parse_address("unix:/tmp/w.sock") == Address("unix", path="/tmp/w.sock")
+    assert parse_address("unix:///tmp/w.sock") == Address("unix", path="/tmp/w.sock")
+    assert parse_address("tcp://10.0.0.2:7000") == Address("tcp", host="10.0.0.2", port=7000)
+    assert parse_address("tcp://[::1]:7000") == Address("tcp", host="::1", port=7000)
+    assert str(parse_address("tcp://worker-0.svc:7000")) == "tcp://worker-0.svc:7000"
+    for bad in ["", "/tmp/w.sock", "unix:", "tcp://host", "tcp://:80", "tcp://h:x", "tcp://h:70000", "http://h:1"]:
+        with pytest.raises(ValueError):
+            parse_address(bad)
+
+
+async def test_info(client, runner):
+    assert await client.info() == runner.info
+    assert client.address.startswith(("unix:", "tcp://"))
+
+
+async def test_pool_round_trip_is_bit_exact(client, runner):
+    result = await client.pool(call("hello world", [5, 6, 7]))
+    assert result.prompt_tokens == [4, 3]
+    expected = [runner.vector(runner.encode_texts(["hello world"])[0]), runner.vector([5, 6, 7])]
+    for got, want in zip(result.outputs, expected):
+        assert got.dtype == np.float32 and got.shape == (8,)
+        assert got.tobytes() == want.tobytes()
+
+
+async def test_health_reports_load(client):
+    assert await client.health() == {"ready": True, "queued": 0, "queued_tokens": 0, "running": 0}
+
+
+async def test_concurrent_requests_share_one_connection(client, runner):
+    runner.release.clear()
+    first = asyncio.create_task(client.pool(call([1])))
+    await asyncio.to_thread(runner.entered.wait, 2)
+    rest = [asyncio.create_task(client.pool(call([i + 10], f"w{i}"))) for i in range(20)]
+    await until(lambda: client.in_flight == 21)
+    health = await client.health()  # answered while 21 pool calls wait
+    assert health["running"] == 1
+    runner.release.set()
+    results = await asyncio.gather(first, *rest)
+    for i, result in enumerate(results[1:]):
+        assert_array_equal(result.outputs[0], runner.vector([i + 10]))
+    assert len(runner.batches) < 21  # the worker saw them concurrently and batched them
+    assert client.in_flight == 0
+
+
+async def test_typed_errors_arrive_as_the_same_class(client):
+    with pytest.raises(ContextLengthExceeded) as err:
+        await client.pool(call(list(range(1, 50))))
+    assert type(err.value) is ContextLengthExceeded
+    assert err.value.param == "input_tokens"
+    assert "maximum context length is 32 tokens" in err.value.message
+    with pytest.raises(InvalidRequest) as err:
+        await client.pool(call("a", dimensions=4))
+    assert err.value.param == "dimensions"
+    with pytest.raises(NotSupported, match="Unsupported task"):
+        await client.pool(call("a", task="classify"))
+
+
+async def test_unexpected_exception_becomes_internal_error(client):
+    with pytest.raises(InternalError, match="tokenizer exploded"):
+        await client.pool(call("explode"))
+    assert (await client.pool(call("fine"))).prompt_tokens == [3]
+
+
+async def test_cancelled_call_is_dropped_by_the_worker(client, runner):
+    runner.release.clear()
+    first = asyncio.create_task(client.pool(call([1])))
+    await asyncio.to_thread(runner.entered.wait, 2)
+    leaving = asyncio.create_task(client.pool(call([4242])))
+    await until(lambda: client.in_flight == 2)
+    await asyncio.sleep(0.05)  # let the worker queue it
+    leaving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    for _ in range(100):  # the worker drops it within a few loop turns
+        if (await client.health())["queued"] == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert (await client.health())["queued"] == 0
+    runner.release.set()
+    await first
+    assert all(s.token_ids != [4242] for batch in runner.batches for s in batch)
+
+
+async def test_malformed_frames_do_not_kill_the_worker(worker):
+    addr = parse_address(worker)
+    if addr.kind == "unix":
+        reader, writer = await asyncio.open_unix_connection(addr.path)
+    else:
+        reader, writer = await asyncio.open_connection(addr.host, addr.port)
+    head = b"{not json"
+    writer.write(PREFIX.pack(len(head), 0) + head)
+    writer.write(encode_frame({"id": 1, "op": "teleport"}))
+    writer.write(encode_frame({"id": 2, "op": "pool", "call": {"inputs": "no"}}))
+    writer.write(encode_frame({"id": 3, "op": "info"}))
+    replies = [decode_frame(*await read_frame(reader))[0] for _ in range(4)]
+    by_id = {r["id"]: r for r in replies}
+    assert by_id[None]["error"]["class"] == "InvalidRequest"
+    assert by_id[1]["error"]["class"] == "InvalidRequest" and "teleport" in by_id[1]["error"]["message"]
+    assert by_id[2]["error"]["class"] == "InvalidRequest"
+    assert by_id[3]["ok"] and by_id[3]["result"]["served_model_name"] == "fake-model"
+    writer.write(PREFIX.pack(2**31, 0))  # a header too large to be real: the stream is garbage
+    assert await reader.read() == b""  # the worker closed this connection ...
+    writer.close()
+    fresh = await WorkerClient.connect(worker)  # ... and still serves new ones
+    assert (await fresh.info()).served_model_name == "fake-model"
+    await fresh.close()
+
+
+async def hang_up_server(listen: str, received: list):
+    """A 'worker' that reads one request frame, then drops the connection."""
+    async def on_connect(reader, writer):
+        received.append(decode_frame(*await read_frame(reader))[0])
+        await asyncio.sleep(0.05)  # let more requests pile up
+        writer.close()
+
+    addr = parse_address(listen)
+    if addr.kind == "unix":
+        return await asyncio.start_unix_server(on_connect, path=addr.path)
+    return await asyncio.start_server(on_connect, addr.host, addr.port)
+
+
+async def test_connection_loss_fails_pending_calls(listen, runner):
+    received = []
+    flaky = await hang_up_server(listen, received)
+    address = bound_address(flaky)
+    client = await WorkerClient.connect(address)
+    calls = [asyncio.create_task(client.pool(call("a"))) for _ in range(3)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(r, Unavailable) for r in results), results
+    assert received[0]["op"] == "pool" and received[0]["call"]["inputs"] == ["a"]
+    assert client.in_flight == 0 and not client.connected
+    flaky.close()
+    await flaky.wait_closed()
+    # a worker back at the same address is reached again on the next call
+    engine = Engine(runner, max_batch_tokens=64)
+    await engine.start()
+    server = await serve(address, engine, runner.info)
+    try:
+        assert (await client.pool(call("b"))).prompt_tokens == [3]
+    finally:
+        await client.close()
+        server.close()
+        await engine.stop()
+
+
+async def test_connect_failure_is_unavailable(sock_dir):
+    with pytest.raises(Unavailable, match="cannot connect"):
+        await WorkerClient.connect(f"unix:{sock_dir}/nobody.sock")
+
+
+async def test_close_fails_pending_and_later_calls(client, runner):
+    runner.release.clear()
+    pending = asyncio.create_task(client.pool(call("a")))
+    await asyncio.to_thread(runner.entered.wait, 2)
+    await client.close()
+    with pytest.raises(Unavailable):
+        await pending
+    with pytest.raises(Unavailable):
+        await client.info()

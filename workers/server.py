@@ -1,0 +1,170 @@
+"""The worker's transport server: request frames in, one task per request, response frames out.
+
+The protocol is described in ``shared.transport``. Each connection reads
+frames in a loop and runs every request as its own task, so many calls are in
+flight at once; responses are written whole (one ``write`` per frame), so they
+never interleave. This is the one place in the worker that turns exceptions
+into error frames: a ``PoolgateError`` travels as itself, anything else as an
+``InternalError`` (traceback logged). A malformed frame is answered with an
+error, a broken stream closes only its connection; the worker keeps serving.
+A ``cancel`` frame, or the connection closing, cancels the request's task,
+and the engine drops its queued sequences.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import stat
+from typing import Awaitable, Callable
+
+import numpy as np
+
+from shared.errors import InternalError, InvalidRequest, PoolgateError
+from shared.transport import FrameError, parse_address, read_frame
+from shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame
+from workers.engine import Engine
+
+log = logging.getLogger("poolgate.worker.server")
+
+OpResult = tuple[dict, list[np.ndarray]]
+
+
+async def serve(address: str, engine: Engine, info: ModelInfo) -> asyncio.Server:
+    """Listen on ``unix:/path`` or ``tcp://host:port``; returns the started server."""
+    addr = parse_address(address)
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _Connection(engine, info, reader, writer).serve()
+
+    if addr.kind == "unix":
+        _remove_stale_socket(addr.path)
+        return await asyncio.start_unix_server(on_connect, path=addr.path)
+    return await asyncio.start_server(on_connect, addr.host, addr.port)
+
+
+def bound_address(server: asyncio.Server) -> str:
+    """The address clients should dial (a ``tcp://...:0`` listener reports its real port)."""
+    sock = server.sockets[0]
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{sock.getsockname()}"
+    host, port = sock.getsockname()[:2]
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+async def _pool(conn: "_Connection", header: dict) -> OpResult:
+    try:
+        call = PoolingCall.from_wire(header["call"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"malformed pool call: {exc!r}") from exc
+    result = await conn.engine.submit(call)
+    return {"prompt_tokens": result.prompt_tokens}, result.outputs
+
+
+async def _info(conn: "_Connection", header: dict) -> OpResult:
+    return conn.info.to_wire(), []
+
+
+async def _health(conn: "_Connection", header: dict) -> OpResult:
+    return {"ready": True, **conn.engine.load()}, []
+
+
+OPS: dict[str, Callable[["_Connection", dict], Awaitable[OpResult]]] = {
+    "pool": _pool,
+    "info": _info,
+    "health": _health,
+}
+
+
+class _Connection:
+    """One client connection: its reader loop, its request tasks and its writer."""
+
+    def __init__(self, engine: Engine, info: ModelInfo, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter):
+        self.engine, self.info = engine, info
+        self.reader, self.writer = reader, writer
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.drain_lock = asyncio.Lock()
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                head, payload = await read_frame(self.reader)
+                self._dispatch(head, payload)
+        except asyncio.IncompleteReadError:
+            pass  # the client closed the connection
+        except (FrameError, OSError) as exc:
+            log.warning("closing a transport connection: %s", exc)
+        except asyncio.CancelledError:
+            pass  # the loop is shutting down; ending quietly spares 3.11 a spurious error log
+        finally:
+            for task in list(self.tasks.values()):
+                task.cancel()  # nobody is left to read the answers
+            self.writer.close()
+
+    def _dispatch(self, head: bytes, payload: bytes) -> None:
+        try:
+            header, _ = decode_frame(head, payload)
+            if not isinstance(header, dict):
+                raise ValueError("frame header is not a JSON object")
+        except Exception as exc:
+            log.warning("malformed request frame: %r", exc)
+            self._send(_error_frame(None, InvalidRequest(f"malformed request frame: {exc}")))
+            return
+        rid = header.get("id")
+        if header.get("op") == "cancel":
+            if rid in self.tasks:
+                self.tasks[rid].cancel()
+            return
+        if not isinstance(rid, int) or rid in self.tasks:
+            self._send(_error_frame(rid, InvalidRequest("request id must be an integer not already in flight")))
+            return
+        task = asyncio.create_task(self._answer(rid, header))
+        self.tasks[rid] = task
+        task.add_done_callback(lambda _: self.tasks.pop(rid, None))
+
+    async def _answer(self, rid: int, header: dict) -> None:
+        try:
+            op = OPS.get(header.get("op"))
+            if op is None:
+                raise InvalidRequest(f"unknown op {header.get('op')!r}; expected one of {sorted(OPS)}")
+            result, arrays = await op(self, header)
+            frame = encode_frame({"id": rid, "ok": True, "result": result}, arrays)
+        except PoolgateError as exc:
+            frame = _error_frame(rid, exc)
+        except Exception as exc:
+            log.exception("request %s (op %r) failed", rid, header.get("op"))
+            frame = _error_frame(rid, InternalError(str(exc) or type(exc).__name__))
+        self._send(frame)
+        async with self.drain_lock:
+            try:
+                await self.writer.drain()
+            except OSError:
+                pass  # the client is gone; the reader loop will notice
+
+    def _send(self, frame: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(frame)
+
+
+def _error_frame(rid, exc: PoolgateError) -> bytes:
+    return encode_frame({"id": rid, "ok": False, "error": exc.to_wire()})
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Unlink a socket file left by a dead worker; refuse to steal a live one's."""
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return  # not a socket: let bind fail with a clear error
+    except FileNotFoundError:
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)
+        return
+    finally:
+        probe.close()
+    raise OSError(f"another process is already serving on unix:{path}")
