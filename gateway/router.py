@@ -24,17 +24,24 @@ class Router:
     one is served, unless a default is named.
     """
 
-    def __init__(self, pools: Iterable[WorkerPool], *, default: str | None = None):
+    def __init__(self, pools: Iterable[WorkerPool] = (), *, default: str | None = None):
         self.pools: dict[str, WorkerPool] = {}
+        self.named_default = default
+        self.default: str | None = None
         for pool in pools:
-            if pool.name in self.pools:
-                raise ValueError(f"model '{pool.name}' is served by two pools")
-            self.pools[pool.name] = pool
-        if default is None and len(self.pools) == 1:
-            default = next(iter(self.pools))
+            self.add(pool)
         if default is not None and default not in self.pools:
             raise ValueError(f"default model '{default}' is not served")
-        self.default = default
+
+    def add(self, pool: WorkerPool) -> None:
+        """Serve ``pool``'s model from now on (workers that became ready after start-up)."""
+        if pool.name in self.pools:
+            raise ValueError(f"model '{pool.name}' is served by two pools")
+        self.pools[pool.name] = pool
+        if self.named_default is not None:
+            self.default = self.named_default if self.named_default in self.pools else None
+        else:
+            self.default = next(iter(self.pools)) if len(self.pools) == 1 else None
 
     def resolve(self, model: str | None, task: PoolingTask) -> WorkerPool:
         """The pool for ``model`` (None or "" = the default) that serves ``task``."""
