@@ -1,0 +1,126 @@
+"""A real worker process (fake runner) spawned and stopped through gateway.local_worker.LocalWorker."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+from shared.config import WorkerConfig
+from shared.errors import Unavailable
+from shared.wire import PoolingCall
+from gateway.local_worker import LocalWorker
+from tests.conftest import FakeRunner
+
+FACTORY = "tests.workers.fake_factory:build"
+CFG = WorkerConfig(model_path="unused", served_model_name="proc-model", max_model_len=16)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sock_dir():
+    path = tempfile.mkdtemp(prefix="pg-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+async def test_spawn_pool_and_stop(sock_dir, kind):
+    sock = os.path.join(sock_dir, "w.sock")
+    address = f"unix:{sock}" if kind == "unix" else f"tcp://127.0.0.1:{free_port()}"
+    worker = LocalWorker()
+    await worker.start(CFG, address, ready_timeout=30, runner_factory=FACTORY)
+    try:
+        assert worker.info.served_model_name == "proc-model" and worker.info.max_model_len == 16
+        result = await worker.client.pool(PoolingCall("r1", "proc-model", ["hello there", [3, 4]]))
+        reference = FakeRunner(max_model_len=16)
+        assert result.outputs[0].tobytes() == reference.vector(reference.encode_texts(["hello there"])[0]).tobytes()
+        assert result.outputs[1].tobytes() == reference.vector([3, 4]).tobytes()
+        assert (await worker.client.health())["ready"] is True
+        assert os.path.exists(sock) == (kind == "unix")
+    finally:
+        code = await worker.stop(timeout=5)
+    assert code == 0  # a clean exit on SIGTERM, not a kill
+    assert not alive(worker.pid)
+    assert not os.path.exists(sock)
+    with pytest.raises(Unavailable):
+        await worker.client.info()
+
+
+async def test_worker_that_fails_to_load_is_reported(sock_dir):
+    worker = LocalWorker()
+    with pytest.raises(Unavailable, match="exited with code 1"):
+        await worker.start(CFG, f"unix:{sock_dir}/w.sock", ready_timeout=30,
+                           runner_factory="tests.workers.fake_factory:fail")
+
+
+async def test_bad_factory_is_a_usage_error(sock_dir):
+    worker = LocalWorker()
+    with pytest.raises(Unavailable, match="exited with code 2"):
+        await worker.start(CFG, f"unix:{sock_dir}/w.sock", ready_timeout=30, runner_factory="no_colon")
+
+
+async def test_ready_timeout_kills_the_worker(sock_dir):
+    worker = LocalWorker()
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="not ready after 1"):
+        await worker.start(CFG, f"unix:{sock_dir}/w.sock", ready_timeout=1,
+                           runner_factory="tests.workers.fake_factory:hang")
+    assert time.monotonic() - started < 10
+    assert worker.process.returncode is not None and not alive(worker.pid)
+
+
+PARENT = textwrap.dedent("""
+    import asyncio, sys
+    from gateway.local_worker import LocalWorker
+    from shared.config import WorkerConfig
+
+    async def main():
+        worker = LocalWorker()
+        cfg = WorkerConfig(model_path="unused", served_model_name="orphan-check")
+        await worker.start(cfg, sys.argv[1], ready_timeout=30, runner_factory=sys.argv[2])
+        print(worker.pid, flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_worker_dies_with_a_killed_gateway(sock_dir):
+    sock = os.path.join(sock_dir, "w.sock")
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, f"unix:{sock}", FACTORY],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(parent.stdout.readline())
+        assert alive(worker_pid)
+    finally:
+        parent.send_signal(signal.SIGKILL)  # no chance to clean up: only the kernel can help
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while alive(worker_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(worker_pid)
+    assert not os.path.exists(sock)  # it even shut down cleanly on the SIGTERM

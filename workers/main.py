@@ -1,0 +1,117 @@
+"""The worker process entry point: load one model, serve it on one address until told to stop.
+
+``python -m workers.main --listen unix:/tmp/w.sock --config '<WorkerConfig JSON>'``
+
+This is the worker's edge: flags and the JSON config are parsed here, once,
+and passed down. On Linux the worker asks the kernel for SIGTERM when its
+parent dies (``PR_SET_PDEATHSIG``), so a crashed gateway leaves no orphans.
+``--runner-factory module:function`` picks what builds the runner from the
+config (default ``workers.build:build_runner``); tests point it at a fake.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Callable
+
+from shared.config import WorkerConfig
+from shared.transport import parse_address
+from workers.engine import Engine
+from workers.runner_api import Runner
+from workers.server import bound_address, serve
+
+log = logging.getLogger("poolgate.worker")
+
+PR_SET_PDEATHSIG = 1
+DEFAULT_RUNNER_FACTORY = "workers.build:build_runner"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.main", description=__doc__.splitlines()[0])
+    parser.add_argument("--listen", required=True, help="unix:/path/to.sock or tcp://host:port")
+    parser.add_argument("--config", required=True, help="WorkerConfig.to_wire() as JSON")
+    parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> Runner")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="exit at once if this is no longer our parent (it died before we started)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    die_with_parent(args.parent_pid)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    try:
+        cfg = WorkerConfig.from_wire(json.loads(args.config))
+        parse_address(args.listen)
+        factory = load_factory(args.runner_factory)
+    except (ValueError, TypeError, ImportError, AttributeError) as exc:
+        log.error("bad worker arguments: %s", exc)
+        return 2
+    try:
+        log.info("loading model %s from %s", cfg.served_model_name, cfg.model_path)
+        runner = factory(cfg)
+        return asyncio.run(run_worker(cfg, args.listen, runner))
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        log.exception("worker for %s failed", cfg.served_model_name)
+        return 1
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGTERM us when the parent exits; elsewhere this is a no-op."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if parent_pid is not None and os.getppid() != parent_pid:
+        sys.exit(f"parent {parent_pid} is gone; not starting")
+
+
+def load_factory(spec: str) -> Callable[[WorkerConfig], Runner]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--runner-factory must be module:function, got {spec!r}")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+async def run_worker(cfg: WorkerConfig, address: str, runner: Runner) -> int:
+    """Serve ``runner`` on ``address`` until SIGTERM or SIGINT, then shut down cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine = Engine(runner, cfg.max_batch_tokens, cfg.tokenizer_threads)
+    await engine.start()
+    server = await serve(address, engine, runner.info)
+    log.info("worker ready: serving %s on %s", runner.info.served_model_name, bound_address(server))
+    try:
+        await stop.wait()
+        log.info("stopping worker for %s", runner.info.served_model_name)
+    finally:
+        server.close()
+        await engine.stop()
+        _remove_socket_file(address)
+    log.info("worker stopped")
+    return 0
+
+
+def _remove_socket_file(address: str) -> None:
+    addr = parse_address(address)
+    if addr.kind == "unix":
+        try:
+            os.unlink(addr.path)
+        except FileNotFoundError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
