@@ -71,11 +71,24 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return await reader.readexactly(head_len), await reader.readexactly(payload_len)
 
 
-class WorkerClient:
-    """One connection to one worker, with any number of requests in flight."""
+async def _dial(address: str, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    try:
+        return await asyncio.wait_for(open_stream(address), timeout)
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise Unavailable(f"cannot connect to worker at {address}: {exc or type(exc).__name__}") from exc
 
-    def __init__(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+
+class WorkerClient:
+    """One connection to one worker, with any number of requests in flight.
+
+    After the connection is lost, the next request dials again once, so a
+    worker restarted at the same address is reached without a new client.
+    """
+
+    def __init__(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 connect_timeout: float = 10.0):
         self.address = address
+        self.connect_timeout = connect_timeout
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
         self._drain_lock = asyncio.Lock()
@@ -90,11 +103,8 @@ class WorkerClient:
 
     @classmethod
     async def connect(cls, address: str, *, timeout: float = 10.0) -> "WorkerClient":
-        try:
-            reader, writer = await asyncio.wait_for(open_stream(address), timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise Unavailable(f"cannot connect to worker at {address}: {exc or type(exc).__name__}") from exc
-        return cls(address, reader, writer)
+        reader, writer = await _dial(address, timeout)
+        return cls(address, reader, writer, connect_timeout=timeout)
 
     @property
     def in_flight(self) -> int:
@@ -158,11 +168,7 @@ class WorkerClient:
                 return
             if self._closed:
                 raise Unavailable(f"worker at {self.address}: client is closed")
-            try:
-                reader, writer = await open_stream(self.address)
-            except OSError as exc:
-                raise Unavailable(f"worker at {self.address}: {self._lost}; reconnect failed: {exc}") from exc
-            self._attach(reader, writer)
+            self._attach(*await _dial(self.address, self.connect_timeout))
 
     async def _read_responses(self) -> None:
         reason = "connection closed by the worker"

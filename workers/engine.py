@@ -97,12 +97,12 @@ class Engine:
         _check_deadline(call.deadline)
         seqs = [Sequence(ids, call.params, handle=Ticket(self._loop.create_future(), call.deadline))
                 for ids in token_lists]
-        for seq in seqs:
-            self.scheduler.add(seq)
         try:
+            for seq in seqs:
+                self.scheduler.add(seq)
             outputs = await asyncio.gather(*(seq.handle.future for seq in seqs))
         except BaseException:
-            for seq in seqs:  # client left or a sibling failed: never run the rest
+            for seq in seqs:  # client left, a sibling failed or shutdown: never run the rest
                 seq.cancelled = True
                 seq.handle.future.cancel()
             raise

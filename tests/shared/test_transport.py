@@ -221,7 +221,9 @@ async def test_connection_loss_fails_pending_calls(listen, runner):
     assert client.in_flight == 0 and not client.connected
     flaky.close()
     await flaky.wait_closed()
-    # a worker back at the same address is reached again on the next call
+    with pytest.raises(Unavailable, match="cannot connect"):
+        await client.health()  # nobody there: the redial fails fast
+    # a worker back at the same address (a stale socket file is replaced) is reached on the next call
     engine = Engine(runner, max_batch_tokens=64)
     await engine.start()
     server = await serve(address, engine, runner.info)
