@@ -249,3 +249,19 @@ async def test_close_fails_pending_and_later_calls(client, runner):
         await pending
     with pytest.raises(Unavailable):
         await client.info()
+
+
+async def test_a_live_worker_socket_is_not_stolen(sock_dir, runner):
+    address = f"unix:{sock_dir}/w.sock"
+    engine = Engine(runner, max_batch_tokens=64)
+    await engine.start()
+    server = await serve(address, engine, runner.info)
+    try:
+        with pytest.raises(OSError, match="already serving"):
+            await serve(address, engine, runner.info)
+        client = await WorkerClient.connect(address)  # the first worker still answers
+        assert (await client.info()).served_model_name == "fake-model"
+        await client.close()
+    finally:
+        server.close()
+        await engine.stop()
