@@ -69,6 +69,14 @@ class Unavailable(PoolgateError):
     code = "unavailable"
 
 
+class DeadlineExceeded(PoolgateError):
+    """The request's deadline passed before it ran; the worker itself is fine."""
+
+    status = 504
+    type = "GatewayTimeoutError"
+    code = "deadline_exceeded"
+
+
 class InternalError(PoolgateError):
     pass
 
@@ -77,7 +85,7 @@ ERRORS: dict[str, type[PoolgateError]] = {
     cls.__name__: cls
     for cls in (
         PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, ModelNotFound,
-        RouteNotFound, Overloaded, NotSupported, Unavailable, InternalError,
+        RouteNotFound, Overloaded, NotSupported, Unavailable, DeadlineExceeded, InternalError,
     )
 }
 

@@ -88,7 +88,7 @@ class FakeWorkerClient:
     async def health(self) -> dict:
         if self.fail is not None:
             raise self.fail
-        return {"status": "ok", "in_flight": self._in_flight}
+        return {"ready": True, "queued": 0, "queued_tokens": 0, "running": self._in_flight}
 
     async def pool(self, call: PoolingCall) -> PoolingResult:
         self._in_flight += 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
+from shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from shared.limits import check_length, check_params, truncation_length
 from shared.wire import Input, PoolingCall, PoolingResult
 from workers.runner_api import Runner
@@ -138,7 +138,7 @@ class Engine:
             late = seq.handle.deadline is not None and seq.handle.deadline < now
             (expired if late else live).append(seq)
         if expired:
-            self._resolve(expired, error=Unavailable("deadline exceeded before the request was scheduled"))
+            self._resolve(expired, error=DeadlineExceeded("deadline exceeded before the request was scheduled"))
         return live
 
     def _run(self, batch: list[Sequence]) -> None:
@@ -192,4 +192,4 @@ def _is_token_id(t) -> bool:
 
 def _check_deadline(deadline: float | None) -> None:
     if deadline is not None and deadline < time.time():
-        raise Unavailable("deadline exceeded before the request was scheduled")
+        raise DeadlineExceeded("deadline exceeded before the request was scheduled")

@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_mutually_exclusive_group()
     run.add_argument("--passes", type=_positive_int, default=1, help="whole-corpus passes")
     run.add_argument("--duration", type=float, default=None, help="run for SECONDS instead of passes")
+    parser.add_argument("--no-truncate", dest="truncate", action="store_false",
+                        help="do not send truncate_prompt_tokens=-1 (over-long inputs then get 400)")
     parser.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
     st = parser.add_argument_group("sentence-transformers baseline")
@@ -72,7 +74,7 @@ def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
         url=args.url.rstrip("/"), model=model, api_key=args.api_key, batch_size=args.batch_size,
         concurrency=args.concurrency, encoding_format=args.encoding_format,
         warmup=max(args.warmup, 0), passes=args.passes, duration_s=args.duration,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, truncate=args.truncate,
     )
 
 

@@ -36,6 +36,7 @@ class LoadConfig:
     passes: int = 1
     duration_s: float | None = None
     timeout_s: float = 120.0
+    truncate: bool = True  # send truncate_prompt_tokens=-1, as sentence-transformers truncates
 
 
 @dataclass
@@ -90,6 +91,8 @@ def make_payloads(texts: list[str], cfg: LoadConfig) -> list[tuple[bytes, int]]:
     for start in range(0, len(texts), cfg.batch_size):
         batch = texts[start:start + cfg.batch_size]
         body = {"model": cfg.model, "input": batch, "encoding_format": cfg.encoding_format}
+        if cfg.truncate:
+            body["truncate_prompt_tokens"] = -1
         out.append((json.dumps(body).encode(), len(batch)))
     return out
 

@@ -8,7 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, NotSupported, Unavailable
+from shared.errors import (
+    ContextLengthExceeded, DeadlineExceeded, InternalError, InvalidRequest, NotSupported, Unavailable,
+)
 from shared.params import PoolingParams
 from shared.wire import PoolingCall
 from tests.conftest import CLS, SEP, FakeRunner
@@ -220,7 +222,7 @@ async def test_runner_failure_fails_the_batch_and_the_engine_goes_on(engine, run
 
 
 async def test_deadline_already_passed(engine, runner):
-    with pytest.raises(Unavailable, match="deadline exceeded"):
+    with pytest.raises(DeadlineExceeded, match="deadline exceeded"):
         await engine.submit(call("a", deadline=time.time() - 1))
     assert runner.batches == []
 
@@ -232,7 +234,7 @@ async def test_deadline_passes_while_queued(engine, runner):
     await asyncio.sleep(0.15)
     runner.release.set()
     await first
-    with pytest.raises(Unavailable, match="deadline exceeded"):
+    with pytest.raises(DeadlineExceeded, match="deadline exceeded"):
         await late
     assert all(s.token_ids != [77] for batch in runner.batches for s in batch)
 
