@@ -1,0 +1,126 @@
+"""`poolgate serve` as a real process on the bundled model, driven by the official openai SDK."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import openai
+import pytest
+
+from shared.models import DEFAULT_MODEL_NAME, bundled_model_path
+
+TEXTS = ["a", "!", "Hello, world.", "The quick brown fox jumps over the lazy dog.",
+         "Embeddings map text to vectors; similar meanings land close together. " * 3]
+LONG = " ".join(f"token{i}" for i in range(300))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"--parent-pid {pid}"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.fixture(scope="module")
+def server_factory():
+    started = []
+
+    def start(*flags: str) -> str:
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *flags],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        started.append(proc)
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return f"http://127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError("server did not become ready")
+
+    yield start
+    for proc in started:
+        workers = _children(proc.pid)
+        assert workers, "no worker process found"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        time.sleep(0.5)
+        assert not [p for p in workers if os.path.exists(f"/proc/{p}")], "worker left behind"
+
+
+@pytest.fixture(scope="module")
+def fp32_url(server_factory):
+    return server_factory("--dtype", "float32")
+
+
+@pytest.fixture(scope="module")
+def st_model():
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(bundled_model_path()), device="cpu")
+
+
+def _client(url):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+
+
+def _cosines(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    return (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+
+
+def test_sdk_default_base64_matches_sentence_transformers(fp32_url, st_model):
+    resp = _client(fp32_url).embeddings.create(model=DEFAULT_MODEL_NAME, input=TEXTS)
+    got = [d.embedding for d in sorted(resp.data, key=lambda d: d.index)]
+    assert min(_cosines(got, st_model.encode(TEXTS))) >= 0.9999
+    n_tokens = sum(len(ids) for ids in st_model.tokenizer(TEXTS)["input_ids"])
+    assert resp.usage.prompt_tokens == resp.usage.total_tokens == n_tokens
+
+
+def test_sdk_float_and_token_ids(fp32_url, st_model):
+    client = _client(fp32_url)
+    floats = client.embeddings.create(model=DEFAULT_MODEL_NAME, input=TEXTS[2], encoding_format="float")
+    ids = st_model.tokenizer(TEXTS[2])["input_ids"]
+    by_ids = client.embeddings.create(model=DEFAULT_MODEL_NAME, input=[ids])
+    want = st_model.encode([TEXTS[2]])
+    assert _cosines([floats.data[0].embedding], want)[0] >= 0.9999
+    assert _cosines([by_ids.data[0].embedding], want)[0] >= 0.9999
+
+
+def test_too_long_is_rejected_then_truncated_on_request(fp32_url, st_model):
+    client = _client(fp32_url)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 256 tokens"):
+        client.embeddings.create(model=DEFAULT_MODEL_NAME, input=LONG)
+    resp = client.embeddings.create(model=DEFAULT_MODEL_NAME, input=LONG, extra_body={"truncate_prompt_tokens": -1})
+    assert resp.usage.prompt_tokens == 256
+    assert _cosines([resp.data[0].embedding], st_model.encode([LONG]))[0] >= 0.9999
+
+
+def test_errors_through_the_sdk(fp32_url):
+    client = _client(fp32_url)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.embeddings.create(model="no-such-model", input="hi")
+    with pytest.raises(openai.BadRequestError, match="at least one prompt"):
+        client.embeddings.create(model=DEFAULT_MODEL_NAME, input=[])
+    with pytest.raises(openai.BadRequestError, match="does not support Matryoshka"):
+        client.embeddings.create(model=DEFAULT_MODEL_NAME, input="hi", dimensions=64)
+    assert [m.id for m in client.models.list()] == [DEFAULT_MODEL_NAME]
+
+
+def test_auto_truncate_flag_over_tcp_transport(server_factory, st_model):
+    url = server_factory("--auto-truncate", "--transport", "tcp")
+    resp = _client(url).embeddings.create(model=DEFAULT_MODEL_NAME, input=[LONG, "short"])
+    assert resp.usage.prompt_tokens == 256 + len(st_model.tokenizer("short")["input_ids"])
+    got = [d.embedding for d in resp.data]
+    assert min(_cosines(got, st_model.encode([LONG, "short"]))) >= 0.999  # default dtype (bf16 here)
