@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 
 def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"--parent-pid {pid}"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
