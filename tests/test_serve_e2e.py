@@ -52,10 +52,11 @@ def server_factory():
     yield start
     for proc in started:
         workers = _children(proc.pid)
-        assert workers, "no worker process found"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        code = proc.wait(timeout=30)
         time.sleep(0.5)
+        assert workers, "no worker process found"
+        assert code == 0
         assert not [p for p in workers if os.path.exists(f"/proc/{p}")], "worker left behind"
 
 
