@@ -50,11 +50,13 @@ def server_factory():
         raise TimeoutError("server did not become ready")
 
     yield start
+    outcomes = []
     for proc in started:
         workers = _children(proc.pid)
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
-        time.sleep(0.5)
+        outcomes.append((workers, proc.wait(timeout=30)))
+    time.sleep(0.5)
+    for workers, code in outcomes:
         assert workers, "no worker process found"
         assert code == 0
         assert not [p for p in workers if os.path.exists(f"/proc/{p}")], "worker left behind"
