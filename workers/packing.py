@@ -37,7 +37,7 @@ class PackedBatch:
 
 
 def pack(seqs: list[list[int]], *, position_offset: int = 0, group_attention: bool = True,
-         waste: float = 1.25, max_group: int = 32) -> PackedBatch:
+         waste: float = 1.1, max_group: int = 32) -> PackedBatch:
     """Concatenate ``seqs``; with ``group_attention`` also plan length-sorted SDPA groups."""
     lengths = [len(s) for s in seqs]
     ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
