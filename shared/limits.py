@@ -70,3 +70,11 @@ def check_length(info: ModelInfo, n_tokens: int) -> None:
             "even without any output tokens. Please reduce the length of the input prompt.",
             param="input_tokens",
         )
+
+
+def check_token_ids(info: ModelInfo, ids: list[int]) -> None:
+    """Reject token ids the model's embedding table does not have (never a 500 in a batch)."""
+    if info.vocab_size is not None and ids and max(ids) >= info.vocab_size:
+        raise InvalidRequest(
+            f"Token id {max(ids)} is out of vocabulary (the model has {info.vocab_size} tokens).", param="input"
+        )

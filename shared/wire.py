@@ -69,6 +69,7 @@ class ModelInfo:
     dtype: str
     is_matryoshka: bool = False
     matryoshka_dimensions: tuple[int, ...] | None = None
+    vocab_size: int | None = None
 
     def to_wire(self) -> dict:
         return asdict(self)

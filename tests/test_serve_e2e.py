@@ -118,7 +118,10 @@ def test_errors_through_the_sdk(fp32_url):
         client.embeddings.create(model=DEFAULT_MODEL_NAME, input=[])
     with pytest.raises(openai.BadRequestError, match="does not support Matryoshka"):
         client.embeddings.create(model=DEFAULT_MODEL_NAME, input="hi", dimensions=64)
+    with pytest.raises(openai.BadRequestError, match="out of vocabulary"):
+        client.embeddings.create(model=DEFAULT_MODEL_NAME, input=[[101, 999999, 102]])
     assert [m.id for m in client.models.list()] == [DEFAULT_MODEL_NAME]
+    assert len(client.embeddings.create(model=DEFAULT_MODEL_NAME, input=[[101, 102]]).data) == 1
 
 
 def test_auto_truncate_flag_over_tcp_transport(server_factory, st_model):

@@ -84,7 +84,7 @@ def build_runner(cfg: WorkerConfig) -> PoolingRunner:
         max_model_len=spec.max_model_len,
         embedding_dim=spec.dense[-1].out_features if spec.dense else int(model.hidden_size),
         backend=backend.name, dtype="float32", is_matryoshka=spec.is_matryoshka,
-        matryoshka_dimensions=spec.matryoshka_dimensions,
+        matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
     )
     runner = PoolingRunner(
         model=model.to(device), encoder=TextEncoder(spec.path, do_lower_case=spec.do_lower_case),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
-from shared.limits import check_length, check_params, truncation_length
+from shared.limits import check_length, check_params, check_token_ids, truncation_length
 from shared.wire import Input, PoolingCall, PoolingResult
 from workers.runner_api import Runner
 from workers.scheduler import TokenBudgetScheduler
@@ -90,6 +90,9 @@ class Engine:
     async def _submit(self, call: PoolingCall) -> PoolingResult:
         check_params(self.info, call.params)
         _check_inputs(call.inputs)
+        for x in call.inputs:
+            if not isinstance(x, str):
+                check_token_ids(self.info, x)
         k = truncation_length(self.info, call.params)
         token_lists = await self._loop.run_in_executor(self._tokenizer, self._tokenize, call.inputs, k)
         for ids in token_lists:
