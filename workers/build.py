@@ -28,10 +28,12 @@ PROBE_TEXTS = (
 
 
 def _set_dtype(runner: PoolingRunner, model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Cast, pick the attention for ``dtype`` and apply the backend's final optimizations."""
     runner.model, runner.dtype = model.to(dtype), dtype
     if hasattr(model, "attention"):
         model.attention = runner.backend.attention(dtype)
     runner.group_attention = runner.backend.uses_groups(dtype)
+    runner.backend.optimize(model, dtype)
 
 
 def _choose_dtype(runner: PoolingRunner, requested: str) -> None:
@@ -42,6 +44,7 @@ def _choose_dtype(runner: PoolingRunner, requested: str) -> None:
         return
     fast = runner.backend.fast_dtype()
     if fast == torch.float32:
+        _set_dtype(runner, runner.model, fast)
         return
     probes = runner.encode_texts(list(PROBE_TEXTS), max_tokens=runner.info.max_model_len)
     reference = runner.pooled(probes)

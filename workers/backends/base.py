@@ -36,5 +36,8 @@ class Backend(ABC):
         """Whether packed batches need the grouped-SDPA plan (host-side work)."""
         return self.attention(dtype) is grouped_sdpa
 
+    def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
+        """Last, hardware-specific changes once weights and dtype are final (e.g. prepacking)."""
+
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""

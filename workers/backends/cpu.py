@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from workers.backends.base import Backend
+from workers.kernels.linear import packed_linear_available
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -44,3 +45,8 @@ class CpuBackend(Backend):
 
     def setup(self, num_threads: int | None) -> None:
         torch.set_num_threads(num_threads or physical_cores())
+
+    def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
+        """bf16: prepack linear weights for oneDNN and fuse GELU (models that support it)."""
+        if dtype == torch.bfloat16 and packed_linear_available() and hasattr(model, "use_packed_linears"):
+            model.use_packed_linears()

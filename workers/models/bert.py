@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workers.kernels.attention import AttentionFn
+from workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
 from workers.packing import PackedBatch
 
 ACTIVATIONS = {
@@ -64,6 +65,15 @@ class BertLayer(nn.Module):
         self.down = nn.Linear(c.intermediate_size, c.hidden_size)
         self.out_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.act = ACTIVATIONS[c.hidden_act]
+        self.act_name = c.hidden_act
+
+    def use_packed_linears(self) -> None:
+        """Swap in oneDNN-prepacked linears (CPU), with the activation fused into ``up``."""
+        self.qkv, self.attn_out, self.down = (PackedLinear(m) for m in (self.qkv, self.attn_out, self.down))
+        if self.act_name in FUSED_ACTIVATIONS:
+            self.up, self.act = PackedLinear(self.up, self.act_name), nn.Identity()
+        else:
+            self.up = PackedLinear(self.up)
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn) -> torch.Tensor:
         n = x.shape[0]
@@ -88,6 +98,11 @@ class BertEncoder(nn.Module):
     @property
     def hidden_size(self) -> int:
         return self.config.hidden_size
+
+    def use_packed_linears(self) -> None:
+        """CPU fast path for every layer (see ``workers.kernels.linear``); weights must be final."""
+        for layer in self.layers:
+            layer.use_packed_linears()
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         x = self.word(batch.input_ids) + self.position(batch.positions) + self.token_type.weight[0]
