@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: fastest dtype whose vectors stay at cosine >= 0.999 to float32")
     p.add_argument("--served-model-name", default=None, help="name clients use (default: MODEL as given)")
     p.add_argument("--max-model-len", type=int, default=None, help="longest input in tokens")
-    p.add_argument("--max-batch-tokens", type=int, default=16384, help="token budget of one batch")
+    p.add_argument("--max-batch-tokens", type=int, default=None,
+                   help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)")
     p.add_argument("--auto-truncate", action="store_true",
                    help="truncate over-long inputs instead of rejecting them with 400")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 and /v2 routes")

@@ -20,7 +20,7 @@ class WorkerConfig:
     backend: Backend = "auto"
     dtype: DType = "auto"
     max_model_len: int | None = None
-    max_batch_tokens: int = 16384
+    max_batch_tokens: int | None = None  # None: the backend's default budget
     allow_pickle_weights: bool = False
     pooling_type: str | None = None
     normalize: bool | None = None

@@ -25,6 +25,7 @@ class FakeRunner:
             is_matryoshka=matryoshka,
         )
         self.batches: list[list[Sequence]] = []
+        self.max_batch_tokens = 64
 
     def encode_texts(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
         out = []

@@ -98,6 +98,7 @@ def build_runner(cfg: WorkerConfig) -> PoolingRunner:
     runner.info = ModelInfo(**{**info.to_wire(), "dtype": str(runner.dtype).removeprefix("torch.")})
     log.info("pooling %s, normalize %s, max length %d, dtype %s, packed %s",
              pooling, normalize, spec.max_model_len, runner.info.dtype, arch.packed)
-    _warm_up(runner, cfg.max_batch_tokens)
+    runner.max_batch_tokens = cfg.max_batch_tokens or backend.default_batch_tokens
+    _warm_up(runner, runner.max_batch_tokens)
     log.info("model ready in %.1f s", time.perf_counter() - start)
     return runner

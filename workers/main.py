@@ -89,7 +89,7 @@ async def run_worker(cfg: WorkerConfig, address: str, runner: Runner) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    engine = Engine(runner, cfg.max_batch_tokens, cfg.tokenizer_threads)
+    engine = Engine(runner, runner.max_batch_tokens, cfg.tokenizer_threads)
     await engine.start()
     server = await serve(address, engine, runner.info)
     log.info("worker ready: serving %s on %s", runner.info.served_model_name, bound_address(server))

@@ -24,6 +24,7 @@ class PoolingRunner:
         self.device = backend.device()
         self.position_offset = getattr(getattr(model, "config", None), "position_offset", 0)
         self.group_attention = backend.uses_groups(dtype)
+        self.max_batch_tokens = backend.default_batch_tokens
 
     def encode_texts(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
         return self.encoder.encode(texts, max_tokens)

@@ -13,6 +13,7 @@ class Runner(Protocol):
     """Tokenizes and pools; the real one is ``workers.runner.PoolingRunner``."""
 
     info: ModelInfo
+    max_batch_tokens: int  # the engine's token budget per batch
 
     def encode_texts(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
         """Token ids with special tokens; truncated as sentence-transformers does

@@ -12,6 +12,7 @@ class Backend(ABC):
     """One hardware family. ``BACKENDS`` in ``workers.backends`` maps names to these."""
 
     name: str = ""
+    default_batch_tokens: int = 16384  # token budget when --max-batch-tokens is not given
 
     @abstractmethod
     def available(self) -> bool:

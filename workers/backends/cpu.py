@@ -33,6 +33,7 @@ def physical_cores() -> int:
 
 class CpuBackend(Backend):
     name = "cpu"
+    default_batch_tokens = 8192  # measured: 4–8k-token batches stay cache-friendly on CPUs
 
     def available(self) -> bool:
         return True

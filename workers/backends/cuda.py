@@ -11,6 +11,7 @@ HALF = (torch.float16, torch.bfloat16)
 
 class CudaBackend(Backend):
     name = "cuda"
+    default_batch_tokens = 32768
 
     def available(self) -> bool:
         return torch.cuda.is_available() and torch.version.hip is None
