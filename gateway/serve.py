@@ -22,6 +22,7 @@ from gateway.pool import WorkerPool
 from gateway.router import Router
 from shared.config import BACKEND_CHOICES, DTYPE_CHOICES, GatewayConfig, WorkerConfig
 from shared.models import resolve_model
+from shared.errors import Unavailable
 from shared.transport import WorkerClient
 
 log = logging.getLogger("poolgate")
@@ -103,8 +104,19 @@ async def _build_pools(clients: list) -> list[WorkerPool]:
     return [WorkerPool(info, members) for info, members in by_name.values()]
 
 
-async def serve(config: GatewayConfig) -> None:
-    """Run until SIGINT/SIGTERM; the HTTP site answers (503) while workers start."""
+async def _unless_stopped(work, stop: asyncio.Event):
+    """``work``'s result, or None if ``stop`` is set first (``work`` is then cancelled)."""
+    task, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+async def serve(config: GatewayConfig) -> int:
+    """Run until SIGINT/SIGTERM; the HTTP site answers (503) while workers start. Returns the exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -118,16 +130,16 @@ async def serve(config: GatewayConfig) -> None:
     locals_: list[LocalWorker] = []
     with tempfile.TemporaryDirectory(prefix="poolgate-") as folder:
         try:
-            starting = asyncio.ensure_future(_start_workers(config, Path(folder), locals_))
-            await asyncio.wait([starting, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-            if starting.done():
-                for pool in await _build_pools(starting.result()):
+            clients = await _unless_stopped(_start_workers(config, Path(folder), locals_), stop)
+            if clients is not None:
+                for pool in await _build_pools(clients):
                     router.add(pool)
-                names = ", ".join(router.pools)
-                log.info("ready: serving %s at http://%s:%d/v1", names, config.host, config.port)
+                log.info("ready: serving %s at http://%s:%d/v1", ", ".join(router.pools), config.host, config.port)
                 await stop.wait()
-            else:
-                starting.cancel()
+            return 0
+        except (Unavailable, OSError) as exc:
+            log.error("could not start the workers: %s", exc)
+            return 1
         finally:
             log.info("shutting down")
             await runner.cleanup()
@@ -137,6 +149,9 @@ async def serve(config: GatewayConfig) -> None:
 
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = config_from_args(args)
-    asyncio.run(serve(config))
-    return 0
+    try:
+        config = config_from_args(args)
+    except (FileNotFoundError, ValueError) as exc:
+        log.error("%s", exc)
+        return 2
+    return asyncio.run(serve(config))

@@ -130,3 +130,13 @@ def test_auto_truncate_flag_over_tcp_transport(server_factory, st_model):
     assert resp.usage.prompt_tokens == 256 + len(st_model.tokenizer("short")["input_ids"])
     got = [d.embedding for d in resp.data]
     assert min(_cosines(got, st_model.encode([LONG, "short"]))) >= 0.999  # default dtype (bf16 here)
+
+
+def test_bad_model_folder_exits_cleanly(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    missing = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", str(tmp_path / "nope")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    broken = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", str(tmp_path), "--port", str(_free_port())],
+                            capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 1 and "could not start the workers" in broken.stderr
