@@ -1,6 +1,8 @@
 """Fakes for every seam: a fake runner (no torch), tiny random checkpoints."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,9 @@ class FakeRunner:
         )
         self.batches: list[list[Sequence]] = []
         self.max_batch_tokens = 64
+        self.entered = threading.Event()  # set when a batch starts running
+        self.release = threading.Event()  # clear it to hold batches inside run()
+        self.release.set()
 
     def encode_texts(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
         out = []
@@ -37,6 +42,8 @@ class FakeRunner:
         return out
 
     def run(self, batch: list[Sequence]) -> list[np.ndarray]:
+        self.entered.set()
+        assert self.release.wait(5), "batch held for more than 5 s"
         self.batches.append(list(batch))
         return [self.vector(s.token_ids, s.params.dimensions, s.params.use_activation) for s in batch]
 

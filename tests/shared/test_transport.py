@@ -21,23 +21,12 @@ from workers.server import bound_address, serve
 
 
 class WorkerRunner(FakeRunner):
-    """FakeRunner with a gate on ``run`` and a tokenizer that breaks on 'explode'."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.release.set()
+    """FakeRunner with a tokenizer that breaks on 'explode'."""
 
     def encode_texts(self, texts, max_tokens=None):
         if "explode" in texts:
             raise RuntimeError("tokenizer exploded")
         return super().encode_texts(texts, max_tokens)
-
-    def run(self, batch):
-        self.entered.set()
-        assert self.release.wait(5)
-        return super().run(batch)
 
 
 def call(*inputs, **params) -> PoolingCall:
