@@ -1,12 +1,16 @@
 """Fakes for every seam: a fake runner (no torch), tiny random checkpoints."""
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from shared.wire import ModelInfo
+from shared.errors import PoolgateError
+from shared.limits import check_length, check_params, truncation_length
+from shared.wire import ModelInfo, PoolingCall, PoolingResult
 from workers.sequence import Sequence
 
 CLS, SEP = 101, 102
@@ -56,17 +60,20 @@ class FakeRunner:
         return v.astype(np.float32)
 
 
+async def until(predicate, timeout: float = 2.0) -> None:
+    """Poll ``predicate`` on the event loop until it holds (fails the test after ``timeout`` s)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
 @pytest.fixture
 def fake_runner() -> FakeRunner:
     return FakeRunner()
 
 
 # --- gateway fakes: an in-memory WorkerClient ---------------------------------
-import asyncio  # noqa: E402
-
-from shared.errors import PoolgateError  # noqa: E402
-from shared.limits import check_length, check_params, truncation_length  # noqa: E402
-from shared.wire import PoolingCall, PoolingResult  # noqa: E402
 
 
 class FakeWorkerClient:

@@ -4,8 +4,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, 
 from shared.params import PoolingParams
 from shared.transport import Address, WorkerClient, parse_address, read_frame
 from shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
-from tests.conftest import FakeRunner
+from tests.conftest import FakeRunner, until
 from workers.engine import Engine
 from workers.server import bound_address, serve
 
@@ -31,13 +29,6 @@ class WorkerRunner(FakeRunner):
 
 def call(*inputs, **params) -> PoolingCall:
     return PoolingCall(request_id="r", model="fake-model", inputs=list(inputs), params=PoolingParams(**params))
-
-
-async def until(predicate, timeout: float = 2.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from shared.errors import (
 )
 from shared.params import PoolingParams
 from shared.wire import PoolingCall
-from tests.conftest import CLS, SEP, FakeRunner
+from tests.conftest import CLS, SEP, FakeRunner, until
 from workers.engine import Engine
 
 
@@ -45,13 +45,6 @@ def call(*inputs, **params) -> PoolingCall:
 
 def words(n: int) -> str:
     return " ".join(f"w{i}" for i in range(n))
-
-
-async def until(predicate, timeout: float = 2.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture

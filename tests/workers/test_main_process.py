@@ -1,7 +1,6 @@
 """A real worker process (fake runner) spawned and stopped through gateway.local_worker.LocalWorker."""
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
