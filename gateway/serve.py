@@ -84,8 +84,8 @@ def _local_address(transport: str, folder: Path, index: int) -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[LocalWorker]) -> list:
-    """Spawn the local workers (together) and connect the remote ones; returns clients."""
+async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[LocalWorker]) -> list[tuple]:
+    """Spawn the local workers (together) and connect the remote ones; (client, info) pairs."""
     for _ in config.workers:
         locals_.append(LocalWorker())
     await asyncio.gather(*(
@@ -93,13 +93,13 @@ async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[Loca
         for i, (w, cfg) in enumerate(zip(locals_, config.workers))
     ))
     remote = [await WorkerClient.connect(url) for url in config.worker_urls]
-    return [w.client for w in locals_] + remote
+    return [(w.client, w.info) for w in locals_] + [(c, await c.info()) for c in remote]
 
 
-async def _build_pools(clients: list) -> list[WorkerPool]:
+def _build_pools(workers: list[tuple]) -> list[WorkerPool]:
+    """One pool per served model name, holding every worker that serves it."""
     by_name: dict[str, tuple] = {}
-    for client in clients:
-        info = await client.info()
+    for client, info in workers:
         by_name.setdefault(info.served_model_name, (info, []))[1].append(client)
     return [WorkerPool(info, members) for info, members in by_name.values()]
 
@@ -130,9 +130,9 @@ async def serve(config: GatewayConfig) -> int:
     locals_: list[LocalWorker] = []
     with tempfile.TemporaryDirectory(prefix="poolgate-") as folder:
         try:
-            clients = await _unless_stopped(_start_workers(config, Path(folder), locals_), stop)
-            if clients is not None:
-                for pool in await _build_pools(clients):
+            workers = await _unless_stopped(_start_workers(config, Path(folder), locals_), stop)
+            if workers is not None:
+                for pool in _build_pools(workers):
                     router.add(pool)
                 log.info("ready: serving %s at http://%s:%d/v1", ", ".join(router.pools), config.host, config.port)
                 await stop.wait()

@@ -95,3 +95,13 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
     assert runner.info.embedding_dim == 16 and runner.info.max_model_len == 48
     for g, w in zip(got, want):
         assert _cos(g, w) >= 0.9999
+
+
+def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
+    from workers.tokenizer import TextEncoder
+
+    folder, _ = tiny_bert
+    plain, lowering = TextEncoder(folder), TextEncoder(folder, do_lower_case=True)
+    assert lowering.encode(["W1 W2"]) == plain.encode(["w1 w2"])
+    assert plain.encode(["W1 W2"]) != plain.encode(["w1 w2"])  # the vocabulary is case-sensitive
+    assert lowering.encode(["W1 W2 W3"], max_tokens=3) == plain.encode(["w1"])
