@@ -140,3 +140,32 @@ def test_bad_model_folder_exits_cleanly(tmp_path):
     broken = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", str(tmp_path), "--port", str(_free_port())],
                             capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1 and "could not start the workers" in broken.stderr
+
+
+def test_gateway_uses_a_remote_worker_over_tcp():
+    """A worker started on its own (as on another host) and a gateway given its URL."""
+    import json
+
+    worker_port, gateway_port = _free_port(), _free_port()
+    cfg = {"model_path": "unused", "served_model_name": "remote-fake"}
+    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "--listen", f"tcp://127.0.0.1:{worker_port}",
+                               "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
+    gateway = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port),
+                                "--worker-url", f"tcp://127.0.0.1:{worker_port}"], stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{gateway_port}"
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.25)
+        resp = _client(url).embeddings.create(model="remote-fake", input=["one two three"])
+        assert len(resp.data[0].embedding) == 8 and resp.usage.prompt_tokens == 5
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=30) == 0
+        assert worker.poll() is None  # a remote worker outlives the gateway that used it
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
