@@ -122,7 +122,7 @@ async def serve(config: GatewayConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     router = Router()
-    runner = web.AppRunner(make_app(config, router), access_log=None)
+    runner = web.AppRunner(make_app(config, router), access_log=None, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, config.host, config.port).start()
     log.info("listening on http://%s:%d (starting workers; /health is 503 until they are ready)",
