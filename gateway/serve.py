@@ -92,8 +92,23 @@ async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[Loca
         w.start(cfg, _local_address(config.transport, folder, i), ready_timeout=config.startup_timeout_s)
         for i, (w, cfg) in enumerate(zip(locals_, config.workers))
     ))
-    remote = [await WorkerClient.connect(url) for url in config.worker_urls]
+    remote = [await _connect_remote(url, config.startup_timeout_s) for url in config.worker_urls]
     return [(w.client, w.info) for w in locals_] + [(c, await c.info()) for c in remote]
+
+
+async def _connect_remote(url: str, timeout_s: float) -> WorkerClient:
+    """Dial a remote worker until it answers (it may still be loading), up to ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    delay = 0.1
+    while True:
+        try:
+            return await WorkerClient.connect(url)
+        except Unavailable:
+            if asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            log.info("waiting for worker %s", url)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def _build_pools(workers: list[tuple]) -> list[WorkerPool]:

@@ -148,10 +148,11 @@ def test_gateway_uses_a_remote_worker_over_tcp():
 
     worker_port, gateway_port = _free_port(), _free_port()
     cfg = {"model_path": "unused", "served_model_name": "remote-fake"}
-    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "--listen", f"tcp://127.0.0.1:{worker_port}",
-                               "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
     gateway = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port),
                                 "--worker-url", f"tcp://127.0.0.1:{worker_port}"], stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # the gateway comes up first and waits for the worker
+    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "--listen", f"tcp://127.0.0.1:{worker_port}",
+                               "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
     try:
         url = f"http://127.0.0.1:{gateway_port}"
         for _ in range(120):
@@ -161,6 +162,8 @@ def test_gateway_uses_a_remote_worker_over_tcp():
                         break
             except OSError:
                 time.sleep(0.25)
+        else:
+            raise TimeoutError("gateway never became ready")
         resp = _client(url).embeddings.create(model="remote-fake", input=["one two three"])
         assert len(resp.data[0].embedding) == 8 and resp.usage.prompt_tokens == 5
     finally:
