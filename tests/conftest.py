@@ -141,30 +141,35 @@ def fake_client(fake_runner: FakeRunner) -> FakeWorkerClient:
     return FakeWorkerClient(fake_runner)
 
 
-def make_tiny_checkpoint(folder, *, model_type: str = "bert", seed: int = 0, legacy_ln_names: bool = False):
-    """A tiny random transformers checkpoint (safetensors) plus a word-level tokenizer."""
-    import torch
+def make_tiny_tokenizer(folder) -> None:
+    """A 100-word word-level fast tokenizer ("w0".."w94" plus BERT's specials) saved into ``folder``."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]
-    vocab = {w: i for i, w in enumerate(words)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
     )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+
+
+def make_tiny_checkpoint(folder, *, model_type: str = "bert", seed: int = 0, legacy_ln_names: bool = False):
+    """A tiny random transformers checkpoint (safetensors) plus a word-level tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
     extra = {"pad_token_id": 0} if model_type == "bert" else {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
     config = AutoConfig.for_model(
-        model_type, vocab_size=len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        model_type, vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, max_position_embeddings=64 + (2 if model_type != "bert" else 0), **extra,
     )
     torch.manual_seed(seed)
     model = AutoModel.from_config(config).eval()
     model.save_pretrained(folder, safe_serialization=True)
-    fast.save_pretrained(folder)
+    make_tiny_tokenizer(folder)
     if legacy_ln_names:
         from safetensors.torch import load_file, save_file
 

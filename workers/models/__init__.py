@@ -44,12 +44,23 @@ ARCHITECTURES: dict[str, Architecture] = {
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
 
 
+def is_decoder(spec: ModelSpec) -> bool:
+    """Causal LMs pool their LAST token: a causal-LM architecture, or a model type that
+    transformers knows as a causal LM and not as a masked LM (Llama yes, BERT no)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    if any(m in spec.architecture for m in DECODER_MARKERS) or spec.hf_config.get("is_decoder"):
+        return True
+    kind = spec.hf_config.get("model_type", "")
+    return kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
 def architecture_for(spec: ModelSpec) -> Architecture:
     """The packed implementation for ``spec``, else transformers' AutoModel (padded)."""
     if spec.architecture in ARCHITECTURES:
         return ARCHITECTURES[spec.architecture]
-    decoder = any(m in spec.architecture for m in DECODER_MARKERS) or spec.hf_config.get("is_decoder")
-    return Architecture(_build_hf, default_pooling="LAST" if decoder else "CLS", packed=False)
+    return Architecture(_build_hf, default_pooling="LAST" if is_decoder(spec) else "CLS", packed=False)
 
 
 @torch.no_grad()

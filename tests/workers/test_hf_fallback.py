@@ -1,0 +1,45 @@
+"""Architectures without a packed implementation run through transformers' AutoModel (padded)."""
+import numpy as np
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+from shared.config import WorkerConfig
+from shared.params import PoolingParams
+from tests.conftest import make_tiny_tokenizer
+from workers.build import build_runner
+from workers.sequence import Sequence
+
+SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 40)) + [3]]
+
+
+def _save(folder, config):
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    make_tiny_tokenizer(folder)
+    return model
+
+
+def _pool(runner):
+    return runner.run([Sequence(s, PoolingParams(use_activation=False)) for s in SEQS])
+
+
+@pytest.mark.parametrize("kind", ["distilbert", "llama"])
+def test_fallback_matches_transformers(tmp_path, kind):
+    if kind == "distilbert":
+        config = AutoConfig.for_model("distilbert", vocab_size=100, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                      max_position_embeddings=64)
+    else:
+        config = AutoConfig.for_model("llama", vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                      max_position_embeddings=64, architectures=["LlamaForCausalLM"])
+    ref = _save(tmp_path, config)
+    runner = build_runner(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+                                       max_batch_tokens=256))
+    got = _pool(runner)
+    with torch.no_grad():
+        for s, g in zip(SEQS, got):
+            hidden = ref(input_ids=torch.tensor([s])).last_hidden_state[0]
+            want = hidden[-1] if kind == "llama" else hidden[0]  # default pooling: LAST for decoders, CLS else
+            np.testing.assert_allclose(g, want.numpy(), atol=2e-5, rtol=1e-4)
