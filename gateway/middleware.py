@@ -26,6 +26,7 @@ MAX_REQUEST_ID_CHARS = 256
 API_KEY_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 RETRY_AFTER_S = "1"
 RETRY_STATUSES = (429, 503)
+QUIET_503_PATHS = frozenset({"/health", "/ping"})  # 503 there just means "still loading"
 
 
 def openai_error_body(err: PoolgateError) -> dict:
@@ -79,13 +80,13 @@ def _check_api_key(request: web.Request) -> None:
     if not key or request.method == "OPTIONS" or not request.path.startswith(API_KEY_PREFIXES):
         return
     sent = request.headers.get("Authorization", "")
-    if not hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
+    if not hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), f"Bearer {key}".encode()):
         raise Unauthorized("Unauthorized: missing or invalid API key.")
 
 
 def error_response(request: web.Request, err: PoolgateError) -> web.Response:
     """The error body for ``err`` in the shape the request's path calls for."""
-    if err.status >= 500:
+    if err.status >= 500 and not (err.status == 503 and request.path in QUIET_503_PATHS):
         log.warning("request %s failed: %s %s", request.get(REQUEST_ID), err.status, err.message)
     formatter = _formatter(request.app[ERROR_FORMATTERS], request.path)
     headers = {"Retry-After": RETRY_AFTER_S} if err.status in RETRY_STATUSES else {}

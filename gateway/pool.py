@@ -1,9 +1,11 @@
 """A pool of workers serving one model: least-loaded pick, health flags, admission."""
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Protocol
 
-from shared.errors import Overloaded, Unavailable
+from shared.errors import DeadlineExceeded, Overloaded, Unavailable
 from shared.wire import ModelInfo, PoolingCall, PoolingResult
 
 
@@ -60,10 +62,16 @@ class WorkerPool:
         return self._load[id(client)]
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
+        """The call's result from the least-loaded ready worker, or a 504 once its deadline passes
+        (the transport then cancels it in the worker)."""
         client = self._pick()
         self._load[id(client)] += 1
         try:
-            return await client.pool(call)
+            if call.deadline is None:
+                return await client.pool(call)
+            return await asyncio.wait_for(client.pool(call), max(call.deadline - time.time(), 0.0))
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(f"Request {call.request_id} did not finish before its deadline.") from None
         except Unavailable:
             self.mark_ready(client, False)
             raise

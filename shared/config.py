@@ -8,6 +8,7 @@ Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
+SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # workers.pooling.POOLING_TYPES keys
 DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 
 
@@ -48,3 +49,7 @@ class GatewayConfig:
     workers: tuple[WorkerConfig, ...] = field(default_factory=tuple)
     startup_timeout_s: float = 600.0
     max_request_bytes: int = 32 * 1024 * 1024
+    max_inputs_per_request: int = 2048  # OpenAI's documented limit
+    request_timeout_s: float | None = 600.0  # becomes each call's deadline; None = no deadline
+    max_in_flight_per_worker: int | None = None  # calls per worker before 429; None = no cap
+    health_probe_interval_s: float = 1.0  # how often workers marked down are probed again

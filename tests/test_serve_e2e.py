@@ -139,36 +139,63 @@ def test_bad_model_folder_exits_cleanly(tmp_path):
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     broken = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", str(tmp_path), "--port", str(_free_port())],
                             capture_output=True, text=True, timeout=120)
-    assert broken.returncode == 1 and "could not start the workers" in broken.stderr
+    assert broken.returncode == 1 and "could not start: worker process exited" in broken.stderr
 
 
-def test_gateway_uses_a_remote_worker_over_tcp():
-    """A worker started on its own (as on another host) and a gateway given its URL."""
+def _wait_healthy(url: str, timeout_s: float = 30) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.25)
+    raise TimeoutError(f"{url} never became ready")
+
+
+def _start_fake_worker(port: int) -> subprocess.Popen:
     import json
 
-    worker_port, gateway_port = _free_port(), _free_port()
     cfg = {"model_path": "unused", "served_model_name": "remote-fake"}
+    return subprocess.Popen([sys.executable, "-m", "workers.main", "--listen", f"tcp://127.0.0.1:{port}",
+                             "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
+
+
+def test_gateway_uses_a_remote_worker_over_tcp_and_recovers_it():
+    """A worker started on its own (as on another host), given to the gateway by URL;
+    the gateway waits for it, and takes it back after it restarts."""
+    worker_port, gateway_port = _free_port(), _free_port()
     gateway = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port),
                                 "--worker-url", f"tcp://127.0.0.1:{worker_port}"], stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # the gateway comes up first and waits for the worker
-    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "--listen", f"tcp://127.0.0.1:{worker_port}",
-                               "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
+    worker = _start_fake_worker(worker_port)
+    url = f"http://127.0.0.1:{gateway_port}"
     try:
-        url = f"http://127.0.0.1:{gateway_port}"
-        for _ in range(120):
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.25)
-        else:
-            raise TimeoutError("gateway never became ready")
+        _wait_healthy(url)
         resp = _client(url).embeddings.create(model="remote-fake", input=["one two three"])
         assert len(resp.data[0].embedding) == 8 and resp.usage.prompt_tokens == 5
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        with pytest.raises(openai.APIStatusError) as err:
+            _client(url).embeddings.create(model="remote-fake", input=["down"])
+        assert err.value.status_code == 503
+        worker = _start_fake_worker(worker_port)
+        _wait_healthy(url)
+        assert _client(url).embeddings.create(model="remote-fake", input=["back"]).usage.prompt_tokens == 3
     finally:
         gateway.send_signal(signal.SIGTERM)
         assert gateway.wait(timeout=30) == 0
         assert worker.poll() is None  # a remote worker outlives the gateway that used it
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
+
+
+def test_port_in_use_exits_with_a_message():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "could not start" in out.stderr

@@ -125,7 +125,7 @@ class Engine:
             encoded = self.runner.encode_texts([inputs[i] for i in too_long], max_tokens=k)
             for i, truncated in zip(too_long, encoded):
                 ids[i] = truncated
-        return [x if isinstance(inputs[i], str) else x[:k] for i, x in enumerate(ids)]
+        return [x[:k] for x in ids]  # k below a tokenizer's special-token count still keeps k
 
     def _serve_batches(self) -> None:
         """The engine thread: next batch, prepare, run, until the scheduler closes."""
@@ -183,10 +183,20 @@ def _settle(batch: list[Sequence], outputs: list[np.ndarray] | None = None,
 def _check_inputs(inputs: list) -> None:
     for x in inputs:
         if isinstance(x, str):
+            _check_text(x)
             continue
         if not isinstance(x, list) or not all(_is_token_id(t) for t in x):
             raise InvalidRequest("each input must be a string or a list of non-negative integer token ids",
                                  param="input")
+
+
+def _check_text(text: str) -> None:
+    """Texts must be valid Unicode: JSON can carry lone surrogates that no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(f"input text is not valid Unicode ({exc.reason} at position {exc.start})",
+                             param="input") from None
 
 
 def _is_token_id(t) -> bool:

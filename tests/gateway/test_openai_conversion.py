@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from gateway.dialects.body import validation_error
 from gateway.dialects.openai import EmbeddingRequest, to_call, to_response
+from shared.config import GatewayConfig
 from shared.errors import InvalidRequest
 from shared.params import PoolingParams
 from shared.wire import PoolingResult
@@ -20,7 +21,8 @@ from shared.wire import PoolingResult
 
 def convert(body: dict, auto_truncate: bool = False):
     req = EmbeddingRequest.model_validate(body)
-    return to_call(req, request_id="rid", model="served", auto_truncate=auto_truncate)
+    return to_call(req, request_id="rid", model="served", config=GatewayConfig(auto_truncate=auto_truncate),
+                   now=1000.0)
 
 
 @pytest.mark.parametrize("value, inputs", [

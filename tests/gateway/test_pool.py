@@ -104,3 +104,17 @@ def test_bad_construction_is_refused(kwargs):
     args = {"clients": [client], **kwargs}
     with pytest.raises(ValueError):
         WorkerPool(client.runner.info, args.pop("clients"), **args)
+
+
+async def test_a_wedged_worker_answers_504_at_the_deadline_and_stays_in_rotation():
+    import time
+
+    from shared.errors import DeadlineExceeded
+
+    client = FakeWorkerClient()
+    client.gate = asyncio.Event()  # never set: the worker does not answer
+    pool = WorkerPool(client.runner.info, [client])
+    late = PoolingCall(request_id="slow", model="fake-model", inputs=["x"], deadline=time.time() + 0.05)
+    with pytest.raises(DeadlineExceeded, match="slow"):
+        await pool.submit(late)
+    assert pool.in_flight(client) == 0 and pool.is_ready(client)

@@ -241,3 +241,13 @@ async def test_stop_finishes_the_running_batch_and_fails_the_queue(runner):
         await queued
     with pytest.raises(Unavailable):
         await engine.submit(call("after"))
+
+
+async def test_lone_surrogate_text_is_a_400(engine):
+    with pytest.raises(InvalidRequest, match="not valid Unicode"):
+        await engine.submit(call("a\ud800b"))
+
+
+async def test_truncation_below_the_special_tokens_keeps_k(engine):
+    result = await engine.submit(call("one two three", truncate_prompt_tokens=1))
+    assert result.prompt_tokens == [1]

@@ -40,10 +40,28 @@ def _spec(folder, **flags):
     ({"pooling_mode_cls_token": True}, "CLS"),
     ({"pooling_mode_lasttoken": True}, "LAST"),
     ({"pooling_mode": "cls"}, "CLS"),
-    ({"pooling_mode_max_tokens": True}, None),
 ])
 def test_pooling_mode(tmp_path, cfg, want):
     assert _spec(_folder(tmp_path, pooling=cfg)).pooling_type == want
+
+
+@pytest.mark.parametrize("cfg", [
+    {"pooling_mode_max_tokens": True},
+    {"pooling_mode_weightedmean_tokens": True},
+    {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True},
+])
+def test_unsupported_pooling_is_an_error_unless_overridden(tmp_path, cfg):
+    folder = _folder(tmp_path, pooling=cfg)
+    with pytest.raises(ValueError, match="not supported"):
+        _spec(folder)
+    assert _spec(folder, pooling_type="mean").pooling_type == "MEAN"
+
+
+def test_pooling_names_agree():
+    from shared.config import SEQ_POOLING_TYPES
+    from workers.pooling.methods import POOLING_TYPES
+
+    assert tuple(POOLING_TYPES) == SEQ_POOLING_TYPES
 
 
 def test_normalize_dense_and_lengths(tmp_path):
