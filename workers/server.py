@@ -113,12 +113,15 @@ class _Connection:
             self._send(_error_frame(None, InvalidRequest(f"malformed request frame: {exc}")))
             return
         rid = header.get("id")
+        if not isinstance(rid, int):
+            self._send(_error_frame(None, InvalidRequest("request id must be an integer")))
+            return
         if header.get("op") == "cancel":
             if rid in self.tasks:
                 self.tasks[rid].cancel()
             return
-        if not isinstance(rid, int) or rid in self.tasks:
-            self._send(_error_frame(rid, InvalidRequest("request id must be an integer not already in flight")))
+        if rid in self.tasks:
+            self._send(_error_frame(rid, InvalidRequest("request id is already in flight")))
             return
         task = asyncio.create_task(self._answer(rid, header))
         self.tasks[rid] = task

@@ -161,10 +161,12 @@ async def test_malformed_frames_do_not_kill_the_worker(worker):
     writer.write(PREFIX.pack(len(head), 0) + head)
     writer.write(encode_frame({"id": 1, "op": "teleport"}))
     writer.write(encode_frame({"id": 2, "op": "pool", "call": {"inputs": "no"}}))
+    writer.write(encode_frame({"id": [1], "op": "cancel"}))  # unhashable id: still an error frame
     writer.write(encode_frame({"id": 3, "op": "info"}))
-    replies = [decode_frame(*await read_frame(reader))[0] for _ in range(4)]
-    by_id = {r["id"]: r for r in replies}
-    assert by_id[None]["error"]["class"] == "InvalidRequest"
+    replies = [decode_frame(*await read_frame(reader))[0] for _ in range(5)]
+    by_id = {r["id"]: r for r in replies if r["id"] is not None}
+    nameless = [r for r in replies if r["id"] is None]
+    assert len(nameless) == 2 and all(r["error"]["class"] == "InvalidRequest" for r in nameless)
     assert by_id[1]["error"]["class"] == "InvalidRequest" and "teleport" in by_id[1]["error"]["message"]
     assert by_id[2]["error"]["class"] == "InvalidRequest"
     assert by_id[3]["ok"] and by_id[3]["result"]["served_model_name"] == "fake-model"
