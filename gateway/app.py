@@ -5,12 +5,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from gateway import routes_ops
-from gateway.dialects import DIALECTS
-from gateway.middleware import edge_middleware, openai_error_body
-from gateway.router import Router
-from gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER
-from shared.config import GatewayConfig
+from poolgate.gateway import routes_ops
+from poolgate.gateway.dialects import DIALECTS
+from poolgate.gateway.middleware import edge_middleware, openai_error_body
+from poolgate.gateway.router import Router
+from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER
+from poolgate.shared.config import GatewayConfig
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 

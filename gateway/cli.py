@@ -4,15 +4,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway import __version__
+from poolgate.shared.version import VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="poolgate", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"poolgate {__version__}")
+    parser.add_argument("--version", action="version", version=f"poolgate {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from gateway.bench.cli import add_arguments as add_bench
-    from gateway.serve import add_arguments as add_serve
+    from poolgate.gateway.bench.cli import add_arguments as add_bench
+    from poolgate.gateway.serve import add_arguments as add_serve
 
     add_serve(sub.add_parser("serve", help="serve a pooling model over HTTP"))
     add_bench(sub.add_parser("bench", help="load-test a running server"))
@@ -22,10 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        from gateway.serve import main as serve_main
+        from poolgate.gateway.serve import main as serve_main
 
         return serve_main(args)
-    from gateway.bench.cli import main as bench_main
+    from poolgate.gateway.bench.cli import main as bench_main
 
     return bench_main(args)
 

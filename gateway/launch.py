@@ -17,13 +17,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.app import make_app
-from gateway.local_worker import LocalWorker
-from gateway.pool import WorkerPool
-from gateway.router import Router
-from shared.config import GatewayConfig
-from shared.errors import Unavailable
-from shared.transport import WorkerClient
+from poolgate.gateway.app import make_app
+from poolgate.gateway.local_worker import LocalWorker
+from poolgate.gateway.pool import WorkerPool
+from poolgate.gateway.router import Router
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.transport import WorkerClient
 
 log = logging.getLogger("poolgate")
 

@@ -18,10 +18,10 @@ import signal
 import subprocess
 import sys
 
-from shared.config import WorkerConfig
-from shared.errors import Unavailable
-from shared.transport import WorkerClient
-from shared.wire import ModelInfo
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.transport import WorkerClient
+from poolgate.shared.wire import ModelInfo
 
 log = logging.getLogger("poolgate.gateway.local_worker")
 
@@ -39,7 +39,7 @@ class LocalWorker:
                     runner_factory: str | None = None) -> None:
         """Spawn the worker and return once it answers ``info`` on ``address``."""
         self.address = address
-        cmd = [sys.executable, "-m", "workers.main", "--listen", address,
+        cmd = [sys.executable, "-m", "poolgate.workers.main", "--listen", address,
                "--config", json.dumps(cfg.to_wire()), "--parent-pid", str(os.getpid())]
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]

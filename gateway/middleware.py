@@ -15,8 +15,8 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from gateway.state import CONFIG, ERROR_FORMATTERS, REQUEST_ID
-from shared.errors import InternalError, PoolgateError, Unauthorized
+from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, REQUEST_ID
+from poolgate.shared.errors import InternalError, PoolgateError, Unauthorized
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ import asyncio
 import time
 from typing import Protocol
 
-from shared.errors import DeadlineExceeded, Overloaded, Unavailable
-from shared.wire import ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
 
 
 class Client(Protocol):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gateway.pool import WorkerPool
-from shared.errors import InvalidRequest, ModelNotFound, NotSupported
-from shared.tasks import PoolingTask
-from shared.wire import ModelInfo
+from poolgate.gateway.pool import WorkerPool
+from poolgate.shared.errors import InvalidRequest, ModelNotFound, NotSupported
+from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.wire import ModelInfo
 
 # vLLM's name for the API of each task, used in its 501 "does not support" message.
 TASK_APIS: dict[str, str] = {

@@ -5,10 +5,10 @@ import time
 
 from aiohttp import web
 
-from gateway import __version__
-from gateway.state import ROUTER
-from shared.errors import Unavailable
-from shared.wire import ModelInfo
+from poolgate.shared.version import VERSION
+from poolgate.gateway.state import ROUTER
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.wire import ModelInfo
 
 
 def model_card(info: ModelInfo, created: int) -> dict:
@@ -34,7 +34,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def version(request: web.Request) -> web.Response:
-    return web.json_response({"version": __version__})
+    return web.json_response({"version": VERSION})
 
 
 def register(app: web.Application) -> None:

@@ -5,9 +5,9 @@ import argparse
 import asyncio
 import logging
 
-from gateway.launch import run_gateway
-from shared.config import BACKEND_CHOICES, DTYPE_CHOICES, SEQ_POOLING_TYPES, GatewayConfig, WorkerConfig
-from shared.models import resolve_model
+from poolgate.gateway.launch import run_gateway
+from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, SEQ_POOLING_TYPES, GatewayConfig, WorkerConfig
+from poolgate.shared.models import resolve_model
 
 log = logging.getLogger("poolgate")
 

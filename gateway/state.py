@@ -5,9 +5,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from gateway.router import Router
-from shared.config import GatewayConfig
-from shared.errors import PoolgateError
+from poolgate.gateway.router import Router
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import PoolgateError
 
 ErrorFormatter = Callable[[PoolgateError], dict]
 

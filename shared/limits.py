@@ -1,9 +1,9 @@
 """Checks of pooling params and input lengths against a model, with vLLM's messages."""
 from __future__ import annotations
 
-from shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
-from shared.params import PoolingParams
-from shared.wire import ModelInfo
+from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import ModelInfo
 
 
 def check_params(info: ModelInfo, params: PoolingParams) -> None:

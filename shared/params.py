@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from shared.tasks import PoolingTask
+from poolgate.shared.tasks import PoolingTask
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.errors import InternalError, Unavailable, from_wire
-from shared.wire import MAX_HEADER_BYTES, PREFIX, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame
+from poolgate.shared.errors import InternalError, Unavailable, from_wire
+from poolgate.shared.wire import MAX_HEADER_BYTES, PREFIX, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame
 
 
 @dataclass(frozen=True)

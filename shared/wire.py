@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from shared.params import PoolingParams
+from poolgate.shared.params import PoolingParams
 
 PREFIX = struct.Struct("!II")
 MAX_HEADER_BYTES = 256 * 1024 * 1024

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from shared.errors import PoolgateError
-from shared.limits import check_length, check_params, truncation_length
-from shared.wire import ModelInfo, PoolingCall, PoolingResult
-from workers.sequence import Sequence
+from poolgate.shared.errors import PoolgateError
+from poolgate.shared.limits import check_length, check_params, truncation_length
+from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+from poolgate.workers.sequence import Sequence
 
 CLS, SEP = 101, 102
 

@@ -11,7 +11,7 @@ import numpy as np
 import openai
 import pytest
 
-from shared.models import DEFAULT_MODEL_NAME, bundled_model_path
+from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
 
 TEXTS = ["a", "!", "Hello, world.", "The quick brown fox jumps over the lazy dog.",
          "Embeddings map text to vectors; similar meanings land close together. " * 3]
@@ -35,7 +35,7 @@ def server_factory():
 
     def start(*flags: str) -> str:
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *flags],
+        proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port), *flags],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started.append(proc)
         deadline = time.time() + 180
@@ -134,10 +134,10 @@ def test_auto_truncate_flag_over_tcp_transport(server_factory, st_model):
 
 def test_bad_model_folder_exits_cleanly(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    missing = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", str(tmp_path / "nope")],
+    missing = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
-    broken = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", str(tmp_path), "--port", str(_free_port())],
+    broken = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", str(tmp_path), "--port", str(_free_port())],
                             capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1 and "could not start: worker process exited" in broken.stderr
 
@@ -158,7 +158,7 @@ def _start_fake_worker(port: int) -> subprocess.Popen:
     import json
 
     cfg = {"model_path": "unused", "served_model_name": "remote-fake"}
-    return subprocess.Popen([sys.executable, "-m", "workers.main", "--listen", f"tcp://127.0.0.1:{port}",
+    return subprocess.Popen([sys.executable, "-m", "poolgate.workers.main", "--listen", f"tcp://127.0.0.1:{port}",
                              "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
 
 
@@ -166,7 +166,7 @@ def test_gateway_uses_a_remote_worker_over_tcp_and_recovers_it():
     """A worker started on its own (as on another host), given to the gateway by URL;
     the gateway waits for it, and takes it back after it restarts."""
     worker_port, gateway_port = _free_port(), _free_port()
-    gateway = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port),
+    gateway = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(gateway_port),
                                 "--worker-url", f"tcp://127.0.0.1:{worker_port}"], stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # the gateway comes up first and waits for the worker
     worker = _start_fake_worker(worker_port)
@@ -196,6 +196,6 @@ def test_port_in_use_exits_with_a_message():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
+        out = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port)],
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "could not start" in out.stderr

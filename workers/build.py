@@ -7,15 +7,15 @@ import time
 
 import torch
 
-from shared.config import WorkerConfig
-from shared.wire import ModelInfo
-from workers.backends import get_backend
-from workers.models import build_model
-from workers.pooling.head import EmbedHead, load_dense
-from workers.pooling.methods import POOLING_TYPES
-from workers.runner import PoolingRunner
-from workers.st_config import read_spec
-from workers.tokenizer import TextEncoder
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.wire import ModelInfo
+from poolgate.workers.backends import get_backend
+from poolgate.workers.models import build_model
+from poolgate.workers.pooling.head import EmbedHead, load_dense
+from poolgate.workers.pooling.methods import POOLING_TYPES
+from poolgate.workers.runner import PoolingRunner
+from poolgate.workers.st_config import read_spec
+from poolgate.workers.tokenizer import TextEncoder
 
 log = logging.getLogger("poolgate.worker")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

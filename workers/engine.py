@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
-from shared.limits import check_length, check_params, check_token_ids, truncation_length
-from shared.wire import Input, PoolingCall, PoolingResult
-from workers.runner_api import Runner
-from workers.scheduler import TokenBudgetScheduler
-from workers.sequence import Sequence
+from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
+from poolgate.shared.limits import check_length, check_params, check_token_ids, truncation_length
+from poolgate.shared.wire import Input, PoolingCall, PoolingResult
+from poolgate.workers.runner_api import Runner
+from poolgate.workers.scheduler import TokenBudgetScheduler
+from poolgate.workers.sequence import Sequence
 
 log = logging.getLogger("poolgate.worker.engine")
 

@@ -1,6 +1,6 @@
 """The worker process entry point: load one model, serve it on one address until told to stop.
 
-``python -m workers.main --listen unix:/tmp/w.sock --config '<WorkerConfig JSON>'``
+``python -m poolgate.workers.main --listen unix:/tmp/w.sock --config '<WorkerConfig JSON>'``
 
 This is the worker's edge: flags and the JSON config are parsed here, once,
 and passed down. On Linux the worker asks the kernel for SIGTERM when its
@@ -21,20 +21,20 @@ import signal
 import sys
 from typing import Callable
 
-from shared.config import WorkerConfig
-from shared.transport import parse_address
-from workers.engine import Engine
-from workers.runner_api import Runner
-from workers.server import bound_address, serve
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.transport import parse_address
+from poolgate.workers.engine import Engine
+from poolgate.workers.runner_api import Runner
+from poolgate.workers.server import bound_address, serve
 
 log = logging.getLogger("poolgate.worker")
 
 PR_SET_PDEATHSIG = 1
-DEFAULT_RUNNER_FACTORY = "workers.build:build_runner"
+DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:build_runner"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workers.main", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m poolgate.workers.main", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", required=True, help="unix:/path/to.sock or tcp://host:port")
     parser.add_argument("--config", required=True, help="WorkerConfig.to_wire() as JSON")
     parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> Runner")

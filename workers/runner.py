@@ -5,13 +5,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.wire import ModelInfo
-from workers.backends.base import Backend
-from workers.packing import pack, to_device
-from workers.pooling.head import EmbedHead
-from workers.pooling.methods import PoolingMethod
-from workers.sequence import Sequence
-from workers.tokenizer import TextEncoder
+from poolgate.shared.wire import ModelInfo
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.packing import pack, to_device
+from poolgate.workers.pooling.head import EmbedHead
+from poolgate.workers.pooling.methods import PoolingMethod
+from poolgate.workers.sequence import Sequence
+from poolgate.workers.tokenizer import TextEncoder
 
 
 class PoolingRunner:

@@ -5,8 +5,8 @@ from typing import Protocol
 
 import numpy as np
 
-from shared.wire import ModelInfo
-from workers.sequence import Sequence
+from poolgate.shared.wire import ModelInfo
+from poolgate.workers.sequence import Sequence
 
 
 class Runner(Protocol):

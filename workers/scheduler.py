@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Protocol
 
-from shared.errors import Unavailable
+from poolgate.shared.errors import Unavailable
 
 
 class Schedulable(Protocol):

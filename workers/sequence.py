@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.params import PoolingParams
+from poolgate.shared.params import PoolingParams
 
 
 @dataclass(eq=False)

@@ -21,10 +21,10 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from shared.errors import InternalError, InvalidRequest, PoolgateError
-from shared.transport import FrameError, parse_address, read_frame
-from shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame
-from workers.engine import Engine
+from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError
+from poolgate.shared.transport import FrameError, parse_address, read_frame
+from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame
+from poolgate.workers.engine import Engine
 
 log = logging.getLogger("poolgate.worker.server")
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import SEQ_POOLING_TYPES, WorkerConfig
+from poolgate.shared.config import SEQ_POOLING_TYPES, WorkerConfig
 
 ST_CONFIG_FILES = (
     "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.bench.corpus import read_corpus, synthetic_corpus
-from gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
-from gateway.bench.report import add_reference, format_table, summarize, to_json
-from shared.config import DTYPE_CHOICES
-from shared.models import bundled_model_path
+from poolgate.gateway.bench.corpus import read_corpus, synthetic_corpus
+from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
+from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
+from poolgate.shared.config import DTYPE_CHOICES
+from poolgate.shared.models import bundled_model_path
 
 
 
@@ -75,7 +75,7 @@ def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
 
 def reference(args: argparse.Namespace, texts: list[str]) -> dict:
     """The sentence-transformers run; torch is imported only on this path."""
-    from workers.st_reference import run_reference
+    from poolgate.workers.st_reference import run_reference
 
     return run_reference(
         texts, model_path=args.st_model or str(bundled_model_path()), passes=args.passes,

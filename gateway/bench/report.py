@@ -5,7 +5,7 @@ import json
 import math
 from typing import Sequence
 
-from gateway.bench.load import LoadConfig, LoadResult
+from poolgate.gateway.bench.load import LoadConfig, LoadResult
 
 PERCENTILES = (50, 95, 99)
 

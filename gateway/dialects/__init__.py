@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from gateway.dialects import openai
+from poolgate.gateway.dialects import openai
 
 DIALECTS: dict[str, Callable[[web.Application], None]] = {
     "openai": openai.register,

@@ -7,7 +7,7 @@ from typing import TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from shared.errors import InvalidRequest
+from poolgate.shared.errors import InvalidRequest
 
 Model = TypeVar("Model", bound=BaseModel)
 

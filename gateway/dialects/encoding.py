@@ -1,22 +1,16 @@
 """Turn result arrays into response JSON: float lists or base64 of raw float32 bytes.
 
 Vectors go from numpy buffers to the response without a Python float per
-element where we can: base64 encodes the array's little-endian bytes, and
-float lists go through orjson's numpy support when orjson is installed
-(json.dumps on ``tolist()`` otherwise; both give the same float32 values).
+element: base64 encodes the array's little-endian bytes, and float lists are
+written by orjson straight from the float32 array.
 """
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable
 
 import numpy as np
-
-try:
-    import orjson
-except ImportError:  # orjson is optional: a faster path, not a dependency
-    orjson = None
+import orjson
 
 FLOAT32_LE = np.dtype("<f4")
 
@@ -32,9 +26,8 @@ def to_base64(array: np.ndarray) -> str:
 
 
 def to_float_list(array: np.ndarray):
-    """A JSON-ready float vector: the array itself for orjson, a list for json."""
-    array = as_float32(array)
-    return array if orjson is not None else array.tolist()
+    """A JSON-ready float vector: the float32 array itself, which ``dumps`` writes."""
+    return as_float32(array)
 
 
 ENCODERS: dict[str, Callable[[np.ndarray], object]] = {
@@ -45,6 +38,4 @@ ENCODERS: dict[str, Callable[[np.ndarray], object]] = {
 
 def dumps(body: dict) -> bytes:
     """Serialize a response body that may hold float32 arrays from ``to_float_list``."""
-    if orjson is not None:
-        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -7,13 +7,13 @@ from typing import Annotated, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from gateway.dialects.body import parse_body
-from gateway.dialects.encoding import ENCODERS, dumps
-from gateway.state import CONFIG, REQUEST_ID, ROUTER
-from shared.config import GatewayConfig
-from shared.errors import InvalidRequest
-from shared.params import PoolingParams
-from shared.wire import Input, PoolingCall, PoolingResult
+from poolgate.gateway.dialects.body import parse_body
+from poolgate.gateway.dialects.encoding import ENCODERS, dumps
+from poolgate.gateway.state import CONFIG, REQUEST_ID, ROUTER
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import Input, PoolingCall, PoolingResult
 
 # Strict, so "1" is not a token id and 1 is not a text; ids fit an int32 vocabulary.
 TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]

@@ -5,10 +5,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import make_app
-from gateway.pool import WorkerPool
-from gateway.router import Router
-from shared.config import GatewayConfig
+from poolgate.gateway.app import make_app
+from poolgate.gateway.pool import WorkerPool
+from poolgate.gateway.router import Router
+from poolgate.shared.config import GatewayConfig
 from tests.conftest import FakeRunner, FakeWorkerClient
 
 

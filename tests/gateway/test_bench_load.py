@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from gateway.bench.cli import add_arguments, main
-from gateway.bench.corpus import synthetic_corpus
-from gateway.bench.load import LoadConfig, first_model_id, run_load
+from poolgate.gateway.bench.cli import add_arguments, main
+from poolgate.gateway.bench.corpus import synthetic_corpus
+from poolgate.gateway.bench.load import LoadConfig, first_model_id, run_load
 
 DIM = 8
 

@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gateway.bench.load import LoadConfig, LoadResult
-from gateway.bench.report import (add_reference, format_table, latency_ms, percentile, summarize,
+from poolgate.gateway.bench.load import LoadConfig, LoadResult
+from poolgate.gateway.bench.report import (add_reference, format_table, latency_ms, percentile, summarize,
                                   to_json)
 
 

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from shared.models import bundled_model_path
-from gateway.bench.corpus import synthetic_corpus
+from poolgate.shared.models import bundled_model_path
+from poolgate.gateway.bench.corpus import synthetic_corpus
 from tests.gateway.test_bench_load import parse, serve  # noqa: F401  (fixture)
 
 
 def test_bench_modules_do_not_import_torch():
-    code = "import sys, gateway.bench.cli, gateway.bench.report; sys.exit('torch' in sys.modules)"
+    code = "import sys, poolgate.gateway.bench.cli, poolgate.gateway.bench.report; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -22,7 +22,7 @@ def test_bench_modules_do_not_import_torch():
 async def test_compare_sentence_transformers_end_to_end(serve, capsys):  # noqa: F811
     from transformers import AutoTokenizer
 
-    from gateway.bench.cli import main
+    from poolgate.gateway.bench.cli import main
 
     _, url = await serve()
     args = parse("--url", url, "--num-texts", "12", "--batch-size", "4", "--warmup", "1",

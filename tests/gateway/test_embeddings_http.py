@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from shared.config import GatewayConfig
+from poolgate.shared.config import GatewayConfig
 from tests.conftest import FakeRunner, FakeWorkerClient
 from tests.gateway.conftest import make_router
 

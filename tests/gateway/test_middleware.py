@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from gateway.state import ERROR_FORMATTERS, ROUTER
-from shared.config import GatewayConfig
-from shared.errors import Overloaded, Unavailable
+from poolgate.gateway.state import ERROR_FORMATTERS, ROUTER
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import Overloaded, Unavailable
 from tests.conftest import FakeRunner, FakeWorkerClient
 from tests.gateway.conftest import make_router
 
@@ -80,7 +80,7 @@ async def test_unexpected_exceptions_become_a_generic_500(gateway, caplog):
     client = await gateway()
     pool = client.app[ROUTER].pools["fake-model"]
     pool.clients[0].fail = RuntimeError("secret internals at /home/x")
-    with caplog.at_level(logging.ERROR, logger="gateway.middleware"):
+    with caplog.at_level(logging.ERROR, logger="poolgate.gateway.middleware"):
         resp = await client.post("/v1/embeddings", json={"input": "x"})
     assert resp.status == 500
     err = (await resp.json())["error"]

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from gateway.dialects.body import validation_error
-from gateway.dialects.openai import EmbeddingRequest, to_call, to_response
-from shared.config import GatewayConfig
-from shared.errors import InvalidRequest
-from shared.params import PoolingParams
-from shared.wire import PoolingResult
+from poolgate.gateway.dialects.body import validation_error
+from poolgate.gateway.dialects.openai import EmbeddingRequest, to_call, to_response
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import PoolingResult
 
 
 def convert(body: dict, auto_truncate: bool = False):
@@ -113,18 +113,15 @@ def test_base64_is_the_raw_little_endian_float32_bytes():
     assert base64.b64decode(body["data"][1]["embedding"]) == vector[::-1].astype("<f4").tobytes()
 
 
-def test_json_fallback_without_orjson_gives_the_same_body(monkeypatch):
-    from gateway.dialects import encoding
+def test_float_body_round_trips_the_float32_values():
+    from poolgate.gateway.dialects import encoding
 
     vectors = result([0.1, 1 / 3], [2.5, -1e-8])
-    fast = encoding.dumps(to_response(vectors, request_id="r", model="m", encoding_format="float", created=1))
-    monkeypatch.setattr(encoding, "orjson", None)
-    slow = encoding.dumps(to_response(vectors, request_id="r", model="m", encoding_format="float", created=1))
-    as_f32 = [np.float32(d["embedding"]).tolist() for d in json.loads(slow)["data"]]
-    assert as_f32 == [np.float32(d["embedding"]).tolist() for d in json.loads(fast)["data"]]
-    assert as_f32 == [v.tolist() for v in vectors.outputs]
+    body = encoding.dumps(to_response(vectors, request_id="r", model="m", encoding_format="float", created=1))
+    as_f32 = [np.float32(d["embedding"]).tolist() for d in json.loads(body)["data"]]
+    assert as_f32 == [np.float32(v).tolist() for v in ([0.1, 1 / 3], [2.5, -1e-8])]
 
 
 def test_gateway_imports_without_torch():
-    code = "import sys, gateway.app; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, poolgate.gateway.app; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

@@ -5,8 +5,8 @@ import numpy as np
 import openai
 import pytest
 
-from gateway.app import make_app
-from shared.config import GatewayConfig
+from poolgate.gateway.app import make_app
+from poolgate.shared.config import GatewayConfig
 from tests.conftest import FakeRunner, FakeWorkerClient
 from tests.gateway.conftest import make_router
 

@@ -1,8 +1,8 @@
 """Ops routes: /v1/models, /health, /ping, /version."""
 from __future__ import annotations
 
-from gateway import __version__
-from gateway.state import ROUTER
+from poolgate.shared.version import VERSION
+from poolgate.gateway.state import ROUTER
 from tests.conftest import FakeRunner, FakeWorkerClient
 from tests.gateway.conftest import make_router
 
@@ -38,4 +38,4 @@ async def test_health_is_503_until_every_pool_is_ready(gateway):
 
 async def test_version(gateway):
     client = await gateway()
-    assert await (await client.get("/version")).json() == {"version": __version__}
+    assert await (await client.get("/version")).json() == {"version": VERSION}

@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from gateway.pool import WorkerPool
-from shared.errors import InvalidRequest, Overloaded, Unavailable
-from shared.wire import PoolingCall
+from poolgate.gateway.pool import WorkerPool
+from poolgate.shared.errors import InvalidRequest, Overloaded, Unavailable
+from poolgate.shared.wire import PoolingCall
 from tests.conftest import FakeRunner, FakeWorkerClient
 
 
@@ -109,7 +109,7 @@ def test_bad_construction_is_refused(kwargs):
 async def test_a_wedged_worker_answers_504_at_the_deadline_and_stays_in_rotation():
     import time
 
-    from shared.errors import DeadlineExceeded
+    from poolgate.shared.errors import DeadlineExceeded
 
     client = FakeWorkerClient()
     client.gate = asyncio.Event()  # never set: the worker does not answer

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from gateway.pool import WorkerPool
-from gateway.router import Router
-from shared.errors import InvalidRequest, ModelNotFound, NotSupported
+from poolgate.gateway.pool import WorkerPool
+from poolgate.gateway.router import Router
+from poolgate.shared.errors import InvalidRequest, ModelNotFound, NotSupported
 from tests.conftest import FakeRunner, FakeWorkerClient
 
 

@@ -1,10 +1,10 @@
 """shared.limits: vLLM's messages for params, lengths and token ids."""
 import pytest
 
-from shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
-from shared.limits import check_length, check_params, check_token_ids, truncation_length
-from shared.params import PoolingParams
-from shared.wire import ModelInfo
+from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
+from poolgate.shared.limits import check_length, check_params, check_token_ids, truncation_length
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import ModelInfo
 
 INFO = ModelInfo(served_model_name="m", architecture="BertModel", tasks=("embed",), max_model_len=16,
                  embedding_dim=8, backend="cpu", dtype="float32", vocab_size=100)

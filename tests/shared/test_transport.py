@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, NotSupported, Unavailable
-from shared.params import PoolingParams
-from shared.transport import Address, WorkerClient, parse_address, read_frame
-from shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
+from poolgate.shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, NotSupported, Unavailable
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.transport import Address, WorkerClient, parse_address, read_frame
+from poolgate.shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
 from tests.conftest import FakeRunner, until
-from workers.engine import Engine
-from workers.server import bound_address, serve
+from poolgate.workers.engine import Engine
+from poolgate.workers.server import bound_address, serve
 
 
 class WorkerRunner(FakeRunner):

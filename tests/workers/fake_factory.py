@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from shared.config import WorkerConfig
+from poolgate.shared.config import WorkerConfig
 from tests.conftest import FakeRunner
 
 

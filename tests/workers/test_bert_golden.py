@@ -2,12 +2,12 @@
 import pytest
 import torch
 
-from shared.config import WorkerConfig
+from poolgate.shared.config import WorkerConfig
 from tests.conftest import make_tiny_checkpoint
-from workers.kernels.attention import grouped_sdpa
-from workers.models import build_model
-from workers.packing import pack
-from workers.st_config import read_spec
+from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.models import build_model
+from poolgate.workers.packing import pack
+from poolgate.workers.st_config import read_spec
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], [2, 7, 7, 7, 7, 7, 7, 3]]
 

@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-from shared.config import WorkerConfig
-from shared.params import PoolingParams
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.params import PoolingParams
 from tests.conftest import make_tiny_checkpoint
-from workers.backends import get_backend
-from workers.build import build_runner
-from workers.kernels.attention import has_varlen
-from workers.sequence import Sequence
+from poolgate.workers.backends import get_backend
+from poolgate.workers.build import build_runner
+from poolgate.workers.kernels.attention import has_varlen
+from poolgate.workers.sequence import Sequence
 
 pytestmark = [
     pytest.mark.cuda,
@@ -40,7 +40,7 @@ def test_cuda_runner_matches_transformers_cpu(tmp_path, dtype):
 def test_cuda_bundled_model_auto_dtype_parity():
     from sentence_transformers import SentenceTransformer
 
-    from shared.models import bundled_model_path
+    from poolgate.shared.models import bundled_model_path
 
     path = str(bundled_model_path())
     runner = build_runner(WorkerConfig(model_path=path, served_model_name="m", backend="cuda", max_batch_tokens=2048))

@@ -8,13 +8,13 @@ import time
 import numpy as np
 import pytest
 
-from shared.errors import (
+from poolgate.shared.errors import (
     ContextLengthExceeded, DeadlineExceeded, InternalError, InvalidRequest, NotSupported, Unavailable,
 )
-from shared.params import PoolingParams
-from shared.wire import PoolingCall
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import PoolingCall
 from tests.conftest import CLS, SEP, FakeRunner, until
-from workers.engine import Engine
+from poolgate.workers.engine import Engine
 
 
 class GatedRunner(FakeRunner):

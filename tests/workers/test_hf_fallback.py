@@ -4,11 +4,11 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
-from shared.config import WorkerConfig
-from shared.params import PoolingParams
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.params import PoolingParams
 from tests.conftest import make_tiny_tokenizer
-from workers.build import build_runner
-from workers.sequence import Sequence
+from poolgate.workers.build import build_runner
+from poolgate.workers.sequence import Sequence
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 40)) + [3]]
 

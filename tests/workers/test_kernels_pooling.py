@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workers.kernels.attention import grouped_sdpa
-from workers.packing import pack
-from workers.pooling.methods import POOLING_TYPES
+from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.packing import pack
+from poolgate.workers.pooling.methods import POOLING_TYPES
 
 LENGTHS = [5, 1, 17, 3, 17, 9, 2, 30]
 

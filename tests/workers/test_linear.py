@@ -4,13 +4,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.config import WorkerConfig
-from workers.kernels.attention import grouped_sdpa
-from workers.kernels.linear import PackedLinear, packed_linear_available
-from workers.models import build_model
-from workers.models.bert import ACTIVATIONS
-from workers.packing import pack
-from workers.st_config import read_spec
+from poolgate.shared.config import WorkerConfig
+from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.kernels.linear import PackedLinear, packed_linear_available
+from poolgate.workers.models import build_model
+from poolgate.workers.models.bert import ACTIVATIONS
+from poolgate.workers.packing import pack
+from poolgate.workers.st_config import read_spec
 
 pytestmark = pytest.mark.skipif(not packed_linear_available(), reason="torch built without oneDNN")
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from shared.config import WorkerConfig
-from shared.errors import Unavailable
-from shared.wire import PoolingCall
-from gateway.local_worker import LocalWorker
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.wire import PoolingCall
+from poolgate.gateway.local_worker import LocalWorker
 from tests.conftest import FakeRunner
 
 FACTORY = "tests.workers.fake_factory:build"
@@ -93,8 +93,8 @@ async def test_ready_timeout_kills_the_worker(sock_dir):
 
 PARENT = textwrap.dedent("""
     import asyncio, sys
-    from gateway.local_worker import LocalWorker
-    from shared.config import WorkerConfig
+    from poolgate.gateway.local_worker import LocalWorker
+    from poolgate.shared.config import WorkerConfig
 
     async def main():
         worker = LocalWorker()

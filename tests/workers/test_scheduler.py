@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.errors import Unavailable
-from workers.scheduler import TokenBudgetScheduler
+from poolgate.shared.errors import Unavailable
+from poolgate.workers.scheduler import TokenBudgetScheduler
 
 
 @dataclass(eq=False)

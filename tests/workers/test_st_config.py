@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from shared.config import WorkerConfig
-from workers.st_config import read_spec
-from workers.weights import load_state_dict
+from poolgate.shared.config import WorkerConfig
+from poolgate.workers.st_config import read_spec
+from poolgate.workers.weights import load_state_dict
 
 
 def _folder(tmp_path, *, pooling=None, normalize=True, max_seq_length=None, dense=False, hf=None):
@@ -58,8 +58,8 @@ def test_unsupported_pooling_is_an_error_unless_overridden(tmp_path, cfg):
 
 
 def test_pooling_names_agree():
-    from shared.config import SEQ_POOLING_TYPES
-    from workers.pooling.methods import POOLING_TYPES
+    from poolgate.shared.config import SEQ_POOLING_TYPES
+    from poolgate.workers.pooling.methods import POOLING_TYPES
 
     assert tuple(POOLING_TYPES) == SEQ_POOLING_TYPES
 

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from shared.config import WorkerConfig
-from shared.models import bundled_model_path
-from shared.params import PoolingParams
-from workers.build import build_runner
-from workers.sequence import Sequence
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.models import bundled_model_path
+from poolgate.shared.params import PoolingParams
+from poolgate.workers.build import build_runner
+from poolgate.workers.sequence import Sequence
 
 TEXTS = [
     "a", "Hi", "!", "The quick brown fox jumps over the lazy dog.",
@@ -98,7 +98,7 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
 
 
 def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
-    from workers.tokenizer import TextEncoder
+    from poolgate.workers.tokenizer import TextEncoder
 
     folder, _ = tiny_bert
     plain, lowering = TextEncoder(folder), TextEncoder(folder, do_lower_case=True)

@@ -1,10 +1,10 @@
 """Hardware backends by name, and the ``auto`` choice among them."""
 from __future__ import annotations
 
-from workers.backends.base import Backend
-from workers.backends.cpu import CpuBackend
-from workers.backends.cuda import CudaBackend, RocmBackend
-from workers.backends.xpu import XpuBackend
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.backends.cpu import CpuBackend
+from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
+from poolgate.workers.backends.xpu import XpuBackend
 
 BACKENDS: dict[str, type[Backend]] = {
     "cuda": CudaBackend,

@@ -5,7 +5,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from workers.kernels.attention import AttentionFn, grouped_sdpa
+from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 
 
 class Backend(ABC):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from workers.backends.base import Backend
-from workers.kernels.linear import packed_linear_available
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.kernels.linear import packed_linear_available
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 

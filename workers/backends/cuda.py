@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from workers.backends.base import Backend
-from workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
 
 HALF = (torch.float16, torch.bfloat16)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from workers.backends.base import Backend
+from poolgate.workers.backends.base import Backend
 
 
 class XpuBackend(Backend):

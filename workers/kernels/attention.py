@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from workers.packing import PackedBatch
+from poolgate.workers.packing import PackedBatch
 
 AttentionFn = Callable[[torch.Tensor, PackedBatch, float], torch.Tensor]
 

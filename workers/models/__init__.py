@@ -7,11 +7,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-from workers.kernels.attention import AttentionFn
-from workers.models.bert import BASE_PREFIXES, BertConfig, BertEncoder
-from workers.models.hf_auto import HfAutoEncoder
-from workers.st_config import ModelSpec
-from workers.weights import load_state_dict, strip_prefix
+from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.models.bert import BASE_PREFIXES, BertConfig, BertEncoder
+from poolgate.workers.models.hf_auto import HfAutoEncoder
+from poolgate.workers.st_config import ModelSpec
+from poolgate.workers.weights import load_state_dict, strip_prefix
 
 
 @dataclass(frozen=True)

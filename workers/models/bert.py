@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.kernels.attention import AttentionFn
-from workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
-from workers.packing import PackedBatch
+from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
+from poolgate.workers.packing import PackedBatch
 
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workers.packing import PackedBatch
-from workers.st_config import ModelSpec
+from poolgate.workers.packing import PackedBatch
+from poolgate.workers.st_config import ModelSpec
 
 
 class HfAutoEncoder(nn.Module):

@@ -1,4 +1,4 @@
 """Poolers: a pooling method (CLS, MEAN, LAST) times a head, dispatched by task."""
-from workers.pooling.methods import POOLING_TYPES
+from poolgate.workers.pooling.methods import POOLING_TYPES
 
 __all__ = ["POOLING_TYPES"]

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.params import PoolingParams
-from workers.st_config import DenseSpec
-from workers.weights import load_state_dict
+from poolgate.shared.params import PoolingParams
+from poolgate.workers.st_config import DenseSpec
+from poolgate.workers.weights import load_state_dict
 
 
 def _activation(path: str) -> nn.Module:

@@ -5,7 +5,7 @@ from typing import Callable
 
 import torch
 
-from workers.packing import PackedBatch
+from poolgate.workers.packing import PackedBatch
 
 PoolingMethod = Callable[[torch.Tensor, PackedBatch], torch.Tensor]
 
