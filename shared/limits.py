@@ -1,17 +1,32 @@
-"""Checks of pooling params and input lengths against a model, with vLLM's messages."""
+"""Checks of a call against a model (task, params, inputs, lengths), with vLLM's messages.
+
+The gateway's serving path runs ``check_params`` and ``check_inputs`` once per
+request before anything crosses the transport; a worker runs ``check_call``
+(the same functions) at its own boundary, since any client may reach it.
+"""
 from __future__ import annotations
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire import Input, ModelInfo, PoolingCall
 
 
-def check_params(info: ModelInfo, params: PoolingParams) -> None:
-    """Raise a 4xx for params this model cannot honour (task, dimensions, truncation)."""
+def check_call(info: ModelInfo, call: PoolingCall) -> None:
+    """Everything about ``call`` that can be checked before tokenizing."""
+    check_task(info, call.params)
+    check_params(info, call.params)
+    check_inputs(info, call.inputs)
+
+
+def check_task(info: ModelInfo, params: PoolingParams) -> None:
     if params.task not in info.tasks:
         raise NotSupported(
             f"Unsupported task: {params.task!r} Supported tasks: {tuple(info.tasks)}", param="task"
         )
+
+
+def check_params(info: ModelInfo, params: PoolingParams) -> None:
+    """Raise a 4xx for params this model cannot honour (dimensions, truncation)."""
     _check_dimensions(info, params.dimensions)
     k = params.truncate_prompt_tokens
     if k is not None:
@@ -72,9 +87,36 @@ def check_length(info: ModelInfo, n_tokens: int) -> None:
         )
 
 
+def check_inputs(info: ModelInfo, inputs: list[Input]) -> None:
+    """Each input is a valid Unicode text or a list of in-vocabulary token ids."""
+    if not inputs:
+        raise InvalidRequest("You must pass at least one prompt", param="input")
+    for x in inputs:
+        if isinstance(x, str):
+            _check_text(x)
+        elif isinstance(x, list) and all(_is_token_id(t) for t in x):
+            check_token_ids(info, x)
+        else:
+            raise InvalidRequest("each input must be a string or a list of non-negative integer token ids",
+                                 param="input")
+
+
 def check_token_ids(info: ModelInfo, ids: list[int]) -> None:
     """Reject token ids the model's embedding table does not have (never a 500 in a batch)."""
     if info.vocab_size is not None and ids and max(ids) >= info.vocab_size:
         raise InvalidRequest(
             f"Token id {max(ids)} is out of vocabulary (the model has {info.vocab_size} tokens).", param="input"
         )
+
+
+def _check_text(text: str) -> None:
+    """Texts must be valid Unicode: JSON can carry lone surrogates that no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(f"input text is not valid Unicode ({exc.reason} at position {exc.start})",
+                             param="input") from None
+
+
+def _is_token_id(t) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0

@@ -3,7 +3,8 @@
 Addresses are ``unix:/path/to.sock`` or ``tcp://host:port``. Every message is
 one ``shared.wire`` frame. A request header is ``{"id", "op", "call"?}`` with
 ``op`` in ``pool | info | health | cancel``; a response header is
-``{"id", "ok": true, "result"}`` (pool outputs ride as the frame's arrays) or
+``{"id", "ok": true, "result"}`` (a call's outputs ride as the frame's arrays:
+one ``Rows`` block, never one array per input) or
 ``{"id", "ok": false, "error": PoolgateError.to_wire()}``. Many requests share
 one connection, matched by id; ``cancel`` (no response) tells the worker the
 caller left so it drops that request's sequences. Losing the connection fails
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poolgate.shared.errors import InternalError, Unavailable, from_wire
+from poolgate.shared.rows import Rows
 from poolgate.shared.wire import MAX_HEADER_BYTES, PREFIX, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame
 
 
@@ -124,9 +126,13 @@ class WorkerClient:
 
     async def pool(self, call: PoolingCall) -> PoolingResult:
         result, arrays = await self._request({"op": "pool", "call": call.to_wire()})
-        if len(arrays) != len(result["prompt_tokens"]):
-            raise InternalError(f"worker sent {len(arrays)} outputs for {len(result['prompt_tokens'])} inputs")
-        return PoolingResult(outputs=arrays, prompt_tokens=list(result["prompt_tokens"]))
+        try:
+            outputs = Rows.from_arrays(arrays)
+        except ValueError as exc:
+            raise InternalError(f"worker sent malformed outputs: {exc}") from None
+        if len(outputs) != len(result["prompt_tokens"]) or len(outputs) != len(call.inputs):
+            raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
+        return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]))
 
     async def close(self) -> None:
         self._closed = True

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.rows import Rows
 
 PREFIX = struct.Struct("!II")
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -46,9 +47,9 @@ class PoolingCall:
 
 @dataclass
 class PoolingResult:
-    """One array per input, in input order, and each input's token count."""
+    """A call's outputs as one block (``Rows``, in input order) and each input's token count."""
 
-    outputs: list[np.ndarray]
+    outputs: Rows
     prompt_tokens: list[int]
 
     @property

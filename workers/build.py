@@ -1,20 +1,31 @@
-"""Builds a ready PoolingRunner from a WorkerConfig: spec, backend, weights, dtype, warm-up."""
+"""Loads one model for serving: spec, backend, token budget, dtype, then the runner, built once.
+
+Every choice is made before the runner exists: the backend and its token
+budget, then the dtype. ``--dtype auto`` runs the probe texts through an fp32
+runner and through one in the backend's fast dtype (with its final kernels)
+and keeps the fast one only if every probe vector stays at cosine ≥ 0.999;
+the runner that is kept is used as it was built, nothing in it is rewritten.
+"""
 from __future__ import annotations
 
-import copy
 import logging
 import time
 
+import numpy as np
 import torch
 
 from poolgate.shared.config import WorkerConfig
+from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo
 from poolgate.workers.backends import get_backend
-from poolgate.workers.models import build_model
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.models import architecture_for, build_model
 from poolgate.workers.pooling.head import EmbedHead, load_dense
 from poolgate.workers.pooling.methods import POOLING_TYPES
 from poolgate.workers.runner import PoolingRunner
-from poolgate.workers.st_config import read_spec
+from poolgate.workers.runner_api import LoadedModel
+from poolgate.workers.sequence import Sequence
+from poolgate.workers.st_config import ModelSpec, read_spec
 from poolgate.workers.tokenizer import TextEncoder
 
 log = logging.getLogger("poolgate.worker")
@@ -27,78 +38,79 @@ PROBE_TEXTS = (
 )
 
 
-def _set_dtype(runner: PoolingRunner, model: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Cast, pick the attention for ``dtype`` and apply the backend's final optimizations."""
-    runner.model, runner.dtype = model.to(dtype), dtype
-    if hasattr(model, "attention"):
-        model.attention = runner.backend.attention(dtype)
-    runner.group_attention = runner.backend.uses_groups(dtype)
-    runner.backend.optimize(model, dtype)
+def _runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, dtype: torch.dtype) -> PoolingRunner:
+    """A whole runner for ``dtype``: weights cast and moved, the backend's attention and kernels."""
+    model = build_model(spec, backend.attention(dtype), allow_pickle=cfg.allow_pickle_weights)[0]
+    model = model.to(device=backend.device(), dtype=dtype)
+    backend.optimize(model, dtype)
+    dense = [load_dense(d, allow_pickle=cfg.allow_pickle_weights) for d in spec.dense]
+    projector = torch.nn.Sequential(*dense).to(backend.device()) if dense else None
+    pooling = spec.pooling_type or architecture_for(spec).default_pooling
+    normalize = True if spec.normalize is None else spec.normalize
+    return PoolingRunner(model=model, backend=backend, dtype=dtype, method=POOLING_TYPES[pooling],
+                         head=EmbedHead(projector, normalize))
 
 
-def _choose_dtype(runner: PoolingRunner, requested: str) -> None:
-    """Explicit dtypes are taken as given; ``auto`` keeps the fast dtype only if every
-    probe vector stays at cosine ≥ 0.999 to fp32."""
-    if requested != "auto":
-        _set_dtype(runner, runner.model, DTYPES[requested])
-        return
-    fast = runner.backend.fast_dtype()
+def _vectors(runner: PoolingRunner, ids: list[list[int]]) -> np.ndarray:
+    """(n, dim) default-params outputs for ``ids``."""
+    outputs = runner.run([Sequence(x, PoolingParams()) for x in ids])
+    return np.concatenate([o.rows.values for o in outputs])
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, probes: list[list[int]]) -> PoolingRunner:
+    """The runner in the requested dtype, or for ``auto`` the fast one if the probes allow it."""
+    if cfg.dtype != "auto":
+        return _runner(spec, cfg, backend, DTYPES[cfg.dtype])
+    reference = _runner(spec, cfg, backend, torch.float32)
+    fast = backend.fast_dtype()
     if fast == torch.float32:
-        _set_dtype(runner, runner.model, fast)
-        return
-    probes = runner.encode_texts(list(PROBE_TEXTS), max_tokens=runner.info.max_model_len)
-    reference = runner.pooled(probes)
-    fp32_model = runner.model
-    _set_dtype(runner, copy.deepcopy(fp32_model), fast)
-    worst = float(torch.nn.functional.cosine_similarity(runner.pooled(probes), reference).min())
+        return reference
+    candidate = _runner(spec, cfg, backend, fast)
+    worst = float(_cosines(_vectors(candidate, probes), _vectors(reference, probes)).min())
+    name = str(fast).removeprefix("torch.")
     if worst >= AUTO_MIN_COSINE:
-        log.info("dtype auto: %s (worst probe cosine to fp32 %.6f)", str(fast).removeprefix("torch."), worst)
-        return
-    log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", fast, worst)
-    _set_dtype(runner, fp32_model, torch.float32)
+        log.info("dtype auto: %s (worst probe cosine to float32 %.6f)", name, worst)
+        return candidate
+    log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", name, worst)
+    return reference
 
 
-def _warm_up(runner: PoolingRunner, max_batch_tokens: int) -> None:
+def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: int) -> None:
     """Run a few batch shapes once so kernels are chosen before the first request."""
-    longest = runner.info.max_model_len
-    ids = runner.encode_texts([" ".join(["warm up"] * longest)], max_tokens=longest)[0]
-    shapes = [(1, 8), (8, 64), (max(1, max_batch_tokens // longest), longest)]
+    ids = encoder.encode([" ".join(["warm up"] * longest)], max_tokens=longest)[0]
+    shapes = [(1, 8), (8, 64), (max(1, budget // longest), longest)]
     for i, (n, length) in enumerate(shapes, 1):
         log.info("warming up [%d/%d]: %d x %d tokens", i, len(shapes), n, min(length, len(ids)))
-        runner.pooled([ids[:length]] * n)
+        runner.run([Sequence(ids[:length], PoolingParams()) for _ in range(n)])
     runner.backend.synchronize()
 
 
-def build_runner(cfg: WorkerConfig) -> PoolingRunner:
+def load_model(cfg: WorkerConfig) -> LoadedModel:
     """Everything the worker needs before it reports ready; logs each step."""
     start = time.perf_counter()
     spec = read_spec(cfg)
     backend = get_backend(cfg.backend)
     backend.setup(cfg.num_threads)
-    log.info("model %s: %s on %s", cfg.served_model_name, spec.architecture, backend.name)
-    model, arch = build_model(spec, backend.attention(torch.float32), allow_pickle=cfg.allow_pickle_weights)
-    device = backend.device()
-    dense = [load_dense(d, allow_pickle=cfg.allow_pickle_weights) for d in spec.dense]
-    projector = torch.nn.Sequential(*dense).to(device) if dense else None
-    pooling = spec.pooling_type or arch.default_pooling
-    normalize = True if spec.normalize is None else spec.normalize
+    budget = cfg.max_batch_tokens or backend.default_batch_tokens
+    arch = architecture_for(spec)
+    log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name,
+             "packed" if arch.packed else "transformers fallback, padded")
+    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case)
+    probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
+    runner = _choose_runner(spec, cfg, backend, probes)
+    dim = spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size)
     info = ModelInfo(
         served_model_name=cfg.served_model_name, architecture=spec.architecture, tasks=("embed",),
-        max_model_len=spec.max_model_len,
-        embedding_dim=spec.dense[-1].out_features if spec.dense else int(model.hidden_size),
-        backend=backend.name, dtype="float32", is_matryoshka=spec.is_matryoshka,
+        max_model_len=spec.max_model_len, embedding_dim=dim, backend=backend.name,
+        dtype=str(runner.dtype).removeprefix("torch."), is_matryoshka=spec.is_matryoshka,
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
     )
-    runner = PoolingRunner(
-        model=model.to(device), encoder=TextEncoder(spec.path, do_lower_case=spec.do_lower_case),
-        backend=backend, dtype=torch.float32, method=POOLING_TYPES[pooling],
-        head=EmbedHead(projector, normalize), info=info,
-    )
-    _choose_dtype(runner, cfg.dtype)
-    runner.info = ModelInfo(**{**info.to_wire(), "dtype": str(runner.dtype).removeprefix("torch.")})
-    log.info("pooling %s, normalize %s, max length %d, dtype %s, packed %s",
-             pooling, normalize, spec.max_model_len, runner.info.dtype, arch.packed)
-    runner.max_batch_tokens = cfg.max_batch_tokens or backend.default_batch_tokens
-    _warm_up(runner, runner.max_batch_tokens)
+    log.info("pooling %s, max length %d, dtype %s, token budget %d",
+             spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)
+    _warm_up(runner, encoder, info.max_model_len, budget)
     log.info("model ready in %.1f s", time.perf_counter() - start)
-    return runner
+    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget)

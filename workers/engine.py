@@ -1,68 +1,120 @@
-"""The worker's engine: turns one PoolingCall into scheduled sequences and awaits their outputs.
+"""The worker's engine: a PoolingCall in, its outputs as one block out, batches run as a pipeline.
 
-On the event loop, ``submit`` checks params, tokenizes in a thread pool (one
-batched ``encode_texts`` per call, then sentence-transformers-style
-re-encoding of texts over the truncation length), checks lengths, and queues
-one ``Sequence`` per input. One daemon thread loops: take a batch from the
-scheduler, *prepare* it (drop sequences whose deadline passed), *run* it on
-the runner, and resolve each sequence's future back on the loop. Prepare and
-run are separate steps so batch N+1 can later be prepared while N runs.
-A client that leaves cancels its sequences and the scheduler drops them.
+``submit`` (on the event loop) checks the call, tokenizes it in a thread pool
+(``InputStage``) and queues one ``Sequence`` per input. Two threads then run
+batches as a two-stage pipeline:
+
+- the *prepare* thread cuts the next batch from the scheduler, drops
+  sequences whose call's deadline has passed, and has the runner ``prepare``
+  it (packing, host buffers, the copy to the device);
+- the *execute* thread has the runner ``execute`` each prepared batch and
+  hands every call its rows.
+
+At most one prepared batch waits. While batch N executes, batch N+1 is cut
+and prepared only once the queue holds a full token budget, so under load the
+host work hides behind the device, and at low load a batch is still
+everything that queued while the last one ran. A batch's outputs are sliced
+per call (views); a call's pieces are joined once, when its last sequence is
+done, and its future is resolved on the loop once. A client that leaves
+cancels its sequences and the scheduler drops them.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-import numpy as np
-
-from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
-from poolgate.shared.limits import check_length, check_params, check_token_ids, truncation_length
-from poolgate.shared.wire import Input, PoolingCall, PoolingResult
-from poolgate.workers.runner_api import Runner
+from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
+from poolgate.shared.rows import Rows
+from poolgate.shared.wire import PoolingCall, PoolingResult
+from poolgate.workers.inputs import InputStage
+from poolgate.workers.runner_api import LoadedModel, RunOutput
 from poolgate.workers.scheduler import TokenBudgetScheduler
 from poolgate.workers.sequence import Sequence
 
 log = logging.getLogger("poolgate.worker.engine")
 
 
-@dataclass(frozen=True)
-class Ticket:
-    """A sequence's way back to its caller: the loop future and the call's deadline."""
+@dataclass(eq=False)
+class _Call:
+    """One call inside the engine: its future, deadline, sequences and the rows gathered so far."""
 
     future: asyncio.Future
     deadline: float | None
+    seqs: list[Sequence] = field(default_factory=list)
+    pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
+    done: int = 0
+    failed: bool = False
+
+    def abandon(self) -> None:
+        """Never run what is left of this call (it failed, or its client left)."""
+        self.failed = True
+        for seq in self.seqs:
+            seq.cancelled = True
+
+
+@dataclass
+class _Prepared:
+    seqs: list[Sequence]
+    segments: list[tuple[int, int, _Call]]  # consecutive sequences of one call: [start, stop)
+    batch: Any
+    tokens: int
+
+
+@dataclass
+class PipelineStats:
+    """Totals since start: how long each stage took, and how much preparing hid behind executing."""
+
+    batches: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    prepare_s: float = 0.0
+    execute_s: float = 0.0
+    prepare_overlapped_s: float = 0.0  # prepare time spent while a batch was executing
+
+    def to_wire(self) -> dict:
+        return asdict(self)
 
 
 class Engine:
-    """Owns the scheduler, the tokenizer pool and the engine thread for one runner."""
+    """Owns the input stage, the scheduler, the tokenizer pool and the two pipeline threads."""
 
-    def __init__(self, runner: Runner, max_batch_tokens: int, tokenizer_threads: int = 1):
-        self.runner = runner
-        self.info = runner.info
-        self.scheduler = TokenBudgetScheduler(max_batch_tokens)
+    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1):
+        self.info = model.info
+        self.runner = model.runner
+        self.inputs = InputStage(model.info, model.encoder)
+        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens)
+        self.stats = PipelineStats()
         self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._handoff: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()
+        self._slot = threading.Semaphore(1)  # one prepared batch may wait for the executor
+        self._executing_since: float | None = None
         self._running = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
         self._submits = 0  # submit() calls not yet returned
         self._idle = asyncio.Event()
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._serve_batches, name="poolgate-engine", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._prepare_loop, name="poolgate-prepare", daemon=True),
+            threading.Thread(target=self._execute_loop, name="poolgate-execute", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        """Fail what is still queued, finish the running batch, join the thread, let submits return."""
+        """Fail what is still queued or prepared, finish the running batch, join the threads."""
         left = self.scheduler.close()
-        _settle(left, error=Unavailable("worker is shutting down"))
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        _settle(_calls_of(left), error=Unavailable("worker is shutting down"))
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join)
         if self._submits:
             self._idle.clear()
             try:
@@ -73,11 +125,11 @@ class Engine:
 
     def load(self) -> dict:
         return {"queued": self.scheduler.queued, "queued_tokens": self.scheduler.queued_tokens,
-                "running": self._running}
+                "running": self._running, "pipeline": self.stats.to_wire()}
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
-        """Tokenize, check and queue every input of ``call``; resolve when all have run."""
-        if self._thread is None or self.scheduler.closed:
+        """Check, tokenize and queue every input of ``call``; resolve when all have run."""
+        if not self._threads or self.scheduler.closed:
             raise Unavailable("worker engine is not running")
         self._submits += 1
         try:
@@ -88,119 +140,162 @@ class Engine:
                 self._idle.set()
 
     async def _submit(self, call: PoolingCall) -> PoolingResult:
-        check_params(self.info, call.params)
-        _check_inputs(call.inputs)
-        for x in call.inputs:
-            if not isinstance(x, str):
-                check_token_ids(self.info, x)
-        k = truncation_length(self.info, call.params)
-        token_lists = await self._loop.run_in_executor(self._tokenizer, self._tokenize, call.inputs, k)
-        for ids in token_lists:
-            check_length(self.info, len(ids))
+        self.inputs.check(call)
+        token_lists = await self._loop.run_in_executor(self._tokenizer, self.inputs.tokenize, call)
         _check_deadline(call.deadline)
-        seqs = [Sequence(ids, call.params, handle=Ticket(self._loop.create_future(), call.deadline))
-                for ids in token_lists]
+        state = _Call(self._loop.create_future(), call.deadline)
+        state.seqs = [Sequence(ids, call.params, handle=state) for ids in token_lists]
         try:
-            for seq in seqs:
+            for seq in state.seqs:
                 self.scheduler.add(seq)
-            outputs = await asyncio.gather(*(seq.handle.future for seq in seqs))
-        except BaseException:
-            for seq in seqs:  # client left, a sibling failed or shutdown: never run the rest
-                seq.cancelled = True
-                seq.handle.future.cancel()
+            rows = await state.future
+        except BaseException:  # client left, the call failed or shutdown: never run the rest
+            state.abandon()
+            state.future.cancel()
             raise
-        return PoolingResult(outputs=list(outputs), prompt_tokens=[seq.num_tokens for seq in seqs])
+        return PoolingResult(outputs=rows, prompt_tokens=[seq.num_tokens for seq in state.seqs])
 
-    def _tokenize(self, inputs: list[Input], k: int | None) -> list[list[int]]:
-        """Token ids per input, in order; runs in the tokenizer pool."""
-        ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
-        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
-        if texts:
-            for i, encoded in zip(texts, self.runner.encode_texts([inputs[i] for i in texts])):
-                ids[i] = encoded
-        if k is None:
-            return ids
-        too_long = [i for i in texts if len(ids[i]) > k]
-        if too_long:
-            encoded = self.runner.encode_texts([inputs[i] for i in too_long], max_tokens=k)
-            for i, truncated in zip(too_long, encoded):
-                ids[i] = truncated
-        return [x[:k] for x in ids]  # k below a tokenizer's special-token count still keeps k
+    # --- the prepare thread -------------------------------------------------
 
-    def _serve_batches(self) -> None:
-        """The engine thread: next batch, prepare, run, until the scheduler closes."""
-        while not self.scheduler.closed:
-            batch = self._prepare(self.scheduler.next_batch())
-            if batch:
-                self._run(batch)
+    def _prepare_loop(self) -> None:
+        while True:
+            self._slot.acquire()
+            seqs = self.scheduler.next_batch(hold=self._is_executing)
+            if not seqs:  # closed
+                self._handoff.put(None)
+                return
+            prepared = self._prepare(seqs)
+            if prepared is None:
+                self._slot.release()
+            else:
+                self._handoff.put(prepared)
 
-    def _prepare(self, batch: list[Sequence]) -> list[Sequence]:
-        """Fail sequences whose deadline has passed; return the ones to run."""
-        now, live, expired = time.time(), [], []
-        for seq in batch:
-            late = seq.handle.deadline is not None and seq.handle.deadline < now
-            (expired if late else live).append(seq)
-        if expired:
-            self._resolve(expired, error=DeadlineExceeded("deadline exceeded before the request was scheduled"))
-        return live
+    def _is_executing(self) -> bool:
+        return self._executing_since is not None
 
-    def _run(self, batch: list[Sequence]) -> None:
-        """Run one prepared batch on the runner and hand each caller its output or the error."""
-        self._running = len(batch)
-        outputs, error = None, None
+    def _prepare(self, seqs: list[Sequence]) -> _Prepared | None:
+        """Drop sequences of late calls, then have the runner prepare the rest."""
+        now, live, late = time.time(), [], set()
+        for seq in seqs:
+            call = seq.handle
+            if call.deadline is not None and call.deadline < now:
+                late.add(call)
+            elif not call.failed:
+                live.append(seq)
+        if late:
+            self._fail(late, DeadlineExceeded("deadline exceeded before the request was scheduled"))
+            live = [seq for seq in live if seq.handle not in late]
+        if not live:
+            return None
+        segments = _segments(live)
+        start = time.perf_counter()
         try:
-            outputs = self.runner.run(batch)
-            if len(outputs) != len(batch):
-                raise RuntimeError(f"runner returned {len(outputs)} outputs for {len(batch)} sequences")
-        except PoolgateError as exc:
-            error = exc
+            batch = self.runner.prepare(live)
         except Exception as exc:
-            log.exception("runner failed on a batch of %d sequences", len(batch))
-            error = InternalError(f"runner failed: {exc}")
-        self._running = 0
-        self._resolve(batch, outputs, error)
+            log.exception("runner failed to prepare a batch of %d sequences", len(live))
+            self._fail({c for _, _, c in segments}, InternalError(f"runner failed: {exc}"))
+            return None
+        end = time.perf_counter()
+        self.stats.prepare_s += end - start
+        since = self._executing_since
+        if since is not None and since < end:
+            self.stats.prepare_overlapped_s += end - max(start, since)
+        return _Prepared(live, segments, batch, sum(seq.num_tokens for seq in live))
 
-    def _resolve(self, batch: list[Sequence], outputs=None, error: PoolgateError | None = None) -> None:
+    # --- the execute thread -------------------------------------------------
+
+    def _execute_loop(self) -> None:
+        while (prepared := self._handoff.get()) is not None:
+            self._slot.release()
+            calls = {c for _, _, c in prepared.segments}
+            if self.scheduler.closed:
+                self._fail(calls, Unavailable("worker is shutting down"))
+                continue
+            self._running = len(prepared.seqs)
+            self._executing_since = start = time.perf_counter()
+            try:
+                outputs = self.runner.execute(prepared.batch)
+                _check_cover(outputs, len(prepared.seqs))
+            except PoolgateError as exc:
+                self._fail(calls, exc)
+                continue
+            except Exception as exc:
+                log.exception("runner failed on a batch of %d sequences", len(prepared.seqs))
+                self._fail(calls, InternalError(f"runner failed: {exc}"))
+                continue
+            finally:
+                self._executing_since, self._running = None, 0
+                self.stats.execute_s += time.perf_counter() - start
+                self.scheduler.wake()
+            self.stats.batches += 1
+            self.stats.sequences += len(prepared.seqs)
+            self.stats.tokens += prepared.tokens
+            self._deliver(prepared.segments, outputs)
+
+    def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:
+        """Give each call its slice of every run; resolve the calls that are now complete."""
+        finished = []
+        for run in outputs:
+            for lo, hi, call in segments:
+                a, b = max(lo, run.start), min(hi, run.stop)
+                if a >= b or call.failed:
+                    continue
+                call.pieces.append(run.rows.slice(a - run.start, b - run.start))
+                call.done += b - a
+                if call.done == len(call.seqs):
+                    finished.append((call, Rows.concat(call.pieces)))
+        if finished:
+            self._call_soon(_resolve, finished)
+
+    def _fail(self, calls, error: PoolgateError) -> None:
+        for call in calls:
+            call.abandon()
+        self._call_soon(_settle, list(calls), error)
+
+    def _call_soon(self, fn, *args) -> None:
         try:
-            self._loop.call_soon_threadsafe(_settle, batch, outputs, error)
+            self._loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
 
-def _settle(batch: list[Sequence], outputs: list[np.ndarray] | None = None,
-            error: PoolgateError | None = None) -> None:
-    """On the loop: set each still-pending future's output or its own copy of the error."""
-    for i, seq in enumerate(batch):
-        future = seq.handle.future
-        if future.done():
-            continue
-        if error is not None:
-            future.set_exception(type(error)(error.message, param=error.param))
-        else:
-            future.set_result(outputs[i])
+def _segments(seqs: list[Sequence]) -> list[tuple[int, int, _Call]]:
+    """Runs of consecutive sequences that belong to one call."""
+    out, start = [], 0
+    for i in range(1, len(seqs) + 1):
+        if i == len(seqs) or seqs[i].handle is not seqs[start].handle:
+            out.append((start, i, seqs[start].handle))
+            start = i
+    return out
 
 
-def _check_inputs(inputs: list) -> None:
-    for x in inputs:
-        if isinstance(x, str):
-            _check_text(x)
-            continue
-        if not isinstance(x, list) or not all(_is_token_id(t) for t in x):
-            raise InvalidRequest("each input must be a string or a list of non-negative integer token ids",
-                                 param="input")
+def _check_cover(outputs: list[RunOutput], n: int) -> None:
+    """The runner's outputs must cover sequences 0..n in order, with one output each."""
+    at = 0
+    for run in outputs:
+        if run.start != at or run.stop <= run.start or len(run.rows) != run.stop - run.start:
+            raise InternalError(f"runner outputs do not cover the batch (at {at}: {run.start}..{run.stop})")
+        at = run.stop
+    if at != n:
+        raise InternalError(f"runner returned outputs for {at} of {n} sequences")
 
 
-def _check_text(text: str) -> None:
-    """Texts must be valid Unicode: JSON can carry lone surrogates that no tokenizer takes."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidRequest(f"input text is not valid Unicode ({exc.reason} at position {exc.start})",
-                             param="input") from None
+def _calls_of(seqs: list[Sequence]) -> list[_Call]:
+    return list({id(seq.handle): seq.handle for seq in seqs}.values())
 
 
-def _is_token_id(t) -> bool:
-    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
+def _resolve(finished: list[tuple[_Call, Rows]]) -> None:
+    """On the loop: hand each complete call its rows."""
+    for call, rows in finished:
+        if not call.future.done():
+            call.future.set_result(rows)
+
+
+def _settle(calls: list[_Call], error: PoolgateError) -> None:
+    """On the loop: fail each still-pending call with its own copy of ``error``."""
+    for call in calls:
+        if not call.future.done():
+            call.future.set_exception(type(error)(error.message, param=error.param))
 
 
 def _check_deadline(deadline: float | None) -> None:

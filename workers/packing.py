@@ -90,14 +90,26 @@ def _group(members: list[int], lengths: list[int], cu: np.ndarray) -> AttnGroup:
     )
 
 
-def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:
-    """Copy every tensor of ``batch`` to ``device`` (non-blocking where the source allows)."""
-    if device.type == "cpu":
-        return batch
-    mv = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
+    """A copy of ``batch`` with ``fn`` applied to every tensor (device moves, pinning)."""
     groups = None if batch.groups is None else [
-        AttnGroup(g.n, g.max_len, mv(g.gather), None if g.mask is None else mv(g.mask), mv(g.valid), mv(g.dst))
+        AttnGroup(g.n, g.max_len, fn(g.gather), None if g.mask is None else fn(g.mask), fn(g.valid), fn(g.dst))
         for g in batch.groups
     ]
-    return PackedBatch(mv(batch.input_ids), mv(batch.positions), mv(batch.cu_seqlens), mv(batch.seg_ids),
+    return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
                        batch.lengths, batch.max_len, groups)
+
+
+def tensors(batch: PackedBatch) -> list[torch.Tensor]:
+    """Every tensor ``batch`` holds."""
+    out = [batch.input_ids, batch.positions, batch.cu_seqlens, batch.seg_ids]
+    for g in batch.groups or ():
+        out += [t for t in (g.gather, g.mask, g.valid, g.dst) if t is not None]
+    return out
+
+
+def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:
+    """Copy every tensor of ``batch`` to ``device`` (non-blocking where the source is pinned)."""
+    if device.type == "cpu":
+        return batch
+    return map_tensors(batch, lambda t: t.to(device, non_blocking=True))

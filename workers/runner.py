@@ -1,46 +1,63 @@
-"""The pooling runner: packed batch → model forward → pooler → arrays on the host."""
+"""The pooling runner: ``prepare`` packs and uploads a batch, ``execute`` runs forward + pooler.
+
+``prepare`` is all host work (packing into one padding-free batch, the
+attention plan, pinned buffers and the copy to the device) and runs in the
+engine's prepare thread while the previous batch executes. ``execute`` is
+the forward, the pooling method and the head for each run of sequences with
+equal params, and one copy of the results back to the host.
+"""
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.rows import Rows
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.packing import pack, to_device
+from poolgate.workers.packing import PackedBatch, pack
 from poolgate.workers.pooling.head import EmbedHead
 from poolgate.workers.pooling.methods import PoolingMethod
-from poolgate.workers.sequence import Sequence
-from poolgate.workers.tokenizer import TextEncoder
+from poolgate.workers.runner_api import RunOutput
+from poolgate.workers.sequence import Sequence, param_runs
+
+
+@dataclass
+class PreparedBatch:
+    """A packed batch on the device, its runs of equal params, and the upload's ready marker."""
+
+    packed: PackedBatch
+    runs: list[tuple[int, int, PoolingParams]]
+    ready: Any = None
 
 
 class PoolingRunner:
-    """Runs one model for the engine: ``encode_texts`` and ``run`` (the Runner contract)."""
+    """One model on one backend in one dtype, built whole (see ``workers.build``)."""
 
-    def __init__(self, *, model: nn.Module, encoder: TextEncoder, backend: Backend, dtype: torch.dtype,
-                 method: PoolingMethod, head: EmbedHead, info: ModelInfo):
-        self.model, self.encoder, self.backend, self.dtype = model, encoder, backend, dtype
-        self.method, self.head, self.info = method, head, info
-        self.device = backend.device()
+    def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype,
+                 method: PoolingMethod, head: EmbedHead):
+        self.model, self.backend, self.dtype = model, backend, dtype
+        self.method, self.head = method, head
         self.position_offset = getattr(getattr(model, "config", None), "position_offset", 0)
         self.group_attention = backend.uses_groups(dtype)
-        self.max_batch_tokens = backend.default_batch_tokens
 
-    def encode_texts(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        return self.encoder.encode(texts, max_tokens)
-
-    @torch.inference_mode()
-    def pooled(self, token_ids: list[list[int]]) -> torch.Tensor:
-        """(batch, hidden) fp32 pooled states before the head."""
-        batch = pack(token_ids, position_offset=self.position_offset, group_attention=self.group_attention)
-        batch = to_device(batch, self.device)
-        hidden = self.model(batch).float()  # (n_tokens, hidden), pooling in fp32
-        return self.method(hidden, batch)
+    def prepare(self, seqs: list[Sequence]) -> PreparedBatch:
+        packed = pack([s.token_ids for s in seqs], position_offset=self.position_offset,
+                      group_attention=self.group_attention)
+        packed, ready = self.backend.upload(packed)
+        return PreparedBatch(packed, param_runs(seqs), ready)
 
     @torch.inference_mode()
-    def run(self, batch: list[Sequence]) -> list[np.ndarray]:
-        pooled = self.pooled([s.token_ids for s in batch])  # (batch, hidden)
-        vectors = self.head(pooled, [s.params for s in batch])
-        if len({v.shape for v in vectors}) == 1:
-            return list(torch.stack(vectors).cpu().numpy())
-        return [v.cpu().numpy() for v in vectors]
+    def execute(self, batch: PreparedBatch) -> list[RunOutput]:
+        self.backend.wait_upload(batch.ready, batch.packed)
+        hidden = self.model(batch.packed).float()  # (n_tokens, hidden), pooling in fp32
+        pooled = self.method(hidden, batch.packed)  # (batch, hidden)
+        vectors = [self.head(pooled[a:b], params) for a, b, params in batch.runs]  # each (b - a, dim)
+        host = self.backend.to_host(vectors)
+        return [RunOutput(a, b, Rows(h)) for (a, b, _), h in zip(batch.runs, host)]
+
+    def run(self, seqs: list[Sequence]) -> list[RunOutput]:
+        """prepare + execute in one go (start-up probes, warm-up, tests)."""
+        return self.execute(self.prepare(seqs))

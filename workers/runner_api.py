@@ -1,25 +1,59 @@
-"""The contract between the worker's engine and a model runner (torch-free)."""
+"""The contract between the worker's engine and a model (torch-free): encoder, runner, loaded model.
+
+Like text-embeddings-inference's queue/backend split, the engine owns
+everything about requests (tokenizing, checking, queueing, batching) and a
+runner only turns a batch of token-id sequences into outputs, in two steps
+the engine overlaps: ``prepare`` (host work: packing, buffers, the copy to the
+device) for batch N+1 runs while ``execute`` (forward + pooling) runs batch N.
+"""
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-import numpy as np
-
+from poolgate.shared.rows import Rows
 from poolgate.shared.wire import ModelInfo
 from poolgate.workers.sequence import Sequence
 
 
+class TextEncoder(Protocol):
+    """Texts to token ids; the real one is ``workers.tokenizer.TextEncoder``."""
+
+    def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Ids with special tokens; with ``max_tokens``, truncated as sentence-transformers does."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """The outputs of the batch's sequences ``start..stop`` (one run of equal params)."""
+
+    start: int
+    stop: int
+    rows: Rows
+
+
 class Runner(Protocol):
-    """Tokenizes and pools; the real one is ``workers.runner.PoolingRunner``."""
+    """Runs batches for the engine; the real one is ``workers.runner.PoolingRunner``.
+
+    ``prepare`` and ``execute`` are called from two different threads, one
+    batch at a time each; ``execute`` gets batches in the order they were prepared.
+    """
+
+    def prepare(self, seqs: list[Sequence]) -> Any:
+        """Everything before the forward: pack ``seqs`` and move them to the device."""
+        ...
+
+    def execute(self, batch: Any) -> list[RunOutput]:
+        """Forward + pooling for a prepared batch; outputs cover every sequence, in order."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What a worker serves: built once, at start-up, by the runner factory."""
 
     info: ModelInfo
+    encoder: TextEncoder
+    runner: Runner
     max_batch_tokens: int  # the engine's token budget per batch
-
-    def encode_texts(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        """Token ids with special tokens; truncated as sentence-transformers does
-        (tokenizer truncation to ``max_tokens``) when ``max_tokens`` is given."""
-        ...
-
-    def run(self, batch: list[Sequence]) -> list[np.ndarray]:
-        """One float32 array per sequence, in order (for embed: shape (dim,))."""
-        ...

@@ -7,13 +7,17 @@ and the next batch takes, first in first out, everything that fits the token
 budget. The head of the queue always goes, even when it alone is over budget
 (a single input longer than the budget must still run). Items whose client
 left (``.cancelled``) are dropped wherever they sit and never returned.
+
+``next_batch(hold=...)`` lets the engine cut the next batch early, while the
+device still runs the last one, but only once a full budget is queued: while
+``hold()`` is true a partial batch waits (``wake`` re-checks it).
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from typing import Protocol
+from typing import Callable, Protocol
 
 from poolgate.shared.errors import Unavailable
 
@@ -44,19 +48,28 @@ class TokenBudgetScheduler:
             self._tokens += item.num_tokens
             self._cond.notify()
 
-    def next_batch(self, timeout: float | None = None) -> list[Schedulable]:
-        """Block until something is queued, then cut a batch; [] on timeout or close."""
+    def next_batch(self, timeout: float | None = None, *,
+                   hold: Callable[[], bool] | None = None) -> list[Schedulable]:
+        """Block until something is queued, then cut a batch; [] on timeout or close.
+
+        While ``hold()`` is true, wait for a full budget of queued tokens instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._closed:
-                batch = self._cut()
-                if batch:
-                    return batch
+                if hold is None or self._tokens >= self.max_batch_tokens or not hold():
+                    batch = self._cut()
+                    if batch:
+                        return batch
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return []
                 self._cond.wait(remaining)
             return []
+
+    def wake(self) -> None:
+        """Make a waiting ``next_batch`` look at its ``hold`` again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def close(self) -> list[Schedulable]:
         """Stop handing out batches, wake every waiter; returns what was still queued."""

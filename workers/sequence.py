@@ -1,4 +1,4 @@
-"""One tokenized input waiting for, or inside, a batch (torch-free)."""
+"""One tokenized input waiting for, or inside, a batch (torch-free), and runs of equal params."""
 from __future__ import annotations
 
 import time
@@ -21,3 +21,13 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+
+def param_runs(seqs: list[Sequence]) -> list[tuple[int, int, PoolingParams]]:
+    """Consecutive sequences with equal params, as (start, stop, params): one head call each."""
+    runs, start = [], 0
+    for i in range(1, len(seqs) + 1):
+        if i == len(seqs) or seqs[i].params != seqs[start].params:
+            runs.append((start, i, seqs[start].params))
+            start = i
+    return runs

@@ -1,5 +1,8 @@
-"""Gateway test helpers: an app over fake worker clients, in-process or on a TCP port."""
+"""Gateway test helpers: the real app over real workers (transport + Engine around a FakeRunner)."""
 from __future__ import annotations
+
+import contextlib
+import tempfile
 
 import pytest
 from aiohttp import web
@@ -9,36 +12,39 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.pool import WorkerPool
 from poolgate.gateway.router import Router
 from poolgate.shared.config import GatewayConfig
-from tests.conftest import FakeRunner, FakeWorkerClient
+from poolgate.workers.runner_api import LoadedModel
+from tests.fakes import fake_model, worker_clients
 
 
-def make_router(*clients: FakeWorkerClient, max_in_flight: int | None = None,
-                ready: bool = True) -> Router:
-    """One pool per distinct served model name among ``clients``."""
-    by_name: dict[str, list[FakeWorkerClient]] = {}
-    for client in clients:
-        by_name.setdefault(client.runner.info.served_model_name, []).append(client)
-    return Router(
-        WorkerPool(group[0].runner.info, group, max_in_flight=max_in_flight, ready=ready)
-        for group in by_name.values()
-    )
+@contextlib.asynccontextmanager
+async def served_router(models: list[LoadedModel], *, max_in_flight: int | None = None, ready: bool = True):
+    """A Router with one pool per served name, each model served by a real worker on a Unix socket."""
+    with tempfile.TemporaryDirectory(prefix="pg-test-") as folder:
+        async with worker_clients(models, folder) as clients:
+            by_name: dict[str, tuple] = {}
+            for model, client in zip(models, clients):
+                by_name.setdefault(model.info.served_model_name, (model.info, []))[1].append(client)
+            yield Router(WorkerPool(info, members, max_in_flight=max_in_flight, ready=ready)
+                         for info, members in by_name.values())
 
 
 @pytest.fixture
 async def gateway():
-    """``await gateway(config=..., router=...)`` -> a started aiohttp TestClient."""
-    started: list[TestClient] = []
+    """``await gateway(config=..., models=[...], max_in_flight=..., ready=...)`` -> a started TestClient.
 
-    async def start(*, config: GatewayConfig | None = None, router: Router | None = None) -> TestClient:
-        router = router or make_router(FakeWorkerClient(FakeRunner()))
-        client = TestClient(TestServer(make_app(config or GatewayConfig(), router)))
-        await client.start_server()
-        started.append(client)
-        return client
+    ``models`` defaults to one ``fake_model()``; every model gets a real worker."""
+    async with contextlib.AsyncExitStack() as stack:
 
-    yield start
-    for client in started:
-        await client.close()
+        async def start(*, config: GatewayConfig | None = None, models: list[LoadedModel] | None = None,
+                        max_in_flight: int | None = None, ready: bool = True) -> TestClient:
+            router = await stack.enter_async_context(
+                served_router(models or [fake_model()], max_in_flight=max_in_flight, ready=ready))
+            client = TestClient(TestServer(make_app(config or GatewayConfig(), router)))
+            await client.start_server()
+            stack.push_async_callback(client.close)
+            return client
+
+        yield start
 
 
 @pytest.fixture

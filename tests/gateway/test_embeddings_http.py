@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 
 from poolgate.shared.config import GatewayConfig
-from tests.conftest import FakeRunner, FakeWorkerClient
-from tests.gateway.conftest import make_router
+from tests.fakes import expected_vector, fake_model, fake_vector
 
 LONG = " ".join(["word"] * 40)  # 42 tokens > the fake's max_model_len of 32
 
 
-def expected(runner: FakeRunner, text: str, **kw) -> list[float]:
-    return runner.vector(runner.encode_texts([text])[0], **kw).tolist()
+def expected(text: str, **params) -> list[float]:
+    return expected_vector(text, **params).tolist()
 
 
 async def post(client, body, **kw):
@@ -32,9 +31,8 @@ async def test_float_response(gateway):
     resp = await post(client, {"model": "fake-model", "input": ["hello world", "a b c"]})
     assert resp.status == 200 and resp.content_type == "application/json"
     body = await resp.json()
-    runner = FakeRunner()
     assert [np.float32(d["embedding"]).tolist() for d in body["data"]] == [
-        expected(runner, "hello world"), expected(runner, "a b c")]
+        expected("hello world"), expected("a b c")]
     assert body["usage"] == {"prompt_tokens": 9, "total_tokens": 9}
     assert body["model"] == "fake-model" and body["object"] == "list"
     assert body["id"] == f"embd-{resp.headers['X-Request-Id']}"
@@ -54,8 +52,7 @@ async def test_float_and_base64_give_the_same_vectors(gateway):
 async def test_token_id_inputs(gateway):
     client = await gateway()
     body = await (await post(client, {"input": [[101, 5, 6, 102], [101, 7, 102]]})).json()
-    runner = FakeRunner()
-    assert np.float32(body["data"][1]["embedding"]).tolist() == runner.vector([101, 7, 102]).tolist()
+    assert np.float32(body["data"][1]["embedding"]).tolist() == fake_vector([101, 7, 102]).tolist()
     assert body["usage"]["prompt_tokens"] == 7
     single = await (await post(client, {"input": [101, 5, 6, 102]})).json()
     assert len(single["data"]) == 1 and single["usage"]["prompt_tokens"] == 4
@@ -65,7 +62,7 @@ async def test_use_activation_false_is_passed_to_the_worker(gateway):
     client = await gateway()
     body = await (await post(client, {"input": "a b", "use_activation": False})).json()
     assert np.float32(body["data"][0]["embedding"]).tolist() == \
-        expected(FakeRunner(), "a b", normalize=False)
+        expected("a b", normalize=False)
 
 
 async def test_too_long_input_is_vllms_400(gateway):
@@ -99,7 +96,7 @@ async def test_dimensions(gateway):
     err = await error_of(await post(client, {"input": "x", "dimensions": 4}), 400)
     assert err["message"] == ("Model 'fake-model' does not support Matryoshka embeddings; "
                               "dimensions must be unset (received dimensions=4).")
-    mat = await gateway(router=make_router(FakeWorkerClient(FakeRunner(matryoshka=True))))
+    mat = await gateway(models=[fake_model(matryoshka=True)])
     body = await (await post(mat, {"input": "a b", "dimensions": 4})).json()
     assert len(body["data"][0]["embedding"]) == 4
     err = await error_of(await post(mat, {"input": "a b", "dimensions": 9}), 400)

@@ -9,8 +9,7 @@ import pytest
 from poolgate.gateway.state import ERROR_FORMATTERS, ROUTER
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Overloaded, Unavailable
-from tests.conftest import FakeRunner, FakeWorkerClient
-from tests.gateway.conftest import make_router
+from tests.fakes import fake_model
 
 KEYED = GatewayConfig(api_key="sekrit")
 
@@ -76,10 +75,16 @@ async def test_unknown_route_and_wrong_method_in_the_error_shape(gateway):
     assert err["message"] == "Method Not Allowed" and err["code"] == "method_not_allowed"
 
 
+def fail_submits(client, error: Exception) -> None:
+    """Make the fake model's pool raise ``error`` for every call."""
+    async def submit(call):
+        raise error
+    client.app[ROUTER].pools["fake-model"].submit = submit
+
+
 async def test_unexpected_exceptions_become_a_generic_500(gateway, caplog):
     client = await gateway()
-    pool = client.app[ROUTER].pools["fake-model"]
-    pool.clients[0].fail = RuntimeError("secret internals at /home/x")
+    fail_submits(client, RuntimeError("secret internals at /home/x"))
     with caplog.at_level(logging.ERROR, logger="poolgate.gateway.middleware"):
         resp = await client.post("/v1/embeddings", json={"input": "x"})
     assert resp.status == 500
@@ -92,22 +97,21 @@ async def test_unexpected_exceptions_become_a_generic_500(gateway, caplog):
 @pytest.mark.parametrize("error, status", [(Overloaded("busy"), 429), (Unavailable("gone"), 503)])
 async def test_retry_after_on_429_and_503(gateway, error, status):
     client = await gateway()
-    client.app[ROUTER].pools["fake-model"].clients[0].fail = error
+    fail_submits(client, error)
     resp = await client.post("/v1/embeddings", json={"input": "x"})
     assert resp.status == status and resp.headers["Retry-After"] == "1"
     assert (await resp.json())["error"]["message"] == error.message
 
 
 async def test_admission_limit_is_429_over_http(gateway):
-    worker = FakeWorkerClient(FakeRunner())
-    worker.gate = asyncio.Event()
-    client = await gateway(router=make_router(worker, max_in_flight=1))
+    model = fake_model()
+    model.runner.release.clear()  # hold every batch on the "device"
+    client = await gateway(models=[model], max_in_flight=1)
     held = asyncio.create_task(client.post("/v1/embeddings", json={"input": "x"}))
-    while not worker.calls:
-        await asyncio.sleep(0.001)
+    await asyncio.to_thread(model.runner.entered.wait, 2)
     resp = await client.post("/v1/embeddings", json={"input": "y"})
     assert resp.status == 429 and (await resp.json())["error"]["type"] == "RateLimitError"
-    worker.gate.set()
+    model.runner.release.set()
     assert (await held).status == 200
 
 

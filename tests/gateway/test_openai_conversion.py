@@ -1,4 +1,4 @@
-"""The OpenAI dialect's pure conversions: request -> PoolingCall, result -> body."""
+"""The OpenAI dialect's pure conversions (request -> ServeRequest, result -> body) and serving policy."""
 from __future__ import annotations
 
 import base64
@@ -12,17 +12,21 @@ import pytest
 from pydantic import ValidationError
 
 from poolgate.gateway.dialects.body import validation_error
-from poolgate.gateway.dialects.openai import EmbeddingRequest, to_call, to_response
+from poolgate.gateway.dialects.openai import EmbeddingRequest, to_request, to_response
+from poolgate.gateway.serving import Served, check_input_count, deadline, with_policy
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.limits import check_inputs
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingResult
+from tests.fakes import fake_model
+
+INFO = fake_model().info
 
 
-def convert(body: dict, auto_truncate: bool = False):
-    req = EmbeddingRequest.model_validate(body)
-    return to_call(req, request_id="rid", model="served", config=GatewayConfig(auto_truncate=auto_truncate),
-                   now=1000.0)
+def convert(body: dict):
+    return to_request(EmbeddingRequest.model_validate(body))
 
 
 @pytest.mark.parametrize("value, inputs", [
@@ -32,9 +36,9 @@ def convert(body: dict, auto_truncate: bool = False):
     ([[1, 2], [3]], [[1, 2], [3]]),
 ])
 def test_input_forms_become_a_list_of_inputs(value, inputs):
-    call = convert({"input": value})
-    assert call.inputs == inputs
-    assert (call.request_id, call.model) == ("rid", "served")
+    req = convert({"input": value, "model": "m"})
+    assert req.inputs == inputs and req.model == "m"
+    assert convert({"input": value}).model is None
 
 
 @pytest.mark.parametrize("value", [
@@ -52,7 +56,18 @@ def test_strings_of_digits_stay_texts():
 
 def test_empty_input_is_vllms_400():
     with pytest.raises(InvalidRequest, match="You must pass at least one prompt"):
-        convert({"input": []})
+        check_inputs(INFO, convert({"input": []}).inputs)
+
+
+def test_input_count_cap():
+    check_input_count(GatewayConfig(max_inputs_per_request=2), ["a", "b"])
+    with pytest.raises(InvalidRequest, match="Too many inputs: 3 in one request; the limit is 2."):
+        check_input_count(GatewayConfig(max_inputs_per_request=2), ["a", "b", "c"])
+
+
+def test_request_timeout_becomes_the_deadline():
+    assert deadline(GatewayConfig(request_timeout_s=5.0), now=1000.0) == 1005.0
+    assert deadline(GatewayConfig(request_timeout_s=None), now=1000.0) is None
 
 
 def test_params_are_carried_and_extras_ignored():
@@ -63,10 +78,12 @@ def test_params_are_carried_and_extras_ignored():
 
 
 def test_auto_truncate_fills_only_a_missing_truncation():
-    assert convert({"input": "x"}).params.truncate_prompt_tokens is None
-    assert convert({"input": "x"}, auto_truncate=True).params.truncate_prompt_tokens == -1
-    explicit = convert({"input": "x", "truncate_prompt_tokens": 3}, auto_truncate=True)
-    assert explicit.params.truncate_prompt_tokens == 3
+    def truncation(body: dict, auto_truncate: bool) -> int | None:
+        return with_policy(GatewayConfig(auto_truncate=auto_truncate), convert(body).params).truncate_prompt_tokens
+
+    assert truncation({"input": "x"}, False) is None
+    assert truncation({"input": "x"}, True) == -1
+    assert truncation({"input": "x", "truncate_prompt_tokens": 3}, True) == 3
 
 
 def test_removed_normalize_param_has_vllms_message():
@@ -89,13 +106,14 @@ def test_validation_error_lists_at_most_a_few_errors():
     assert message.count("\n") <= 6 and "more" in message
 
 
-def result(*vectors) -> PoolingResult:
-    return PoolingResult(outputs=[np.asarray(v, dtype=np.float32) for v in vectors], prompt_tokens=[3, 4])
+def result(*vectors) -> Served:
+    """Served as a worker sends it: one (n, dim) block for the whole call."""
+    outputs = Rows(np.asarray(vectors, dtype=np.float32))
+    return Served("rid", fake_model(name="m").info, PoolingResult(outputs=outputs, prompt_tokens=[3, 4]))
 
 
 def test_float_response_shape_and_usage():
-    body = to_response(result([0.1, -2.0], [3.5, 1e-8]), request_id="rid", model="m",
-                       encoding_format="float", created=123)
+    body = to_response(result([0.1, -2.0], [3.5, 1e-8]), encoding_format="float", created=123)
     assert {k: body[k] for k in ("id", "object", "created", "model")} == {
         "id": "embd-rid", "object": "list", "created": 123, "model": "m"}
     assert body["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
@@ -106,8 +124,7 @@ def test_float_response_shape_and_usage():
 
 def test_base64_is_the_raw_little_endian_float32_bytes():
     vector = np.asarray([0.1, -2.0, 3.25], dtype=np.float64)  # converted to float32
-    body = to_response(result(vector, vector[::-1]), request_id="r", model="m",
-                       encoding_format="base64", created=1)
+    body = to_response(result(vector, vector[::-1]), encoding_format="base64", created=1)
     raw = base64.b64decode(body["data"][0]["embedding"])
     assert raw == vector.astype("<f4").tobytes()
     assert base64.b64decode(body["data"][1]["embedding"]) == vector[::-1].astype("<f4").tobytes()
@@ -117,7 +134,7 @@ def test_float_body_round_trips_the_float32_values():
     from poolgate.gateway.dialects import encoding
 
     vectors = result([0.1, 1 / 3], [2.5, -1e-8])
-    body = encoding.dumps(to_response(vectors, request_id="r", model="m", encoding_format="float", created=1))
+    body = encoding.dumps(to_response(vectors, encoding_format="float", created=1))
     as_f32 = [np.float32(d["embedding"]).tolist() for d in json.loads(body)["data"]]
     assert as_f32 == [np.float32(v).tolist() for v in ([0.1, 1 / 3], [2.5, -1e-8])]
 

@@ -1,38 +1,37 @@
 """The official openai SDK, unmodified, against the app on a real TCP port."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import openai
 import pytest
 
 from poolgate.gateway.app import make_app
 from poolgate.shared.config import GatewayConfig
-from tests.conftest import FakeRunner, FakeWorkerClient
-from tests.gateway.conftest import make_router
+from tests.fakes import expected_vector, fake_model, fake_vector
+from tests.gateway.conftest import served_router
 
 LONG = " ".join(["word"] * 40)
 
 
 @pytest.fixture
 async def sdk(live_server):
-    """``await sdk(config)`` -> an AsyncOpenAI client for a fresh app over one fake worker."""
-    clients: list[openai.AsyncOpenAI] = []
+    """``await sdk(config)`` -> an AsyncOpenAI client for a fresh app over one real (fake-model) worker."""
+    async with contextlib.AsyncExitStack() as stack:
 
-    async def start(config: GatewayConfig = GatewayConfig(), api_key: str = "x") -> openai.AsyncOpenAI:
-        router = make_router(FakeWorkerClient(FakeRunner()))
-        base_url = await live_server(make_app(config, router))
-        client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0)
-        clients.append(client)
-        return client
+        async def start(config: GatewayConfig = GatewayConfig(), api_key: str = "x") -> openai.AsyncOpenAI:
+            router = await stack.enter_async_context(served_router([fake_model()]))
+            base_url = await live_server(make_app(config, router))
+            client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0)
+            stack.push_async_callback(client.close)
+            return client
 
-    yield start
-    for client in clients:
-        await client.close()
+        yield start
 
 
 def expected(*texts: str) -> list[list[float]]:
-    runner = FakeRunner()
-    return [runner.vector(ids).tolist() for ids in runner.encode_texts(list(texts))]
+    return [expected_vector(text).tolist() for text in texts]
 
 
 async def test_default_base64_is_decoded_by_the_sdk(sdk):
@@ -52,9 +51,8 @@ async def test_explicit_float(sdk):
 async def test_token_ids(sdk):
     client = await sdk()
     resp = await client.embeddings.create(model="fake-model", input=[[101, 7, 102], [101, 8, 9, 102]])
-    runner = FakeRunner()
-    assert [d.embedding for d in resp.data] == [runner.vector([101, 7, 102]).tolist(),
-                                                runner.vector([101, 8, 9, 102]).tolist()]
+    assert [d.embedding for d in resp.data] == [fake_vector([101, 7, 102]).tolist(),
+                                                fake_vector([101, 8, 9, 102]).tolist()]
     assert resp.usage.prompt_tokens == 7
 
 

@@ -3,14 +3,11 @@ from __future__ import annotations
 
 from poolgate.shared.version import VERSION
 from poolgate.gateway.state import ROUTER
-from tests.conftest import FakeRunner, FakeWorkerClient
-from tests.gateway.conftest import make_router
+from tests.fakes import fake_model
 
 
 async def test_models_lists_every_served_model(gateway):
-    router = make_router(FakeWorkerClient(FakeRunner(name="a", max_model_len=16)),
-                         FakeWorkerClient(FakeRunner(name="b")))
-    client = await gateway(router=router)
+    client = await gateway(models=[fake_model(name="a", max_model_len=16), fake_model(name="b")])
     body = await (await client.get("/v1/models")).json()
     assert body["object"] == "list"
     first = body["data"][0]
@@ -21,15 +18,15 @@ async def test_models_lists_every_served_model(gateway):
 
 
 async def test_health_is_503_until_every_pool_is_ready(gateway):
-    worker = FakeWorkerClient(FakeRunner())
-    client = await gateway(router=make_router(worker, ready=False))
+    client = await gateway(ready=False)
     for path in ("/health", "/ping"):
         resp = await client.get(path)
         assert resp.status == 503 and resp.headers["Retry-After"] == "1"
         assert (await resp.json())["error"]["type"] == "ServiceUnavailableError"
     resp = await client.post("/v1/embeddings", json={"input": "x"})
     assert resp.status == 503
-    client.app[ROUTER].pools["fake-model"].mark_ready(worker)
+    pool = client.app[ROUTER].pools["fake-model"]
+    pool.mark_ready(pool.clients[0])
     for path in ("/health", "/ping"):
         resp = await client.get(path)
         assert resp.status == 200 and await resp.read() == b""

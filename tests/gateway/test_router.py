@@ -8,13 +8,12 @@ import pytest
 from poolgate.gateway.pool import WorkerPool
 from poolgate.gateway.router import Router
 from poolgate.shared.errors import InvalidRequest, ModelNotFound, NotSupported
-from tests.conftest import FakeRunner, FakeWorkerClient
+from tests.fakes import FakeWorkerClient, fake_model
 
 
 def pool(name: str, *, ready: bool = True, tasks: tuple[str, ...] = ("embed",)) -> WorkerPool:
-    client = FakeWorkerClient(FakeRunner(name=name))
-    info = dataclasses.replace(client.runner.info, tasks=tasks)
-    return WorkerPool(info, [client], ready=ready)
+    info = dataclasses.replace(fake_model(name=name).info, tasks=tasks)
+    return WorkerPool(info, [FakeWorkerClient(info)], ready=ready)
 
 
 def test_resolves_by_name_and_defaults_to_the_only_model():

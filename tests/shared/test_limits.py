@@ -2,7 +2,8 @@
 import pytest
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
-from poolgate.shared.limits import check_length, check_params, check_token_ids, truncation_length
+from poolgate.shared.limits import check_call, check_inputs, check_length, check_params, check_task, check_token_ids, truncation_length
+from poolgate.shared.wire import PoolingCall
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo
 
@@ -29,7 +30,9 @@ def test_dimensions_rules():
 
 def test_task_lengths_and_token_ids():
     with pytest.raises(NotSupported, match="Unsupported task"):
-        check_params(INFO, PoolingParams(task="classify"))
+        check_task(INFO, PoolingParams(task="classify"))
+    with pytest.raises(NotSupported, match="Unsupported task"):
+        check_call(INFO, PoolingCall(request_id="r", model="m", inputs=["x"], params=PoolingParams(task="classify")))
     with pytest.raises(ContextLengthExceeded, match="maximum context length is 16 tokens"):
         check_length(INFO, 17)
     with pytest.raises(InvalidRequest, match="cannot be empty"):
@@ -37,3 +40,20 @@ def test_task_lengths_and_token_ids():
     check_token_ids(INFO, [0, 99])
     with pytest.raises(InvalidRequest, match="Token id 100 is out of vocabulary"):
         check_token_ids(INFO, [1, 100])
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ([], "You must pass at least one prompt"),
+    ([[1.5]], "each input must be a string or a list"),
+    ([["a"]], "each input must be a string or a list"),
+    ([[-1]], "each input must be a string or a list"),
+    ([[True]], "each input must be a string or a list"),
+    ([None], "each input must be a string or a list"),
+    (["ok", "a\ud800b"], "not valid Unicode"),
+    ([[1, 100]], "Token id 100 is out of vocabulary"),
+])
+def test_inputs_are_texts_or_in_vocabulary_ids(inputs, message):
+    with pytest.raises(InvalidRequest, match=message) as err:
+        check_inputs(INFO, inputs)
+    assert err.value.param == "input"
+    check_inputs(INFO, ["fine", [0, 99], []])  # an empty id list is refused later, by its length

@@ -1,4 +1,4 @@
-"""WorkerClient against a real worker server (FakeRunner engine) over a Unix socket and TCP."""
+"""WorkerClient against a real worker server (Engine over the fake model) over a Unix socket and TCP."""
 from __future__ import annotations
 
 import asyncio
@@ -13,18 +13,9 @@ from poolgate.shared.errors import ContextLengthExceeded, InternalError, Invalid
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.transport import Address, WorkerClient, parse_address, read_frame
 from poolgate.shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
-from tests.conftest import FakeRunner, until
 from poolgate.workers.engine import Engine
 from poolgate.workers.server import bound_address, serve
-
-
-class WorkerRunner(FakeRunner):
-    """FakeRunner with a tokenizer that breaks on 'explode'."""
-
-    def encode_texts(self, texts, max_tokens=None):
-        if "explode" in texts:
-            raise RuntimeError("tokenizer exploded")
-        return super().encode_texts(texts, max_tokens)
+from tests.fakes import fake_ids, fake_model, fake_vector, until
 
 
 def call(*inputs, **params) -> PoolingCall:
@@ -44,18 +35,23 @@ def listen(request, sock_dir) -> str:
 
 
 @pytest.fixture
-def runner() -> WorkerRunner:
-    return WorkerRunner()
+def model():
+    return fake_model(max_batch_tokens=256)
 
 
 @pytest.fixture
-async def worker(listen, runner):
+def runner(model):
+    return model.runner
+
+
+@pytest.fixture
+async def worker(listen, model):
     """A started engine and server; yields the address to dial."""
-    engine = Engine(runner, max_batch_tokens=256)
+    engine = Engine(model)
     await engine.start()
-    server = await serve(listen, engine, runner.info)
+    server = await serve(listen, engine, model.info)
     yield bound_address(server)
-    runner.release.set()
+    model.runner.release.set()
     server.close()
     await engine.stop()
 
@@ -78,22 +74,24 @@ def test_parse_address():
             parse_address(bad)
 
 
-async def test_info(client, runner):
-    assert await client.info() == runner.info
+async def test_info(client, model):
+    assert await client.info() == model.info
     assert client.address.startswith(("unix:", "tcp://"))
 
 
 async def test_pool_round_trip_is_bit_exact(client, runner):
     result = await client.pool(call("hello world", [5, 6, 7]))
     assert result.prompt_tokens == [4, 3]
-    expected = [runner.vector(runner.encode_texts(["hello world"])[0]), runner.vector([5, 6, 7])]
-    for got, want in zip(result.outputs, expected):
-        assert got.dtype == np.float32 and got.shape == (8,)
-        assert got.tobytes() == want.tobytes()
+    assert result.outputs.values.shape == (2, 8) and result.outputs.values.dtype == np.float32
+    expected = np.stack([fake_vector(fake_ids("hello world")), fake_vector([5, 6, 7])])
+    assert result.outputs.values.tobytes() == expected.tobytes()
 
 
 async def test_health_reports_load(client):
-    assert await client.health() == {"ready": True, "queued": 0, "queued_tokens": 0, "running": 0}
+    health = await client.health()
+    assert {k: v for k, v in health.items() if k != "pipeline"} == {
+        "ready": True, "queued": 0, "queued_tokens": 0, "running": 0}
+    assert health["pipeline"]["batches"] == 0
 
 
 async def test_concurrent_requests_share_one_connection(client, runner):
@@ -107,7 +105,7 @@ async def test_concurrent_requests_share_one_connection(client, runner):
     runner.release.set()
     results = await asyncio.gather(first, *rest)
     for i, result in enumerate(results[1:]):
-        assert_array_equal(result.outputs[0], runner.vector([i + 10]))
+        assert_array_equal(result.outputs.item(0), fake_vector([i + 10]))
     assert len(runner.batches) < 21  # the worker saw them concurrently and batched them
     assert client.in_flight == 0
 
@@ -191,7 +189,7 @@ async def hang_up_server(listen: str, received: list):
     return await asyncio.start_server(on_connect, addr.host, addr.port)
 
 
-async def test_connection_loss_fails_pending_calls(listen, runner):
+async def test_connection_loss_fails_pending_calls(listen, model):
     received = []
     flaky = await hang_up_server(listen, received)
     address = bound_address(flaky)
@@ -206,9 +204,9 @@ async def test_connection_loss_fails_pending_calls(listen, runner):
     with pytest.raises(Unavailable, match="cannot connect"):
         await client.health()  # nobody there: the redial fails fast
     # a worker back at the same address (a stale socket file is replaced) is reached on the next call
-    engine = Engine(runner, max_batch_tokens=64)
+    engine = Engine(model)
     await engine.start()
-    server = await serve(address, engine, runner.info)
+    server = await serve(address, engine, model.info)
     try:
         assert (await client.pool(call("b"))).prompt_tokens == [3]
     finally:
@@ -233,14 +231,14 @@ async def test_close_fails_pending_and_later_calls(client, runner):
         await client.info()
 
 
-async def test_a_live_worker_socket_is_not_stolen(sock_dir, runner):
+async def test_a_live_worker_socket_is_not_stolen(sock_dir, model):
     address = f"unix:{sock_dir}/w.sock"
-    engine = Engine(runner, max_batch_tokens=64)
+    engine = Engine(model)
     await engine.start()
-    server = await serve(address, engine, runner.info)
+    server = await serve(address, engine, model.info)
     try:
         with pytest.raises(OSError, match="already serving"):
-            await serve(address, engine, runner.info)
+            await serve(address, engine, model.info)
         client = await WorkerClient.connect(address)  # the first worker still answers
         assert (await client.info()).served_model_name == "fake-model"
         await client.close()

@@ -1,23 +1,25 @@
-"""Runner factories for worker-process tests: ``--runner-factory tests.workers.fake_factory:build``."""
+"""Runner factories for worker-process tests: ``--runner-factory tests.workers.fake_factory:build``
+(each returns a ``LoadedModel``, like ``poolgate.workers.build:load_model``)."""
 from __future__ import annotations
 
 import time
 
 from poolgate.shared.config import WorkerConfig
-from tests.conftest import FakeRunner
+from poolgate.workers.runner_api import LoadedModel
+from tests.fakes import fake_model
 
 
-def build(cfg: WorkerConfig) -> FakeRunner:
-    """A FakeRunner named after the config, honouring its max_model_len."""
-    return FakeRunner(name=cfg.served_model_name, max_model_len=cfg.max_model_len or 32)
+def build(cfg: WorkerConfig) -> LoadedModel:
+    """A fake model named after the config, honouring its max_model_len."""
+    return fake_model(name=cfg.served_model_name, max_model_len=cfg.max_model_len or 32)
 
 
-def fail(cfg: WorkerConfig) -> FakeRunner:
+def fail(cfg: WorkerConfig) -> LoadedModel:
     """A factory whose model never loads: the worker must exit non-zero."""
     raise RuntimeError(f"cannot load {cfg.model_path}")
 
 
-def hang(cfg: WorkerConfig) -> FakeRunner:
+def hang(cfg: WorkerConfig) -> LoadedModel:
     """A factory that never finishes loading: the gateway's ready timeout must fire."""
     time.sleep(600)
     raise AssertionError("unreachable")

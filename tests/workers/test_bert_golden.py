@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from poolgate.shared.config import WorkerConfig
-from tests.conftest import make_tiny_checkpoint
+from tests.fakes import make_tiny_checkpoint
 from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.models import build_model
 from poolgate.workers.packing import pack

@@ -1,40 +1,70 @@
 """The packed runner on an NVIDIA GPU: varlen flash attention in fp16 against transformers in fp32."""
+import threading
+
+import numpy as np
 import pytest
 import torch
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
-from tests.conftest import make_tiny_checkpoint
 from poolgate.workers.backends import get_backend
-from poolgate.workers.build import build_runner
-from poolgate.workers.kernels.attention import has_varlen
+from poolgate.workers.build import load_model
+from poolgate.workers.kernels.attention import grouped_sdpa, has_varlen, varlen_flash
 from poolgate.workers.sequence import Sequence
+from tests.fakes import make_tiny_checkpoint
+from tests.workers.pooled import pool_ids, pool_texts
 
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
+SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3]]
 
 
-def test_auto_backend_picks_cuda_with_varlen():
+def test_auto_backend_picks_cuda_and_its_attention():
     backend = get_backend("auto")
     assert backend.name in ("cuda", "rocm")
-    if has_varlen():
-        assert backend.attention(torch.float16).__name__ == "varlen_flash"
+    assert backend.attention(torch.float16) is (varlen_flash if has_varlen() else grouped_sdpa)
+    assert backend.attention(torch.float32) is grouped_sdpa
+
+
+def _mean_pooled_reference(ref, seqs) -> np.ndarray:
+    with torch.no_grad():
+        rows = [ref(input_ids=torch.tensor([s])).last_hidden_state[0].mean(0) for s in seqs]
+    return torch.nn.functional.normalize(torch.stack(rows), dim=1).numpy()
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_cuda_runner_matches_transformers_cpu(tmp_path, dtype):
     ref = make_tiny_checkpoint(tmp_path)
-    runner = build_runner(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
-                                       dtype=dtype, pooling_type="MEAN", max_batch_tokens=512))
-    seqs = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3]]
-    got = runner.run([Sequence(s, PoolingParams()) for s in seqs])
-    with torch.no_grad():
-        for s, g in zip(seqs, got):
-            h = ref(input_ids=torch.tensor([s])).last_hidden_state[0].mean(0)
-            want = torch.nn.functional.normalize(h, dim=0)
-            assert float(torch.dot(torch.from_numpy(g), want)) >= 0.999
+    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
+                                    dtype=dtype, pooling_type="MEAN", max_batch_tokens=512))
+    assert model.info.dtype == dtype
+    got = pool_ids(model, SEQS)
+    assert (got * _mean_pooled_reference(ref, SEQS)).sum(1).min() >= 0.999
+
+
+def test_prepare_in_one_thread_execute_in_another(tmp_path):
+    """The engine's pipeline: uploads on the copy stream while the compute stream runs."""
+    ref = make_tiny_checkpoint(tmp_path)
+    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
+                                    dtype="float16", pooling_type="MEAN", max_batch_tokens=512))
+    batches = [[Sequence(s, PoolingParams()) for s in SEQS[i:] + SEQS[:i]] for i in range(4)] * 8
+    prepared = []
+
+    def prepare_all():
+        for b in batches:
+            prepared.append(model.runner.prepare(b))
+
+    thread = threading.Thread(target=prepare_all)
+    thread.start()
+    thread.join()
+    want = _mean_pooled_reference(ref, SEQS)
+    for i, batch in enumerate(prepared):
+        outputs = model.runner.execute(batch)
+        got = np.concatenate([o.rows.values for o in outputs])
+        order = [(j + i % 4) % 4 for j in range(4)]
+        assert (got * want[order]).sum(1).min() >= 0.999
 
 
 def test_cuda_bundled_model_auto_dtype_parity():
@@ -43,10 +73,9 @@ def test_cuda_bundled_model_auto_dtype_parity():
     from poolgate.shared.models import bundled_model_path
 
     path = str(bundled_model_path())
-    runner = build_runner(WorkerConfig(model_path=path, served_model_name="m", backend="cuda", max_batch_tokens=2048))
+    model = load_model(WorkerConfig(model_path=path, served_model_name="m", backend="cuda", max_batch_tokens=2048))
     texts = ["a", "Hello world", "The quick brown fox jumps over the lazy dog. " * 10]
-    got = runner.run([Sequence(i, PoolingParams()) for i in runner.encode_texts(texts)])
+    got, _ = pool_texts(model, texts)
     want = SentenceTransformer(path, device="cpu").encode(texts)
-    for g, w in zip(got, want):
-        assert float((g * w).sum()) >= 0.999
-    assert runner.info.dtype in ("float16", "bfloat16")
+    assert (got * want).sum(1).min() >= 0.999
+    assert model.info.dtype == "float16"

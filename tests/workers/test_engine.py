@@ -1,4 +1,4 @@
-"""Engine over FakeRunner: order, batching, truncation, limits, cancellation, failures, deadlines."""
+"""Engine over the fake model: order, batching, pipelining, truncation, limits, cancellation, failures, deadlines."""
 from __future__ import annotations
 
 import asyncio
@@ -13,28 +13,8 @@ from poolgate.shared.errors import (
 )
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import PoolingCall
-from tests.conftest import CLS, SEP, FakeRunner, until
 from poolgate.workers.engine import Engine
-
-
-class GatedRunner(FakeRunner):
-    """Records encode calls and their threads; a token 666 makes the device fail."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.encode_calls: list[tuple[list[str], int | None]] = []
-        self.encode_threads: set[int] = set()
-
-    def encode_texts(self, texts, max_tokens=None):
-        self.encode_calls.append((list(texts), max_tokens))
-        self.encode_threads.add(threading.get_ident())
-        return super().encode_texts(texts, max_tokens)
-
-    def run(self, batch):
-        if any(s.token_ids[1:2] == [666] for s in batch):
-            self.entered.set()
-            raise RuntimeError("device fell over")
-        return super().run(batch)
+from tests.fakes import CLS, FAIL_TOKEN, SEP, FakeRunner, fake_ids, fake_model, fake_vector, until
 
 
 def call(*inputs, **params) -> PoolingCall:
@@ -48,17 +28,37 @@ def words(n: int) -> str:
 
 
 @pytest.fixture
-def runner() -> GatedRunner:
-    return GatedRunner()
+def model():
+    return fake_model(max_batch_tokens=64)
 
 
 @pytest.fixture
-async def engine(runner):
-    eng = Engine(runner, max_batch_tokens=64)
+def runner(model) -> FakeRunner:
+    return model.runner
+
+
+@pytest.fixture
+def encoder(model):
+    return model.encoder
+
+
+@pytest.fixture
+async def engine(model):
+    eng = Engine(model)
     await eng.start()
     yield eng
-    runner.release.set()
+    model.runner.release.set()
     await eng.stop()
+
+
+async def started(model) -> Engine:
+    eng = Engine(model)
+    await eng.start()
+    return eng
+
+
+def load_without_stats(engine) -> dict:
+    return {k: v for k, v in engine.load().items() if k != "pipeline"}
 
 
 async def hold_first_batch(engine, runner) -> asyncio.Task:
@@ -71,39 +71,42 @@ async def hold_first_batch(engine, runner) -> asyncio.Task:
 
 async def test_results_in_input_order(engine, runner):
     result = await engine.submit(call("hello world", [7, 8, 9], "x"))
-    expected_ids = [runner.encode_texts(["hello world"])[0], [7, 8, 9], [CLS, 1000 + ord("x"), SEP]]
+    expected_ids = [fake_ids("hello world"), [7, 8, 9], [CLS, 1000 + ord("x"), SEP]]
     assert result.prompt_tokens == [4, 3, 3]
-    for out, ids in zip(result.outputs, expected_ids):
-        np.testing.assert_array_equal(out, runner.vector(ids))
+    assert result.outputs.values.shape == (3, 8) and result.outputs.offsets is None  # one block per call
+    for i, ids in enumerate(expected_ids):
+        np.testing.assert_array_equal(result.outputs.item(i), fake_vector(ids))
 
 
-async def test_tokenizes_off_the_loop_in_one_batched_call(engine, runner):
+async def test_tokenizes_off_the_loop_in_one_batched_call(engine, encoder):
     await engine.submit(call("a b", [5], "c d e"))
-    assert runner.encode_calls == [(["a b", "c d e"], None)]
-    assert threading.get_ident() not in runner.encode_threads
+    assert encoder.calls == [(["a b", "c d e"], None)]
+    assert threading.get_ident() not in encoder.threads
 
 
 async def test_concurrent_calls_share_batches(engine, runner):
     first = await hold_first_batch(engine, runner)
     calls = [asyncio.create_task(engine.submit(call(f"q{i} z", [i + 1]))) for i in range(6)]
     await until(lambda: engine.scheduler.queued == 12)
-    assert engine.load() == {"queued": 12, "queued_tokens": 6 * (4 + 1), "running": 1}
+    assert load_without_stats(engine) == {"queued": 12, "queued_tokens": 6 * (4 + 1), "running": 1}
     runner.release.set()
     results = await asyncio.gather(*calls)
     await first
     assert [len(b) for b in runner.batches] == [1, 12]  # six calls, one batch
     for i, result in enumerate(results):
-        np.testing.assert_array_equal(result.outputs[1], runner.vector([i + 1]))
-    assert engine.load() == {"queued": 0, "queued_tokens": 0, "running": 0}
+        np.testing.assert_array_equal(result.outputs.item(1), fake_vector([i + 1]))
+    assert load_without_stats(engine) == {"queued": 0, "queued_tokens": 0, "running": 0}
+    assert engine.load()["pipeline"]["batches"] == 2 and engine.load()["pipeline"]["sequences"] == 13
 
 
-async def test_batches_respect_the_token_budget(runner):
-    engine = Engine(runner, max_batch_tokens=10)
-    await engine.start()
+async def test_batches_respect_the_token_budget():
+    model = fake_model(max_batch_tokens=10)
+    runner, engine = model.runner, await started(model)
     try:
         first = await hold_first_batch(engine, runner)
         calls = [asyncio.create_task(engine.submit(call(words(2)))) for _ in range(5)]  # 4 tokens each
-        await until(lambda: engine.scheduler.queued == 5)
+        # a full budget is queued, so one batch of 2 is cut and prepared while the first runs
+        await until(lambda: engine.scheduler.queued == 3)
         runner.release.set()
         await asyncio.gather(first, *calls)
         assert [len(b) for b in runner.batches] == [1, 2, 2, 1]
@@ -111,13 +114,13 @@ async def test_batches_respect_the_token_budget(runner):
         await engine.stop()
 
 
-async def test_text_over_the_truncation_length_is_re_encoded(engine, runner):
+async def test_text_over_the_truncation_length_is_re_encoded(engine, runner, encoder):
     long, short = words(40), "tiny text"
     result = await engine.submit(call(long, short, truncate_prompt_tokens=10))
     assert result.prompt_tokens == [10, 4]
-    assert runner.encode_calls == [([long, short], None), ([long], 10)]
+    assert encoder.calls == [([long, short], None), ([long], 10)]
     sent = runner.batches[-1][0].token_ids
-    assert sent == runner.encode_texts([long], max_tokens=10)[0]
+    assert sent == fake_ids(long, max_tokens=10)
     assert sent[-1] == SEP  # re-encoded with special tokens, not cut
 
 
@@ -126,12 +129,12 @@ async def test_truncate_minus_one_means_max_model_len(engine, runner):
     assert result.prompt_tokens == [32, 32]
 
 
-async def test_token_ids_are_cut_to_their_first_k(engine, runner):
+async def test_token_ids_are_cut_to_their_first_k(engine, runner, encoder):
     ids = list(range(1, 41))
     result = await engine.submit(call(ids, truncate_prompt_tokens=10))
     assert result.prompt_tokens == [10]
     assert runner.batches[-1][0].token_ids == ids[:10]
-    assert runner.encode_calls == []
+    assert encoder.calls == []
 
 
 async def test_too_long_without_truncation_gets_vllms_message(engine):
@@ -163,12 +166,10 @@ async def test_dimensions_on_a_non_matryoshka_model(engine):
 
 
 async def test_dimensions_on_a_matryoshka_model():
-    runner = FakeRunner(matryoshka=True)
-    engine = Engine(runner, max_batch_tokens=64)
-    await engine.start()
+    engine = await started(fake_model(matryoshka=True))
     try:
         result = await engine.submit(call("a b", dimensions=4))
-        assert result.outputs[0].shape == (4,)
+        assert result.outputs.values.shape == (1, 4)
         with pytest.raises(InvalidRequest, match=r"range \[1, 8\]"):
             await engine.submit(call("a", dimensions=9))
     finally:
@@ -198,7 +199,7 @@ async def test_a_client_that_leaves_is_never_run(engine, runner):
 
 async def test_runner_failure_fails_the_batch_and_the_engine_goes_on(engine, runner):
     first = await hold_first_batch(engine, runner)
-    doomed = asyncio.create_task(engine.submit(call([CLS, 666])))
+    doomed = asyncio.create_task(engine.submit(call([CLS, FAIL_TOKEN])))
     bystander = asyncio.create_task(engine.submit(call([CLS, 1])))
     await until(lambda: engine.scheduler.queued == 2)
     runner.release.set()
@@ -207,7 +208,7 @@ async def test_runner_failure_fails_the_batch_and_the_engine_goes_on(engine, run
         with pytest.raises(InternalError, match="device fell over"):
             await task
     result = await engine.submit(call("still here"))
-    np.testing.assert_array_equal(result.outputs[0], runner.vector(runner.encode_texts(["still here"])[0]))
+    np.testing.assert_array_equal(result.outputs.item(0), fake_vector(fake_ids("still here")))
 
 
 async def test_deadline_already_passed(engine, runner):
@@ -228,9 +229,8 @@ async def test_deadline_passes_while_queued(engine, runner):
     assert all(s.token_ids != [77] for batch in runner.batches for s in batch)
 
 
-async def test_stop_finishes_the_running_batch_and_fails_the_queue(runner):
-    engine = Engine(runner, max_batch_tokens=64)
-    await engine.start()
+async def test_stop_finishes_the_running_batch_and_fails_the_queue(model, runner):
+    engine = await started(model)
     first = await hold_first_batch(engine, runner)
     queued = asyncio.create_task(engine.submit(call("later")))
     await until(lambda: engine.scheduler.queued == 1)
@@ -251,3 +251,73 @@ async def test_lone_surrogate_text_is_a_400(engine):
 async def test_truncation_below_the_special_tokens_keeps_k(engine):
     result = await engine.submit(call("one two three", truncate_prompt_tokens=1))
     assert result.prompt_tokens == [1]
+
+
+async def test_a_call_split_over_batches_comes_back_as_one_block_in_order():
+    model = fake_model(max_batch_tokens=10)
+    engine = await started(model)
+    try:
+        texts = [f"t{i} u{i}" for i in range(5)]  # 4 tokens each: batches of 2, 2, 1
+        result = await engine.submit(call(*texts))
+        assert [len(b) for b in model.runner.batches] == [2, 2, 1]
+        assert result.outputs.values.shape == (5, 8)
+        np.testing.assert_array_equal(result.outputs.values, np.stack([fake_vector(fake_ids(t)) for t in texts]))
+    finally:
+        await engine.stop()
+
+
+async def test_calls_with_different_params_share_a_batch_and_keep_their_own_outputs():
+    engine = await started(fake_model(matryoshka=True))
+    try:
+        first = await hold_first_batch(engine, engine.runner)
+        calls = [engine.submit(call("a b", dimensions=4)), engine.submit(call("a b", "c", use_activation=False)),
+                 engine.submit(call([5, 6], dimensions=2))]
+        tasks = [asyncio.create_task(c) for c in calls]
+        await until(lambda: engine.scheduler.queued == 4)
+        engine.runner.release.set()
+        short, raw, tiny = await asyncio.gather(*tasks)
+        await first
+        assert [len(b) for b in engine.runner.batches] == [1, 4]
+        np.testing.assert_array_equal(short.outputs.values, [fake_vector(fake_ids("a b"), dimensions=4)])
+        np.testing.assert_array_equal(raw.outputs.item(1), fake_vector(fake_ids("c"), normalize=False))
+        assert tiny.outputs.values.shape == (1, 2)
+    finally:
+        await engine.stop()
+
+
+async def test_the_next_batch_is_prepared_while_one_executes():
+    """Under load (a full budget queued), batch N+1 is cut and prepared during batch N's execute."""
+    model = fake_model(max_batch_tokens=8)
+    model.runner.execute_delay = 0.03
+    engine = await started(model)
+    try:
+        await asyncio.gather(*(engine.submit(call(f"a{i} b{i}")) for i in range(12)))  # 4 tokens each
+        runner = model.runner
+        assert len(runner.batches) >= 6  # 48 tokens, budget 8 (the first call may run alone)
+        overlapped = [i for i in range(1, len(runner.prepare_times))
+                      if runner.execute_times[i - 1][0] < runner.prepare_times[i][0] < runner.execute_times[i - 1][1]]
+        assert len(overlapped) >= 4, (runner.prepare_times, runner.execute_times)
+        stats = engine.load()["pipeline"]
+        assert stats["batches"] == len(runner.batches) and stats["tokens"] == 48
+        assert stats["prepare_overlapped_s"] > 0
+    finally:
+        await engine.stop()
+
+
+async def test_at_low_load_the_next_batch_waits_for_the_running_one():
+    """Below a full budget nothing is cut early: what queued during batch N is all in batch N+1."""
+    model = fake_model(max_batch_tokens=64)
+    engine = await started(model)
+    try:
+        first = await hold_first_batch(engine, model.runner)
+        tasks = []
+        for i in range(3):
+            tasks.append(asyncio.create_task(engine.submit(call(f"x{i}"))))
+            await until(lambda: engine.scheduler.queued == i + 1)
+            await asyncio.sleep(0.01)  # the prepare thread must not cut a partial batch meanwhile
+        assert engine.scheduler.queued == 3
+        model.runner.release.set()
+        await asyncio.gather(first, *tasks)
+        assert [len(b) for b in model.runner.batches] == [1, 3]
+    finally:
+        await engine.stop()

@@ -6,9 +6,9 @@ from transformers import AutoConfig, AutoModel
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
-from tests.conftest import make_tiny_tokenizer
-from poolgate.workers.build import build_runner
-from poolgate.workers.sequence import Sequence
+from poolgate.workers.build import load_model
+from tests.fakes import make_tiny_tokenizer
+from tests.workers.pooled import pool_ids
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 40)) + [3]]
 
@@ -21,8 +21,8 @@ def _save(folder, config):
     return model
 
 
-def _pool(runner):
-    return runner.run([Sequence(s, PoolingParams(use_activation=False)) for s in SEQS])
+def _pool(model):
+    return pool_ids(model, SEQS, PoolingParams(use_activation=False))
 
 
 @pytest.mark.parametrize("kind", ["distilbert", "llama"])
@@ -35,7 +35,7 @@ def test_fallback_matches_transformers(tmp_path, kind):
                                       num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
                                       max_position_embeddings=64, architectures=["LlamaForCausalLM"])
     ref = _save(tmp_path, config)
-    runner = build_runner(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+    runner = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
                                        max_batch_tokens=256))
     got = _pool(runner)
     with torch.no_grad():

@@ -5,8 +5,8 @@ import pytest
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.models import bundled_model_path
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.build import build_runner
-from poolgate.workers.sequence import Sequence
+from poolgate.workers.build import load_model
+from tests.workers.pooled import pool_texts
 
 TEXTS = [
     "a", "Hi", "!", "The quick brown fox jumps over the lazy dog.",
@@ -19,9 +19,8 @@ def _cos(a, b):
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def _run(runner, texts, params=PoolingParams(), max_tokens=None):
-    ids = runner.encode_texts(texts, max_tokens)
-    return runner.run([Sequence(i, params) for i in ids]), ids
+def _run(model, texts, params=PoolingParams(), max_tokens=None):
+    return pool_texts(model, texts, params, max_tokens)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def minilm():
     from sentence_transformers import SentenceTransformer
 
     path = str(bundled_model_path())
-    runner = build_runner(WorkerConfig(model_path=path, served_model_name="m", dtype="float32", max_batch_tokens=512))
+    runner = load_model(WorkerConfig(model_path=path, served_model_name="m", dtype="float32", max_batch_tokens=512))
     return runner, SentenceTransformer(path, device="cpu")
 
 
@@ -49,7 +48,7 @@ def test_truncation_matches_sentence_transformers(minilm):
     got, ids = _run(runner, [long_text], max_tokens=256)
     assert len(ids[0]) == 256
     assert _cos(got[0], st.encode([long_text])[0]) >= 0.9999
-    assert len(runner.encode_texts([long_text])[0]) > 256  # untruncated count is the real one
+    assert len(runner.encoder.encode([long_text])[0]) > 256  # untruncated count is the real one
 
 
 def test_batched_equals_single(minilm):
@@ -70,7 +69,7 @@ def test_dimensions_and_no_normalize(minilm):
 
 def test_auto_dtype_keeps_cosine(minilm):
     runner, _ = minilm
-    auto = build_runner(WorkerConfig(model_path=runner.info and str(bundled_model_path()), served_model_name="m",
+    auto = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m",
                                      dtype="auto", max_batch_tokens=512))
     got, _ = _run(auto, TEXTS)
     want, _ = _run(runner, TEXTS)
@@ -87,7 +86,7 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
     dense = models.Dense(32, 16, activation_function=nn.Tanh())
     st = SentenceTransformer(modules=[body, pool, dense, models.Normalize()], device="cpu")
     st.save(str(tmp_path / "st"))
-    runner = build_runner(WorkerConfig(model_path=str(tmp_path / "st"), served_model_name="t", dtype="float32",
+    runner = load_model(WorkerConfig(model_path=str(tmp_path / "st"), served_model_name="t", dtype="float32",
                                        max_batch_tokens=256))
     texts = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9 w10"]
     got, _ = _run(runner, texts)

@@ -1,11 +1,14 @@
-"""The contract every hardware backend fills: device, dtype choice, attention, set-up."""
+"""The contract every hardware backend fills: device, dtype choice, attention, set-up, transfers."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
+import numpy as np
 import torch
 
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
+from poolgate.workers.packing import PackedBatch, to_device
 
 
 class Backend(ABC):
@@ -39,6 +42,17 @@ class Backend(ABC):
 
     def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
         """Last, hardware-specific changes once weights and dtype are final (e.g. prepacking)."""
+
+    def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
+        """Start moving a packed batch to the device (prepare thread); returns it and a ready marker."""
+        return to_device(batch, self.device()), None
+
+    def wait_upload(self, ready: Any, batch: PackedBatch) -> None:
+        """Make the compute stream wait for ``upload`` to finish (execute thread)."""
+
+    def to_host(self, tensors: list[torch.Tensor]) -> list[np.ndarray]:
+        """Results to numpy, all copies issued before one wait (free on the CPU)."""
+        return [t.cpu().numpy() for t in tensors]
 
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""

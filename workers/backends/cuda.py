@@ -1,10 +1,19 @@
-"""NVIDIA CUDA backend: fp16, varlen flash attention where torch has it."""
+"""NVIDIA CUDA backend: fp16, varlen flash attention where torch has it, uploads on a copy stream.
+
+A batch is pinned and copied to the GPU on a side stream in the engine's
+prepare thread, so the copy of batch N+1 overlaps the forward of batch N;
+the compute stream waits on the copy's event before it reads the batch.
+"""
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
+from poolgate.workers.packing import PackedBatch, map_tensors, tensors
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -12,6 +21,9 @@ HALF = (torch.float16, torch.bfloat16)
 class CudaBackend(Backend):
     name = "cuda"
     default_batch_tokens = 32768
+
+    def __init__(self) -> None:
+        self._copy_stream: torch.cuda.Stream | None = None
 
     def available(self) -> bool:
         return torch.cuda.is_available() and torch.version.hip is None
@@ -29,6 +41,30 @@ class CudaBackend(Backend):
 
     def attention(self, dtype: torch.dtype) -> AttentionFn:
         return varlen_flash if dtype in HALF and has_varlen() else grouped_sdpa
+
+    def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
+        device = self.device()
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(device)
+        pinned = map_tensors(batch, lambda t: t.pin_memory())
+        with torch.cuda.stream(self._copy_stream):
+            on_device = map_tensors(pinned, lambda t: t.to(device, non_blocking=True))
+            ready = torch.cuda.Event()
+            ready.record(self._copy_stream)
+        return on_device, (ready, pinned)  # the pinned source must live until the copy is done
+
+    def wait_upload(self, ready: Any, batch: PackedBatch) -> None:
+        stream = torch.cuda.current_stream()
+        stream.wait_event(ready[0])
+        for t in tensors(batch):
+            t.record_stream(stream)  # allocated on the copy stream, read on this one
+
+    def to_host(self, outputs: list[torch.Tensor]) -> list[np.ndarray]:
+        host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs]
+        for h, t in zip(host, outputs):
+            h.copy_(t, non_blocking=True)
+        torch.cuda.current_stream().synchronize()
+        return [h.numpy() for h in host]
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()

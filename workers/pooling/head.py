@@ -29,25 +29,16 @@ def load_dense(spec: DenseSpec, *, allow_pickle: bool) -> nn.Module:
 
 
 class EmbedHead(nn.Module):
-    """(batch, hidden) fp32 pooled → one vector per sequence, per its own params."""
+    """(k, hidden) fp32 pooled states of sequences that share params → (k, dim) vectors."""
 
     def __init__(self, projector: nn.Module | None, normalize_default: bool):
         super().__init__()
         self.projector = projector
         self.normalize_default = normalize_default
 
-    def forward(self, pooled: torch.Tensor, params: list[PoolingParams]) -> list[torch.Tensor]:
-        x = self.projector(pooled) if self.projector is not None else pooled  # (batch, dim)
-        keys = [(p.dimensions, self._normalize(p)) for p in params]
-        if len(set(keys)) == 1:
-            return list(self._finish(x, *keys[0]))
-        return [self._finish(x[i : i + 1], *key)[0] for i, key in enumerate(keys)]
-
-    def _normalize(self, p: PoolingParams) -> bool:
-        return self.normalize_default if p.use_activation is None else p.use_activation
-
-    @staticmethod
-    def _finish(x: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:
-        if dimensions is not None:
-            x = x[:, :dimensions]
+    def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
+        x = self.projector(pooled) if self.projector is not None else pooled  # (k, dim)
+        if params.dimensions is not None:
+            x = x[:, : params.dimensions]  # matryoshka: slice, then normalize
+        normalize = self.normalize_default if params.use_activation is None else params.use_activation
         return F.normalize(x, p=2, dim=-1) if normalize else x

@@ -1,0 +1,233 @@
+"""Fakes for every seam: encoder, runner and loaded model (no torch), a real worker stack
+around them, a pool-level client, and tiny random checkpoints.
+
+The fake runner's vectors depend only on a sequence's own ids, so batched
+equals single and a test can compute the expected vector with ``fake_vector``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import numpy as np
+
+from poolgate.shared.errors import PoolgateError
+from poolgate.shared.rows import Rows
+from poolgate.shared.transport import WorkerClient
+from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+from poolgate.workers.runner_api import LoadedModel, RunOutput
+from poolgate.workers.sequence import Sequence, param_runs
+
+CLS, SEP = 101, 102
+FAIL_TOKEN = 666  # a sequence whose first real token is this makes the fake device fail
+
+
+class FakeEncoder:
+    """Whitespace "tokenizer": each word one id, between CLS and SEP; records calls and threads."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], int | None]] = []
+        self.threads: set[int] = set()
+
+    def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        self.calls.append((list(texts), max_tokens))
+        self.threads.add(threading.get_ident())
+        if any(t == "explode" for t in texts):
+            raise RuntimeError("tokenizer exploded")
+        out = []
+        for text in texts:
+            ids = [1000 + sum(w.encode()) % 20000 for w in text.split()]
+            if max_tokens is not None:
+                ids = ids[: max(max_tokens - 2, 0)]
+            out.append([CLS, *ids, SEP])
+        return out
+
+
+def fake_ids(text: str, max_tokens: int | None = None) -> list[int]:
+    return FakeEncoder().encode([text], max_tokens)[0]
+
+
+def fake_vector(ids: list[int], dim: int = 8, dimensions: int | None = None,
+                normalize: bool | None = None) -> np.ndarray:
+    """What FakeRunner returns for ``ids`` under these params."""
+    j = np.arange(1, dim + 1, dtype=np.float64)
+    v = np.cos(np.outer(np.asarray(ids, dtype=np.float64), j) * 1e-3).sum(axis=0)
+    v = v[:dimensions] if dimensions else v
+    if normalize is not False:
+        v = v / np.linalg.norm(v)
+    return v.astype(np.float32)
+
+
+def expected_vector(text: str, **params) -> np.ndarray:
+    return fake_vector(fake_ids(text), **params)
+
+
+class FakeRunner:
+    """The Runner contract in numpy: ``prepare`` records, ``execute`` computes ``fake_vector``.
+
+    Clear ``release`` to hold batches inside ``execute`` (``entered`` is set
+    when one arrives). ``batches`` records every executed batch;
+    ``prepare_times`` / ``execute_times`` record each stage's (start, end).
+    ``execute_delay`` makes every batch take that long on the "device".
+    """
+
+    def __init__(self, dim: int = 8):
+        self.dim = dim
+        self.batches: list[list[Sequence]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+        self.execute_delay = 0.0
+        self.prepare_times: list[tuple[float, float]] = []
+        self.execute_times: list[tuple[float, float]] = []
+
+    def prepare(self, seqs: list[Sequence]) -> list[Sequence]:
+        start = time.perf_counter()
+        batch = list(seqs)
+        self.prepare_times.append((start, time.perf_counter()))
+        return batch
+
+    def execute(self, batch: list[Sequence]) -> list[RunOutput]:
+        start = time.perf_counter()
+        self.entered.set()
+        assert self.release.wait(5), "batch held for more than 5 s"
+        if any(s.token_ids[1:2] == [FAIL_TOKEN] for s in batch):
+            raise RuntimeError("device fell over")
+        if self.execute_delay:
+            time.sleep(self.execute_delay)
+        self.batches.append(batch)
+        outputs = []
+        for a, b, p in param_runs(batch):
+            values = np.stack([fake_vector(s.token_ids, self.dim, p.dimensions, p.use_activation)
+                               for s in batch[a:b]])
+            outputs.append(RunOutput(a, b, Rows(values)))
+        self.execute_times.append((start, time.perf_counter()))
+        return outputs
+
+
+def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 8, matryoshka: bool = False,
+               max_batch_tokens: int = 64, runner: FakeRunner | None = None,
+               encoder: FakeEncoder | None = None) -> LoadedModel:
+    info = ModelInfo(served_model_name=name, architecture="FakeModel", tasks=("embed",),
+                     max_model_len=max_model_len, embedding_dim=dim, backend="cpu", dtype="float32",
+                     is_matryoshka=matryoshka, vocab_size=50_000)
+    return LoadedModel(info=info, encoder=encoder or FakeEncoder(), runner=runner or FakeRunner(dim),
+                       max_batch_tokens=max_batch_tokens)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(model: LoadedModel, address: str):
+    """A real worker (transport server + Engine) serving ``model`` on ``address``; yields the engine."""
+    from poolgate.workers.engine import Engine
+    from poolgate.workers.server import serve
+
+    engine = Engine(model)
+    await engine.start()
+    server = await serve(address, engine, model.info)
+    try:
+        yield engine
+    finally:
+        server.close()
+        model.runner.release.set()
+        await engine.stop()
+
+
+@contextlib.asynccontextmanager
+async def worker_clients(models: list[LoadedModel], folder):
+    """Real workers for ``models`` on Unix sockets in ``folder``, and a connected client for each."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for i, model in enumerate(models):
+            address = f"unix:{folder}/w{i}.sock"
+            await stack.enter_async_context(running_worker(model, address))
+            client = await WorkerClient.connect(address)
+            stack.push_async_callback(client.close)
+            clients.append(client)
+        yield clients
+
+
+class FakeWorkerClient:
+    """A pool-level fake of ``WorkerClient`` (for ``WorkerPool`` unit tests only).
+
+    Answers with ``fake_vector`` per input; set ``fail`` to make every call
+    raise it, ``gate`` (an asyncio.Event) to hold calls until it is set.
+    """
+
+    def __init__(self, info: ModelInfo | None = None, *, address: str = "fake://0"):
+        self.info_ = info or fake_model().info
+        self.address = address
+        self.calls: list[PoolingCall] = []
+        self.fail: PoolgateError | None = None
+        self.gate: asyncio.Event | None = None
+        self.closed = False
+
+    async def info(self) -> ModelInfo:
+        return self.info_
+
+    async def health(self) -> dict:
+        if self.fail is not None:
+            raise self.fail
+        return {"ready": True}
+
+    async def pool(self, call: PoolingCall) -> PoolingResult:
+        self.calls.append(call)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        ids = [fake_ids(x) if isinstance(x, str) else list(x) for x in call.inputs]
+        values = np.stack([fake_vector(x, self.info_.embedding_dim) for x in ids])
+        return PoolingResult(outputs=Rows(values), prompt_tokens=[len(x) for x in ids])
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def until(predicate, timeout: float = 2.0) -> None:
+    """Poll ``predicate`` on the event loop until it holds (fails the test after ``timeout`` s)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def make_tiny_tokenizer(folder) -> None:
+    """A 100-word word-level fast tokenizer ("w0".."w94" plus BERT's specials) saved into ``folder``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+
+
+def make_tiny_checkpoint(folder, *, model_type: str = "bert", seed: int = 0, legacy_ln_names: bool = False):
+    """A tiny random transformers checkpoint (safetensors) plus a word-level tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    extra = {"pad_token_id": 0} if model_type == "bert" else {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
+    config = AutoConfig.for_model(
+        model_type, vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64 + (2 if model_type != "bert" else 0), **extra,
+    )
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    make_tiny_tokenizer(folder)
+    if legacy_ln_names:
+        from safetensors.torch import load_file, save_file
+
+        path = f"{folder}/model.safetensors"
+        state = load_file(path)
+        renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+                   for k, v in state.items()}
+        save_file(renamed, path, metadata={"format": "pt"})
+    return model

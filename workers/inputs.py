@@ -1,0 +1,45 @@
+"""The worker's input stage: check a call, tokenize and truncate its inputs, check their lengths.
+
+This runs before the scheduler, outside the runner: ``check`` on the event
+loop (cheap, no tokenizer), ``tokenize`` in the engine's tokenizer thread. A
+call's texts go through the tokenizer in one batched ``encode``; texts over
+the truncation length are encoded again with the tokenizer's own truncation,
+as sentence-transformers does, so truncated ids match it exactly.
+"""
+from __future__ import annotations
+
+from poolgate.shared.limits import check_call, check_length, truncation_length
+from poolgate.shared.wire import Input, ModelInfo, PoolingCall
+from poolgate.workers.runner_api import TextEncoder
+
+
+class InputStage:
+    """Turns a call's inputs into checked token-id lists for one model."""
+
+    def __init__(self, info: ModelInfo, encoder: TextEncoder):
+        self.info, self.encoder = info, encoder
+
+    def check(self, call: PoolingCall) -> None:
+        """Task, params and input types: raises the 4xx before any tokenizing."""
+        check_call(self.info, call)
+
+    def tokenize(self, call: PoolingCall) -> list[list[int]]:
+        """Token ids per input, in order, truncated as asked and checked against the model."""
+        ids = self._encode(call.inputs, truncation_length(self.info, call.params))
+        for x in ids:
+            check_length(self.info, len(x))
+        return ids
+
+    def _encode(self, inputs: list[Input], k: int | None) -> list[list[int]]:
+        ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
+        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+        if texts:
+            for i, encoded in zip(texts, self.encoder.encode([inputs[i] for i in texts])):
+                ids[i] = encoded
+        if k is None:
+            return ids
+        too_long = [i for i in texts if len(ids[i]) > k]
+        if too_long:
+            for i, truncated in zip(too_long, self.encoder.encode([inputs[i] for i in too_long], max_tokens=k)):
+                ids[i] = truncated
+        return [x[:k] for x in ids]  # k below a tokenizer's special-token count still keeps k
