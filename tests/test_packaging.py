@@ -1,6 +1,7 @@
 """The installed package: one `poolgate` namespace, nothing else at top level, one version."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -52,8 +53,14 @@ def test_cli_entry_points_answer_help(tmp_path):
 
 
 def test_wheel_holds_only_the_poolgate_namespace(tmp_path):
+    src = tmp_path / "src"  # a copy, so the build leaves nothing in the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in SOURCE_FOLDERS:
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True)
+                    "-w", str(tmp_path), str(src)], check=True)
     (wheel,) = tmp_path.glob("poolgate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}

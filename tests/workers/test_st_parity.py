@@ -1,6 +1,7 @@
 """The runner against sentence-transformers: the bundled real model and a Dense/CLS tiny model."""
 import numpy as np
 import pytest
+import torch
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.models import bundled_model_path
@@ -67,13 +68,29 @@ def test_dimensions_and_no_normalize(minilm):
     assert short[0].shape == (16,) and abs(np.linalg.norm(short[0]) - 1.0) < 1e-5
 
 
-def test_auto_dtype_keeps_cosine(minilm):
+def test_auto_dtype_is_the_cpus_fast_dtype_and_keeps_cosine(minilm):
+    from poolgate.workers.backends.cpu import BF16_FLAGS, cpu_flags
+
     runner, _ = minilm
     auto = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m",
-                                     dtype="auto", max_batch_tokens=512))
+                                   dtype="auto", max_batch_tokens=512))
+    assert auto.info.dtype == ("bfloat16" if cpu_flags() & set(BF16_FLAGS) else "float32")
     got, _ = _run(auto, TEXTS)
     want, _ = _run(runner, TEXTS)
     assert min(_cos(g, w) for g, w in zip(got, want)) >= 0.999
+
+
+def test_bf16_parity_runs_in_bf16(minilm):
+    """Explicit bfloat16 (on any CPU): close to float32, and really computed in bf16 (not equal)."""
+    runner, st = minilm
+    bf16 = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m",
+                                   dtype="bfloat16", max_batch_tokens=512))
+    assert bf16.info.dtype == "bfloat16" and bf16.runner.dtype == torch.bfloat16
+    got, _ = _run(bf16, TEXTS)
+    want = st.encode(TEXTS, convert_to_numpy=True)
+    assert min(_cos(g, w) for g, w in zip(got, want)) >= 0.999
+    fp32, _ = _run(runner, TEXTS)
+    assert np.abs(got - fp32).max() > 1e-4  # a float32 run would match to ~1e-7
 
 
 def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
