@@ -1,18 +1,33 @@
-"""Runs a gateway: the HTTP site first, then the workers, health probes, and a clean shutdown.
+"""Runs a gateway on aiohttp's own lifecycle: ``web.run_app`` and one ``cleanup_ctx``.
 
-The site binds before any worker starts, so ``/health`` answers 503 while
-weights load; each model's pool joins the router once its workers report
-ready. A probe loop asks workers marked down (connection lost) for their
-health every ``health_probe_interval_s`` and puts them back once they answer.
-SIGINT and SIGTERM stop the site, then every local worker (no orphans).
+Start-up and shutdown, in order:
+
+1. ``run_app`` sets the app up; its cleanup_ctx ``Lifecycle.workers`` only starts
+   the background task ``_bring_up`` and yields.
+2. ``run_app`` binds the HTTP site, then calls its ``print`` hook
+   (``Lifecycle.site_listening``), which logs "listening" and lets ``_bring_up``
+   go on. From here ``/health`` answers 503 until the workers are ready.
+3. ``_bring_up`` spawns the local workers (together), dials the remote ones
+   (waiting for those still loading), adds one pool per model to the router,
+   logs "ready", then probes workers marked down every
+   ``health_probe_interval_s`` so they are re-marked once they answer.
+4. SIGINT/SIGTERM: aiohttp's handler raises ``GracefulExit``; ``run_app``
+   stops the site (in-flight requests finish), then runs the cleanup_ctx
+   tear-down: cancel ``_bring_up``, close the router, stop every local worker.
+
+A start-up failure (a worker that exits or is not ready in time, a remote
+worker that never answers) is logged as "could not start: ..." and stops
+``run_app`` the way a signal does: a loop callback raises ``GracefulExit``.
+A port in use makes ``run_app`` raise OSError before any worker is spawned.
+Either way the tear-down above runs and ``run_gateway`` returns 1.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import socket
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
@@ -28,24 +43,89 @@ from poolgate.shared.transport import WorkerClient
 log = logging.getLogger("poolgate")
 
 
+def run_gateway(config: GatewayConfig) -> int:
+    """Serve until SIGINT/SIGTERM; the process exit code (0, or 1 when start-up failed)."""
+    lifecycle = Lifecycle(config, Router())
+    app = make_app(config, lifecycle.router, cleanup_ctx=[lifecycle.workers])
+    try:
+        web.run_app(app, host=config.host, port=config.port, print=lifecycle.site_listening,
+                    access_log=None, handler_cancellation=True)
+    except OSError as exc:
+        log.error("could not start: %s", exc)
+        return 1
+    return 1 if lifecycle.failed else 0
+
+
+class Lifecycle:
+    """The gateway's workers over one ``run_app``: brought up in the background, stopped at cleanup."""
+
+    def __init__(self, config: GatewayConfig, router: Router) -> None:
+        self.config, self.router = config, router
+        self.local_workers: list[LocalWorker] = []
+        self.listening = asyncio.Event()
+        self.failed = False
+
+    def site_listening(self, _banner: str) -> None:
+        """``run_app``'s ``print`` hook, called once the HTTP site is bound."""
+        log.info("listening on http://%s:%d (starting workers; /health is 503 until they are ready)",
+                 self.config.host, self.config.port)
+        self.listening.set()
+
+    async def workers(self, app: web.Application) -> AsyncIterator[None]:
+        """cleanup_ctx: bring the workers up in the background; at cleanup, stop them all."""
+        with tempfile.TemporaryDirectory(prefix="poolgate-") as folder:
+            bring_up = asyncio.create_task(self._bring_up(Path(folder)))
+            yield
+            log.info("shutting down")
+            bring_up.cancel()
+            await asyncio.wait([bring_up])
+            await self.router.close()
+            await asyncio.gather(*(w.stop() for w in self.local_workers), return_exceptions=True)
+
+    async def _bring_up(self, folder: Path) -> None:
+        await self.listening.wait()
+        try:
+            workers = await _start_workers(self.config, folder, self.local_workers)
+        except Exception as exc:  # a known failure gets one line, anything else its traceback too
+            log.error("could not start: %s", exc, exc_info=not isinstance(exc, (Unavailable, OSError)))
+            self.failed = True
+            asyncio.get_running_loop().call_soon(_stop_run_app)
+            return
+        for pool in _build_pools(self.config, workers):
+            self.router.add(pool)
+        log.info("ready: serving %s at http://%s:%d/v1", ", ".join(self.router.pools),
+                 self.config.host, self.config.port)
+        await _probe_down_workers(self.router, self.config.health_probe_interval_s)
+
+
+def _stop_run_app() -> None:
+    """A loop callback that stops ``run_app`` exactly as its SIGTERM handler does."""
+    raise web.GracefulExit()
+
+
+async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[LocalWorker]) -> list[tuple]:
+    """Spawn the local workers (together) and connect the remote ones; (client, info) pairs.
+
+    If one local worker fails, the others are cancelled, which stops them.
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            for i, cfg in enumerate(config.workers):
+                locals_.append(worker := LocalWorker())
+                group.create_task(worker.start(cfg, _local_address(config.transport, folder, i),
+                                               ready_timeout=config.startup_timeout_s))
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    remote = [await _connect_remote(url, config.startup_timeout_s) for url in config.worker_urls]
+    return [(w.client, w.info) for w in locals_] + [(c, await c.info()) for c in remote]
+
+
 def _local_address(transport: str, folder: Path, index: int) -> str:
     if transport == "unix":
         return f"unix:{folder / f'worker-{index}.sock'}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
-async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[LocalWorker]) -> list[tuple]:
-    """Spawn the local workers (together) and connect the remote ones; (client, info) pairs."""
-    for _ in config.workers:
-        locals_.append(LocalWorker())
-    await asyncio.gather(*(
-        w.start(cfg, _local_address(config.transport, folder, i), ready_timeout=config.startup_timeout_s)
-        for i, (w, cfg) in enumerate(zip(locals_, config.workers))
-    ))
-    remote = [await _connect_remote(url, config.startup_timeout_s) for url in config.worker_urls]
-    return [(w.client, w.info) for w in locals_] + [(c, await c.info()) for c in remote]
 
 
 async def _connect_remote(url: str, timeout_s: float) -> WorkerClient:
@@ -79,56 +159,3 @@ async def _probe_down_workers(router: Router, interval_s: float) -> None:
         for pool in list(router.pools.values()):
             if not all(pool.is_ready(c) for c in pool.clients):
                 await pool.probe()
-
-
-async def _unless_stopped(work, stop: asyncio.Event):
-    """``work``'s result, or None if ``stop`` is set first (``work`` is then cancelled)."""
-    task, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
-    await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    return None
-
-
-async def _serve_until_stopped(config: GatewayConfig, router: Router, stop: asyncio.Event,
-                               locals_: list[LocalWorker], folder: Path) -> None:
-    workers = await _unless_stopped(_start_workers(config, folder, locals_), stop)
-    if workers is None:
-        return
-    for pool in _build_pools(config, workers):
-        router.add(pool)
-    log.info("ready: serving %s at http://%s:%d/v1", ", ".join(router.pools), config.host, config.port)
-    prober = asyncio.ensure_future(_probe_down_workers(router, config.health_probe_interval_s))
-    try:
-        await stop.wait()
-    finally:
-        prober.cancel()
-
-
-async def run_gateway(config: GatewayConfig) -> int:
-    """Serve until SIGINT/SIGTERM; returns the process exit code."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    router = Router()
-    runner = web.AppRunner(make_app(config, router), access_log=None, handler_cancellation=True)
-    await runner.setup()
-    locals_: list[LocalWorker] = []
-    try:
-        await web.TCPSite(runner, config.host, config.port).start()
-        log.info("listening on http://%s:%d (starting workers; /health is 503 until they are ready)",
-                 config.host, config.port)
-        with tempfile.TemporaryDirectory(prefix="poolgate-") as folder:
-            await _serve_until_stopped(config, router, stop, locals_, Path(folder))
-        return 0
-    except (Unavailable, OSError) as exc:
-        log.error("could not start: %s", exc)
-        return 1
-    finally:
-        log.info("shutting down")
-        await runner.cleanup()
-        await router.close()
-        await asyncio.gather(*(w.stop() for w in locals_), return_exceptions=True)

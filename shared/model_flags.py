@@ -1,0 +1,51 @@
+"""The model flags ``poolgate serve`` and ``poolgate worker`` share, parsed into one WorkerConfig.
+
+Both commands call ``add_model_arguments`` and ``worker_config_from_args``, so a
+model flag is defined once and the two cannot drift.
+"""
+from __future__ import annotations
+
+import argparse
+
+from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, SEQ_POOLING_TYPES, WorkerConfig
+from poolgate.shared.models import resolve_model
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """MODEL and the flags that say how a worker loads and serves it."""
+    g = parser.add_argument_group("model")
+    g.add_argument("model", nargs="?", default=None,
+                   help="local model folder (HF or sentence-transformers layout); default: bundled all-MiniLM-L6-v2")
+    g.add_argument("--served-model-name", default=None, help="name clients use (default: MODEL as given)")
+    g.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
+                   help="auto: fastest dtype whose vectors stay at cosine >= 0.999 to float32")
+    g.add_argument("--max-model-len", type=positive_int, default=None, help="longest input in tokens")
+    g.add_argument("--max-batch-tokens", type=positive_int, default=None,
+                   help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)")
+    g.add_argument("--pooling-type", type=str.upper, choices=SEQ_POOLING_TYPES, default=None,
+                   help="override the model's pooling")
+    g.add_argument("--no-normalize", dest="normalize", action="store_false", default=None,
+                   help="do not L2-normalize embeddings by default")
+    g.add_argument("--allow-pickle-weights", action="store_true",
+                   help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
+    g.add_argument("--num-threads", type=positive_int, default=None,
+                   help="torch threads per worker (default: physical cores)")
+
+
+def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
+    """The WorkerConfig the model flags describe; FileNotFoundError if the model folder is missing."""
+    path, name = resolve_model(args.model)
+    return WorkerConfig(
+        model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
+        dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
+        allow_pickle_weights=args.allow_pickle_weights, pooling_type=args.pooling_type,
+        normalize=args.normalize, num_threads=args.num_threads,
+    )
