@@ -4,30 +4,31 @@ from __future__ import annotations
 import argparse
 import sys
 
+from poolgate.gateway import serve
+from poolgate.gateway.bench import cli as bench
 from poolgate.shared.version import VERSION
+from poolgate.workers import cli as worker
+
+# name -> (module with add_arguments(parser) and main(args) -> exit code, one-line help)
+COMMANDS = {
+    "serve": (serve, "serve a pooling model over HTTP"),
+    "worker": (worker, "run one worker alone, for a gateway's --worker-url (e.g. on another host)"),
+    "bench": (bench, "load-test a running server"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="poolgate", description=__doc__)
     parser.add_argument("--version", action="version", version=f"poolgate {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from poolgate.gateway.bench.cli import add_arguments as add_bench
-    from poolgate.gateway.serve import add_arguments as add_serve
-
-    add_serve(sub.add_parser("serve", help="serve a pooling model over HTTP"))
-    add_bench(sub.add_parser("bench", help="load-test a running server"))
+    for name, (module, help_) in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=help_, description=help_))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        from poolgate.gateway.serve import main as serve_main
-
-        return serve_main(args)
-    from poolgate.gateway.bench.cli import main as bench_main
-
-    return bench_main(args)
+    return COMMANDS[args.command][0].main(args)
 
 
 if __name__ == "__main__":

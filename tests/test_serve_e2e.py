@@ -1,32 +1,20 @@
 """`poolgate serve` as a real process on the bundled model, driven by the official openai SDK."""
-import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import numpy as np
 import openai
 import pytest
 
 from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
+from tests.processes import alive, children, free_port, wait_healthy
 
 TEXTS = ["a", "!", "Hello, world.", "The quick brown fox jumps over the lazy dog.",
          "Embeddings map text to vectors; similar meanings land close together. " * 3]
 LONG = " ".join(f"token{i}" for i in range(300))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 @pytest.fixture(scope="module")
@@ -34,32 +22,24 @@ def server_factory():
     started = []
 
     def start(*flags: str) -> str:
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port), *flags],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started.append(proc)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return f"http://127.0.0.1:{port}"
-            except OSError:
-                time.sleep(0.5)
-        raise TimeoutError("server did not become ready")
+        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
+        return f"http://127.0.0.1:{port}"
 
     yield start
     outcomes = []
     for proc in started:
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         proc.send_signal(signal.SIGTERM)
         outcomes.append((workers, proc.wait(timeout=30)))
     time.sleep(0.5)
     for workers, code in outcomes:
         assert workers, "no worker process found"
         assert code == 0
-        assert not [p for p in workers if os.path.exists(f"/proc/{p}")], "worker left behind"
+        assert not [p for p in workers if alive(p)], "worker left behind"
 
 
 @pytest.fixture(scope="module")
@@ -137,42 +117,27 @@ def test_bad_model_folder_exits_cleanly(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
-    broken = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", str(tmp_path), "--port", str(_free_port())],
+    broken = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", str(tmp_path), "--port", str(free_port())],
                             capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1 and "could not start: worker process exited" in broken.stderr
 
 
-def _wait_healthy(url: str, timeout_s: float = 30) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.25)
-    raise TimeoutError(f"{url} never became ready")
-
-
 def _start_fake_worker(port: int) -> subprocess.Popen:
-    import json
-
-    cfg = {"model_path": "unused", "served_model_name": "remote-fake"}
-    return subprocess.Popen([sys.executable, "-m", "poolgate.workers.main", "--listen", f"tcp://127.0.0.1:{port}",
-                             "--config", json.dumps(cfg), "--runner-factory", "tests.workers.fake_factory:build"])
+    return subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "worker", "--served-model-name", "remote-fake",
+                             "--listen", f"tcp://127.0.0.1:{port}", "--runner-factory", "tests.workers.fake_factory:build"])
 
 
 def test_gateway_uses_a_remote_worker_over_tcp_and_recovers_it():
     """A worker started on its own (as on another host), given to the gateway by URL;
     the gateway waits for it, and takes it back after it restarts."""
-    worker_port, gateway_port = _free_port(), _free_port()
+    worker_port, gateway_port = free_port(), free_port()
     gateway = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(gateway_port),
                                 "--worker-url", f"tcp://127.0.0.1:{worker_port}"], stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # the gateway comes up first and waits for the worker
     worker = _start_fake_worker(worker_port)
     url = f"http://127.0.0.1:{gateway_port}"
     try:
-        _wait_healthy(url)
+        wait_healthy(url)
         resp = _client(url).embeddings.create(model="remote-fake", input=["one two three"])
         assert len(resp.data[0].embedding) == 8 and resp.usage.prompt_tokens == 5
         worker.send_signal(signal.SIGTERM)
@@ -181,7 +146,7 @@ def test_gateway_uses_a_remote_worker_over_tcp_and_recovers_it():
             _client(url).embeddings.create(model="remote-fake", input=["down"])
         assert err.value.status_code == 503
         worker = _start_fake_worker(worker_port)
-        _wait_healthy(url)
+        wait_healthy(url)
         assert _client(url).embeddings.create(model="remote-fake", input=["back"]).usage.prompt_tokens == 3
     finally:
         gateway.send_signal(signal.SIGTERM)

@@ -1,6 +1,9 @@
 """The worker process entry point: load one model, serve it on one address until told to stop.
 
-``python -m poolgate.workers.main --listen unix:/tmp/w.sock --config '<WorkerConfig JSON>'``
+Two entries, one path (``run``): ``poolgate worker MODEL [flags]`` (``workers.cli``)
+starts a worker alone, for a gateway on another host; the gateway spawns its own
+workers with the private ``python -m poolgate.workers.main --listen unix:/tmp/w.sock
+--config '<WorkerConfig JSON>' --parent-pid PID``.
 
 This is the worker's edge: flags and the JSON config are parsed here, once,
 and passed down. On Linux the worker asks the kernel for SIGTERM when its
@@ -36,29 +39,46 @@ DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:build_runner"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m poolgate.workers.main", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", required=True, help="unix:/path/to.sock or tcp://host:port")
-    parser.add_argument("--config", required=True, help="WorkerConfig.to_wire() as JSON")
+    parser.add_argument("--config", required=True, type=_config_from_json, help="WorkerConfig.to_wire() as JSON")
     parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> Runner")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="exit at once if this is no longer our parent (it died before we started)")
     return parser
 
 
+def _config_from_json(text: str) -> WorkerConfig:
+    try:
+        return WorkerConfig.from_wire(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"not a WorkerConfig as JSON: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The gateway's private spawn entry; exit codes as ``run``'s (argparse errors are 2)."""
     args = build_parser().parse_args(argv)
     die_with_parent(args.parent_pid)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+    return run(args.config, args.listen, args.runner_factory)
+
+
+def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTORY, *,
+        log_level: str = "INFO") -> int:
+    """Load ``cfg``'s model with ``factory_spec`` and serve it on ``listen`` until SIGTERM/SIGINT.
+
+    The exit code: 0 stopped cleanly, 1 the model failed to load or serve,
+    2 bad arguments (address, factory), 130 interrupted while loading.
+    """
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     try:
-        cfg = WorkerConfig.from_wire(json.loads(args.config))
-        parse_address(args.listen)
-        factory = load_factory(args.runner_factory)
+        parse_address(listen)
+        factory = load_factory(factory_spec)
     except (ValueError, TypeError, ImportError, AttributeError) as exc:
         log.error("bad worker arguments: %s", exc)
         return 2
     try:
         log.info("loading model %s from %s", cfg.served_model_name, cfg.model_path)
-        runner = factory(cfg)
-        return asyncio.run(run_worker(cfg, args.listen, runner))
+        model = factory(cfg)
+        return asyncio.run(run_worker(cfg, listen, model))
     except KeyboardInterrupt:
         return 130
     except Exception:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,25 +16,11 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.wire import PoolingCall
 from poolgate.gateway.local_worker import LocalWorker
-from tests.conftest import FakeRunner
+from tests.fakes import expected_vector, fake_vector
+from tests.processes import alive, free_port
 
 FACTORY = "tests.workers.fake_factory:build"
 CFG = WorkerConfig(model_path="unused", served_model_name="proc-model", max_model_len=16)
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -54,9 +39,8 @@ async def test_spawn_pool_and_stop(sock_dir, kind):
     try:
         assert worker.info.served_model_name == "proc-model" and worker.info.max_model_len == 16
         result = await worker.client.pool(PoolingCall("r1", "proc-model", ["hello there", [3, 4]]))
-        reference = FakeRunner(max_model_len=16)
-        assert result.outputs[0].tobytes() == reference.vector(reference.encode_texts(["hello there"])[0]).tobytes()
-        assert result.outputs[1].tobytes() == reference.vector([3, 4]).tobytes()
+        assert result.outputs.item(0).tobytes() == expected_vector("hello there").tobytes()
+        assert result.outputs.item(1).tobytes() == fake_vector([3, 4]).tobytes()
         assert (await worker.client.health())["ready"] is True
         assert os.path.exists(sock) == (kind == "unix")
     finally:

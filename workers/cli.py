@@ -1,0 +1,45 @@
+"""``poolgate worker``: one worker started alone (on another host), for a gateway's ``--worker-url``.
+
+It takes the model flags of ``poolgate serve`` (``shared.model_flags``), plus
+where to listen, and runs ``workers.main.run``: the same path as a worker the
+gateway spawns, without the parent-death signal, so it outlives the shell that
+started it. This module imports without torch; torch loads with the model.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.transport import parse_address
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def listen_address(text: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("--listen", type=listen_address, default="tcp://127.0.0.1:8001",
+                   help="where the gateway reaches this worker: tcp://host:port (tcp://0.0.0.0:PORT for "
+                        "other hosts) or unix:/path/to.sock")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
+    p.add_argument("--runner-factory", default=None, help=argparse.SUPPRESS)  # module:function, for tests
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT; exit codes as ``workers.main.run`` (2 also for a missing model)."""
+    try:
+        cfg = worker_config_from_args(args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"poolgate worker: error: {exc}", file=sys.stderr)
+        return 2
+    from poolgate.workers.main import DEFAULT_RUNNER_FACTORY, run
+
+    return run(cfg, args.listen, args.runner_factory or DEFAULT_RUNNER_FACTORY, log_level=args.log_level)
