@@ -1,6 +1,6 @@
 """The gateway's handle on one local worker process: spawn it, wait until it serves, stop it.
 
-The worker runs as ``python -m workers.main`` in its own session (so a Ctrl-C
+The worker runs as ``python -m poolgate.workers.main`` in its own session (so a Ctrl-C
 at the terminal reaches the gateway, which then stops workers in order), with
 its stdout and stderr passed straight through so the user sees its progress.
 No orphans: ``stop`` sends SIGTERM and SIGKILLs after a grace period, and on

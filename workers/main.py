@@ -8,8 +8,9 @@ workers with the private ``python -m poolgate.workers.main --listen unix:/tmp/w.
 This is the worker's edge: flags and the JSON config are parsed here, once,
 and passed down. On Linux the worker asks the kernel for SIGTERM when its
 parent dies (``PR_SET_PDEATHSIG``), so a crashed gateway leaves no orphans.
-``--runner-factory module:function`` picks what builds the runner from the
-config (default ``workers.build:build_runner``); tests point it at a fake.
+``--runner-factory module:function`` picks what loads the model from the
+config (default ``workers.build:load_model``, returning a ``LoadedModel``);
+tests point it at a fake.
 """
 from __future__ import annotations
 
@@ -27,20 +28,20 @@ from typing import Callable
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.transport import parse_address
 from poolgate.workers.engine import Engine
-from poolgate.workers.runner_api import Runner
+from poolgate.workers.runner_api import LoadedModel
 from poolgate.workers.server import bound_address, serve
 
 log = logging.getLogger("poolgate.worker")
 
 PR_SET_PDEATHSIG = 1
-DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:build_runner"
+DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:load_model"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m poolgate.workers.main", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", required=True, help="unix:/path/to.sock or tcp://host:port")
     parser.add_argument("--config", required=True, type=_config_from_json, help="WorkerConfig.to_wire() as JSON")
-    parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> Runner")
+    parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> LoadedModel")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="exit at once if this is no longer our parent (it died before we started)")
     return parser
@@ -99,32 +100,40 @@ def die_with_parent(parent_pid: int | None) -> None:
         sys.exit(f"parent {parent_pid} is gone; not starting")
 
 
-def load_factory(spec: str) -> Callable[[WorkerConfig], Runner]:
+def load_factory(spec: str) -> Callable[[WorkerConfig], LoadedModel]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--runner-factory must be module:function, got {spec!r}")
     return getattr(importlib.import_module(module_name), attr)
 
 
-async def run_worker(cfg: WorkerConfig, address: str, runner: Runner) -> int:
-    """Serve ``runner`` on ``address`` until SIGTERM or SIGINT, then shut down cleanly."""
+async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel) -> int:
+    """Serve ``model`` on ``address`` until SIGTERM or SIGINT, then shut down cleanly."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    engine = Engine(runner, runner.max_batch_tokens, cfg.tokenizer_threads)
+    engine = Engine(model, cfg.tokenizer_threads)
     await engine.start()
-    server = await serve(address, engine, runner.info)
-    log.info("worker ready: serving %s on %s", runner.info.served_model_name, bound_address(server))
+    server = await serve(address, engine, model.info)
+    log.info("worker ready: serving %s on %s", model.info.served_model_name, bound_address(server))
     try:
         await stop.wait()
-        log.info("stopping worker for %s", runner.info.served_model_name)
+        log.info("stopping worker for %s", model.info.served_model_name)
     finally:
         server.close()
         await engine.stop()
         _remove_socket_file(address)
-    log.info("worker stopped")
+    log.info("worker stopped; %s", pipeline_summary(engine.stats))
     return 0
+
+
+def pipeline_summary(stats) -> str:
+    """One line on how the prepare/execute pipeline went (``PipelineStats``)."""
+    hidden = stats.prepare_overlapped_s / stats.prepare_s if stats.prepare_s else 0.0
+    return (f"{stats.batches} batches, {stats.sequences} sequences, {stats.tokens} tokens; "
+            f"execute {stats.execute_s:.2f} s, prepare {stats.prepare_s:.2f} s "
+            f"({hidden:.0%} of it while a batch executed)")
 
 
 def _remove_socket_file(address: str) -> None:
