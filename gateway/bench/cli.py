@@ -17,15 +17,8 @@ from poolgate.gateway.bench.corpus import read_corpus, synthetic_corpus
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
+from poolgate.shared.model_flags import positive_int as _positive_int
 from poolgate.shared.models import bundled_model_path
-
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
