@@ -9,23 +9,26 @@ from poolgate.gateway import routes_ops
 from poolgate.gateway.dialects import DIALECTS
 from poolgate.gateway.middleware import edge_middleware, openai_error_body
 from poolgate.gateway.router import Router
-from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER
+from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER, TELEMETRY
+from poolgate.gateway.telemetry import Telemetry
 from poolgate.shared.config import GatewayConfig
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
 
-def make_app(config: GatewayConfig, router: Router, *,
-             cleanup_ctx: Iterable[CleanupCtx] = ()) -> web.Application:
+def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[CleanupCtx] = (),
+             telemetry: Telemetry | None = None) -> web.Application:
     """An app serving ``router``'s models; whoever built the router owns its workers.
 
     ``cleanup_ctx`` generators (start-up before their ``yield``, tear-down
     after) are attached in order, e.g. to spawn and stop local workers.
+    ``telemetry`` (tracer and metrics) is off when not given.
     """
     app = web.Application(middlewares=[edge_middleware], client_max_size=config.max_request_bytes)
     app[CONFIG] = config
     app[ROUTER] = router
     app[ERROR_FORMATTERS] = {"": openai_error_body}
+    app[TELEMETRY] = telemetry or Telemetry()
     for register in DIALECTS.values():
         register(app)
     routes_ops.register(app)

@@ -1,4 +1,8 @@
-"""The gateway's one request middleware: request id, API key, errors to HTTP bodies.
+"""The gateway's one request middleware: request id, telemetry, API key, errors to HTTP bodies.
+
+It opens each API request's telemetry record (the ``llm_request`` span and
+its metrics, ``gateway.telemetry``) on arrival and ends it once the response
+is written, so the span and the latency cover writing the body too.
 
 Every exception a handler lets out is turned into an error body here and
 nowhere else: ``PoolgateError`` by its own status, aiohttp's HTTP exceptions
@@ -15,7 +19,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, REQUEST_ID
+from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, RECORD, REQUEST_ID, TELEMETRY
 from poolgate.shared.errors import InternalError, PoolgateError, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -51,20 +55,31 @@ class HTTPError(PoolgateError):
 async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
     request_id = _request_id(request)
     request[REQUEST_ID] = request_id
+    telemetry = request.app[TELEMETRY]
+    record = request[RECORD] = telemetry.begin(request, request_id)
+    error: PoolgateError | None = None
     try:
         _check_api_key(request)
         response = await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             exc.headers[REQUEST_ID_HEADER] = request_id
+            if record is not None:
+                telemetry.end(record, exc.status, None)
             raise
-        response = error_response(request, HTTPError(exc))
+        error = HTTPError(exc)
     except PoolgateError as err:
-        response = error_response(request, err)
+        error = err
     except Exception:
         log.exception("unhandled error in %s %s (request %s)", request.method, request.path, request_id)
-        response = error_response(request, InternalError("Internal server error."))
+        error = InternalError("Internal server error.")
+    if error is not None:
+        response = error_response(request, error)
     response.headers[REQUEST_ID_HEADER] = request_id
+    if record is not None:
+        await response.prepare(request)
+        await response.write_eof()
+        telemetry.end(record, response.status, error)
     return response
 
 

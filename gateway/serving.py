@@ -12,7 +12,9 @@ request and for every dialect alike:
    anything crosses the transport: the input count cap, ``dimensions``,
    ``truncate_prompt_tokens``, input types and token ids (``shared.limits``,
    the same functions a worker runs at its own boundary);
-4. the pool submits the call to its least-loaded worker.
+4. the pool submits the call to its least-loaded worker, with the request's
+   trace context; the request's telemetry record gets the model, task,
+   backend, token count and the worker's queue and inference times.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from poolgate.gateway.state import CONFIG, REQUEST_ID, ROUTER
+from poolgate.gateway.state import CONFIG, RECORD, REQUEST_ID, ROUTER
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs, check_params
@@ -72,7 +74,16 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     check_input_count(config, req.inputs)
     check_params(pool.info, params)
     check_inputs(pool.info, req.inputs)
-    request_id = request[REQUEST_ID]
+    request_id, record = request[REQUEST_ID], request.get(RECORD)
+    if record is not None:
+        record.model, record.task, record.backend = pool.name, params.task, pool.info.backend
     call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
-                       deadline=deadline(config, time.time()))
-    return Served(request_id, pool.info, await pool.submit(call))
+                       deadline=deadline(config, time.time()),
+                       trace_context=record.trace_context if record is not None else {})
+    result = await pool.submit(call)
+    if record is not None:
+        record.prompt_tokens = result.total_tokens
+        record.tokenize_s = result.timings.get("tokenize_s")
+        record.queue_s = result.timings.get("queue_s")
+        record.inference_s = result.timings.get("inference_s")
+    return Served(request_id, pool.info, result)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from poolgate.gateway.router import Router
+from poolgate.gateway.telemetry import RequestRecord, Telemetry
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import PoolgateError
 
@@ -16,3 +17,5 @@ ROUTER = web.AppKey("router", Router)
 # Path prefix -> error body builder; the longest matching prefix wins, "" is the default.
 ERROR_FORMATTERS = web.AppKey("error_formatters", dict[str, ErrorFormatter])
 REQUEST_ID = web.RequestKey("request_id", str)
+TELEMETRY = web.AppKey("telemetry", Telemetry)
+RECORD = web.RequestKey("record", RequestRecord | None)  # None: not recorded (ops route, telemetry off)

@@ -13,6 +13,19 @@ DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
+class TracingConfig:
+    """OpenTelemetry export, from --otlp-traces-endpoint and the standard OTEL_* variables (read at the edge)."""
+
+    endpoint: str  # OTLP traces endpoint, e.g. http://collector:4318/v1/traces (http) or collector:4317 (grpc)
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: str = "poolgate"
+    sampler: str = "parentbased_always_on"  # OTEL_TRACES_SAMPLER
+    sampler_arg: float | None = None  # OTEL_TRACES_SAMPLER_ARG
+    headers: tuple[tuple[str, str], ...] = ()  # OTEL_EXPORTER_OTLP_(TRACES_)HEADERS
+    detailed: bool = False  # --collect-detailed-traces: child spans in the worker
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     """Everything one worker process needs to load and serve one model."""
 
@@ -27,12 +40,16 @@ class WorkerConfig:
     normalize: bool | None = None
     num_threads: int | None = None
     tokenizer_threads: int = 1
+    tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
 
     def to_wire(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_wire(cls, body: dict) -> "WorkerConfig":
+        body = dict(body)
+        if body.get("tracing") is not None:
+            body["tracing"] = TracingConfig(**{**body["tracing"], "headers": tuple(map(tuple, body["tracing"]["headers"]))})
         return cls(**body)
 
 
@@ -53,3 +70,6 @@ class GatewayConfig:
     request_timeout_s: float | None = 600.0  # becomes each call's deadline; None = no deadline
     max_in_flight_per_worker: int | None = None  # calls per worker before 429; None = no cap
     health_probe_interval_s: float = 1.0  # how often workers marked down are probed again
+    tracing: TracingConfig | None = None  # None: no spans at all
+    metrics: bool = True  # Prometheus metrics at /metrics
+    metrics_port: int | None = None  # serve /metrics on this port instead of the API port

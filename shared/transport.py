@@ -132,7 +132,8 @@ class WorkerClient:
             raise InternalError(f"worker sent malformed outputs: {exc}") from None
         if len(outputs) != len(result["prompt_tokens"]) or len(outputs) != len(call.inputs):
             raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
-        return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]))
+        return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]),
+                             timings=dict(result.get("timings") or {}))
 
     async def close(self) -> None:
         self._closed = True

@@ -47,10 +47,12 @@ class PoolingCall:
 
 @dataclass
 class PoolingResult:
-    """A call's outputs as one block (``Rows``, in input order) and each input's token count."""
+    """A call's outputs as one block (``Rows``, in input order), each input's token count, and
+    the worker's timings in seconds (``tokenize_s``, ``queue_s``, ``inference_s``)."""
 
     outputs: Rows
     prompt_tokens: list[int]
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_tokens(self) -> int:

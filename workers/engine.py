@@ -29,7 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from poolgate.shared import telemetry as names
 from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
+from poolgate.shared.histogram import Histogram
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult
 from poolgate.workers.inputs import InputStage
@@ -50,6 +52,16 @@ class _Call:
     pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
     done: int = 0
     failed: bool = False
+    tokenize_s: float = 0.0
+    queued_at: float = 0.0  # perf_counter when its sequences were queued
+    started: float | None = None  # perf_counter when its first batch began executing
+    finished: float = 0.0  # perf_counter when its last batch finished
+
+    def timings(self) -> dict[str, float]:
+        """vLLM's split: time in queue (queued → first execute), in inference (first execute → done)."""
+        started = self.queued_at if self.started is None else self.started
+        return {"tokenize_s": self.tokenize_s, "queue_s": started - self.queued_at,
+                "inference_s": self.finished - started}
 
     def abandon(self) -> None:
         """Never run what is left of this call (it failed, or its client left)."""
@@ -68,7 +80,7 @@ class _Prepared:
 
 @dataclass
 class PipelineStats:
-    """Totals since start: how long each stage took, and how much preparing hid behind executing."""
+    """Totals since start: each stage's time, how much preparing hid behind executing, batch shapes."""
 
     batches: int = 0
     sequences: int = 0
@@ -76,9 +88,22 @@ class PipelineStats:
     prepare_s: float = 0.0
     execute_s: float = 0.0
     prepare_overlapped_s: float = 0.0  # prepare time spent while a batch was executing
+    batch_size: Histogram = field(default_factory=lambda: Histogram(names.BATCH_SIZE_BUCKETS))
+    batch_tokens: Histogram = field(default_factory=lambda: Histogram(names.TOKEN_BUCKETS))
+    batch_fill: Histogram = field(default_factory=lambda: Histogram(names.FILL_BUCKETS))
+
+    def record_batch(self, sequences: int, tokens: int, budget: int) -> None:
+        self.batches += 1
+        self.sequences += sequences
+        self.tokens += tokens
+        self.batch_size.observe(sequences)
+        self.batch_tokens.observe(tokens)
+        self.batch_fill.observe(min(tokens / budget, 1.0))
 
     def to_wire(self) -> dict:
-        return asdict(self)
+        body = {k: v for k, v in asdict(self).items() if not isinstance(getattr(self, k), Histogram)}
+        return {**body, "batch_size": self.batch_size.to_wire(), "batch_tokens": self.batch_tokens.to_wire(),
+                "batch_fill": self.batch_fill.to_wire()}
 
 
 class Engine:
@@ -141,10 +166,13 @@ class Engine:
 
     async def _submit(self, call: PoolingCall) -> PoolingResult:
         self.inputs.check(call)
+        start = time.perf_counter()
         token_lists = await self._loop.run_in_executor(self._tokenizer, self.inputs.tokenize, call)
         _check_deadline(call.deadline)
         state = _Call(self._loop.create_future(), call.deadline)
         state.seqs = [Sequence(ids, call.params, handle=state) for ids in token_lists]
+        state.queued_at = time.perf_counter()
+        state.tokenize_s = state.queued_at - start
         try:
             for seq in state.seqs:
                 self.scheduler.add(seq)
@@ -153,7 +181,8 @@ class Engine:
             state.abandon()
             state.future.cancel()
             raise
-        return PoolingResult(outputs=rows, prompt_tokens=[seq.num_tokens for seq in state.seqs])
+        return PoolingResult(outputs=rows, prompt_tokens=[seq.num_tokens for seq in state.seqs],
+                             timings=state.timings())
 
     # --- the prepare thread -------------------------------------------------
 
@@ -225,11 +254,13 @@ class Engine:
                 continue
             finally:
                 self._executing_since, self._running = None, 0
-                self.stats.execute_s += time.perf_counter() - start
+                end = time.perf_counter()
+                self.stats.execute_s += end - start
                 self.scheduler.wake()
-            self.stats.batches += 1
-            self.stats.sequences += len(prepared.seqs)
-            self.stats.tokens += prepared.tokens
+            self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
+            for call in calls:
+                call.started = start if call.started is None else call.started
+                call.finished = end
             self._deliver(prepared.segments, outputs)
 
     def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:

@@ -59,7 +59,7 @@ async def _pool(conn: "_Connection", header: dict) -> OpResult:
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequest(f"malformed pool call: {exc!r}") from exc
     result = await conn.engine.submit(call)
-    return {"prompt_tokens": result.prompt_tokens}, result.outputs.arrays()
+    return {"prompt_tokens": result.prompt_tokens, "timings": result.timings}, result.outputs.arrays()
 
 
 async def _info(conn: "_Connection", header: dict) -> OpResult:

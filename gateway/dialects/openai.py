@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from poolgate.gateway.dialects.body import parse_body
 from poolgate.gateway.dialects.encoding import ENCODERS, dumps
 from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.state import RECORD
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import Input
@@ -69,8 +70,12 @@ def to_response(served: Served, *, encoding_format: EncodingFormat, created: int
 
 async def create_embeddings(request: web.Request) -> web.Response:
     req = await parse_body(request, EmbeddingRequest)
+    if (record := request.get(RECORD)) is not None:
+        record.encoding_formats = (req.encoding_format,)
     served = await serve(request, to_request(req))
     body = to_response(served, encoding_format=req.encoding_format, created=int(time.time()))
+    if record is not None and len(served.result.outputs):
+        record.dimension_count = int(served.result.outputs.item(0).shape[-1])
     return web.Response(body=dumps(body), content_type="application/json")
 
 

@@ -1,0 +1,94 @@
+"""Per-request telemetry: one ``RequestRecord`` per API request, filled on the way, ended once.
+
+The middleware calls ``Telemetry.begin`` when a request arrives and
+``Telemetry.end`` after its response is written. In between, the serving path
+and the dialect fill the record (model, task, backend, tokens, the worker's
+queue and inference times, encoding formats, dimensions). ``end`` hands the
+record to the metrics (``gateway.metrics``) and to the tracer
+(``gateway.tracing``); either may be off, and with both off a request costs
+one small object. Ops routes (health, metrics, version, model list) are not
+recorded, as vLLM does not record them.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from poolgate.shared.errors import PoolgateError
+
+UNRECORDED_PATHS = frozenset({"/metrics", "/health", "/ping", "/version", "/v1/models", "/load"})
+UNMATCHED_ROUTE = "unmatched"  # the route label of a 404, so unknown paths add no label values
+
+
+@dataclass
+class RequestRecord:
+    """What one request did; read by the metrics and the tracer when it ends."""
+
+    request_id: str
+    route: str  # the route's pattern, e.g. "/v1/embeddings"
+    arrival_ns: int  # wall clock at arrival (the span's start)
+    started: float  # perf_counter at arrival
+    model: str | None = None
+    task: str | None = None
+    backend: str | None = None
+    prompt_tokens: int | None = None
+    tokenize_s: float | None = None
+    queue_s: float | None = None
+    inference_s: float | None = None
+    encoding_formats: tuple[str, ...] = ()
+    dimension_count: int | None = None
+    status: int = 0
+    error_type: str | None = None  # the error's code (e.g. "invalid_request"); None on success
+    duration_s: float = 0.0
+    span: Any = None  # the tracer's handle on the llm_request span
+    trace_context: dict[str, str] = field(default_factory=dict)  # W3C headers to carry to the worker
+
+
+class Tracer(Protocol):
+    """``gateway.tracing``: the llm_request span of a record."""
+
+    def start(self, record: RequestRecord, headers: Mapping[str, str]) -> None: ...
+
+    def end(self, record: RequestRecord) -> None: ...
+
+
+class Recorder(Protocol):
+    """``gateway.metrics``: what a finished request adds to the Prometheus metrics."""
+
+    def observe(self, record: RequestRecord) -> None: ...
+
+
+class Telemetry:
+    """The tracer and the metrics recorder of one app (each None when off)."""
+
+    def __init__(self, tracer: Tracer | None = None, recorder: Recorder | None = None):
+        self.tracer, self.recorder = tracer, recorder
+
+    @property
+    def active(self) -> bool:
+        return self.tracer is not None or self.recorder is not None
+
+    def begin(self, request: web.Request, request_id: str) -> RequestRecord | None:
+        """A record for an API request (None for ops routes or when telemetry is off)."""
+        if not self.active or request.path in UNRECORDED_PATHS:
+            return None
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else UNMATCHED_ROUTE
+        record = RequestRecord(request_id=request_id, route=route, arrival_ns=time.time_ns(),
+                               started=time.perf_counter())
+        if self.tracer is not None:
+            self.tracer.start(record, request.headers)
+        return record
+
+    def end(self, record: RequestRecord, status: int, error: PoolgateError | None) -> None:
+        record.status = status
+        record.error_type = error.code if error is not None else None
+        record.duration_s = time.perf_counter() - record.started
+        if self.recorder is not None:
+            self.recorder.observe(record)
+        if self.tracer is not None:
+            self.tracer.end(record)

@@ -1,0 +1,87 @@
+"""Telemetry names in one place: Prometheus metric and label names, buckets, the span and its attributes.
+
+Metric names follow Prometheus conventions: the single-word prefix
+``poolgate_``, base units as suffixes (``_seconds``), counters exposed with
+``_total``; no colons (reserved for recording rules). Latency buckets are the
+OpenTelemetry GenAI ×2 series extended down to 1 ms, so they compare with
+``gen_ai.server.request.duration``. The span is vLLM's: one ``llm_request``
+(kind SERVER) per request, with vLLM's ``gen_ai.*`` latency attributes plus
+the GenAI semantic conventions for embeddings.
+"""
+from __future__ import annotations
+
+PREFIX = "poolgate"
+
+# --- labels -------------------------------------------------------------------
+MODEL = "model"
+TASK = "task"
+ROUTE = "route"
+STATUS = "status"
+BACKEND = "backend"
+WORKER = "worker"
+REASON = "reason"
+ERROR_TYPE = "error_type"
+
+# --- gateway-side metrics (recorded per HTTP request) --------------------------
+REQUESTS = f"{PREFIX}_requests"  # counter {route, model, status}; exposed as ..._total
+REQUEST_DURATION = f"{PREFIX}_request_duration_seconds"  # histogram {route, model}
+REQUEST_ERRORS = f"{PREFIX}_request_errors"  # counter {route, model, error_type}
+PROMPT_TOKENS = f"{PREFIX}_prompt_tokens"  # counter {model, task}
+REQUEST_PROMPT_TOKENS = f"{PREFIX}_request_prompt_tokens"  # histogram {model, task}
+QUEUE_TIME = f"{PREFIX}_request_queue_time_seconds"  # histogram {model, task, backend}
+INFERENCE_TIME = f"{PREFIX}_request_inference_time_seconds"  # histogram {model, task, backend}
+REQUESTS_IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge {model}
+ADMISSION_REJECTIONS = f"{PREFIX}_admission_rejections"  # counter {model, reason}
+
+# --- worker-side metrics (pulled from every worker at scrape time) -------------
+WORKER_UP = f"{PREFIX}_worker_up"  # gauge {model, backend, worker}
+WORKER_RECOVERIES = f"{PREFIX}_worker_recoveries"  # counter {model, backend, worker}
+SEQUENCES_RUNNING = f"{PREFIX}_sequences_running"  # gauge {model, backend, worker}
+SEQUENCES_WAITING = f"{PREFIX}_sequences_waiting"  # gauge {model, backend, worker}
+TOKENS_WAITING = f"{PREFIX}_tokens_waiting"  # gauge {model, backend, worker}
+BATCH_SIZE = f"{PREFIX}_batch_size"  # histogram (sequences per batch) {model, backend, worker}
+BATCH_TOKENS = f"{PREFIX}_batch_tokens"  # histogram (tokens per batch) {model, backend, worker}
+BATCH_FILL = f"{PREFIX}_batch_fill_ratio"  # histogram (batch tokens / token budget) {model, backend, worker}
+DEVICE_MEMORY = f"{PREFIX}_device_memory_bytes"  # gauge {model, backend, worker, kind=allocated|reserved}
+
+# --- buckets --------------------------------------------------------------------
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                   20.48, 40.96, 81.92)
+TOKEN_BUCKETS = tuple(2 ** k for k in range(0, 21))  # 1 .. 1M tokens
+BATCH_SIZE_BUCKETS = tuple(2 ** k for k in range(0, 13))  # 1 .. 4096 sequences
+FILL_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+# --- the span ---------------------------------------------------------------------
+SPAN_NAME = "llm_request"
+# vLLM's attributes (vllm/tracing SpanAttributes)
+ATTR_REQUEST_ID = "gen_ai.request.id"
+ATTR_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+ATTR_E2E = "gen_ai.latency.e2e"
+ATTR_TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
+ATTR_TIME_IN_INFERENCE = "gen_ai.latency.time_in_model_inference"
+# GenAI semantic conventions
+ATTR_OPERATION = "gen_ai.operation.name"
+ATTR_PROVIDER = "gen_ai.provider.name"
+ATTR_MODEL = "gen_ai.request.model"
+ATTR_RESPONSE_MODEL = "gen_ai.response.model"
+ATTR_RESPONSE_ID = "gen_ai.response.id"
+ATTR_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+ATTR_ENCODING_FORMATS = "gen_ai.request.encoding_formats"
+ATTR_DIMENSION_COUNT = "gen_ai.embeddings.dimension.count"
+ATTR_ERROR_TYPE = "error.type"
+ATTR_HTTP_ROUTE = "http.route"
+ATTR_HTTP_STATUS = "http.response.status_code"
+PROVIDER = "poolgate"
+
+# gen_ai.operation.name per pooling task (custom values where GenAI has none)
+OPERATIONS: dict[str, str] = {
+    "embed": "embeddings",
+    "token_embed": "embeddings",
+    "classify": "classify",
+    "token_classify": "pooling",
+    "score": "score",
+    "rerank": "rerank",
+}
+
+# detailed child spans (--collect-detailed-traces), created in the worker
+CHILD_SPANS = ("tokenize", "queue", "forward", "pool")
