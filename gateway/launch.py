@@ -34,8 +34,10 @@ from aiohttp import web
 
 from poolgate.gateway.app import make_app
 from poolgate.gateway.local_worker import LocalWorker
+from poolgate.gateway.metrics import GatewayMetrics
 from poolgate.gateway.pool import WorkerPool
 from poolgate.gateway.router import Router
+from poolgate.gateway.telemetry import Telemetry
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.transport import WorkerClient
@@ -46,7 +48,11 @@ log = logging.getLogger("poolgate")
 def run_gateway(config: GatewayConfig) -> int:
     """Serve until SIGINT/SIGTERM; the process exit code (0, or 1 when start-up failed)."""
     lifecycle = Lifecycle(config, Router())
-    app = make_app(config, lifecycle.router, cleanup_ctx=[lifecycle.workers])
+    metrics = GatewayMetrics(lifecycle.router) if config.metrics else None
+    app = make_app(config, lifecycle.router, cleanup_ctx=[lifecycle.workers, *_metrics_site(config, metrics)],
+                   telemetry=Telemetry(recorder=metrics))
+    if metrics is not None and config.metrics_port is None:
+        metrics.add_route(app)
     try:
         web.run_app(app, host=config.host, port=config.port, print=lifecycle.site_listening,
                     access_log=None, handler_cancellation=True)
@@ -54,6 +60,24 @@ def run_gateway(config: GatewayConfig) -> int:
         log.error("could not start: %s", exc)
         return 1
     return 1 if lifecycle.failed else 0
+
+
+def _metrics_site(config: GatewayConfig, metrics: GatewayMetrics | None) -> list:
+    """With ``--metrics-port``, a cleanup_ctx that serves ``/metrics`` alone on that port."""
+    if metrics is None or config.metrics_port is None:
+        return []
+
+    async def metrics_site(app: web.Application) -> AsyncIterator[None]:
+        metrics_app = web.Application()
+        metrics.add_route(metrics_app)
+        runner = web.AppRunner(metrics_app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, config.host, config.metrics_port).start()
+        log.info("metrics on http://%s:%d/metrics", config.host, config.metrics_port)
+        yield
+        await runner.cleanup()
+
+    return [metrics_site]
 
 
 class Lifecycle:

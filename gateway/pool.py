@@ -43,6 +43,7 @@ class WorkerPool:
         self.max_in_flight = max_in_flight
         self._ready = {id(c): ready for c in self.clients}
         self._load = {id(c): 0 for c in self.clients}
+        self._recoveries = {id(c): 0 for c in self.clients}
 
     @property
     def name(self) -> str:
@@ -56,7 +57,13 @@ class WorkerPool:
         return self._ready[id(client)]
 
     def mark_ready(self, client: Client, ready: bool = True) -> None:
+        if ready and not self._ready[id(client)]:
+            self._recoveries[id(client)] += 1
         self._ready[id(client)] = ready
+
+    def recoveries(self, client: Client) -> int:
+        """How often ``client`` came back after being marked down (or not ready at start)."""
+        return self._recoveries[id(client)]
 
     def in_flight(self, client: Client) -> int:
         return self._load[id(client)]

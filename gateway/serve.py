@@ -38,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds before an unfinished request gets 504 and is cancelled in the worker")
     p.add_argument("--max-in-flight-per-worker", type=positive_int, default=None,
                    help="calls in flight per worker before new ones get 429 (default: no cap)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on this port instead of the API port")
+    p.add_argument("--no-metrics", dest="metrics", action="store_false",
+                   help="no Prometheus metrics (and no /metrics route)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -48,6 +52,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         transport=args.transport, worker_urls=tuple(args.worker_url), workers=workers,
         startup_timeout_s=args.startup_timeout, max_inputs_per_request=args.max_inputs_per_request,
         request_timeout_s=args.request_timeout, max_in_flight_per_worker=args.max_in_flight_per_worker,
+        metrics=args.metrics, metrics_port=args.metrics_port,
     )
 
 

@@ -113,4 +113,5 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
              spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)
     _warm_up(runner, encoder, info.max_model_len, budget)
     log.info("model ready in %.1f s", time.perf_counter() - start)
-    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget)
+    memory = backend.memory if backend.memory() else None
+    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory)

@@ -112,6 +112,7 @@ class Engine:
     def __init__(self, model: LoadedModel, tokenizer_threads: int = 1):
         self.info = model.info
         self.runner = model.runner
+        self._device_memory = model.device_memory
         self.inputs = InputStage(model.info, model.encoder)
         self.scheduler = TokenBudgetScheduler(model.max_batch_tokens)
         self.stats = PipelineStats()
@@ -149,8 +150,12 @@ class Engine:
         self._tokenizer.shutdown(wait=False)
 
     def load(self) -> dict:
-        return {"queued": self.scheduler.queued, "queued_tokens": self.scheduler.queued_tokens,
+        """Queue and pipeline figures for the ``health`` op (and the gateway's /metrics)."""
+        load = {"queued": self.scheduler.queued, "queued_tokens": self.scheduler.queued_tokens,
                 "running": self._running, "pipeline": self.stats.to_wire()}
+        if self._device_memory is not None:
+            load["device_memory"] = self._device_memory()
+        return load
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
         """Check, tokenize and queue every input of ``call``; resolve when all have run."""

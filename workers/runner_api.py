@@ -8,6 +8,7 @@ device) for batch N+1 runs while ``execute`` (forward + pooling) runs batch N.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,3 +58,4 @@ class LoadedModel:
     encoder: TextEncoder
     runner: Runner
     max_batch_tokens: int  # the engine's token budget per batch
+    device_memory: Callable[[], dict[str, int]] | None = None  # bytes by kind, where the backend reports it

@@ -54,5 +54,9 @@ class Backend(ABC):
         """Results to numpy, all copies issued before one wait (free on the CPU)."""
         return [t.cpu().numpy() for t in tensors]
 
+    def memory(self) -> dict[str, int]:
+        """Device memory in bytes by kind (``allocated``, ``reserved``); empty where not reported."""
+        return {}
+
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""

@@ -66,6 +66,10 @@ class CudaBackend(Backend):
         torch.cuda.current_stream().synchronize()
         return [h.numpy() for h in host]
 
+    def memory(self) -> dict[str, int]:
+        device = self.device()
+        return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 

@@ -18,5 +18,9 @@ class XpuBackend(Backend):
     def fast_dtype(self) -> torch.dtype:
         return torch.bfloat16
 
+    def memory(self) -> dict[str, int]:
+        device = self.device()
+        return {"allocated": torch.xpu.memory_allocated(device), "reserved": torch.xpu.memory_reserved(device)}
+
     def synchronize(self) -> None:
         torch.xpu.synchronize()
