@@ -77,8 +77,11 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
         response = error_response(request, error)
     response.headers[REQUEST_ID_HEADER] = request_id
     if record is not None:
-        await response.prepare(request)
-        await response.write_eof()
+        try:  # write it here, so the span and the latency cover writing the body
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client left; aiohttp would have dropped the body the same way
         telemetry.end(record, response.status, error)
     return response
 
