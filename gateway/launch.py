@@ -38,6 +38,7 @@ from poolgate.gateway.metrics import GatewayMetrics
 from poolgate.gateway.pool import WorkerPool
 from poolgate.gateway.router import Router
 from poolgate.gateway.telemetry import Telemetry
+from poolgate.gateway.tracing import SpanTracer, build_tracer
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.transport import WorkerClient
@@ -48,9 +49,11 @@ log = logging.getLogger("poolgate")
 def run_gateway(config: GatewayConfig) -> int:
     """Serve until SIGINT/SIGTERM; the process exit code (0, or 1 when start-up failed)."""
     lifecycle = Lifecycle(config, Router())
+    tracer = _tracer(config)
     metrics = GatewayMetrics(lifecycle.router) if config.metrics else None
-    app = make_app(config, lifecycle.router, cleanup_ctx=[lifecycle.workers, *_metrics_site(config, metrics)],
-                   telemetry=Telemetry(recorder=metrics))
+    app = make_app(config, lifecycle.router,
+                   cleanup_ctx=[*_flush_spans(tracer), lifecycle.workers, *_metrics_site(config, metrics)],
+                   telemetry=Telemetry(tracer=tracer, recorder=metrics))
     if metrics is not None and config.metrics_port is None:
         metrics.add_route(app)
     try:
@@ -78,6 +81,26 @@ def _metrics_site(config: GatewayConfig, metrics: GatewayMetrics | None) -> list
         await runner.cleanup()
 
     return [metrics_site]
+
+
+def _tracer(config: GatewayConfig) -> SpanTracer | None:
+    """The tracer of the ``llm_request`` spans; None (no tracing at all) without ``config.tracing``."""
+    if config.tracing is None:
+        return None
+    log.info("tracing to %s (%s)", config.tracing.endpoint, config.tracing.protocol)
+    return build_tracer(config.tracing)
+
+
+def _flush_spans(tracer: SpanTracer | None) -> list:
+    """A cleanup_ctx, first in the list so it tears down last: export the spans still queued."""
+    if tracer is None:
+        return []
+
+    async def flush_spans(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(tracer.shutdown)
+
+    return [flush_spans]
 
 
 class Lifecycle:

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+from collections.abc import Mapping
 
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments, positive_int, worker_config_from_args
+from poolgate.shared.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
 
 log = logging.getLogger("poolgate")
 
@@ -43,15 +46,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-metrics", dest="metrics", action="store_false",
                    help="no Prometheus metrics (and no /metrics route)")
     p.add_argument("--log-level", default="INFO")
+    add_tracing_arguments(p)
 
 
-def config_from_args(args: argparse.Namespace) -> GatewayConfig:
-    workers = () if args.worker_url else (worker_config_from_args(args),) * args.workers
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> GatewayConfig:
+    tracing = tracing_config_from_args(args, environ)
+    worker = None if args.worker_url else with_worker_tracing(worker_config_from_args(args), tracing)
+    workers = () if worker is None else (worker,) * args.workers
     return GatewayConfig(
         host=args.host, port=args.port, api_key=args.api_key, auto_truncate=args.auto_truncate,
         transport=args.transport, worker_urls=tuple(args.worker_url), workers=workers,
         startup_timeout_s=args.startup_timeout, max_inputs_per_request=args.max_inputs_per_request,
         request_timeout_s=args.request_timeout, max_in_flight_per_worker=args.max_in_flight_per_worker,
+        tracing=tracing,
         metrics=args.metrics, metrics_port=args.metrics_port,
     )
 

@@ -41,6 +41,7 @@ class RequestRecord:
     inference_s: float | None = None
     encoding_formats: tuple[str, ...] = ()
     dimension_count: int | None = None
+    response_id: str | None = None  # the id in the response body, set by the dialect
     status: int = 0
     error_type: str | None = None  # the error's code (e.g. "invalid_request"); None on success
     duration_s: float = 0.0

@@ -8,9 +8,11 @@ started it. This module imports without torch; torch loads with the model.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
 from poolgate.shared.transport import parse_address
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -31,12 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "other hosts) or unix:/path/to.sock")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     p.add_argument("--runner-factory", default=None, help=argparse.SUPPRESS)  # module:function, for tests
+    add_tracing_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; exit codes as ``workers.main.run`` (2 also for a missing model)."""
     try:
-        cfg = worker_config_from_args(args)
+        cfg = with_worker_tracing(worker_config_from_args(args), tracing_config_from_args(args, os.environ))
     except (FileNotFoundError, ValueError) as exc:
         print(f"poolgate worker: error: {exc}", file=sys.stderr)
         return 2

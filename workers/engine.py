@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from poolgate.shared import telemetry as names
 from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
@@ -70,6 +70,13 @@ class _Call:
             seq.cancelled = True
 
 
+class CallTracer(Protocol):
+    """``workers.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
+
+    def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
+              finished: float, done: float) -> None: ...
+
+
 @dataclass
 class _Prepared:
     seqs: list[Sequence]
@@ -109,7 +116,7 @@ class PipelineStats:
 class Engine:
     """Owns the input stage, the scheduler, the tokenizer pool and the two pipeline threads."""
 
-    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1):
+    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None):
         self.info = model.info
         self.runner = model.runner
         self._device_memory = model.device_memory
@@ -125,6 +132,7 @@ class Engine:
         self._threads: list[threading.Thread] = []
         self._submits = 0  # submit() calls not yet returned
         self._idle = asyncio.Event()
+        self._tracer = tracer  # None: tracing off
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -186,6 +194,9 @@ class Engine:
             state.abandon()
             state.future.cancel()
             raise
+        if self._tracer is not None:
+            started = state.queued_at if state.started is None else state.started
+            self._tracer.trace(call, start, state.queued_at, started, state.finished, time.perf_counter())
         return PoolingResult(outputs=rows, prompt_tokens=[seq.num_tokens for seq in state.seqs],
                              timings=state.timings())
 

@@ -23,13 +23,16 @@ import logging
 import os
 import signal
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.transport import parse_address
 from poolgate.workers.engine import Engine
 from poolgate.workers.runner_api import LoadedModel
 from poolgate.workers.server import bound_address, serve
+
+if TYPE_CHECKING:
+    from poolgate.workers.tracing import CallSpans
 
 log = logging.getLogger("poolgate.worker")
 
@@ -113,7 +116,8 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel) -> int
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    engine = Engine(model, cfg.tokenizer_threads)
+    spans = _call_spans(cfg)
+    engine = Engine(model, cfg.tokenizer_threads, tracer=spans)
     await engine.start()
     server = await serve(address, engine, model.info)
     log.info("worker ready: serving %s on %s", model.info.served_model_name, bound_address(server))
@@ -124,8 +128,20 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel) -> int
         server.close()
         await engine.stop()
         _remove_socket_file(address)
+        if spans is not None:
+            await asyncio.to_thread(spans.shutdown)
     log.info("worker stopped; %s", pipeline_summary(engine.stats))
     return 0
+
+
+def _call_spans(cfg: WorkerConfig) -> CallSpans | None:
+    """With ``--collect-detailed-traces``, the tracer of each call's child spans (``workers.tracing``)."""
+    if cfg.tracing is None or not cfg.tracing.detailed:
+        return None
+    from poolgate.workers.tracing import CallSpans  # the OpenTelemetry SDK loads only when tracing is on
+
+    log.info("detailed traces to %s (%s)", cfg.tracing.endpoint, cfg.tracing.protocol)
+    return CallSpans(cfg.tracing)
 
 
 def pipeline_summary(stats) -> str:

@@ -74,8 +74,10 @@ async def create_embeddings(request: web.Request) -> web.Response:
         record.encoding_formats = (req.encoding_format,)
     served = await serve(request, to_request(req))
     body = to_response(served, encoding_format=req.encoding_format, created=int(time.time()))
-    if record is not None and len(served.result.outputs):
-        record.dimension_count = int(served.result.outputs.item(0).shape[-1])
+    if record is not None:
+        record.response_id = body["id"]
+        if len(served.result.outputs):
+            record.dimension_count = int(served.result.outputs.item(0).shape[-1])
     return web.Response(body=dumps(body), content_type="application/json")
 
 
