@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
+                               disable_created_metrics, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from poolgate.gateway.pool import WorkerPool
@@ -124,6 +125,7 @@ class GatewayMetrics:
     """One registry: the request series, and the workers' series through ``WorkerCollector``."""
 
     def __init__(self, router: Router):
+        disable_created_metrics()  # no *_created series: they only double what a scrape stores
         self.registry = CollectorRegistry()
         r, lat, tok = self.registry, names.LATENCY_BUCKETS, names.TOKEN_BUCKETS
         self.requests = Counter(names.REQUESTS, "API requests by route, model and HTTP status.",

@@ -12,6 +12,7 @@ else as a logged 500. The body's shape is picked by path prefix from
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import uuid
@@ -20,7 +21,7 @@ from http import HTTPStatus
 from aiohttp import web
 
 from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, RECORD, REQUEST_ID, TELEMETRY
-from poolgate.shared.errors import InternalError, PoolgateError, Unauthorized
+from poolgate.shared.errors import ClientClosedRequest, InternalError, PoolgateError, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,11 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
     try:
         _check_api_key(request)
         response = await handler(request)
+    except asyncio.CancelledError:  # the client left and aiohttp cancelled the handler
+        if record is not None:
+            closed = ClientClosedRequest("client closed the request")
+            telemetry.end(record, closed.status, closed)
+        raise
     except web.HTTPException as exc:
         if exc.status < 400:
             exc.headers[REQUEST_ID_HEADER] = request_id

@@ -63,6 +63,14 @@ class NotSupported(PoolgateError):
     code = "not_implemented"
 
 
+class ClientClosedRequest(PoolgateError):
+    """The client went away before the answer was written (never sent; for telemetry)."""
+
+    status = 499
+    type = "ClientClosedRequest"
+    code = "client_closed_request"
+
+
 class Unavailable(PoolgateError):
     status = 503
     type = "ServiceUnavailableError"
@@ -85,7 +93,7 @@ ERRORS: dict[str, type[PoolgateError]] = {
     cls.__name__: cls
     for cls in (
         PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, ModelNotFound,
-        RouteNotFound, Overloaded, NotSupported, Unavailable, DeadlineExceeded, InternalError,
+        RouteNotFound, Overloaded, NotSupported, Unavailable, DeadlineExceeded, InternalError, ClientClosedRequest,
     )
 }
 

@@ -33,7 +33,7 @@ async def scraped():
             metrics = GatewayMetrics(router)
             app = make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=metrics))
             metrics.add_route(app)
-            client = TestClient(TestServer(app))
+            client = TestClient(TestServer(app, handler_cancellation=True))
             await client.start_server()
             stack.push_async_callback(client.close)
             return client
@@ -144,3 +144,23 @@ async def test_admission_rejections_and_in_flight(scraped):
 async def test_no_metrics_when_off(gateway):
     client = await gateway()
     assert (await client.get("/metrics")).status == 404
+
+
+async def test_a_client_that_leaves_is_counted_as_499(scraped):
+    model = fake_model()
+    model.runner.release.clear()
+    client = await scraped(models=[model])
+    leaving = asyncio.create_task(client.post(EMBED, json={"input": "x"}))
+    await asyncio.to_thread(model.runner.entered.wait, 2)
+    leaving.cancel()  # drops the connection; aiohttp cancels the handler
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    model.runner.release.set()
+    for _ in range(100):
+        got = await samples(client)
+        if total(got, f"{names.REQUESTS}_total", status="499"):
+            break
+        await asyncio.sleep(0.02)
+    assert value(got, f"{names.REQUESTS}_total", route=EMBED, model="fake-model", status="499") == 1
+    assert value(got, f"{names.REQUEST_ERRORS}_total", route=EMBED, model="fake-model",
+                 error_type="client_closed_request") == 1
