@@ -164,3 +164,22 @@ def test_port_in_use_exits_with_a_message():
         out = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port)],
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "could not start" in out.stderr
+
+
+def test_metrics_on_their_own_port_cover_the_real_worker(server_factory):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics_port = free_port()
+    url = server_factory("--metrics-port", str(metrics_port), "--dtype", "float32")
+    _client(url).embeddings.create(model=DEFAULT_MODEL_NAME, input=["hello world", "metrics"])
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{url}/metrics")
+    assert err.value.code == 404  # only on the metrics port
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    got = {(s.name, s.labels.get("status")): s.value
+           for f in text_string_to_metric_families(text) for s in f.samples}
+    assert got[("poolgate_requests_total", "200")] == 1
+    assert got[("poolgate_worker_up", None)] == 1
+    assert got[("poolgate_batch_size_sum", None)] == 2  # the warm-up is not counted
