@@ -40,12 +40,15 @@ class LocalWorker:
         """Spawn the worker and return once it answers ``info`` on ``address``."""
         self.address = address
         cmd = [sys.executable, "-m", "poolgate.workers.main", "--listen", address,
-               "--config", json.dumps(cfg.to_wire()), "--parent-pid", str(os.getpid())]
+               "--config", "-", "--parent-pid", str(os.getpid())]
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]
         log.info("starting worker for %s on %s", cfg.served_model_name, address)
         self.process = await asyncio.create_subprocess_exec(
-            *cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+            *cmd, stdin=subprocess.PIPE, start_new_session=True)
+        # the config goes through stdin, not argv: argv is visible to every user (ps), stdin is not
+        self.process.stdin.write(json.dumps(cfg.to_wire()).encode())
+        self.process.stdin.close()
         try:
             self.client, self.info = await asyncio.wait_for(self._wait_ready(), ready_timeout)
         except asyncio.TimeoutError:

@@ -26,7 +26,7 @@ from poolgate.gateway.pool import WorkerPool
 from poolgate.gateway.router import Router
 from poolgate.gateway.telemetry import RequestRecord
 from poolgate.shared import telemetry as names
-from poolgate.shared.errors import Unavailable
+from poolgate.shared.errors import PoolgateError
 from poolgate.shared.histogram import Histogram as Counts
 from poolgate.shared.transport import parse_address
 
@@ -72,6 +72,10 @@ class WorkerCollector:
                                     labels=WORKER_LABELS),
             "recoveries": CounterMetricFamily(names.WORKER_RECOVERIES, "Times the worker came back into rotation.",
                                               labels=WORKER_LABELS),
+            "requests_running": GaugeMetricFamily(names.REQUESTS_RUNNING, "Calls with a batch on the device.",
+                                                  labels=WORKER_LABELS),
+            "requests_waiting": GaugeMetricFamily(names.REQUESTS_WAITING, "Calls queued, no batch started yet.",
+                                                  labels=WORKER_LABELS),
             "running": GaugeMetricFamily(names.SEQUENCES_RUNNING, "Sequences in the batch on the device.",
                                          labels=WORKER_LABELS),
             "queued": GaugeMetricFamily(names.SEQUENCES_WAITING, "Sequences queued for a batch.",
@@ -93,7 +97,7 @@ class WorkerCollector:
             family["recoveries"].add_metric(labels, s.pool.recoveries(s.client))
             if s.health is None:
                 continue
-            for key in ("running", "queued", "queued_tokens"):
+            for key in ("requests_running", "requests_waiting", "running", "queued", "queued_tokens"):
                 family[key].add_metric(labels, float(s.health.get(key, 0)))
             for kind, value in (s.health.get("device_memory") or {}).items():
                 family["memory"].add_metric([*labels, kind], float(value))
@@ -117,7 +121,7 @@ class WorkerCollector:
 async def _health(client) -> dict | None:
     try:
         return await asyncio.wait_for(client.health(), WORKER_STATS_TIMEOUT_S)
-    except (Unavailable, asyncio.TimeoutError):
+    except (PoolgateError, asyncio.TimeoutError):  # lost, wedged or answering with an error: down
         return None
 
 

@@ -83,13 +83,25 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
         response = error_response(request, error)
     response.headers[REQUEST_ID_HEADER] = request_id
     if record is not None:
-        try:  # write it here, so the span and the latency cover writing the body
-            await response.prepare(request)
-            await response.write_eof()
-        except ConnectionError:
-            pass  # the client left; aiohttp would have dropped the body the same way
-        telemetry.end(record, response.status, error)
+        await _write_and_end(request, response, record, error)
     return response
+
+
+async def _write_and_end(request: web.Request, response: web.StreamResponse, record, error) -> None:
+    """Write the response here, so the span and the latency cover writing the body; end the record
+    whatever happens (a client that leaves mid-body is a 499)."""
+    status = response.status
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:
+        pass  # the client left; aiohttp would have dropped the body the same way
+    except BaseException:
+        error = ClientClosedRequest("client closed the request while the response was written")
+        status = error.status
+        raise
+    finally:
+        request.app[TELEMETRY].end(record, status, error)
 
 
 def _request_id(request: web.Request) -> str:

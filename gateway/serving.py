@@ -72,13 +72,13 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     if record is not None:
         record.task = req.params.task  # known even if the model is not
     pool = request.app[ROUTER].resolve(req.model, req.params.task)
+    if record is not None:
+        record.model, record.backend = pool.name, pool.info.backend
     params = with_policy(config, req.params)
     check_input_count(config, req.inputs)
     check_params(pool.info, params)
     check_inputs(pool.info, req.inputs)
     request_id = request[REQUEST_ID]
-    if record is not None:
-        record.model, record.backend = pool.name, pool.info.backend
     call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
                        deadline=deadline(config, time.time()),
                        trace_context=record.trace_context if record is not None else {})

@@ -36,6 +36,8 @@ ADMISSION_REJECTIONS = f"{PREFIX}_admission_rejections"  # counter {model, reaso
 # --- worker-side metrics (pulled from every worker at scrape time) -------------
 WORKER_UP = f"{PREFIX}_worker_up"  # gauge {model, backend, worker}
 WORKER_RECOVERIES = f"{PREFIX}_worker_recoveries"  # counter {model, backend, worker}
+REQUESTS_RUNNING = f"{PREFIX}_requests_running"  # gauge: calls with a batch started {model, backend, worker}
+REQUESTS_WAITING = f"{PREFIX}_requests_waiting"  # gauge: calls queued, no batch started {model, backend, worker}
 SEQUENCES_RUNNING = f"{PREFIX}_sequences_running"  # gauge {model, backend, worker}
 SEQUENCES_WAITING = f"{PREFIX}_sequences_waiting"  # gauge {model, backend, worker}
 TOKENS_WAITING = f"{PREFIX}_tokens_waiting"  # gauge {model, backend, worker}

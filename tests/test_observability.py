@@ -49,7 +49,8 @@ COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADM
             names.WORKER_RECOVERIES)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
-GAUGES = (names.REQUESTS_IN_FLIGHT, names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
+GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
+          names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
           names.TOKENS_WAITING, names.DEVICE_MEMORY)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))

@@ -69,14 +69,19 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, probes:
     fast = backend.fast_dtype()
     if fast == torch.float32:
         return reference
+    want = _vectors(reference, probes)
+    del reference  # never two copies of the model on the device at once
+    backend.release_memory()
     candidate = _runner(spec, cfg, backend, fast)
-    worst = float(_cosines(_vectors(candidate, probes), _vectors(reference, probes)).min())
+    worst = float(_cosines(_vectors(candidate, probes), want).min())
     name = str(fast).removeprefix("torch.")
     if worst >= AUTO_MIN_COSINE:
         log.info("dtype auto: %s (worst probe cosine to float32 %.6f)", name, worst)
         return candidate
     log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", name, worst)
-    return reference
+    del candidate
+    backend.release_memory()
+    return _runner(spec, cfg, backend, torch.float32)
 
 
 def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: int) -> None:

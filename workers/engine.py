@@ -102,6 +102,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
         self._submits = 0  # submit() calls not yet returned
+        self._live: set[_Call] = set()  # queued or running calls (touched on the loop only)
         self._idle = asyncio.Event()
         self._tracer = tracer  # None: tracing off
 
@@ -130,8 +131,10 @@ class Engine:
 
     def load(self) -> dict:
         """Queue and pipeline figures for the ``health`` op (and the gateway's /metrics)."""
+        waiting = sum(1 for call in self._live if call.started is None)
         load = {"queued": self.scheduler.queued, "queued_tokens": self.scheduler.queued_tokens,
-                "running": self._running, "pipeline": self.stats.to_wire()}
+                "running": self._running, "requests_waiting": waiting,
+                "requests_running": len(self._live) - waiting, "pipeline": self.stats.to_wire()}
         if self._device_memory is not None:
             load["device_memory"] = self._device_memory()
         return load
@@ -157,6 +160,7 @@ class Engine:
         state.seqs = [Sequence(ids, call.params, handle=state) for ids in token_lists]
         state.queued_at = time.perf_counter()
         state.tokenize_s = state.queued_at - start
+        self._live.add(state)
         try:
             for seq in state.seqs:
                 self.scheduler.add(seq)
@@ -165,6 +169,8 @@ class Engine:
             state.abandon()
             state.future.cancel()
             raise
+        finally:
+            self._live.discard(state)
         if self._tracer is not None:
             started = state.queued_at if state.started is None else state.started
             self._tracer.trace(call, start, state.queued_at, started, state.finished, time.perf_counter())
@@ -180,7 +186,12 @@ class Engine:
             if not seqs:  # closed
                 self._handoff.put(None)
                 return
-            prepared = self._prepare(seqs)
+            try:
+                prepared = self._prepare(seqs)
+            except Exception as exc:  # never let the thread die with calls waiting on it
+                log.exception("preparing a batch of %d sequences failed", len(seqs))
+                self._fail(_calls_of(seqs), InternalError(f"worker failed to prepare a batch: {exc}"))
+                prepared = None
             if prepared is None:
                 self._slot.release()
             else:
@@ -222,33 +233,44 @@ class Engine:
 
     def _execute_loop(self) -> None:
         while (prepared := self._handoff.get()) is not None:
+            self._executing_since = time.perf_counter()  # busy before the slot opens: no early partial cut
             self._slot.release()
             calls = {c for _, _, c in prepared.segments}
-            if self.scheduler.closed:
-                self._fail(calls, Unavailable("worker is shutting down"))
-                continue
-            self._running = len(prepared.seqs)
-            self._executing_since = start = time.perf_counter()
             try:
-                outputs = self.runner.execute(prepared.batch)
-                _check_cover(outputs, len(prepared.seqs))
-            except PoolgateError as exc:
-                self._fail(calls, exc)
-                continue
-            except Exception as exc:
-                log.exception("runner failed on a batch of %d sequences", len(prepared.seqs))
-                self._fail(calls, InternalError(f"runner failed: {exc}"))
-                continue
+                self._execute(prepared, calls)
+            except Exception as exc:  # never let the thread die with calls waiting on it
+                log.exception("delivering a batch of %d sequences failed", len(prepared.seqs))
+                self._fail(calls, InternalError(f"worker failed on a batch: {exc}"))
             finally:
                 self._executing_since, self._running = None, 0
-                end = time.perf_counter()
-                self.stats.execute_s += end - start
                 self.scheduler.wake()
-            self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
-            for call in calls:
-                call.started = start if call.started is None else call.started
-                call.finished = end
-            self._deliver(prepared.segments, outputs)
+
+    def _execute(self, prepared: _Prepared, calls: set[_Call]) -> None:
+        """Run one prepared batch and hand each call its rows (or the batch's error)."""
+        if self.scheduler.closed:
+            self._fail(calls, Unavailable("worker is shutting down"))
+            return
+        self._running = len(prepared.seqs)
+        start = time.perf_counter()
+        for call in calls:  # from now on the call is running, not waiting
+            call.started = start if call.started is None else call.started
+        try:
+            outputs = self.runner.execute(prepared.batch)
+            _check_cover(outputs, len(prepared.seqs))
+        except PoolgateError as exc:
+            self._fail(calls, exc)
+            return
+        except Exception as exc:
+            log.exception("runner failed on a batch of %d sequences", len(prepared.seqs))
+            self._fail(calls, InternalError(f"runner failed: {exc}"))
+            return
+        finally:
+            end = time.perf_counter()
+            self.stats.execute_s += end - start
+        self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
+        for call in calls:
+            call.finished = end
+        self._deliver(prepared.segments, outputs)
 
     def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:
         """Give each call its slice of every run; resolve the calls that are now complete."""

@@ -3,7 +3,7 @@
 Two entries, one path (``run``): ``poolgate worker MODEL [flags]`` (``workers.cli``)
 starts a worker alone, for a gateway on another host; the gateway spawns its own
 workers with the private ``python -m poolgate.workers.main --listen unix:/tmp/w.sock
---config '<WorkerConfig JSON>' --parent-pid PID``.
+--config - --parent-pid PID`` with the WorkerConfig as JSON on its standard input.
 
 This is the worker's edge: flags and the JSON config are parsed here, once,
 and passed down. On Linux the worker asks the kernel for SIGTERM when its
@@ -43,7 +43,9 @@ DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:load_model"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m poolgate.workers.main", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", required=True, help="unix:/path/to.sock or tcp://host:port")
-    parser.add_argument("--config", required=True, type=_config_from_json, help="WorkerConfig.to_wire() as JSON")
+    parser.add_argument("--config", required=True, type=_config_from_json,
+                        help="WorkerConfig.to_wire() as JSON, or - to read it from standard input "
+                             "(how the gateway passes it, so secrets such as OTLP headers stay out of ps)")
     parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> LoadedModel")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="exit at once if this is no longer our parent (it died before we started)")
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from_json(text: str) -> WorkerConfig:
+    if text == "-":
+        text = sys.stdin.read()
     try:
         return WorkerConfig.from_wire(json.loads(text))
     except (ValueError, TypeError) as exc:

@@ -27,12 +27,14 @@ async def scraped():
     """``await scraped(models=..., max_in_flight=...)`` -> a TestClient whose app records metrics."""
     async with contextlib.AsyncExitStack() as stack:
 
-        async def start(models=None, max_in_flight=None) -> TestClient:
+        async def start(models=None, max_in_flight=None, routes=()) -> TestClient:
             router = await stack.enter_async_context(served_router(models or [fake_model()],
                                                                    max_in_flight=max_in_flight))
             metrics = GatewayMetrics(router)
             app = make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=metrics))
             metrics.add_route(app)
+            for path, handler in routes:
+                app.router.add_get(path, handler)
             client = TestClient(TestServer(app, handler_cancellation=True))
             await client.start_server()
             stack.push_async_callback(client.close)
@@ -136,6 +138,8 @@ async def test_admission_rejections_and_in_flight(scraped):
     got = await samples(client)
     assert value(got, names.REQUESTS_IN_FLIGHT, model="fake-model") == 1
     assert value(got, names.SEQUENCES_RUNNING, model="fake-model", backend="cpu", worker="w0.sock") == 1
+    assert value(got, names.REQUESTS_RUNNING, model="fake-model", backend="cpu", worker="w0.sock") == 1
+    assert value(got, names.REQUESTS_WAITING, model="fake-model", backend="cpu", worker="w0.sock") == 0
     assert value(got, f"{names.ADMISSION_REJECTIONS}_total", model="fake-model", reason="overloaded") == 1
     model.runner.release.set()
     assert (await held).status == 200
@@ -164,3 +168,21 @@ async def test_a_client_that_leaves_is_counted_as_499(scraped):
     assert value(got, f"{names.REQUESTS}_total", route=EMBED, model="fake-model", status="499") == 1
     assert value(got, f"{names.REQUEST_ERRORS}_total", route=EMBED, model="fake-model",
                  error_type="client_closed_request") == 1
+
+
+async def test_a_client_that_leaves_while_the_body_is_written_is_counted(scraped):
+    """The handler finished; writing its body is cancelled (the client left): still recorded, as 499."""
+    from aiohttp import web
+
+    class CancelledWhileWriting(web.Response):
+        async def write_eof(self, data=b""):
+            raise asyncio.CancelledError()
+
+    async def big(request):
+        return CancelledWhileWriting(text="x" * 1000)
+
+    client = await scraped(routes=[("/v1/big", big)])
+    with contextlib.suppress(Exception):
+        await client.get("/v1/big")
+    got = await samples(client)
+    assert value(got, f"{names.REQUESTS}_total", route="/v1/big", model="none", status="499") == 1

@@ -1,4 +1,5 @@
 """The packed runner on an NVIDIA GPU: varlen flash attention in fp16 against transformers in fp32."""
+import queue
 import threading
 
 import numpy as np
@@ -45,26 +46,27 @@ def test_cuda_runner_matches_transformers_cpu(tmp_path, dtype):
 
 
 def test_prepare_in_one_thread_execute_in_another(tmp_path):
-    """The engine's pipeline: uploads on the copy stream while the compute stream runs."""
+    """The engine's pipeline: batch N+1 uploads on the copy stream (prepare thread) while the
+    compute stream runs batch N (this thread); every output must match the reference."""
     ref = make_tiny_checkpoint(tmp_path)
     model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
                                     dtype="float16", pooling_type="MEAN", max_batch_tokens=512))
-    batches = [[Sequence(s, PoolingParams()) for s in SEQS[i:] + SEQS[:i]] for i in range(4)] * 8
-    prepared = []
+    batches = [[Sequence(s, PoolingParams()) for s in SEQS[i % 4:] + SEQS[:i % 4]] for i in range(64)]
+    ready: queue.Queue = queue.Queue(maxsize=2)  # the producer runs at most two batches ahead
 
-    def prepare_all():
+    def produce():
         for b in batches:
-            prepared.append(model.runner.prepare(b))
+            ready.put(model.runner.prepare(b))
 
-    thread = threading.Thread(target=prepare_all)
-    thread.start()
-    thread.join()
+    producer = threading.Thread(target=produce)
+    producer.start()
     want = _mean_pooled_reference(ref, SEQS)
-    for i, batch in enumerate(prepared):
-        outputs = model.runner.execute(batch)
+    for i in range(len(batches)):
+        outputs = model.runner.execute(ready.get(timeout=30))
         got = np.concatenate([o.rows.values for o in outputs])
         order = [(j + i % 4) % 4 for j in range(4)]
         assert (got * want[order]).sum(1).min() >= 0.999
+    producer.join()
 
 
 def test_cuda_bundled_model_auto_dtype_parity():

@@ -14,6 +14,7 @@ from poolgate.shared.errors import (
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.engine import Engine
+from poolgate.workers.runner_api import RunOutput
 from tests.fakes import CLS, FAIL_TOKEN, SEP, FakeRunner, fake_ids, fake_model, fake_vector, until
 
 
@@ -88,14 +89,16 @@ async def test_concurrent_calls_share_batches(engine, runner):
     first = await hold_first_batch(engine, runner)
     calls = [asyncio.create_task(engine.submit(call(f"q{i} z", [i + 1]))) for i in range(6)]
     await until(lambda: engine.scheduler.queued == 12)
-    assert load_without_stats(engine) == {"queued": 12, "queued_tokens": 6 * (4 + 1), "running": 1}
+    assert load_without_stats(engine) == {"queued": 12, "queued_tokens": 6 * (4 + 1), "running": 1,
+                                          "requests_waiting": 6, "requests_running": 1}
     runner.release.set()
     results = await asyncio.gather(*calls)
     await first
     assert [len(b) for b in runner.batches] == [1, 12]  # six calls, one batch
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result.outputs.item(1), fake_vector([i + 1]))
-    assert load_without_stats(engine) == {"queued": 0, "queued_tokens": 0, "running": 0}
+    assert load_without_stats(engine) == {"queued": 0, "queued_tokens": 0, "running": 0,
+                                          "requests_waiting": 0, "requests_running": 0}
     assert engine.load()["pipeline"]["batches"] == 2 and engine.load()["pipeline"]["sequences"] == 13
 
 
@@ -319,5 +322,27 @@ async def test_at_low_load_the_next_batch_waits_for_the_running_one():
         model.runner.release.set()
         await asyncio.gather(first, *tasks)
         assert [len(b) for b in model.runner.batches] == [1, 3]
+    finally:
+        await engine.stop()
+
+
+async def test_a_failure_while_delivering_fails_the_batch_and_the_engine_goes_on():
+    """Anything that escapes the runner's own step (here: outputs that cannot be sliced) must not kill
+    the execute thread and leave calls hanging."""
+
+    class Unsliceable:
+        def __len__(self):
+            return 1
+
+    model = fake_model()
+    runner = model.runner
+    real_execute = runner.execute
+    runner.execute = lambda batch: [RunOutput(0, 1, Unsliceable())]
+    engine = await started(model)
+    try:
+        with pytest.raises(InternalError, match="worker failed on a batch"):
+            await asyncio.wait_for(engine.submit(call("a")), 2)
+        runner.execute = real_execute
+        assert (await asyncio.wait_for(engine.submit(call("b")), 2)).prompt_tokens == [3]
     finally:
         await engine.stop()

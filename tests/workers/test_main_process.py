@@ -107,3 +107,20 @@ def test_worker_dies_with_a_killed_gateway(sock_dir):
         time.sleep(0.05)
     assert not alive(worker_pid)
     assert not os.path.exists(sock)  # it even shut down cleanly on the SIGTERM
+
+
+async def test_the_config_and_its_secrets_stay_out_of_the_worker_command_line(sock_dir):
+    from poolgate.shared.config import TracingConfig
+
+    secret = "Bearer s3cr3t-token"
+    cfg = WorkerConfig(model_path="unused", served_model_name="proc-model", max_model_len=16,
+                       tracing=TracingConfig("http://127.0.0.1:9/v1/traces", headers=(("authorization", secret),)))
+    worker = LocalWorker()
+    await worker.start(cfg, f"unix:{sock_dir}/w.sock", ready_timeout=30, runner_factory=FACTORY)
+    try:
+        with open(f"/proc/{worker.pid}/cmdline", "rb") as f:
+            argv = f.read().decode()
+        assert "s3cr3t" not in argv and "model_path" not in argv
+        assert worker.info.served_model_name == "proc-model"  # the config did arrive
+    finally:
+        assert await worker.stop(timeout=5) == 0

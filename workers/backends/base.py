@@ -58,5 +58,8 @@ class Backend(ABC):
         """Device memory in bytes by kind (``allocated``, ``reserved``); empty where not reported."""
         return {}
 
+    def release_memory(self) -> None:
+        """Give cached, unused device memory back (after a model is dropped; no-op on the CPU)."""
+
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""

@@ -70,6 +70,9 @@ class CudaBackend(Backend):
         device = self.device()
         return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
 
+    def release_memory(self) -> None:
+        torch.cuda.empty_cache()
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
