@@ -89,7 +89,7 @@ class FakeRunner:
         self.prepare_times.append((start, time.perf_counter()))
         return batch
 
-    def execute(self, batch: list[Sequence]) -> list[RunOutput]:
+    def execute(self, batch: list[Sequence], steps: list | None = None) -> list[RunOutput]:
         start = time.perf_counter()
         self.entered.set()
         assert self.release.wait(5), "batch held for more than 5 s"
@@ -97,13 +97,17 @@ class FakeRunner:
             raise RuntimeError("device fell over")
         if self.execute_delay:
             time.sleep(self.execute_delay)
+        forwarded = time.perf_counter()
         self.batches.append(batch)
         outputs = []
         for a, b, p in param_runs(batch):
             values = np.stack([fake_vector(s.token_ids, self.dim, p.dimensions, p.use_activation)
                                for s in batch[a:b]])
             outputs.append(RunOutput(a, b, Rows(values)))
-        self.execute_times.append((start, time.perf_counter()))
+        end = time.perf_counter()
+        if steps is not None:
+            steps += [("forward", start, forwarded), ("pool", forwarded, end)]
+        self.execute_times.append((start, end))
         return outputs
 
 

@@ -33,7 +33,7 @@ from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateErro
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult
 from poolgate.workers.inputs import InputStage
-from poolgate.workers.runner_api import LoadedModel, RunOutput
+from poolgate.workers.runner_api import LoadedModel, RunOutput, Step
 from poolgate.workers.scheduler import TokenBudgetScheduler
 from poolgate.workers.sequence import Sequence
 from poolgate.workers.stats import PipelineStats
@@ -55,6 +55,7 @@ class _Call:
     queued_at: float = 0.0  # perf_counter when its sequences were queued
     started: float | None = None  # perf_counter when its first batch began executing
     finished: float = 0.0  # perf_counter when its last batch finished
+    steps: list[Step] = field(default_factory=list)  # the runner's forward/pool steps, for detailed traces
 
     def timings(self) -> dict[str, float]:
         """vLLM's split: time in queue (queued → first execute), in inference (first execute → done)."""
@@ -73,7 +74,7 @@ class CallTracer(Protocol):
     """``workers.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
 
     def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
-              finished: float, done: float) -> None: ...
+              steps: list[Step]) -> None: ...
 
 
 @dataclass
@@ -173,7 +174,7 @@ class Engine:
             self._live.discard(state)
         if self._tracer is not None:
             started = state.queued_at if state.started is None else state.started
-            self._tracer.trace(call, start, state.queued_at, started, state.finished, time.perf_counter())
+            self._tracer.trace(call, start, state.queued_at, started, state.steps)
         return PoolingResult(outputs=rows, prompt_tokens=[seq.num_tokens for seq in state.seqs],
                              timings=state.timings())
 
@@ -254,8 +255,9 @@ class Engine:
         start = time.perf_counter()
         for call in calls:  # from now on the call is running, not waiting
             call.started = start if call.started is None else call.started
+        steps: list[Step] | None = [] if self._tracer is not None else None
         try:
-            outputs = self.runner.execute(prepared.batch)
+            outputs = self.runner.execute(prepared.batch, steps)
             _check_cover(outputs, len(prepared.seqs))
         except PoolgateError as exc:
             self._fail(calls, exc)
@@ -270,6 +272,8 @@ class Engine:
         self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
         for call in calls:
             call.finished = end
+            if steps:
+                call.steps += steps
         self._deliver(prepared.segments, outputs)
 
     def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:

@@ -4,10 +4,12 @@
 attention plan, pinned buffers and the copy to the device) and runs in the
 engine's prepare thread while the previous batch executes. ``execute`` is
 the forward, the pooling method and the head for each run of sequences with
-equal params, and one copy of the results back to the host.
+equal params, and one copy of the results back to the host; for detailed
+traces it also reports how long the forward and the pooling took.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +22,7 @@ from poolgate.workers.backends.base import Backend
 from poolgate.workers.packing import PackedBatch, pack
 from poolgate.workers.pooling.head import EmbedHead
 from poolgate.workers.pooling.methods import PoolingMethod
-from poolgate.workers.runner_api import RunOutput
+from poolgate.workers.runner_api import RunOutput, Step
 from poolgate.workers.sequence import Sequence, param_runs
 
 
@@ -50,12 +52,19 @@ class PoolingRunner:
         return PreparedBatch(packed, param_runs(seqs), ready)
 
     @torch.inference_mode()
-    def execute(self, batch: PreparedBatch) -> list[RunOutput]:
+    def execute(self, batch: PreparedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
+        start = time.perf_counter()
         self.backend.wait_upload(batch.ready, batch.packed)
         hidden = self.model(batch.packed).float()  # (n_tokens, hidden), pooling in fp32
+        if steps is not None:
+            self.backend.synchronize()
+            forwarded = time.perf_counter()
+            steps.append(("forward", start, forwarded))
         pooled = self.method(hidden, batch.packed)  # (batch, hidden)
         vectors = [self.head(pooled[a:b], params) for a, b, params in batch.runs]  # each (b - a, dim)
         host = self.backend.to_host(vectors)
+        if steps is not None:
+            steps.append(("pool", forwarded, time.perf_counter()))
         return [RunOutput(a, b, Rows(h)) for (a, b, _), h in zip(batch.runs, host)]
 
     def run(self, seqs: list[Sequence]) -> list[RunOutput]:

@@ -25,6 +25,9 @@ class TextEncoder(Protocol):
         ...
 
 
+Step = tuple[str, float, float]  # (name, perf_counter start, end) of one runner step, for detailed traces
+
+
 @dataclass(frozen=True)
 class RunOutput:
     """The outputs of the batch's sequences ``start..stop`` (one run of equal params)."""
@@ -45,8 +48,12 @@ class Runner(Protocol):
         """Everything before the forward: pack ``seqs`` and move them to the device."""
         ...
 
-    def execute(self, batch: Any) -> list[RunOutput]:
-        """Forward + pooling for a prepared batch; outputs cover every sequence, in order."""
+    def execute(self, batch: Any, steps: list[Step] | None = None) -> list[RunOutput]:
+        """Forward + pooling for a prepared batch; outputs cover every sequence, in order.
+
+        With ``steps`` (detailed tracing), append ``("forward", start, end)`` and
+        ``("pool", start, end)`` perf_counter readings, waiting for the device
+        between them so each step's time is its own."""
         ...
 
 

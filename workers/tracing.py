@@ -1,18 +1,16 @@
 """Detailed traces (``--collect-detailed-traces``): a finished call's child spans, from the engine's own clock readings.
 
-For each call the engine finishes, ``CallSpans.trace`` makes four spans,
-back to back, under the gateway's ``llm_request`` span (its context travels
-in ``PoolingCall.trace_context``):
+For each call the engine finishes, ``CallSpans.trace`` makes its child spans
+under the gateway's ``llm_request`` span (whose context travels in
+``PoolingCall.trace_context``):
 
 - ``tokenize``: the call's inputs tokenized (in the tokenizer pool);
 - ``queue``: its sequences waiting in the scheduler, until its first batch
   starts executing;
-- ``forward``: from its first batch's execute start to its last batch's end.
-  The runner's ``execute`` is one device step (forward, pooling method, head,
-  copy back to the host), so this span covers all of it: splitting it would
-  mean waiting on the device inside the batch;
-- ``pool``: gathering the call's rows into its one output block and handing
-  it back to the call, until the call is complete.
+- ``forward`` and ``pool``, once per batch the call ran in: the runner's own
+  readings of the model's forward and of the pooling (method, head, copy back
+  to the host). With detailed traces on, the runner waits for the device
+  between the two, so each is its own time; that wait is the price of them.
 
 The engine reads ``time.perf_counter``; one offset, taken when the tracer is
 built, turns those readings into epoch nanoseconds. A call that carries no
@@ -44,16 +42,15 @@ class CallSpans(ExportingTracer):
         self._offset_ns = time.time_ns() - time.perf_counter_ns()  # perf_counter ns -> epoch ns
 
     def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
-              finished: float, done: float) -> None:
-        """Spans for one call; the times are perf_counter seconds, in this order."""
+              steps: list[tuple[str, float, float]]) -> None:
+        """Spans for one call; the times are perf_counter seconds."""
         parent = PROPAGATOR.extract(call.trace_context)
         if not trace.get_current_span(parent).get_span_context().is_valid:
             return
-        edges = [self._epoch_ns(t) for t in (tokenize_start, queued, started, finished, done)]
-        for name, start, end in zip(names.CHILD_SPANS, edges, edges[1:]):
-            span = self.tracer.start_span(name, context=parent, start_time=start,
+        for name, start, end in [("tokenize", tokenize_start, queued), ("queue", queued, started), *steps]:
+            span = self.tracer.start_span(name, context=parent, start_time=self._epoch_ns(start),
                                            attributes={names.ATTR_REQUEST_ID: call.request_id})
-            span.end(end_time=end)
+            span.end(end_time=self._epoch_ns(end))
 
     def _epoch_ns(self, perf_s: float) -> int:
         return self._offset_ns + int(perf_s * 1e9)

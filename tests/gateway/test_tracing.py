@@ -200,7 +200,8 @@ async def test_detailed_child_spans_join_the_request_span(traced, receiver):
     for child in children:
         assert (child.trace_id, child.parent_span_id, child.kind) == (trace_id, parent.span_id, INTERNAL)
         assert parent.start_ns - 1_000_000 <= child.start_ns <= child.end_ns <= parent.end_ns + 1_000_000
-    assert all(a.end_ns == b.start_ns for a, b in zip(children, children[1:]))  # back to back
+    # one batch: tokenize, queue, then the runner's forward and pool, in order, with no real gap
+    assert all(0 <= b.start_ns - a.end_ns < 1_000_000 for a, b in zip(children, children[1:]))
 
 
 async def test_an_unsampled_caller_gets_no_spans_anywhere(traced, receiver):

@@ -337,7 +337,7 @@ async def test_a_failure_while_delivering_fails_the_batch_and_the_engine_goes_on
     model = fake_model()
     runner = model.runner
     real_execute = runner.execute
-    runner.execute = lambda batch: [RunOutput(0, 1, Unsliceable())]
+    runner.execute = lambda batch, steps=None: [RunOutput(0, 1, Unsliceable())]
     engine = await started(model)
     try:
         with pytest.raises(InternalError, match="worker failed on a batch"):
