@@ -29,6 +29,7 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -38,10 +39,12 @@ from poolgate.gateway.metrics import GatewayMetrics
 from poolgate.gateway.pool import WorkerPool
 from poolgate.gateway.router import Router
 from poolgate.gateway.telemetry import Telemetry
-from poolgate.gateway.tracing import SpanTracer, build_tracer
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.transport import WorkerClient
+
+if TYPE_CHECKING:
+    from poolgate.gateway.tracing import SpanTracer
 
 log = logging.getLogger("poolgate")
 
@@ -84,9 +87,12 @@ def _metrics_site(config: GatewayConfig, metrics: GatewayMetrics | None) -> list
 
 
 def _tracer(config: GatewayConfig) -> SpanTracer | None:
-    """The tracer of the ``llm_request`` spans; None (no tracing at all) without ``config.tracing``."""
+    """The tracer of the ``llm_request`` spans; None (no tracing at all) without ``config.tracing``.
+    The OpenTelemetry SDK is imported only when tracing is on."""
     if config.tracing is None:
         return None
+    from poolgate.gateway.tracing import build_tracer
+
     log.info("tracing to %s (%s)", config.tracing.endpoint, config.tracing.protocol)
     return build_tracer(config.tracing)
 

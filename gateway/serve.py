@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
-from poolgate.shared.model_flags import add_model_arguments, positive_int, worker_config_from_args
+from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int, worker_config_from_args
 from poolgate.shared.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
 
 log = logging.getLogger("poolgate")
@@ -24,7 +24,7 @@ def positive_float(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--auto-truncate", action="store_true",
                    help="truncate over-long inputs instead of rejecting them with 400")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 and /v2 routes")
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds before an unfinished request gets 504 and is cancelled in the worker")
     p.add_argument("--max-in-flight-per-worker", type=positive_int, default=None,
                    help="calls in flight per worker before new ones get 429 (default: no cap)")
-    p.add_argument("--metrics-port", type=int, default=None,
+    p.add_argument("--metrics-port", type=port_number, default=None,
                    help="serve Prometheus /metrics on this port instead of the API port")
     p.add_argument("--no-metrics", dest="metrics", action="store_false",
                    help="no Prometheus metrics (and no /metrics route)")

@@ -18,6 +18,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), got {text}")
+    return value
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """MODEL and the flags that say how a worker loads and serves it."""
     g = parser.add_argument_group("model")

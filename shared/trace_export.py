@@ -6,8 +6,8 @@ The gateway (the ``llm_request`` spans, ``gateway.tracing``) and a worker
 provider, so nothing else in the process (a library's own instrumentation)
 exports through it by accident. Everything comes from the config, which the
 CLI filled from its flags and the OTEL_* variables; the SDK still reads its
-own tuning variables (``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_TIMEOUT``, TLS
-files). The gRPC exporter is imported only when asked for.
+own tuning variables (``OTEL_BSP_*``, TLS files); the export timeout is ours
+(``EXPORT_TIMEOUT_S``). The gRPC exporter is imported only when asked for.
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, DEFAULT_OFF
 from poolgate.shared.config import TracingConfig
 
 DEFAULT_RATIO = 1.0  # the SDK's default when OTEL_TRACES_SAMPLER_ARG is not set
+# One export (retries included) gives up after this, so a flush at shutdown with an unreachable
+# collector ends well before a worker's stop grace period (10 s) turns into SIGKILL.
+EXPORT_TIMEOUT_S = 5
 
 # OTEL_TRACES_SAMPLER name -> the sampler, given OTEL_TRACES_SAMPLER_ARG (used by the ratio ones)
 SAMPLERS: dict[str, Callable[[float], Sampler]] = {
@@ -39,7 +42,7 @@ RATIO_SAMPLERS = frozenset({"traceidratio", "parentbased_traceidratio"})
 def _http_exporter(cfg: TracingConfig) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=cfg.endpoint, headers=dict(cfg.headers))
+    return OTLPSpanExporter(endpoint=cfg.endpoint, headers=dict(cfg.headers), timeout=EXPORT_TIMEOUT_S)
 
 
 def _grpc_exporter(cfg: TracingConfig) -> SpanExporter:
@@ -47,7 +50,7 @@ def _grpc_exporter(cfg: TracingConfig) -> SpanExporter:
 
     # TLS follows the scheme, as the SDK does for its own endpoint variable: https:// is secure.
     return OTLPSpanExporter(endpoint=cfg.endpoint, headers=cfg.headers or None,
-                            insecure=urlparse(cfg.endpoint).scheme != "https")
+                            insecure=urlparse(cfg.endpoint).scheme != "https", timeout=EXPORT_TIMEOUT_S)
 
 
 # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL value -> the exporter for it
