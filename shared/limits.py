@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.tasks import TASK_PARAMS
 from poolgate.shared.wire import Input, ModelInfo, PoolingCall
 
 
@@ -26,7 +27,8 @@ def check_task(info: ModelInfo, params: PoolingParams) -> None:
 
 
 def check_params(info: ModelInfo, params: PoolingParams) -> None:
-    """Raise a 4xx for params this model cannot honour (dimensions, truncation)."""
+    """Raise a 4xx for params this model cannot honour (params of the task, dimensions, truncation)."""
+    _check_task_params(params)
     _check_dimensions(info, params.dimensions)
     k = params.truncate_prompt_tokens
     if k is not None:
@@ -40,6 +42,16 @@ def check_params(info: ModelInfo, params: PoolingParams) -> None:
                 "Please request a smaller truncation size.",
                 param="truncate_prompt_tokens",
             )
+
+
+def _check_task_params(params: PoolingParams) -> None:
+    """vLLM's rule: a task takes only its own pooling params."""
+    valid = TASK_PARAMS.get(params.task, ())
+    sent = [name for name in ("dimensions", "use_activation")
+            if getattr(params, name) is not None and name not in valid]
+    if sent:
+        raise InvalidRequest(f"Task '{params.task}' only supports {list(valid)} parameters, "
+                             f"does not support {sent} parameters", param=sent[0])
 
 
 def _check_dimensions(info: ModelInfo, dimensions: int | None) -> None:

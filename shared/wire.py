@@ -73,6 +73,7 @@ class ModelInfo:
     is_matryoshka: bool = False
     matryoshka_dimensions: tuple[int, ...] | None = None
     vocab_size: int | None = None
+    labels: tuple[str, ...] | None = None  # classify / token_classify: the label of each output, by index
 
     def to_wire(self) -> dict:
         return asdict(self)
@@ -81,8 +82,9 @@ class ModelInfo:
     def from_wire(cls, body: dict) -> "ModelInfo":
         body = dict(body)
         body["tasks"] = tuple(body["tasks"])
-        if body.get("matryoshka_dimensions") is not None:
-            body["matryoshka_dimensions"] = tuple(body["matryoshka_dimensions"])
+        for key in ("matryoshka_dimensions", "labels"):
+            if body.get(key) is not None:
+                body[key] = tuple(body[key])
         return cls(**body)
 
 
