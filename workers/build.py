@@ -20,8 +20,9 @@ from poolgate.shared.wire import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.models import architecture_for, build_model
-from poolgate.workers.pooling.head import EmbedHead, load_dense
-from poolgate.workers.pooling.methods import POOLING_TYPES
+from poolgate.workers.models.score import classifier_tasks
+from poolgate.workers.pooling.classify import labels_of
+from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.runner import PoolingRunner
 from poolgate.workers.runner_api import LoadedModel
 from poolgate.workers.sequence import Sequence
@@ -43,17 +44,14 @@ def _runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, dtype: torch.d
     model = build_model(spec, backend.attention(dtype), allow_pickle=cfg.allow_pickle_weights)[0]
     model = model.to(device=backend.device(), dtype=dtype)
     backend.optimize(model, dtype)
-    dense = [load_dense(d, allow_pickle=cfg.allow_pickle_weights) for d in spec.dense]
-    projector = torch.nn.Sequential(*dense).to(backend.device()) if dense else None
-    pooling = spec.pooling_type or architecture_for(spec).default_pooling
-    normalize = True if spec.normalize is None else spec.normalize
-    return PoolingRunner(model=model, backend=backend, dtype=dtype, method=POOLING_TYPES[pooling],
-                         head=EmbedHead(projector, normalize))
+    pooler = poolers_for(spec, backend.device(), allow_pickle=cfg.allow_pickle_weights)
+    return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler)
 
 
 def _vectors(runner: PoolingRunner, ids: list[list[int]]) -> np.ndarray:
-    """(n, dim) default-params outputs for ``ids``."""
-    outputs = runner.run([Sequence(x, PoolingParams()) for x in ids])
+    """(rows, dim) outputs of the model's active task for ``ids``."""
+    params = PoolingParams(task=runner.pooler.tasks[0])
+    outputs = runner.run([Sequence(x, params) for x in ids])
     return np.concatenate([o.rows.values for o in outputs])
 
 
@@ -88,9 +86,10 @@ def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: 
     """Run a few batch shapes once so kernels are chosen before the first request."""
     ids = encoder.encode([" ".join(["warm up"] * longest)], max_tokens=longest)[0]
     shapes = [(1, 8), (8, 64), (max(1, budget // longest), longest)]
+    params = PoolingParams(task=runner.pooler.tasks[0])
     for i, (n, length) in enumerate(shapes, 1):
         log.info("warming up [%d/%d]: %d x %d tokens", i, len(shapes), n, min(length, len(ids)))
-        runner.run([Sequence(ids[:length], PoolingParams()) for _ in range(n)])
+        runner.run([Sequence(ids[:length], params) for _ in range(n)])
     runner.backend.synchronize()
 
 
@@ -107,14 +106,16 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
-    dim = spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size)
+    labels = labels_of(spec.hf_config) if classifier_tasks(spec.architecture) else None
+    dim = len(labels) if labels else spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size)
     info = ModelInfo(
-        served_model_name=cfg.served_model_name, architecture=spec.architecture, tasks=("embed",),
+        served_model_name=cfg.served_model_name, architecture=spec.architecture, tasks=runner.pooler.tasks,
         max_model_len=spec.max_model_len, embedding_dim=dim, backend=backend.name,
         dtype=str(runner.dtype).removeprefix("torch."), is_matryoshka=spec.is_matryoshka,
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
+        labels=labels,
     )
-    log.info("pooling %s, max length %d, dtype %s, token budget %d",
+    log.info("tasks %s, pooling %s, max length %d, dtype %s, token budget %d", ", ".join(info.tasks),
              spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)
     _warm_up(runner, encoder, info.max_model_len, budget)
     log.info("model ready in %.1f s", time.perf_counter() - start)

@@ -3,8 +3,8 @@
 ``prepare`` is all host work (packing into one padding-free batch, the
 attention plan, pinned buffers and the copy to the device) and runs in the
 engine's prepare thread while the previous batch executes. ``execute`` is
-the forward, the pooling method and the head for each run of sequences with
-equal params, and one copy of the results back to the host; for detailed
+the forward, then each run of sequences with equal params (and so one task)
+through its task's pooler (``workers.pooling.dispatch``), and one copy of the results back to the host; for detailed
 traces it also reports how long the forward and the pooling took.
 """
 from __future__ import annotations
@@ -20,8 +20,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.packing import PackedBatch, pack
-from poolgate.workers.pooling.head import EmbedHead
-from poolgate.workers.pooling.methods import PoolingMethod
+from poolgate.workers.pooling.dispatch import DispatchPooler
 from poolgate.workers.runner_api import RunOutput, Step
 from poolgate.workers.sequence import Sequence, param_runs
 
@@ -38,10 +37,8 @@ class PreparedBatch:
 class PoolingRunner:
     """One model on one backend in one dtype, built whole (see ``workers.build``)."""
 
-    def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype,
-                 method: PoolingMethod, head: EmbedHead):
-        self.model, self.backend, self.dtype = model, backend, dtype
-        self.method, self.head = method, head
+    def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype, pooler: DispatchPooler):
+        self.model, self.backend, self.dtype, self.pooler = model, backend, dtype, pooler
         self.position_offset = getattr(getattr(model, "config", None), "position_offset", 0)
         self.group_attention = backend.uses_groups(dtype)
 
@@ -60,12 +57,11 @@ class PoolingRunner:
             self.backend.synchronize()
             forwarded = time.perf_counter()
             steps.append(("forward", start, forwarded))
-        pooled = self.method(hidden, batch.packed)  # (batch, hidden)
-        vectors = [self.head(pooled[a:b], params) for a, b, params in batch.runs]  # each (b - a, dim)
-        host = self.backend.to_host(vectors)
+        pooled = self.pooler(hidden, batch.packed, batch.runs)  # per run: (rows, dim) [+ token offsets]
+        host = self.backend.to_host([p.values for p in pooled])
         if steps is not None:
             steps.append(("pool", forwarded, time.perf_counter()))
-        return [RunOutput(a, b, Rows(h)) for (a, b, _), h in zip(batch.runs, host)]
+        return [RunOutput(a, b, Rows(h, p.offsets)) for (a, b, _), h, p in zip(batch.runs, host, pooled)]
 
     def run(self, seqs: list[Sequence]) -> list[RunOutput]:
         """prepare + execute in one go (start-up probes, warm-up, tests)."""

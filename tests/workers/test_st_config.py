@@ -59,9 +59,9 @@ def test_unsupported_pooling_is_an_error_unless_overridden(tmp_path, cfg):
 
 def test_pooling_names_agree():
     from poolgate.shared.config import SEQ_POOLING_TYPES
-    from poolgate.workers.pooling.methods import POOLING_TYPES
+    from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
 
-    assert tuple(POOLING_TYPES) == SEQ_POOLING_TYPES
+    assert tuple(t for t in POOLING_TYPES if t not in TOKEN_POOLING_TYPES) == SEQ_POOLING_TYPES
 
 
 def test_normalize_dense_and_lengths(tmp_path):

@@ -40,6 +40,13 @@ ARCHITECTURES: dict[str, Architecture] = {
     "BertForMaskedLM": BERT,
     "RobertaModel": BERT,
     "XLMRobertaModel": BERT,
+    # classifiers: the packed encoder; their score layer comes from workers.models.score
+    "BertForSequenceClassification": BERT,
+    "BertForTokenClassification": BERT,
+    "RobertaForSequenceClassification": BERT,
+    "RobertaForTokenClassification": BERT,
+    "XLMRobertaForSequenceClassification": BERT,
+    "XLMRobertaForTokenClassification": BERT,
 }
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
 

@@ -1,4 +1,8 @@
-"""Sequence pooling methods over packed hidden states: CLS, MEAN, LAST."""
+"""Pooling methods over packed hidden states: CLS, MEAN, LAST per sequence; ALL per token.
+
+A sequence method turns ``(n_tokens, hidden)`` into ``(n_seqs, hidden)``; a
+token method keeps rows per token, which the pooler returns with offsets.
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -28,8 +32,15 @@ def mean_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
     return sums / counts[:, None]
 
 
+def all_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """(n_tokens, hidden) → (n_tokens, hidden): every token, in packed order (token-level tasks)."""
+    return hidden
+
+
 POOLING_TYPES: dict[str, PoolingMethod] = {
     "CLS": cls_pool,
     "MEAN": mean_pool,
     "LAST": last_pool,
+    "ALL": all_pool,
 }
+TOKEN_POOLING_TYPES = frozenset({"ALL"})  # the methods that keep one row per token

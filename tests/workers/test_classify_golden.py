@@ -1,0 +1,131 @@
+"""Classifiers and token tasks against transformers on tiny random checkpoints (fp32)."""
+import numpy as np
+import pytest
+import torch
+from transformers import (AutoConfig, AutoModel, AutoModelForSequenceClassification,
+                          AutoModelForTokenClassification)
+
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.params import PoolingParams
+from poolgate.workers.build import load_model
+from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
+from poolgate.workers.pooling.head import EmbedHead
+from poolgate.workers.sequence import Sequence
+from tests.fakes import make_tiny_tokenizer
+from tests.workers.pooled import pool_ids
+
+SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 40)) + [3], [2, 3]]
+ENCODER = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def _save(folder, model_type: str, auto, **extra):
+    pad = {"pad_token_id": 0} if model_type == "bert" else {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
+    positions = 64 + (2 if model_type in ("roberta", "xlm-roberta") else 0)
+    kw = ENCODER if model_type != "distilbert" else dict(vocab_size=100, dim=32, n_layers=2, n_heads=4,
+                                                          hidden_dim=64)
+    config = AutoConfig.for_model(model_type, max_position_embeddings=positions, **pad, **kw, **extra)
+    torch.manual_seed(0)
+    model = auto.from_config(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    make_tiny_tokenizer(folder)
+    return model
+
+
+def _load(folder):
+    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+                                   max_batch_tokens=256))
+
+
+def _logits(ref, seqs) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [ref(input_ids=torch.tensor([s])).logits[0] for s in seqs]
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_sequence_classifier_with_three_labels(tmp_path, model_type):
+    labels = {0: "negative", 1: "neutral", 2: "positive"}
+    ref = _save(tmp_path, model_type, AutoModelForSequenceClassification, num_labels=3, id2label=labels,
+                label2id={v: k for k, v in labels.items()})
+    model = _load(tmp_path)
+    assert model.info.tasks == ("classify", "token_classify")
+    assert model.info.labels == ("negative", "neutral", "positive") and model.info.embedding_dim == 3
+    logits = torch.stack(_logits(ref, SEQS))  # (n, 3)
+    probs = pool_ids(model, SEQS, PoolingParams(task="classify"))
+    np.testing.assert_allclose(probs, torch.softmax(logits, -1).numpy(), atol=1e-5)
+    raw = pool_ids(model, SEQS, PoolingParams(task="classify", use_activation=False))
+    np.testing.assert_allclose(raw, logits.numpy(), atol=1e-4)
+
+
+def test_one_label_is_a_sigmoid_score(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModelForSequenceClassification, num_labels=1)
+    model = _load(tmp_path)
+    scores = pool_ids(model, SEQS, PoolingParams(task="classify"))
+    assert scores.shape == (4, 1)
+    np.testing.assert_allclose(scores, torch.sigmoid(torch.stack(_logits(ref, SEQS))).numpy(), atol=1e-5)
+
+
+def test_multi_label_problem_type_uses_sigmoid(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModelForSequenceClassification, num_labels=3,
+                problem_type="multi_label_classification")
+    got = pool_ids(_load(tmp_path), SEQS, PoolingParams(task="classify"))
+    np.testing.assert_allclose(got, torch.sigmoid(torch.stack(_logits(ref, SEQS))).numpy(), atol=1e-5)
+
+
+def test_token_classifier(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModelForTokenClassification, num_labels=5)
+    model = _load(tmp_path)
+    assert model.info.tasks == ("token_classify",)
+    outputs = model.runner.execute(model.runner.prepare(
+        [Sequence(s, PoolingParams(task="token_classify")) for s in SEQS]))
+    (run,) = outputs
+    assert run.rows.offsets.tolist() == np.cumsum([0, *map(len, SEQS)]).tolist()
+    for i, logits in enumerate(_logits(ref, SEQS)):
+        np.testing.assert_allclose(run.rows.item(i), torch.softmax(logits, -1).numpy(), atol=1e-5)
+
+
+def test_distilbert_classifier_through_the_transformers_fallback(tmp_path):
+    ref = _save(tmp_path, "distilbert", AutoModelForSequenceClassification, num_labels=2)
+    got = pool_ids(_load(tmp_path), SEQS, PoolingParams(task="classify"))
+    np.testing.assert_allclose(got, torch.softmax(torch.stack(_logits(ref, SEQS)), -1).numpy(), atol=1e-5)
+
+
+def test_token_embed_and_embed_share_a_batch(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModel)
+    model = _load(tmp_path)
+    assert model.info.tasks == ("embed", "token_embed")
+    seqs = [Sequence(SEQS[0], PoolingParams(task="token_embed")), Sequence(SEQS[1], PoolingParams()),
+            Sequence(SEQS[2], PoolingParams(task="token_embed"))]
+    outputs = model.runner.execute(model.runner.prepare(seqs))
+    assert [(o.start, o.stop) for o in outputs] == [(0, 1), (1, 2), (2, 3)]
+    with torch.no_grad():
+        hidden = [ref(input_ids=torch.tensor([s])).last_hidden_state[0] for s in SEQS[:3]]
+    norm = torch.nn.functional.normalize
+    np.testing.assert_allclose(outputs[0].rows.item(0), norm(hidden[0], dim=-1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(outputs[2].rows.item(0), norm(hidden[2], dim=-1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(outputs[1].rows.item(0), norm(hidden[1][0], dim=-1).numpy(), atol=1e-5)  # CLS
+
+
+def test_the_dispatch_pooler_is_checked_when_built():
+    head = EmbedHead(None, True)
+    with pytest.raises(ValueError, match="cannot pool with ALL"):
+        DispatchPooler({"embed": Pooler("ALL", head)})
+    with pytest.raises(ValueError, match="cannot pool with CLS"):
+        DispatchPooler({"token_embed": Pooler("CLS", head)})
+    with pytest.raises(ValueError, match="unknown task"):
+        DispatchPooler({"score": Pooler("CLS", head)})
+    with pytest.raises(ValueError, match="unknown pooling type"):
+        DispatchPooler({"embed": Pooler("MAX", head)})
+    assert DispatchPooler({"token_embed": Pooler("ALL", head), "embed": Pooler("CLS", head)}).tasks == (
+        "embed", "token_embed")
+
+
+def test_decoder_classifier_pools_the_last_token(tmp_path):
+    config = AutoConfig.for_model("llama", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  hidden_size=32, intermediate_size=64, vocab_size=100, max_position_embeddings=64,
+                                  num_labels=3, pad_token_id=0, architectures=["LlamaForSequenceClassification"])
+    torch.manual_seed(0)
+    ref = AutoModelForSequenceClassification.from_config(config).eval()
+    ref.save_pretrained(tmp_path, safe_serialization=True)
+    make_tiny_tokenizer(tmp_path)
+    got = pool_ids(_load(tmp_path), SEQS, PoolingParams(task="classify"))
+    np.testing.assert_allclose(got, torch.softmax(torch.stack(_logits(ref, SEQS)), -1).numpy(), atol=1e-5)

@@ -1,0 +1,83 @@
+"""Poolers: a pooling method × a head per task, and the dispatch pooler that runs a batch's runs.
+
+A ``Pooler`` is what one task does to the hidden states: a method (CLS, MEAN,
+LAST per sequence; ALL per token) and a head (embed or classify). The
+``DispatchPooler`` maps each task a model serves to its pooler, is checked
+when built (token tasks need a token method, sequence tasks a sequence one),
+and gives ``ModelInfo.tasks`` in vLLM's order (the first is the active task).
+A batch may mix tasks: each run of sequences with equal params goes through
+its task's pooler; sequence methods are computed once per batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.tasks import POOLING_TASKS
+from poolgate.workers.packing import PackedBatch
+from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
+
+TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
+TASK_ORDER = ("embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin")
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """One task's pooling: ``method`` (a POOLING_TYPES name) then ``head`` (params-aware)."""
+
+    method: str
+    head: nn.Module
+
+    @property
+    def per_token(self) -> bool:
+        return self.method in TOKEN_POOLING_TYPES
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One run's outputs: ``values`` (rows, dim) on the device; ``offsets`` (k + 1,) for token tasks."""
+
+    values: torch.Tensor
+    offsets: np.ndarray | None = None
+
+
+class DispatchPooler:
+    """task → Pooler, checked when built."""
+
+    def __init__(self, poolers: dict[str, Pooler]):
+        for task, pooler in poolers.items():
+            if task not in POOLING_TASKS:
+                raise ValueError(f"unknown task {task!r}")
+            if pooler.method not in POOLING_TYPES:
+                raise ValueError(f"unknown pooling type {pooler.method!r} for task {task!r}")
+            if pooler.per_token != (task in TOKEN_TASKS):
+                raise ValueError(f"task {task!r} cannot pool with {pooler.method}")
+        if not poolers:
+            raise ValueError("a model must serve at least one task")
+        self.poolers = poolers
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(t for t in TASK_ORDER if t in self.poolers)
+
+    def __call__(self, hidden: torch.Tensor, batch: PackedBatch,
+                 runs: list[tuple[int, int, PoolingParams]]) -> list[Pooled]:
+        """hidden: (n_tokens, hidden) fp32 → one ``Pooled`` per run, in order."""
+        cache: dict[str, torch.Tensor] = {}
+        out = []
+        for a, b, params in runs:
+            pooler = self.poolers[params.task]
+            if pooler.per_token:
+                offsets = np.cumsum([0, *batch.lengths[a:b]], dtype=np.int64)  # host side: no device sync
+                lo = sum(batch.lengths[:a])
+                hi = lo + int(offsets[-1])
+                out.append(Pooled(pooler.head(hidden[lo:hi], params), offsets))  # (tokens, dim)
+                continue
+            if pooler.method not in cache:
+                cache[pooler.method] = POOLING_TYPES[pooler.method](hidden, batch)  # (batch, hidden)
+            out.append(Pooled(pooler.head(cache[pooler.method][a:b], params)))  # (b - a, dim)
+        return out

@@ -1,0 +1,38 @@
+"""Which poolers a model gets: embedders embed (and token_embed); classifiers classify with their score layer.
+
+An embedding model serves ``embed`` with its pooling (flag > sentence-transformers
+> architecture default) and its sentence-transformers Dense projector and
+normalization, and ``token_embed`` (every token, normalized). A classifier
+checkpoint (``*ForSequenceClassification``, ``*ForTokenClassification``)
+serves the tasks its architecture names (``workers.models.score``) with its
+own score layer and activation.
+"""
+from __future__ import annotations
+
+import torch
+
+from poolgate.workers.models import architecture_for
+from poolgate.workers.models.score import classifier_tasks, score_layer
+from poolgate.workers.pooling.classify import ClassifyHead, activation_for
+from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
+from poolgate.workers.pooling.head import EmbedHead, load_dense
+from poolgate.workers.st_config import ModelSpec
+from poolgate.workers.weights import load_state_dict
+
+# the token-level twin of each sequence task, pooled over every token
+TOKEN_METHOD = "ALL"
+
+
+def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
+    pooling = spec.pooling_type or architecture_for(spec).default_pooling
+    tasks = classifier_tasks(spec.architecture)
+    if tasks is None:
+        dense = [load_dense(d, allow_pickle=allow_pickle) for d in spec.dense]
+        projector = torch.nn.Sequential(*dense).to(device) if dense else None
+        normalize = True if spec.normalize is None else spec.normalize
+        return DispatchPooler({"embed": Pooler(pooling, EmbedHead(projector, normalize)),
+                               "token_embed": Pooler(TOKEN_METHOD, EmbedHead(None, normalize))})
+    score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle)).to(device)
+    head = ClassifyHead(score, activation_for(spec.hf_config))
+    methods = {"classify": pooling, "token_classify": TOKEN_METHOD}
+    return DispatchPooler({task: Pooler(methods[task], head) for task in tasks})
