@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from poolgate.shared.pooler_config import PoolerConfig
+
 Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 
@@ -36,8 +38,8 @@ class WorkerConfig:
     max_model_len: int | None = None
     max_batch_tokens: int | None = None  # None: the backend's default budget
     allow_pickle_weights: bool = False
-    pooling_type: str | None = None
-    normalize: bool | None = None
+    pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
+    hf_overrides: dict = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
     num_threads: int | None = None
     tokenizer_threads: int = 1
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
@@ -48,6 +50,7 @@ class WorkerConfig:
     @classmethod
     def from_wire(cls, body: dict) -> "WorkerConfig":
         body = dict(body)
+        body["pooler"] = PoolerConfig.from_dict(body.get("pooler") or {})
         if body.get("tracing") is not None:
             body["tracing"] = TracingConfig(**{**body["tracing"], "headers": tuple(map(tuple, body["tracing"]["headers"]))})
         return cls(**body)

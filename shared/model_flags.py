@@ -6,9 +6,12 @@ model flag is defined once and the two cannot drift.
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import replace
 
 from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, SEQ_POOLING_TYPES, WorkerConfig
 from poolgate.shared.models import resolve_model
+from poolgate.shared.pooler_config import PoolerConfig
 
 
 def positive_int(text: str) -> int:
@@ -37,14 +40,49 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=positive_int, default=None, help="longest input in tokens")
     g.add_argument("--max-batch-tokens", type=positive_int, default=None,
                    help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)")
+    g.add_argument("--pooler-config", type=_pooler_config, default=PoolerConfig(),
+                   help='vLLM\'s PoolerConfig as JSON, e.g. \'{"pooling_type": "MEAN", "use_activation": false}\'')
+    g.add_argument("--hf-overrides", type=_json_object, default={},
+                   help='JSON merged over the model\'s config.json, e.g. \'{"matryoshka_dimensions": [64, 128]}\'')
     g.add_argument("--pooling-type", type=str.upper, choices=SEQ_POOLING_TYPES, default=None,
-                   help="override the model's pooling")
+                   help="alias of --pooler-config '{\"seq_pooling_type\": ...}'")
     g.add_argument("--no-normalize", dest="normalize", action="store_false", default=None,
-                   help="do not L2-normalize embeddings by default")
+                   help="alias of --pooler-config '{\"use_activation\": false}'")
     g.add_argument("--allow-pickle-weights", action="store_true",
                    help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
     g.add_argument("--num-threads", type=positive_int, default=None,
                    help="torch threads per worker (default: physical cores)")
+
+
+def _pooler_config(text: str) -> PoolerConfig:
+    try:
+        return PoolerConfig.from_json(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def pooler_config_from_args(args: argparse.Namespace) -> PoolerConfig:
+    """--pooler-config with its alias flags folded in; ValueError when both say the same thing."""
+    pooler, changes = args.pooler_config, {}
+    if args.pooling_type is not None:
+        if pooler.pooling_type or pooler.seq_pooling_type:
+            raise ValueError("--pooling-type and --pooler-config's pooling type are both given")
+        changes["seq_pooling_type"] = args.pooling_type
+    if args.normalize is not None:
+        if pooler.use_activation is not None:
+            raise ValueError("--no-normalize and --pooler-config's use_activation are both given")
+        changes["use_activation"] = args.normalize
+    return replace(pooler, **changes) if changes else pooler
 
 
 def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
@@ -53,6 +91,6 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
         model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
         dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
-        allow_pickle_weights=args.allow_pickle_weights, pooling_type=args.pooling_type,
-        normalize=args.normalize, num_threads=args.num_threads,
+        allow_pickle_weights=args.allow_pickle_weights, pooler=pooler_config_from_args(args),
+        hf_overrides=args.hf_overrides, num_threads=args.num_threads,
     )

@@ -31,3 +31,16 @@ SCORE_TYPES: dict[str, str] = {
     "classify": "cross-encoder",
     "token_embed": "late-interaction",
 }
+
+# vLLM's get_pooling_task: with no task configured, the first of these the model serves is its active task.
+ACTIVE_TASK_ORDER: tuple[PoolingTask, ...] = (
+    "embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin",
+)
+
+
+def active_task(tasks: tuple[str, ...], architecture: str = "") -> str | None:
+    """The task a request that names none gets: token_classify for a ``*ForTokenClassification``
+    architecture that serves it, else the first served task in ``ACTIVE_TASK_ORDER``."""
+    if "ForTokenClassification" in architecture and "token_classify" in tasks:
+        return "token_classify"
+    return next((task for task in ACTIVE_TASK_ORDER if task in tasks), None)

@@ -108,6 +108,11 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     runner = _choose_runner(spec, cfg, backend, probes)
     labels = labels_of(spec.hf_config) if classifier_tasks(spec.architecture) else None
     dim = len(labels) if labels else spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size)
+    if spec.pooler.dimensions is not None and not labels:
+        if not spec.is_matryoshka or spec.pooler.dimensions > dim:
+            raise ValueError(f"pooler config dimensions={spec.pooler.dimensions} needs a Matryoshka model "
+                             f"(is_matryoshka or matryoshka_dimensions) of at least that size")
+        dim = spec.pooler.dimensions
     info = ModelInfo(
         served_model_name=cfg.served_model_name, architecture=spec.architecture, tasks=runner.pooler.tasks,
         max_model_len=spec.max_model_len, embedding_dim=dim, backend=backend.name,

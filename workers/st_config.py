@@ -3,8 +3,9 @@
 The sentence-transformers files are the model's own description of its
 pipeline: ``modules.json`` names the Pooling, Dense and Normalize modules,
 ``1_Pooling/config.json`` the pooling mode, ``sentence_bert_config.json`` the
-max length and lower-casing. Precedence everywhere: user flag >
-sentence-transformers config > architecture default.
+max length and lower-casing. Precedence everywhere: user flag
+(``--pooler-config`` and its aliases) > sentence-transformers config >
+architecture default; ``--hf-overrides`` is merged over ``config.json``.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from poolgate.shared.config import SEQ_POOLING_TYPES, WorkerConfig
+from poolgate.shared.pooler_config import PoolerConfig
 
 ST_CONFIG_FILES = (
     "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
@@ -47,6 +49,7 @@ class ModelSpec:
     dense: tuple[DenseSpec, ...]
     is_matryoshka: bool
     matryoshka_dimensions: tuple[int, ...] | None
+    pooler: PoolerConfig = PoolerConfig()  # the user's --pooler-config (task, calibration, default dims, ...)
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -100,12 +103,14 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
     hf = _read_json(path / "config.json")
     if not isinstance(hf, dict):
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
+    hf = {**hf, **cfg.hf_overrides}
+    user_pooling = cfg.pooler.sequence_pooling
     modules = _read_json(path / "modules.json") or []
     pooling, normalize, dense = None, None, []
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
         mdir = path / module.get("path", "")
-        if kind == "Pooling" and pooling is None and not cfg.pooling_type:
+        if kind == "Pooling" and pooling is None and not user_pooling:
             pooling = _st_pooling_type(mdir)
         elif kind == "Dense":
             dense.append(_dense_spec(mdir))
@@ -123,11 +128,12 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         path=path,
         hf_config=hf,
         architecture=(hf.get("architectures") or ["BertModel"])[0],
-        pooling_type=(cfg.pooling_type.upper() if cfg.pooling_type else pooling),
-        normalize=cfg.normalize if cfg.normalize is not None else normalize,
+        pooling_type=user_pooling or pooling,
+        normalize=cfg.pooler.use_activation if cfg.pooler.use_activation is not None else normalize,
         max_model_len=int(max_len),
         do_lower_case=bool(st.get("do_lower_case", False)),
         dense=tuple(dense),
         is_matryoshka=bool(dims or hf.get("is_matryoshka", False)),
         matryoshka_dimensions=tuple(dims) if dims else None,
+        pooler=cfg.pooler,
     )

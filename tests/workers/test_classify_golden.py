@@ -129,3 +129,41 @@ def test_decoder_classifier_pools_the_last_token(tmp_path):
     make_tiny_tokenizer(tmp_path)
     got = pool_ids(_load(tmp_path), SEQS, PoolingParams(task="classify"))
     np.testing.assert_allclose(got, torch.softmax(torch.stack(_logits(ref, SEQS)), -1).numpy(), atol=1e-5)
+
+
+def _load_with(folder, **cfg):
+    from poolgate.shared.pooler_config import PoolerConfig
+
+    hf_overrides = cfg.pop("hf_overrides", {})
+    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+                                   max_batch_tokens=256, pooler=PoolerConfig(**cfg), hf_overrides=hf_overrides))
+
+
+def test_pooler_config_task_calibration_and_activation_default(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModelForSequenceClassification, num_labels=3)
+    logits = torch.stack(_logits(ref, SEQS))
+    model = _load_with(tmp_path, task="token_classify", logit_mean=0.25, logit_sigma=2.0, use_activation=False)
+    assert model.info.tasks == ("token_classify", "classify")  # the configured task is the active one
+    got = pool_ids(model, SEQS, PoolingParams(task="classify"))
+    np.testing.assert_allclose(got, ((logits - 0.25) / 2.0).numpy(), atol=1e-4)  # calibrated, no activation
+    on = pool_ids(model, SEQS, PoolingParams(task="classify", use_activation=True))
+    np.testing.assert_allclose(on, torch.softmax((logits - 0.25) / 2.0, -1).numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="Unsupported task: 'embed'"):
+        _load_with(tmp_path, task="embed")
+
+
+def test_default_dimensions_and_hf_overrides(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModel)
+    model = _load_with(tmp_path, seq_pooling_type="MEAN", dimensions=8,
+                       hf_overrides={"matryoshka_dimensions": [8, 16]})
+    assert model.info.is_matryoshka and model.info.matryoshka_dimensions == (8, 16)
+    assert model.info.embedding_dim == 8
+    got = pool_ids(model, SEQS[:2])
+    with torch.no_grad():
+        means = torch.stack([ref(input_ids=torch.tensor([s])).last_hidden_state[0].mean(0) for s in SEQS[:2]])
+    want = torch.nn.functional.normalize(means[:, :8], dim=-1)  # slice, then normalize
+    assert got.shape == (2, 8)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+    with pytest.raises(ValueError, match="needs a Matryoshka model"):
+        _load_with(tmp_path, dimensions=8)

@@ -8,6 +8,7 @@ import torch
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.workers.backends import get_backend
 from poolgate.workers.build import load_model
 from poolgate.workers.kernels.attention import grouped_sdpa, has_varlen, varlen_flash
@@ -39,7 +40,7 @@ def _mean_pooled_reference(ref, seqs) -> np.ndarray:
 def test_cuda_runner_matches_transformers_cpu(tmp_path, dtype):
     ref = make_tiny_checkpoint(tmp_path)
     model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
-                                    dtype=dtype, pooling_type="MEAN", max_batch_tokens=512))
+                                    dtype=dtype, pooler=PoolerConfig(seq_pooling_type="MEAN"), max_batch_tokens=512))
     assert model.info.dtype == dtype
     got = pool_ids(model, SEQS)
     assert (got * _mean_pooled_reference(ref, SEQS)).sum(1).min() >= 0.999
@@ -50,7 +51,7 @@ def test_prepare_in_one_thread_execute_in_another(tmp_path):
     compute stream runs batch N (this thread); every output must match the reference."""
     ref = make_tiny_checkpoint(tmp_path)
     model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
-                                    dtype="float16", pooling_type="MEAN", max_batch_tokens=512))
+                                    dtype="float16", pooler=PoolerConfig(seq_pooling_type="MEAN"), max_batch_tokens=512))
     batches = [[Sequence(s, PoolingParams()) for s in SEQS[i % 4:] + SEQS[:i % 4]] for i in range(64)]
     ready: queue.Queue = queue.Queue(maxsize=2)  # the producer runs at most two batches ahead
 

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from poolgate.shared.config import WorkerConfig
+from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.workers.st_config import read_spec
 from poolgate.workers.weights import load_state_dict
 
@@ -31,8 +32,10 @@ def _folder(tmp_path, *, pooling=None, normalize=True, max_seq_length=None, dens
     return tmp_path
 
 
-def _spec(folder, **flags):
-    return read_spec(WorkerConfig(model_path=str(folder), served_model_name="m", **flags))
+def _spec(folder, pooling_type=None, normalize=None, **flags):
+    """read_spec with the --pooling-type / --no-normalize aliases as the CLI folds them in."""
+    pooler = PoolerConfig(seq_pooling_type=pooling_type, use_activation=normalize)
+    return read_spec(WorkerConfig(model_path=str(folder), served_model_name="m", pooler=pooler, **flags))
 
 
 @pytest.mark.parametrize("cfg,want", [

@@ -51,12 +51,13 @@ class ClassifyHead(nn.Module):
     """(k, hidden) fp32 pooled rows → (k, num_labels) probabilities (or calibrated logits)."""
 
     def __init__(self, score: nn.Module, activation: Activation, *, logit_mean: float | None = None,
-                 logit_sigma: float | None = None):
+                 logit_sigma: float | None = None, use_activation: bool | None = None):
         super().__init__()
         if logit_sigma == 0:
             raise ValueError("logit_sigma must not be 0")
         self.score, self.activation = score, activation
         self.logit_mean, self.logit_sigma = logit_mean, logit_sigma
+        self.use_activation = use_activation is not False  # the pooler config's default (None ⇒ on)
 
     def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
         logits = self.score(pooled).float()  # (k, num_labels)
@@ -64,4 +65,5 @@ class ClassifyHead(nn.Module):
             logits = logits - self.logit_mean
         if self.logit_sigma is not None:
             logits = logits / self.logit_sigma
-        return logits if params.use_activation is False else self.activation(logits)
+        active = self.use_activation if params.use_activation is None else params.use_activation
+        return self.activation(logits) if active else logits

@@ -17,12 +17,11 @@ import torch
 from torch import nn
 
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.tasks import POOLING_TASKS
+from poolgate.shared.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
 from poolgate.workers.packing import PackedBatch
 from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
 
 TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
-TASK_ORDER = ("embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin")
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class Pooled:
 class DispatchPooler:
     """task → Pooler, checked when built."""
 
-    def __init__(self, poolers: dict[str, Pooler]):
+    def __init__(self, poolers: dict[str, Pooler], *, active: str | None = None):
         for task, pooler in poolers.items():
             if task not in POOLING_TASKS:
                 raise ValueError(f"unknown task {task!r}")
@@ -58,11 +57,15 @@ class DispatchPooler:
                 raise ValueError(f"task {task!r} cannot pool with {pooler.method}")
         if not poolers:
             raise ValueError("a model must serve at least one task")
-        self.poolers = poolers
+        if active is not None and active not in poolers:
+            raise ValueError(f"Unsupported task: {active!r} Supported tasks: {tuple(poolers)}")
+        self.poolers, self.active = poolers, active
 
     @property
     def tasks(self) -> tuple[str, ...]:
-        return tuple(t for t in TASK_ORDER if t in self.poolers)
+        """The served tasks, the active one first (the pooler config's task, else vLLM's order)."""
+        ordered = tuple(t for t in ACTIVE_TASK_ORDER if t in self.poolers)
+        return ordered if self.active is None else (self.active, *(t for t in ordered if t != self.active))
 
     def __call__(self, hidden: torch.Tensor, batch: PackedBatch,
                  runs: list[tuple[int, int, PoolingParams]]) -> list[Pooled]:

@@ -25,14 +25,18 @@ TOKEN_METHOD = "ALL"
 
 def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
     pooling = spec.pooling_type or architecture_for(spec).default_pooling
+    token_pooling = spec.pooler.token_pooling or TOKEN_METHOD
     tasks = classifier_tasks(spec.architecture)
     if tasks is None:
         dense = [load_dense(d, allow_pickle=allow_pickle) for d in spec.dense]
         projector = torch.nn.Sequential(*dense).to(device) if dense else None
         normalize = True if spec.normalize is None else spec.normalize
-        return DispatchPooler({"embed": Pooler(pooling, EmbedHead(projector, normalize)),
-                               "token_embed": Pooler(TOKEN_METHOD, EmbedHead(None, normalize))})
-    score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle)).to(device)
-    head = ClassifyHead(score, activation_for(spec.hf_config))
-    methods = {"classify": pooling, "token_classify": TOKEN_METHOD}
-    return DispatchPooler({task: Pooler(methods[task], head) for task in tasks})
+        embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
+        poolers = {"embed": Pooler(pooling, embed), "token_embed": Pooler(token_pooling, EmbedHead(None, normalize))}
+    else:
+        score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle)).to(device)
+        head = ClassifyHead(score, activation_for(spec.hf_config), logit_mean=spec.pooler.logit_mean,
+                            logit_sigma=spec.pooler.logit_sigma, use_activation=spec.pooler.use_activation)
+        methods = {"classify": pooling, "token_classify": token_pooling}
+        poolers = {task: Pooler(methods[task], head) for task in tasks}
+    return DispatchPooler(poolers, active=spec.pooler.task)

@@ -31,14 +31,16 @@ def load_dense(spec: DenseSpec, *, allow_pickle: bool) -> nn.Module:
 class EmbedHead(nn.Module):
     """(k, hidden) fp32 pooled states of sequences that share params → (k, dim) vectors."""
 
-    def __init__(self, projector: nn.Module | None, normalize_default: bool):
+    def __init__(self, projector: nn.Module | None, normalize_default: bool, dimensions: int | None = None):
         super().__init__()
         self.projector = projector
         self.normalize_default = normalize_default
+        self.dimensions = dimensions  # the pooler config's default size (matryoshka)
 
     def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
         x = self.projector(pooled) if self.projector is not None else pooled  # (k, dim)
-        if params.dimensions is not None:
-            x = x[:, : params.dimensions]  # matryoshka: slice, then normalize
+        dimensions = params.dimensions if params.dimensions is not None else self.dimensions
+        if dimensions is not None:
+            x = x[:, :dimensions]  # matryoshka: slice, then normalize
         normalize = self.normalize_default if params.use_activation is None else params.use_activation
         return F.normalize(x, p=2, dim=-1) if normalize else x

@@ -1,0 +1,107 @@
+"""``--pooler-config``: vLLM's PoolerConfig fields, parsed and checked once at the edge.
+
+Every field of vLLM's ``PoolerConfig`` is accepted with its name and default.
+``pooling_type`` is an alias that fills ``seq_pooling_type`` (CLS, LAST, MEAN)
+or ``tok_pooling_type`` (ALL, STEP). The removed ``normalize`` and task names
+fail with vLLM's messages, unknown keys name themselves, ``logit_sigma`` 0 is
+refused. What poolgate does not run yet (chunked processing of long inputs,
+STEP pooling) is refused here with a message that says so, rather than being
+accepted and ignored. Precedence when the worker applies it: this config >
+sentence-transformers files > the architecture's default.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from poolgate.shared.tasks import POOLING_TASKS, REMOVED_TASKS
+
+SEQ_TYPES = ("CLS", "LAST", "MEAN")
+TOK_TYPES = ("ALL", "STEP")
+NOT_YET: dict[str, str] = {  # field -> why it is refused for now
+    "enable_chunked_processing": "chunked processing of long inputs is not supported yet",
+    "max_embed_len": "max_embed_len needs chunked processing, which is not supported yet",
+    "step_tag_id": "STEP pooling is not supported yet",
+    "returned_token_ids": "STEP pooling is not supported yet",
+}
+
+
+@dataclass(frozen=True)
+class PoolerConfig:
+    task: str | None = None
+    pooling_type: str | None = None
+    seq_pooling_type: str | None = None
+    tok_pooling_type: str | None = None
+    use_activation: bool | None = None
+    dimensions: int | None = None
+    enable_chunked_processing: bool = False
+    max_embed_len: int | None = None
+    logit_mean: float | None = None
+    logit_sigma: float | None = None
+    step_tag_id: int | None = None
+    returned_token_ids: tuple[int, ...] | None = None
+    enable_flash_late_interaction: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task in REMOVED_TASKS:
+            raise ValueError(REMOVED_TASKS[self.task])
+        if self.task is not None and self.task not in POOLING_TASKS:
+            raise ValueError(f"pooler config task {self.task!r} is not one of {list(POOLING_TASKS)}")
+        if self.pooling_type is not None and (self.seq_pooling_type or self.tok_pooling_type):
+            raise ValueError("pooling_type cannot be combined with seq_pooling_type or tok_pooling_type")
+        for name, allowed in (("seq_pooling_type", SEQ_TYPES), ("tok_pooling_type", TOK_TYPES),
+                              ("pooling_type", SEQ_TYPES + TOK_TYPES)):
+            value = getattr(self, name)
+            if value is not None and value.upper() not in allowed:
+                raise ValueError(f"pooler config {name} {value!r} is not one of {list(allowed)}")
+        if self.logit_sigma == 0:
+            raise ValueError("pooler config logit_sigma must not be 0")
+        if self.dimensions is not None and self.dimensions < 1:
+            raise ValueError("pooler config dimensions must be a positive integer")
+        if (self.tok_pooling_type or self.pooling_type or "").upper() == "STEP":
+            raise ValueError(f"pooler config: {NOT_YET['step_tag_id']}")
+        for name, why in NOT_YET.items():
+            if getattr(self, name) not in (None, False):
+                raise ValueError(f"pooler config {name}: {why}")
+
+    @property
+    def sequence_pooling(self) -> str | None:
+        """CLS, LAST or MEAN from ``seq_pooling_type`` or the ``pooling_type`` alias."""
+        value = self.seq_pooling_type or (self.pooling_type if (self.pooling_type or "").upper() in SEQ_TYPES
+                                          else None)
+        return value.upper() if value else None
+
+    @property
+    def token_pooling(self) -> str | None:
+        value = self.tok_pooling_type or (self.pooling_type if (self.pooling_type or "").upper() in TOK_TYPES
+                                          else None)
+        return value.upper() if value else None
+
+    @classmethod
+    def from_json(cls, text: str) -> "PoolerConfig":
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"--pooler-config is not JSON: {exc}") from None
+        return cls.from_dict(body)
+
+    @classmethod
+    def from_dict(cls, body: dict) -> "PoolerConfig":
+        if not isinstance(body, dict):
+            raise ValueError("--pooler-config must be a JSON object")
+        if "normalize" in body:
+            raise ValueError("`normalize` was removed from the pooler config; use `use_activation` instead.")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise ValueError(f"--pooler-config has unknown keys {unknown}; known: {sorted(known)}")
+        body = dict(body)
+        if body.get("returned_token_ids") is not None:
+            body["returned_token_ids"] = tuple(body["returned_token_ids"])
+        try:
+            return cls(**body)
+        except TypeError as exc:
+            raise ValueError(f"--pooler-config: {exc}") from None
+
+    def to_wire(self) -> dict:
+        return asdict(self)
