@@ -43,11 +43,16 @@ class Router:
         else:
             self.default = next(iter(self.pools)) if len(self.pools) == 1 else None
 
-    def resolve(self, model: str | None, task: PoolingTask) -> WorkerPool:
-        """The pool for ``model`` (None or "" = the default) that serves ``task``."""
+    def lookup(self, model: str | None) -> WorkerPool:
+        """The pool for ``model`` (None or "" = the default), whatever its tasks."""
         pool = self.pools.get(model) if model else self._default_pool()
         if pool is None:
             raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+        return pool
+
+    def resolve(self, model: str | None, task: PoolingTask) -> WorkerPool:
+        """The pool for ``model`` (None or "" = the default) that serves ``task``."""
+        pool = self.lookup(model)
         if task not in pool.info.tasks:
             api = TASK_APIS.get(task, task)
             raise NotSupported(f"The model does not support {api} API", param="model")

@@ -21,9 +21,12 @@ def check_call(info: ModelInfo, call: PoolingCall) -> None:
 
 def check_task(info: ModelInfo, params: PoolingParams) -> None:
     if params.task not in info.tasks:
-        raise NotSupported(
-            f"Unsupported task: {params.task!r} Supported tasks: {tuple(info.tasks)}", param="task"
-        )
+        raise NotSupported(unsupported_task(info, params.task), param="task")
+
+
+def unsupported_task(info: ModelInfo, task: str | None) -> str:
+    """vLLM's message for a task the model does not serve."""
+    return f"Unsupported task: {task!r} Supported tasks: {tuple(info.tasks)}"
 
 
 def check_params(info: ModelInfo, params: PoolingParams) -> None:

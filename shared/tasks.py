@@ -37,10 +37,3 @@ ACTIVE_TASK_ORDER: tuple[PoolingTask, ...] = (
     "embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin",
 )
 
-
-def active_task(tasks: tuple[str, ...], architecture: str = "") -> str | None:
-    """The task a request that names none gets: token_classify for a ``*ForTokenClassification``
-    architecture that serves it, else the first served task in ``ACTIVE_TASK_ORDER``."""
-    if "ForTokenClassification" in architecture and "token_classify" in tasks:
-        return "token_classify"
-    return next((task for task in ACTIVE_TASK_ORDER if task in tasks), None)

@@ -1,8 +1,10 @@
 """Fakes for every seam: encoder, runner and loaded model (no torch), a real worker stack
 around them, a pool-level client, and tiny random checkpoints.
 
-The fake runner's vectors depend only on a sequence's own ids, so batched
-equals single and a test can compute the expected vector with ``fake_vector``.
+The fake runner's outputs depend only on a sequence's own ids, so batched
+equals single and a test can compute the expected output with ``fake_output``
+(``fake_vector`` for embed, ``fake_probs`` for classify, one of those per token
+for the token tasks).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 import numpy as np
 
 from poolgate.shared.errors import PoolgateError
+from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
@@ -64,6 +67,42 @@ def expected_vector(text: str, **params) -> np.ndarray:
     return fake_vector(fake_ids(text), **params)
 
 
+def fake_probs(ids: list[int], num_labels: int = 2, use_activation: bool | None = None) -> np.ndarray:
+    """What FakeRunner returns for ``ids`` under classify: softmax of deterministic logits
+    (sigmoid when there is one label), or the raw logits when ``use_activation`` is False."""
+    j = np.arange(1, num_labels + 1, dtype=np.float64)
+    logits = np.sin(np.outer(np.asarray(ids, dtype=np.float64), j) * 1e-2).sum(axis=0)  # (num_labels,)
+    if use_activation is False:
+        out = logits
+    elif num_labels == 1:
+        out = 1 / (1 + np.exp(-logits))
+    else:
+        e = np.exp(logits - logits.max())
+        out = e / e.sum()
+    return out.astype(np.float32)
+
+
+# sequence task -> (ids, params, dim, num_labels) -> output; token_X is X of each token alone
+FAKE_HEADS = {
+    "embed": lambda ids, p, dim, num_labels: fake_vector(ids, dim, p.dimensions, p.use_activation),
+    "classify": lambda ids, p, dim, num_labels: fake_probs(ids, num_labels, p.use_activation),
+}
+
+
+def fake_output(ids: list[int], params: PoolingParams, *, dim: int = 8, num_labels: int = 2) -> np.ndarray:
+    """FakeRunner's output for one sequence: (dim,) / (num_labels,) or, per token, (T, dim) / (T, num_labels)."""
+    task = params.task.removeprefix("token_")
+    head = FAKE_HEADS[task]
+    if task == params.task:
+        return head(ids, params, dim, num_labels)
+    return np.stack([head([t], params, dim, num_labels) for t in ids])  # (T, ...)
+
+
+def expected_output(text: str, task: str = "embed", *, dim: int = 8, num_labels: int = 2, **params) -> np.ndarray:
+    """``fake_output`` for ``text`` as the fake encoder tokenizes it."""
+    return fake_output(fake_ids(text), PoolingParams(task=task, **params), dim=dim, num_labels=num_labels)
+
+
 class FakeRunner:
     """The Runner contract in numpy: ``prepare`` records, ``execute`` computes ``fake_vector``.
 
@@ -73,8 +112,8 @@ class FakeRunner:
     ``execute_delay`` makes every batch take that long on the "device".
     """
 
-    def __init__(self, dim: int = 8):
-        self.dim = dim
+    def __init__(self, dim: int = 8, num_labels: int = 2):
+        self.dim, self.num_labels = dim, num_labels
         self.batches: list[list[Sequence]] = []
         self.entered = threading.Event()
         self.release = threading.Event()
@@ -101,9 +140,8 @@ class FakeRunner:
         self.batches.append(batch)
         outputs = []
         for a, b, p in param_runs(batch):
-            values = np.stack([fake_vector(s.token_ids, self.dim, p.dimensions, p.use_activation)
-                               for s in batch[a:b]])
-            outputs.append(RunOutput(a, b, Rows(values)))
+            items = [fake_output(s.token_ids, p, dim=self.dim, num_labels=self.num_labels) for s in batch[a:b]]
+            outputs.append(RunOutput(a, b, _rows(items, token_level=p.task.startswith("token_"))))
         end = time.perf_counter()
         if steps is not None:
             steps += [("forward", start, forwarded), ("pool", forwarded, end)]
@@ -111,13 +149,25 @@ class FakeRunner:
         return outputs
 
 
+def _rows(items: list[np.ndarray], *, token_level: bool) -> Rows:
+    """One run's outputs as Rows: stacked, or flat with offsets for a token-level task."""
+    if not token_level:
+        return Rows(np.stack(items))
+    offsets = np.cumsum([0] + [len(x) for x in items]).astype(np.int64)
+    return Rows(np.concatenate(items), offsets)
+
+
 def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 8, matryoshka: bool = False,
                max_batch_tokens: int = 64, runner: FakeRunner | None = None,
-               encoder: FakeEncoder | None = None) -> LoadedModel:
-    info = ModelInfo(served_model_name=name, architecture="FakeModel", tasks=("embed",),
+               encoder: FakeEncoder | None = None, tasks: tuple[str, ...] = ("embed",),
+               num_labels: int | None = None, labels: tuple[str, ...] | None = None) -> LoadedModel:
+    """A fake model serving ``tasks`` (as a worker lists them: the active task first); classify tasks
+    have ``num_labels`` outputs (default: as many as ``labels``, else 2), named by ``labels`` (None = no names)."""
+    num_labels = num_labels or (len(labels) if labels else 2)
+    info = ModelInfo(served_model_name=name, architecture="FakeModel", tasks=tuple(tasks),
                      max_model_len=max_model_len, embedding_dim=dim, backend="cpu", dtype="float32",
-                     is_matryoshka=matryoshka, vocab_size=50_000)
-    return LoadedModel(info=info, encoder=encoder or FakeEncoder(), runner=runner or FakeRunner(dim),
+                     is_matryoshka=matryoshka, vocab_size=50_000, labels=labels)
+    return LoadedModel(info=info, encoder=encoder or FakeEncoder(), runner=runner or FakeRunner(dim, num_labels),
                        max_batch_tokens=max_batch_tokens)
 
 

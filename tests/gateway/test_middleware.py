@@ -40,6 +40,7 @@ async def test_an_unusable_request_id_is_replaced(gateway):
 @pytest.mark.parametrize("path, method", [
     ("/v1/embeddings", "POST"), ("/v1/models", "GET"), ("/v2/embed", "POST"),
     ("/inference/x", "GET"), ("/cohere/x", "GET"),
+    ("/classify", "POST"), ("/v1/classify", "POST"), ("/pooling", "POST"),  # vLLM leaves the unprefixed ones open
 ])
 async def test_api_key_guards_the_api_prefixes(gateway, path, method):
     client = await gateway(config=KEYED)
@@ -51,10 +52,10 @@ async def test_api_key_guards_the_api_prefixes(gateway, path, method):
         assert err["type"] == "AuthenticationError" and err["code"] == "invalid_api_key"
 
 
-async def test_right_api_key_passes(gateway):
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/pooling"])
+async def test_right_api_key_passes(gateway, path):
     client = await gateway(config=KEYED)
-    resp = await client.post("/v1/embeddings", json={"input": "x"},
-                             headers={"Authorization": "Bearer sekrit"})
+    resp = await client.post(path, json={"input": "x"}, headers={"Authorization": "Bearer sekrit"})
     assert resp.status == 200
 
 

@@ -46,6 +46,14 @@ def test_task_the_model_does_not_serve_is_501():
     assert router.resolve("clf", "classify").name == "clf"
 
 
+def test_lookup_finds_the_model_whatever_its_tasks():
+    clf = pool("clf", tasks=("classify",))
+    router = Router([clf])
+    assert router.lookup("clf") is clf and router.lookup(None) is clf
+    with pytest.raises(ModelNotFound):
+        router.lookup("nope")
+
+
 def test_bad_construction_is_refused():
     with pytest.raises(ValueError, match="two pools"):
         Router([pool("a"), pool("a")])

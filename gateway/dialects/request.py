@@ -1,0 +1,58 @@
+"""The request body every pooling route shares (vLLM's completion style): its fields, and removed names refused.
+
+Like vLLM's ``OpenAIBaseModel``, unknown fields are allowed and ignored, but
+the names vLLM removed (``normalize``; ``task: "score"`` / ``"encode"``) are
+answered with vLLM's 400 before any field is validated.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.tasks import REMOVED_TASKS
+from poolgate.shared.wire import Input
+
+# Strict, so "1" is not a token id and 1 is not a text; ids fit an int32 vocabulary.
+TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+CompletionInput = StrictStr | list[StrictStr] | list[TokenId] | list[list[TokenId]]
+
+# vLLM's reject_removed_pooling_parameters: name -> message.
+REMOVED_PARAMS: dict[str, str] = {
+    "normalize": "Parameter `normalize` was removed; use `use_activation` instead.",
+}
+
+
+class PoolingBody(BaseModel):
+    """``model``, ``input``, ``user``, ``truncate_prompt_tokens``, ``use_activation``; extras ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    input: CompletionInput
+    user: str | None = None
+    truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
+    use_activation: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_removed(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name, message in REMOVED_PARAMS.items():
+            if name in data:
+                raise InvalidRequest(message, param=name)
+        task = data.get("task")
+        if isinstance(task, str) and task in REMOVED_TASKS:
+            raise InvalidRequest(REMOVED_TASKS[task], param="task")
+        return data
+
+    def inputs(self) -> list[Input]:
+        """``input`` as a list of inputs: one text or one list of ids is one input."""
+        value = self.input
+        if isinstance(value, str):
+            return [value]
+        if value and isinstance(value[0], int):
+            return [list(value)]
+        return list(value)

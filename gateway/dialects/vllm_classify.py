@@ -1,0 +1,66 @@
+"""vLLM's classification route: ``POST /classify`` (and ``/v1/classify``) and its pure conversions.
+
+The body is vLLM's completion-style ``ClassificationRequest``: ``input``,
+``model``, ``truncate_prompt_tokens``, ``use_activation`` (False = the raw
+logits) and ``user``; like vLLM it has no ``dimensions`` or
+``encoding_format``, so those are extra fields and ignored. Each item is the
+model's probabilities (after its activation), the label of the largest one
+(``null`` when the model names no labels) and the number of classes.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from aiohttp import web
+
+from poolgate.gateway.dialects.body import parse_body
+from poolgate.gateway.dialects.encoding import dumps, to_float_list
+from poolgate.gateway.dialects.envelope import list_response
+from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.state import RECORD
+from poolgate.shared.params import PoolingParams
+
+ROUTES = ("/classify", "/v1/classify")
+
+
+class ClassificationRequest(PoolingBody):
+    """The body of ``POST /classify``; unknown fields are allowed and ignored."""
+
+
+def to_request(req: ClassificationRequest) -> ServeRequest:
+    params = PoolingParams(task="classify", use_activation=req.use_activation,
+                           truncate_prompt_tokens=req.truncate_prompt_tokens)
+    return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
+
+
+def to_response(served: Served, *, created: int) -> dict:
+    """vLLM's ClassificationResponse; the call's (n, num_labels) block is split into items here."""
+    rows, labels = served.result.outputs, served.info.labels
+    data = []
+    for i in range(len(rows)):
+        probs = rows.item(i)  # (num_labels,)
+        data.append({"index": i, "label": label_of(probs, labels), "probs": to_float_list(probs),
+                     "num_classes": len(probs)})
+    return list_response("classify", served, data, created=created)
+
+
+def label_of(probs: np.ndarray, labels: tuple[str, ...] | None) -> str | None:
+    """The label of the largest output, as vLLM's ``id2label.get(argmax)``."""
+    best = int(np.argmax(probs))
+    return labels[best] if labels is not None and best < len(labels) else None
+
+
+async def create_classify(request: web.Request) -> web.Response:
+    req = await parse_body(request, ClassificationRequest)
+    served = await serve(request, to_request(req))
+    body = to_response(served, created=int(time.time()))
+    if (record := request.get(RECORD)) is not None:
+        record.response_id = body["id"]
+    return web.Response(body=dumps(body), content_type="application/json")
+
+
+def register(app: web.Application) -> None:
+    for path in ROUTES:
+        app.router.add_post(path, create_classify)

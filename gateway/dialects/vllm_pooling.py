@@ -1,0 +1,94 @@
+"""vLLM's raw pooling route: ``POST /pooling`` and its pure conversions.
+
+The body is vLLM's completion-style ``PoolingRequest``: ``input``, ``model``,
+``task`` (None = the model's active task: the first of ``ModelInfo.tasks``),
+``use_activation``, ``truncate_prompt_tokens``, ``encoding_format`` (float or
+base64) and ``dimensions``, which vLLM refuses here. Each item's ``data`` is
+the task's raw output: embed ``[dim]``, classify ``[labels]``, token_embed
+``[T][dim]``, token_classify ``[T][labels]``; base64 is the little-endian
+float32 bytes of that array, row-major.
+
+Unlike vLLM 0.33, any task the model serves is answered, not only its active
+one (vLLM answers the others with 400 "Try switching the model's pooling_task
+via --pooler-config.task x."): a poolgate worker serves all its tasks, mixed
+in one batch, so there is nothing to switch.
+"""
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from aiohttp import web
+
+from poolgate.gateway.dialects.body import parse_body
+from poolgate.gateway.dialects.encoding import ENCODERS, dumps
+from poolgate.gateway.dialects.envelope import list_response
+from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.limits import unsupported_task
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.wire import ModelInfo
+
+EncodingFormat = Literal["float", "base64"]
+# The tasks whose output /pooling returns as it is; the others need a vLLM IO-processor plugin.
+RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
+EMBEDDING_TASKS = ("embed", "token_embed")  # whose last axis is gen_ai.embeddings.dimension.count
+
+
+class PoolingRequest(PoolingBody):
+    """The body of ``POST /pooling``; unknown fields are allowed and ignored."""
+
+    task: PoolingTask | None = None
+    encoding_format: EncodingFormat = "float"
+    dimensions: int | None = None
+
+
+def pooling_task(info: ModelInfo, requested: str | None) -> str:
+    """The task to run: the requested one if the model serves it, else its active task (vLLM's 400s).
+
+    A worker lists its tasks active first (the pooler config's task, else vLLM's order)."""
+    task = requested or (info.tasks[0] if info.tasks else None)
+    if task not in info.tasks:
+        raise InvalidRequest(unsupported_task(info, task), param="task")  # vLLM: a ValueError, so 400
+    if task not in RAW_TASKS:
+        raise InvalidRequest(f"Task {task!r} is only available through an IO processor plugin, "
+                             "which poolgate does not load.", param="task")
+    return task
+
+
+def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
+    """The dialect-free request for ``req`` to the model described by ``info``."""
+    if req.dimensions is not None:
+        raise InvalidRequest("dimensions is currently not supported", param="dimensions")
+    params = PoolingParams(task=pooling_task(info, req.task), use_activation=req.use_activation,
+                           truncate_prompt_tokens=req.truncate_prompt_tokens)
+    return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
+
+
+def to_response(served: Served, *, encoding_format: EncodingFormat, created: int) -> dict:
+    """vLLM's PoolingResponse; each input's array (one row, or its block of token rows) is one item."""
+    encode, rows = ENCODERS[encoding_format], served.result.outputs
+    data = [{"index": i, "object": "pooling", "data": encode(rows.item(i))} for i in range(len(rows))]
+    return list_response("pooling", served, data, created=created)
+
+
+async def create_pooling(request: web.Request) -> web.Response:
+    req = await parse_body(request, PoolingRequest)
+    if (record := request.get(RECORD)) is not None:
+        record.encoding_formats = (req.encoding_format,)
+    info = request.app[ROUTER].lookup(req.model).info
+    call = to_request(req, info)
+    served = await serve(request, call)
+    body = to_response(served, encoding_format=req.encoding_format, created=int(time.time()))
+    if record is not None:
+        record.response_id = body["id"]
+        if call.params.task in EMBEDDING_TASKS and len(served.result.outputs):
+            record.dimension_count = int(served.result.outputs.item(0).shape[-1])
+    return web.Response(body=dumps(body), content_type="application/json")
+
+
+def register(app: web.Application) -> None:
+    app.router.add_post("/pooling", create_pooling)
