@@ -12,6 +12,8 @@ DType = Literal["auto", "float32", "float16", "bfloat16"]
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
 SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # workers.pooling.POOLING_TYPES keys
 DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
+RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.convert)
+CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.convert)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class WorkerConfig:
     allow_pickle_weights: bool = False
     pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
     hf_overrides: dict = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
+    runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.convert)
+    convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.convert)
     num_threads: int | None = None
     tokenizer_threads: int = 1
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans

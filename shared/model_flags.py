@@ -9,7 +9,8 @@ import argparse
 import json
 from dataclasses import replace
 
-from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, SEQ_POOLING_TYPES, WorkerConfig
+from poolgate.shared.config import (BACKEND_CHOICES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
+                                    SEQ_POOLING_TYPES, WorkerConfig)
 from poolgate.shared.models import resolve_model
 from poolgate.shared.pooler_config import PoolerConfig
 
@@ -44,6 +45,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help='vLLM\'s PoolerConfig as JSON, e.g. \'{"pooling_type": "MEAN", "use_activation": false}\'')
     g.add_argument("--hf-overrides", type=_json_object, default={},
                    help='JSON merged over the model\'s config.json, e.g. \'{"matryoshka_dimensions": [64, 128]}\'')
+    g.add_argument("--runner", choices=RUNNER_CHOICES, default="auto",
+                   help="pooling: serve even a generative checkpoint (as embed); auto: vLLM's rules")
+    g.add_argument("--convert", choices=CONVERT_CHOICES, default="auto",
+                   help="embed: last-token embeddings from a decoder; classify: add a score layer")
     g.add_argument("--pooling-type", type=str.upper, choices=SEQ_POOLING_TYPES, default=None,
                    help="alias of --pooler-config '{\"seq_pooling_type\": ...}'")
     g.add_argument("--no-normalize", dest="normalize", action="store_false", default=None,
@@ -92,5 +97,5 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
         dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
         allow_pickle_weights=args.allow_pickle_weights, pooler=pooler_config_from_args(args),
-        hf_overrides=args.hf_overrides, num_threads=args.num_threads,
+        hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
     )

@@ -20,8 +20,6 @@ from poolgate.shared.wire import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.models import architecture_for, build_model
-from poolgate.workers.models.score import classifier_tasks
-from poolgate.workers.pooling.classify import labels_of
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.runner import PoolingRunner
 from poolgate.workers.runner_api import LoadedModel
@@ -106,9 +104,9 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
-    labels = labels_of(spec.hf_config) if classifier_tasks(spec.architecture) else None
-    dim = len(labels) if labels else spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size)
-    if spec.pooler.dimensions is not None and not labels:
+    labels, num_labels = runner.pooler.labels, runner.pooler.num_labels
+    dim = num_labels or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
+    if spec.pooler.dimensions is not None and not num_labels:
         if not spec.is_matryoshka or spec.pooler.dimensions > dim:
             raise ValueError(f"pooler config dimensions={spec.pooler.dimensions} needs a Matryoshka model "
                              f"(is_matryoshka or matryoshka_dimensions) of at least that size")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from poolgate.shared.config import SEQ_POOLING_TYPES, WorkerConfig
 from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.workers.convert import model_kind
 
 ST_CONFIG_FILES = (
     "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
@@ -50,6 +51,7 @@ class ModelSpec:
     is_matryoshka: bool
     matryoshka_dimensions: tuple[int, ...] | None
     pooler: PoolerConfig = PoolerConfig()  # the user's --pooler-config (task, calibration, default dims, ...)
+    kind: str = "embed"  # embed | classify | token_classify (workers.convert, from --runner / --convert)
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -124,10 +126,11 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
     if max_len > derived:
         raise ValueError(f"max_model_len {max_len} exceeds the model's {derived} positions")
     dims = hf.get("matryoshka_dimensions")
+    architecture = (hf.get("architectures") or ["BertModel"])[0]
     return ModelSpec(
         path=path,
         hf_config=hf,
-        architecture=(hf.get("architectures") or ["BertModel"])[0],
+        architecture=architecture,
         pooling_type=user_pooling or pooling,
         normalize=cfg.pooler.use_activation if cfg.pooler.use_activation is not None else normalize,
         max_model_len=int(max_len),
@@ -136,4 +139,5 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         is_matryoshka=bool(dims or hf.get("is_matryoshka", False)),
         matryoshka_dimensions=tuple(dims) if dims else None,
         pooler=cfg.pooler,
+        kind=model_kind(architecture, st_config=bool(modules), runner=cfg.runner, convert=cfg.convert),
     )

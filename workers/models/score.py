@@ -1,11 +1,13 @@
-"""Score layers of classifier checkpoints, recognised by their weight names, and the tasks they serve.
+"""Score layers of classifiers: the checkpoint's own (recognised by weight names) or LM-head rows.
 
 transformers' ``*ForSequenceClassification`` and ``*ForTokenClassification``
 put a small head after the encoder; its weights sit beside the encoder's in
 the checkpoint. ``SCORE_LAYERS`` lists, first match wins, the weight names
 each family uses and how to build its head as an ``nn.Module`` over pooled
-hidden states. The architecture's name suffix says which tasks the head
-serves (``CLASSIFIER_TASKS``).
+hidden states. A generative checkpoint served with ``--convert classify`` and
+``--hf-overrides '{"classifier_from_token": [...]}'`` gets a score layer made
+of the LM head's rows for those tokens; two tokens ``[no, yes]`` become one
+score, ``sigmoid(logit_yes - logit_no)`` (as Qwen3-Reranker is used).
 """
 from __future__ import annotations
 
@@ -15,15 +17,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from poolgate.workers.pooling.classify import activation_for, labels_of
 from poolgate.workers.weights import strip_prefix
 
 BASE_PREFIXES = ("bert.", "roberta.", "distilbert.", "model.", "transformer.")
-
-# architecture-name suffix -> the tasks its score layer serves (first = the active task's pooling)
-CLASSIFIER_TASKS: dict[str, tuple[str, ...]] = {
-    "ForSequenceClassification": ("classify", "token_classify"),
-    "ForTokenClassification": ("token_classify",),
-}
+LM_HEADS = ("lm_head.weight", "embed_tokens.weight", "embeddings.word_embeddings.weight")  # tied heads last
 
 
 def _linear(state: dict[str, torch.Tensor], name: str) -> nn.Linear:
@@ -58,16 +56,56 @@ SCORE_LAYERS: tuple[ScoreLayer, ...] = (
 )
 
 
-def classifier_tasks(architecture: str) -> tuple[str, ...] | None:
-    """The tasks of a classifier architecture, or None for an embedding model."""
-    return next((tasks for suffix, tasks in CLASSIFIER_TASKS.items() if architecture.endswith(suffix)), None)
+@dataclass(frozen=True)
+class Score:
+    """A classifier's score layer, its activation, and what it outputs."""
+
+    module: nn.Module
+    activation: nn.Module
+    num_labels: int
+    labels: tuple[str, ...] | None
 
 
-def score_layer(state: dict[str, torch.Tensor]) -> nn.Module:
-    """The checkpoint's head, as the first family whose weights are all present builds it."""
+def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
+    """The model's score layer: from ``classifier_from_token`` if configured, else the checkpoint's own."""
     state = strip_prefix(state, BASE_PREFIXES)
+    tokens = spec.hf_config.get("classifier_from_token")
+    module = _from_tokens(state, spec, tokens) if tokens else _own(state)
+    num_labels = _out_features(module)
+    if tokens:
+        labels, activation = (None, nn.Sigmoid()) if num_labels == 1 else (tuple(tokens), nn.Softmax(dim=-1))
+        return Score(module.float().eval(), activation, num_labels, labels)
+    labels = labels_of(spec.hf_config)
+    return Score(module.float().eval(), activation_for({**spec.hf_config, "num_labels": num_labels}), num_labels,
+                 labels if labels and len(labels) == num_labels else None)
+
+
+def _own(state: dict[str, torch.Tensor]) -> nn.Module:
     for layer in SCORE_LAYERS:
         if all(name in state for name in layer.needs):
-            return layer.build(state).float().eval()
-    raise ValueError("the checkpoint is a classifier but has no score layer poolgate knows "
-                     f"(looked for: {', '.join(' + '.join(l.needs) for l in SCORE_LAYERS)})")
+            return layer.build(state)
+    raise ValueError("this classifier has no score layer poolgate knows (looked for: "
+                     f"{', '.join(' + '.join(l.needs) for l in SCORE_LAYERS)}); a generative checkpoint "
+                     "needs --hf-overrides '{\"classifier_from_token\": [...]}'")
+
+
+def _from_tokens(state: dict[str, torch.Tensor], spec, tokens: list[str]) -> nn.Module:
+    """Rows of the LM head for ``tokens``; [no, yes] → one row, yes − no."""
+    from transformers import AutoTokenizer
+
+    head = next((state[name] for name in LM_HEADS if name in state), None)
+    if head is None:
+        raise ValueError(f"classifier_from_token needs an LM head; the checkpoint has none of {LM_HEADS}")
+    ids = AutoTokenizer.from_pretrained(str(spec.path)).convert_tokens_to_ids(list(tokens))
+    unknown = [t for t, i in zip(tokens, ids) if i is None or i >= head.shape[0]]
+    if unknown:
+        raise ValueError(f"classifier_from_token: tokens {unknown} are not in the vocabulary")
+    rows = head[ids].float()  # (len(tokens), hidden)
+    weight = (rows[1] - rows[0])[None] if len(tokens) == 2 else rows
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    layer.load_state_dict({"weight": weight})
+    return layer
+
+
+def _out_features(module: nn.Module) -> int:
+    return [m for m in module.modules() if isinstance(m, nn.Linear)][-1].out_features

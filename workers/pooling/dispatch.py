@@ -47,7 +47,8 @@ class Pooled:
 class DispatchPooler:
     """task → Pooler, checked when built."""
 
-    def __init__(self, poolers: dict[str, Pooler], *, active: str | None = None):
+    def __init__(self, poolers: dict[str, Pooler], *, active: str | None = None,
+                 labels: tuple[str, ...] | None = None, num_labels: int | None = None):
         for task, pooler in poolers.items():
             if task not in POOLING_TASKS:
                 raise ValueError(f"unknown task {task!r}")
@@ -60,6 +61,7 @@ class DispatchPooler:
         if active is not None and active not in poolers:
             raise ValueError(f"Unsupported task: {active!r} Supported tasks: {tuple(poolers)}")
         self.poolers, self.active = poolers, active
+        self.labels, self.num_labels = labels, num_labels  # what the classify heads output, if any
 
     @property
     def tasks(self) -> tuple[str, ...]:

@@ -1,19 +1,21 @@
 """Which poolers a model gets: embedders embed (and token_embed); classifiers classify with their score layer.
 
-An embedding model serves ``embed`` with its pooling (flag > sentence-transformers
+The model's kind (``workers.convert``: embed, classify, token_classify) says
+which tasks it serves. An embedding model serves ``embed`` with its pooling (flag > sentence-transformers
 > architecture default) and its sentence-transformers Dense projector and
 normalization, and ``token_embed`` (every token, normalized). A classifier
-checkpoint (``*ForSequenceClassification``, ``*ForTokenClassification``)
-serves the tasks its architecture names (``workers.models.score``) with its
-own score layer and activation.
+serves classify and token_classify (a ``*ForTokenClassification``
+checkpoint token_classify only) with its score layer (``workers.models.score``)
+and activation.
 """
 from __future__ import annotations
 
 import torch
 
 from poolgate.workers.models import architecture_for
-from poolgate.workers.models.score import classifier_tasks, score_layer
-from poolgate.workers.pooling.classify import ClassifyHead, activation_for
+from poolgate.workers.convert import KIND_TASKS
+from poolgate.workers.models.score import score_layer
+from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead, load_dense
 from poolgate.workers.st_config import ModelSpec
@@ -26,17 +28,18 @@ TOKEN_METHOD = "ALL"
 def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
     pooling = spec.pooling_type or architecture_for(spec).default_pooling
     token_pooling = spec.pooler.token_pooling or TOKEN_METHOD
-    tasks = classifier_tasks(spec.architecture)
-    if tasks is None:
+    tasks = KIND_TASKS[spec.kind]
+    if spec.kind == "embed":
         dense = [load_dense(d, allow_pickle=allow_pickle) for d in spec.dense]
         projector = torch.nn.Sequential(*dense).to(device) if dense else None
         normalize = True if spec.normalize is None else spec.normalize
         embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
         poolers = {"embed": Pooler(pooling, embed), "token_embed": Pooler(token_pooling, EmbedHead(None, normalize))}
     else:
-        score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle)).to(device)
-        head = ClassifyHead(score, activation_for(spec.hf_config), logit_mean=spec.pooler.logit_mean,
+        score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle), spec)
+        head = ClassifyHead(score.module.to(device), score.activation, logit_mean=spec.pooler.logit_mean,
                             logit_sigma=spec.pooler.logit_sigma, use_activation=spec.pooler.use_activation)
         methods = {"classify": pooling, "token_classify": token_pooling}
-        poolers = {task: Pooler(methods[task], head) for task in tasks}
+        return DispatchPooler({task: Pooler(methods[task], head) for task in tasks}, active=spec.pooler.task,
+                              labels=score.labels, num_labels=score.num_labels)
     return DispatchPooler(poolers, active=spec.pooler.task)
