@@ -1,0 +1,272 @@
+"""The offline Python API: one model in this process, no server, numpy arrays out.
+
+``PoolingModel`` (also exported as ``LLM``, for vLLM users) loads a model once
+with ``workers.build.load_model`` and runs the worker's own ``Engine`` (the
+same input checks, scheduler, runner and poolers a server uses) on a private
+asyncio loop in a daemon thread. Each method blocks its caller until the
+engine answers, so it works from plain synchronous code and from inside a
+running loop (an ``async def``, a Jupyter cell) alike; calls from several
+threads batch together. All inputs of one method call travel as ONE
+``PoolingCall``, so they are tokenized together and packed into batches by
+token budget. Errors are poolgate's typed errors (``shared.errors``) with
+vLLM's messages.
+
+- ``embed`` → ``(n, dim)``; ``classify`` → ``(n, num_labels)`` (names in ``labels``);
+- ``encode(pooling_task=...)`` → one array per input (``(T, dim)`` for token tasks);
+- ``score(queries, documents)`` pairs 1:1, 1:N or N:N (pairwise by index) as
+  vLLM does: cosine of the ``embed`` vectors for a bi-encoder, MaxSim of the
+  ``token_embed`` vectors for late interaction. A cross-encoder (``classify``)
+  needs each pair tokenized as one input, which the input stage cannot do yet,
+  so it raises ``NotImplementedError``.
+
+Constructor flags are the CLI's model flags as keywords: ``WorkerConfig``'s
+fields (``dtype``, ``backend``, ``max_model_len``, ``max_batch_tokens``,
+``hf_overrides``, ``num_threads``, ``tokenizer_threads``, ...), with
+``pooler_config`` (vLLM's PoolerConfig, or its dict) and its aliases
+``pooling_type`` and ``normalize``; they are checked here, at this edge.
+``num_threads`` sets torch's threads for the whole process. ``close()`` (or
+leaving a ``with`` block, or garbage collection, or interpreter exit) stops
+the engine and the loop thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import weakref
+from argparse import Namespace
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, WorkerConfig
+from poolgate.shared.errors import InvalidRequest, NotSupported, Unavailable
+from poolgate.shared.model_flags import pooler_config_from_args
+from poolgate.shared.models import resolve_model
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.rows import Rows
+from poolgate.shared.tasks import REMOVED_TASKS
+from poolgate.shared.wire import Input, PoolingCall
+from poolgate.workers.engine import Engine
+from poolgate.workers.runner_api import LoadedModel
+
+Inputs = str | list[int] | Iterable[str | list[int]]  # one text, one token-id list, or a list of either
+
+# Keyword flags: the CLI's model flags (``shared.model_flags``) by their WorkerConfig names, with
+# ``pooler_config`` (a PoolerConfig or its dict) for ``pooler`` and its two aliases, as on the command line.
+ALIASES = ("pooling_type", "normalize")
+FLAGS = (frozenset(f.name for f in fields(WorkerConfig)) - {"model_path", "tracing", "pooler"}) | {
+    "pooler_config", *ALIASES}
+CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKEND_CHOICES, "dtype": DTYPE_CHOICES}
+POSITIVE = ("max_model_len", "max_batch_tokens", "num_threads", "tokenizer_threads")
+NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
+           "(or use embed(), classify() or score())")
+CROSS_ENCODER = ("score() on a cross-encoder (classify model) needs each query and document tokenized together "
+                 "as one pair; poolgate's input stage does not tokenize pairs yet, so cross-encoder scoring "
+                 "is not available offline")
+
+
+def offline_config(model: str | None, flags: dict[str, Any]) -> WorkerConfig:
+    """The WorkerConfig for ``PoolingModel(model, **flags)``; TypeError/ValueError for bad flags."""
+    unknown = sorted(set(flags) - FLAGS)
+    if unknown:
+        raise TypeError(f"unknown flag(s) {', '.join(unknown)}; expected some of {', '.join(sorted(FLAGS))}")
+    flags = dict(flags)
+    for name, choices in CHOICES.items():
+        if flags.get(name) is not None and flags[name] not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {flags[name]!r}")
+    for name in POSITIVE:
+        value = flags.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    flags["pooler"] = _pooler_config(flags.pop("pooler_config", None), *(flags.pop(name, None) for name in ALIASES))
+    path, name = resolve_model(model)
+    flags["served_model_name"] = flags.get("served_model_name") or name
+    return WorkerConfig(model_path=path, **flags)
+
+
+def _pooler_config(given: PoolerConfig | dict | None, pooling_type: str | None,
+                   normalize: bool | None) -> PoolerConfig:
+    """``pooler_config`` with the ``pooling_type`` / ``normalize`` aliases folded in, as the CLI folds them."""
+    pooler = PoolerConfig.from_dict(given) if isinstance(given, dict) else given or PoolerConfig()
+    pooling_type = pooling_type.upper() if isinstance(pooling_type, str) else pooling_type
+    return pooler_config_from_args(Namespace(pooler_config=pooler, pooling_type=pooling_type, normalize=normalize))
+
+
+class _LoopThread:
+    """An asyncio loop running in a daemon thread; ``run`` blocks the calling thread on a coroutine."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="poolgate-offline-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:  # KeyboardInterrupt in the caller: the engine drops what is left of the call
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        self.run(self.loop.shutdown_default_executor())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+def _shut_down(loop: _LoopThread, engine: Engine) -> None:
+    """Stop the engine (joining its threads), then the loop and its thread; run once, by ``weakref.finalize``."""
+    try:
+        loop.run(engine.stop())
+    finally:
+        loop.close()
+
+
+class PoolingModel:
+    """A pooling model served in-process: ``embed``, ``classify``, ``encode``, ``score``; numpy out."""
+
+    def __init__(self, model: str | None = None, **flags: Any):
+        """Load ``model`` (a local folder; None = the bundled all-MiniLM-L6-v2) with WorkerConfig ``flags``."""
+        from poolgate.workers.build import load_model  # torch loads here, not when this module is imported
+
+        cfg = offline_config(model, flags)
+        self._start(load_model(cfg), cfg.tokenizer_threads)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel, tokenizer_threads: int = 1) -> "PoolingModel":
+        """Serve a model that is already loaded (any ``LoadedModel``, e.g. a test's fake)."""
+        self = cls.__new__(cls)
+        self._start(loaded, tokenizer_threads)
+        return self
+
+    def _start(self, loaded: LoadedModel, tokenizer_threads: int) -> None:
+        self.info = loaded.info
+        self._ids = itertools.count()
+        loop, engine = _LoopThread(), Engine(loaded, tokenizer_threads)
+        try:
+            loop.run(engine.start())
+        except BaseException:
+            loop.close()
+            raise
+        self._engine = engine
+        self._closer = weakref.finalize(self, _shut_down, loop, engine)
+        self._loop = loop
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        """The label of each ``classify`` / ``token_classify`` output column (None when the model has none)."""
+        return self.info.labels
+
+    def embed(self, inputs: Inputs, *, dimensions: int | None = None, use_activation: bool | None = None,
+              truncate_prompt_tokens: int | None = None) -> np.ndarray:
+        """(n, dim) float32 embeddings, L2-normalized unless ``use_activation=False``."""
+        params = PoolingParams(task="embed", dimensions=dimensions, use_activation=use_activation,
+                               truncate_prompt_tokens=truncate_prompt_tokens)
+        return self._pool(inputs, params).values
+
+    def classify(self, inputs: Inputs, *, use_activation: bool | None = None,
+                 truncate_prompt_tokens: int | None = None) -> np.ndarray:
+        """(n, num_labels) float32 probabilities (raw logits with ``use_activation=False``); see ``labels``."""
+        params = PoolingParams(task="classify", use_activation=use_activation,
+                               truncate_prompt_tokens=truncate_prompt_tokens)
+        return self._pool(inputs, params).values
+
+    def encode(self, inputs: Inputs, *, pooling_task: str | None = None, dimensions: int | None = None,
+               use_activation: bool | None = None, truncate_prompt_tokens: int | None = None) -> list[np.ndarray]:
+        """One array per input: ``(dim,)`` for ``embed``/``classify``, ``(T, dim)`` for the token tasks."""
+        if pooling_task is None:
+            raise InvalidRequest(NO_TASK, param="pooling_task")
+        if pooling_task in REMOVED_TASKS:
+            raise InvalidRequest(REMOVED_TASKS[pooling_task], param="pooling_task")
+        params = PoolingParams(task=pooling_task, dimensions=dimensions, use_activation=use_activation,
+                               truncate_prompt_tokens=truncate_prompt_tokens)
+        rows = self._pool(inputs, params)
+        return [rows.item(i) for i in range(len(rows))]
+
+    def score(self, queries: Inputs, documents: Inputs, *,
+              truncate_prompt_tokens: int | None = None) -> np.ndarray:
+        """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``."""
+        queries, documents = _as_inputs(queries), _as_inputs(documents)
+        _check_pairs(len(queries), len(documents))
+        task = self.info.tasks[0]
+        if task == "classify":
+            if self.info.embedding_dim != 1:
+                raise NotSupported("Scoring API is only enabled for num_labels == 1.")
+            raise NotImplementedError(CROSS_ENCODER)
+        similarity = PAIR_SCORES.get(task)
+        if similarity is None:
+            raise NotSupported(f"Scoring API is not supported by this model (its task is {task!r}); "
+                               "score() needs an embed, token_embed or classify model.")
+        params = PoolingParams(task=task, truncate_prompt_tokens=truncate_prompt_tokens)
+        rows = self._pool(queries + documents, params)  # each query and document once, in one call
+        n = len(queries)
+        left = [rows.item(0 if n == 1 else i) for i in range(len(documents))]
+        return np.array([similarity(q, rows.item(n + i)) for i, q in enumerate(left)], dtype=np.float32)
+
+    def close(self) -> None:
+        """Stop the engine and the loop thread; safe to call more than once."""
+        self._closer()
+
+    def __enter__(self) -> "PoolingModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        info, state = self.info, "" if self._closer.alive else ", closed"
+        return (f"PoolingModel({info.served_model_name!r}, tasks={info.tasks}, backend={info.backend!r}, "
+                f"dtype={info.dtype!r}{state})")
+
+    def _pool(self, inputs: Inputs, params: PoolingParams) -> Rows:
+        """All ``inputs`` through the engine as one call; their outputs as one block."""
+        if not self._closer.alive:
+            raise Unavailable("this PoolingModel is closed")
+        call = PoolingCall(request_id=f"offline-{next(self._ids)}", model=self.info.served_model_name,
+                           inputs=_as_inputs(inputs), params=params)
+        return self._loop.run(self._engine.submit(call)).outputs
+
+
+LLM = PoolingModel  # the name vLLM users reach for
+
+
+def _as_inputs(inputs: Inputs) -> list[Input]:
+    """A list of inputs: one text or one token-id list becomes a list of one; tuples and arrays become lists."""
+    if isinstance(inputs, str):
+        return [inputs]
+    items = [x.tolist() if isinstance(x, np.ndarray) else list(x) if isinstance(x, tuple) else x
+             for x in (inputs.tolist() if isinstance(inputs, np.ndarray) else inputs)]
+    if items and all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+        return [items]
+    return items
+
+
+def _check_pairs(n_queries: int, n_documents: int) -> None:
+    """vLLM's score pairing: 1:1, 1:N or N:N, neither side empty."""
+    if n_queries == 0:
+        raise InvalidRequest("At least one text element must be given", param="queries")
+    if n_documents == 0:
+        raise InvalidRequest("At least one text_pair element must be given", param="documents")
+    if n_queries > 1 and n_queries != n_documents:
+        raise InvalidRequest("Input lengths must be either 1:1, 1:N or N:N", param="queries")
+
+
+def cosine(q: np.ndarray, d: np.ndarray) -> float:
+    """Bi-encoder score: cosine of two (dim,) vectors in float32 (each norm clamped at 1e-8, as torch does)."""
+    q, d = q.astype(np.float32), d.astype(np.float32)
+    return float(q @ d / (max(np.linalg.norm(q), 1e-8) * max(np.linalg.norm(d), 1e-8)))
+
+
+def maxsim(q: np.ndarray, d: np.ndarray) -> float:
+    """Late-interaction score: Σ over query tokens of the max over document tokens of q·d, in float32."""
+    sims = q.astype(np.float32) @ d.astype(np.float32).T  # (query tokens, document tokens)
+    return float(sims.max(axis=1).sum())
+
+
+# How score() compares a query's and a document's outputs, by the model's active task (shared.tasks.SCORE_TYPES).
+PAIR_SCORES: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"embed": cosine, "token_embed": maxsim}
