@@ -6,7 +6,7 @@ request before anything crosses the transport; a worker runs ``check_call``
 """
 from __future__ import annotations
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
+from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.tasks import TASK_PARAMS
 from poolgate.shared.wire import Input, ModelInfo, PoolingCall
@@ -21,7 +21,7 @@ def check_call(info: ModelInfo, call: PoolingCall) -> None:
 
 def check_task(info: ModelInfo, params: PoolingParams) -> None:
     if params.task not in info.tasks:
-        raise NotSupported(unsupported_task(info, params.task), param="task")
+        raise InvalidRequest(unsupported_task(info, params.task), param="task")
 
 
 def unsupported_task(info: ModelInfo, task: str | None) -> str:

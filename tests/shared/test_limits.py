@@ -1,7 +1,7 @@
 """shared.limits: vLLM's messages for params, lengths and token ids."""
 import pytest
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported
+from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.limits import check_call, check_inputs, check_length, check_params, check_task, check_token_ids, truncation_length
 from poolgate.shared.wire import PoolingCall
 from poolgate.shared.params import PoolingParams
@@ -29,9 +29,9 @@ def test_dimensions_rules():
 
 
 def test_task_lengths_and_token_ids():
-    with pytest.raises(NotSupported, match="Unsupported task"):
+    with pytest.raises(InvalidRequest, match="Unsupported task"):
         check_task(INFO, PoolingParams(task="classify"))
-    with pytest.raises(NotSupported, match="Unsupported task"):
+    with pytest.raises(InvalidRequest, match="Unsupported task"):
         check_call(INFO, PoolingCall(request_id="r", model="m", inputs=["x"], params=PoolingParams(task="classify")))
     with pytest.raises(ContextLengthExceeded, match="maximum context length is 16 tokens"):
         check_length(INFO, 17)

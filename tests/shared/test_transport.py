@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from poolgate.shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, NotSupported, Unavailable
+from poolgate.shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, Unavailable
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.transport import Address, WorkerClient, parse_address, read_frame
 from poolgate.shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
@@ -119,7 +119,7 @@ async def test_typed_errors_arrive_as_the_same_class(client):
     with pytest.raises(InvalidRequest) as err:
         await client.pool(call("a", dimensions=4))
     assert err.value.param == "dimensions"
-    with pytest.raises(NotSupported, match="Unsupported task"):
+    with pytest.raises(InvalidRequest, match="Unsupported task"):
         await client.pool(call("a", task="classify"))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from poolgate.shared.errors import (
-    ContextLengthExceeded, DeadlineExceeded, InternalError, InvalidRequest, NotSupported, Unavailable,
+    ContextLengthExceeded, DeadlineExceeded, InternalError, InvalidRequest, Unavailable,
 )
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import PoolingCall
@@ -180,7 +180,7 @@ async def test_dimensions_on_a_matryoshka_model():
 
 
 async def test_unsupported_task(engine):
-    with pytest.raises(NotSupported, match="Unsupported task: 'classify'"):
+    with pytest.raises(InvalidRequest, match="Unsupported task: 'classify'"):
         await engine.submit(call("a", task="classify"))
 
 
