@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, WorkerConfig
-from poolgate.shared.errors import InvalidRequest, NotSupported, Unavailable
+from poolgate.shared.errors import InvalidRequest, Unavailable
 from poolgate.shared.model_flags import pooler_config_from_args
 from poolgate.shared.models import resolve_model
 from poolgate.shared.params import PoolingParams
@@ -196,11 +196,11 @@ class PoolingModel:
         task = self.info.tasks[0]
         if task == "classify":
             if self.info.embedding_dim != 1:
-                raise NotSupported("Scoring API is only enabled for num_labels == 1.")
+                raise InvalidRequest("Scoring API is only enabled for num_labels == 1.")
             raise NotImplementedError(CROSS_ENCODER)
         similarity = PAIR_SCORES.get(task)
         if similarity is None:
-            raise NotSupported(f"Scoring API is not supported by this model (its task is {task!r}); "
+            raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
                                "score() needs an embed, token_embed or classify model.")
         params = PoolingParams(task=task, truncate_prompt_tokens=truncate_prompt_tokens)
         rows = self._pool(queries + documents, params)  # each query and document once, in one call

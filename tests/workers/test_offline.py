@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, NotSupported, Unavailable
+from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, Unavailable
 from poolgate.shared.models import bundled_model_path
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.workers.offline import LLM, PoolingModel, maxsim, offline_config
@@ -80,7 +80,7 @@ def test_errors_are_typed_with_vllms_messages(minilm):
         model.embed(["short", "word " * 400])
     truncated = model.embed("word " * 400, truncate_prompt_tokens=-1)
     assert _cos(truncated[0], st.encode(["word " * 400])[0]) >= 0.9999
-    with pytest.raises(NotSupported, match="Unsupported task: 'classify'"):
+    with pytest.raises(InvalidRequest, match="Unsupported task: 'classify'"):  # vLLM's 400
         model.classify("hi")
     with pytest.raises(InvalidRequest, match="needs pooling_task"):
         model.encode("hi")
@@ -132,7 +132,7 @@ def test_classify_matches_transformers_and_names_labels(tmp_path):
         np.testing.assert_allclose(model.classify(WORDS, use_activation=False), logits.numpy(), atol=1e-4)
         tokens = model.encode(WORDS, pooling_task="token_classify")
         assert [t.shape for t in tokens] == [(5, 3), (3, 3), (9, 3)]
-        with pytest.raises(NotSupported, match=r"only enabled for num_labels == 1"):
+        with pytest.raises(InvalidRequest, match=r"only enabled for num_labels == 1"):
             model.score("w1", "w2")
     assert not _new_threads(before)
 
