@@ -104,9 +104,9 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
-    labels, num_labels = runner.pooler.labels, runner.pooler.num_labels
-    dim = num_labels or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
-    if spec.pooler.dimensions is not None and not num_labels:
+    labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
+    dim = out_dim or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
+    if spec.pooler.dimensions is not None and not out_dim:
         if not spec.is_matryoshka or spec.pooler.dimensions > dim:
             raise ValueError(f"pooler config dimensions={spec.pooler.dimensions} needs a Matryoshka model "
                              f"(is_matryoshka or matryoshka_dimensions) of at least that size")

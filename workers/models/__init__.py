@@ -47,6 +47,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "RobertaForTokenClassification": BERT,
     "XLMRobertaForSequenceClassification": BERT,
     "XLMRobertaForTokenClassification": BERT,
+    "BertSpladeSparseEmbeddingModel": BERT,  # a BertForMaskedLM checkpoint served as SPLADE (pooling.splade)
 }
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
 

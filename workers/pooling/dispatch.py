@@ -26,10 +26,13 @@ TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
 
 @dataclass(frozen=True)
 class Pooler:
-    """One task's pooling: ``method`` (a POOLING_TYPES name) then ``head`` (params-aware)."""
+    """One task's pooling: ``method`` (a POOLING_TYPES name) then ``head`` (params-aware).
+
+    ``pool`` replaces the named method by a module of the model's own (SPLADE's MLM-head max)."""
 
     method: str
     head: nn.Module
+    pool: nn.Module | None = None
 
     @property
     def per_token(self) -> bool:
@@ -48,11 +51,11 @@ class DispatchPooler:
     """task → Pooler, checked when built."""
 
     def __init__(self, poolers: dict[str, Pooler], *, active: str | None = None,
-                 labels: tuple[str, ...] | None = None, num_labels: int | None = None):
+                 labels: tuple[str, ...] | None = None, out_dim: int | None = None):
         for task, pooler in poolers.items():
             if task not in POOLING_TASKS:
                 raise ValueError(f"unknown task {task!r}")
-            if pooler.method not in POOLING_TYPES:
+            if pooler.pool is None and pooler.method not in POOLING_TYPES:
                 raise ValueError(f"unknown pooling type {pooler.method!r} for task {task!r}")
             if pooler.per_token != (task in TOKEN_TASKS):
                 raise ValueError(f"task {task!r} cannot pool with {pooler.method}")
@@ -61,7 +64,7 @@ class DispatchPooler:
         if active is not None and active not in poolers:
             raise ValueError(f"Unsupported task: {active!r} Supported tasks: {tuple(poolers)}")
         self.poolers, self.active = poolers, active
-        self.labels, self.num_labels = labels, num_labels  # what the classify heads output, if any
+        self.labels, self.out_dim = labels, out_dim  # class names; output width when it is not the hidden size
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -83,6 +86,7 @@ class DispatchPooler:
                 out.append(Pooled(pooler.head(hidden[lo:hi], params), offsets))  # (tokens, dim)
                 continue
             if pooler.method not in cache:
-                cache[pooler.method] = POOLING_TYPES[pooler.method](hidden, batch)  # (batch, hidden)
+                method = pooler.pool or POOLING_TYPES[pooler.method]
+                cache[pooler.method] = method(hidden, batch)  # (batch, hidden) or the method's own width
             out.append(Pooled(pooler.head(cache[pooler.method][a:b], params)))  # (b - a, dim)
         return out

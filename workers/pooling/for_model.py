@@ -17,18 +17,22 @@ from poolgate.workers.convert import KIND_TASKS
 from poolgate.workers.models.score import score_layer
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
-from poolgate.workers.pooling.head import EmbedHead, load_dense
+from poolgate.workers.pooling.head import EmbedHead, RawHead, load_dense
+from poolgate.workers.pooling.splade import MlmHead, SpladePool
 from poolgate.workers.st_config import ModelSpec
 from poolgate.workers.weights import load_state_dict
 
 # the token-level twin of each sequence task, pooled over every token
 TOKEN_METHOD = "ALL"
+SPARSE_ARCHITECTURES = frozenset({"BertSpladeSparseEmbeddingModel"})  # vLLM's name for SPLADE on BERT
 
 
 def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
     pooling = spec.pooling_type or architecture_for(spec).default_pooling
     token_pooling = spec.pooler.token_pooling or TOKEN_METHOD
     tasks = KIND_TASKS[spec.kind]
+    if spec.architecture in SPARSE_ARCHITECTURES:
+        return _splade(spec, device, allow_pickle=allow_pickle)
     if spec.kind == "embed":
         dense = [load_dense(d, allow_pickle=allow_pickle) for d in spec.dense]
         projector = torch.nn.Sequential(*dense).to(device) if dense else None
@@ -41,5 +45,17 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) ->
                             logit_sigma=spec.pooler.logit_sigma, use_activation=spec.pooler.use_activation)
         methods = {"classify": pooling, "token_classify": token_pooling}
         return DispatchPooler({task: Pooler(methods[task], head) for task in tasks}, active=spec.pooler.task,
-                              labels=score.labels, num_labels=score.num_labels)
+                              labels=score.labels, out_dim=score.num_labels)
     return DispatchPooler(poolers, active=spec.pooler.task)
+
+
+def _splade(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
+    """embed = SPLADE weights over the vocabulary (no normalization, no matryoshka)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
+    special = tuple(i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None)
+    head = MlmHead(load_state_dict(spec.path, allow_pickle=allow_pickle), spec.hf_config.get("layer_norm_eps", 1e-12))
+    pool = SpladePool(head, special).to(device)
+    return DispatchPooler({"embed": Pooler("SPLADE", RawHead(), pool)}, active=spec.pooler.task,
+                          out_dim=int(head.decoder.shape[0]))

@@ -1,4 +1,4 @@
-"""The embed head: sentence-transformers Dense projection → matryoshka slice → L2 normalize."""
+"""Embedding heads: sentence-transformers Dense projection → matryoshka slice → L2 normalize; raw rows."""
 from __future__ import annotations
 
 import importlib
@@ -44,3 +44,10 @@ class EmbedHead(nn.Module):
             x = x[:, :dimensions]  # matryoshka: slice, then normalize
         normalize = self.normalize_default if params.use_activation is None else params.use_activation
         return F.normalize(x, p=2, dim=-1) if normalize else x
+
+
+class RawHead(nn.Module):
+    """The pooled rows as they are (SPLADE weights are neither sliced nor normalized)."""
+
+    def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
+        return pooled
