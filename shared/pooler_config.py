@@ -4,9 +4,11 @@ Every field of vLLM's ``PoolerConfig`` is accepted with its name and default.
 ``pooling_type`` is an alias that fills ``seq_pooling_type`` (CLS, LAST, MEAN)
 or ``tok_pooling_type`` (ALL, STEP). The removed ``normalize`` and task names
 fail with vLLM's messages, unknown keys name themselves, ``logit_sigma`` 0 is
-refused. What poolgate does not run yet (chunked processing of long inputs,
-STEP pooling) is refused here with a message that says so, rather than being
-accepted and ignored. Precedence when the worker applies it: this config >
+refused, and ``step_tag_id`` / ``returned_token_ids`` need STEP pooling.
+``enable_chunked_processing`` turns on vLLM's chunked processing of long embed
+inputs (``workers.chunking``); ``max_embed_len`` is then the embed input cap
+(None: no cap) and means nothing without it, so it is refused alone. Nothing
+is accepted and ignored. Precedence when the worker applies it: this config >
 sentence-transformers files > the architecture's default.
 """
 from __future__ import annotations
@@ -18,12 +20,6 @@ from poolgate.shared.tasks import POOLING_TASKS, REMOVED_TASKS
 
 SEQ_TYPES = ("CLS", "LAST", "MEAN")
 TOK_TYPES = ("ALL", "STEP")
-NOT_YET: dict[str, str] = {  # field -> why it is refused for now
-    "enable_chunked_processing": "chunked processing of long inputs is not supported yet",
-    "max_embed_len": "max_embed_len needs chunked processing, which is not supported yet",
-    "step_tag_id": "STEP pooling is not supported yet",
-    "returned_token_ids": "STEP pooling is not supported yet",
-}
 
 
 @dataclass(frozen=True)
@@ -58,11 +54,21 @@ class PoolerConfig:
             raise ValueError("pooler config logit_sigma must not be 0")
         if self.dimensions is not None and self.dimensions < 1:
             raise ValueError("pooler config dimensions must be a positive integer")
-        if (self.tok_pooling_type or self.pooling_type or "").upper() == "STEP":
-            raise ValueError(f"pooler config: {NOT_YET['step_tag_id']}")
-        for name, why in NOT_YET.items():
-            if getattr(self, name) not in (None, False):
-                raise ValueError(f"pooler config {name}: {why}")
+        self._check_chunking()
+        if (self.step_tag_id is not None or self.returned_token_ids) and self.token_pooling != "STEP":
+            raise ValueError("step_tag_id and returned_token_ids need STEP pooling (tok_pooling_type STEP)")
+
+    def _check_chunking(self) -> None:
+        if not isinstance(self.enable_chunked_processing, bool):
+            raise ValueError("pooler config enable_chunked_processing must be true or false")
+        n = self.max_embed_len
+        if n is None:
+            return
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"pooler config max_embed_len must be a positive integer, got {n!r}")
+        if not self.enable_chunked_processing:
+            raise ValueError("pooler config max_embed_len caps embed inputs for chunked processing; "
+                             "it needs enable_chunked_processing: true")
 
     @property
     def sequence_pooling(self) -> str | None:

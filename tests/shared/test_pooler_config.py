@@ -14,6 +14,8 @@ def test_every_vllm_field_parses():
     assert (cfg.task, cfg.sequence_pooling, cfg.token_pooling) == ("classify", "MEAN", "ALL")
     assert (cfg.use_activation, cfg.dimensions, cfg.logit_mean, cfg.logit_sigma) == (False, 64, 0.5, 2.0)
     assert PoolerConfig.from_dict(cfg.to_wire()) == cfg
+    step = PoolerConfig.from_dict({"pooling_type": "STEP", "step_tag_id": 7, "returned_token_ids": [1, 2]})
+    assert (step.token_pooling, step.step_tag_id, step.returned_token_ids) == ("STEP", 7, (1, 2))
 
 
 @pytest.mark.parametrize("alias, seq, tok", [("cls", "CLS", None), ("LAST", "LAST", None), ("ALL", None, "ALL")])
@@ -32,10 +34,9 @@ def test_pooling_type_is_an_alias(alias, seq, tok):
     ({"logit_sigma": 0}, "must not be 0"),
     ({"dimensions": 0}, "positive"),
     ({"surprise": 1}, "unknown keys \\['surprise'\\]"),
-    ({"enable_chunked_processing": True}, "not supported yet"),
-    ({"max_embed_len": 4096}, "not supported yet"),
-    ({"tok_pooling_type": "STEP"}, "STEP pooling is not supported yet"),
-    ({"step_tag_id": 5}, "STEP pooling is not supported yet"),
+    ({"max_embed_len": 4096}, "needs enable_chunked_processing"),
+    ({"step_tag_id": 5}, "need STEP pooling"),
+    ({"tok_pooling_type": "ALL", "returned_token_ids": [1]}, "need STEP pooling"),
 ])
 def test_bad_configs_name_the_problem(body, message):
     with pytest.raises(ValueError, match=message):

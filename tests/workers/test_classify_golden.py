@@ -167,3 +167,41 @@ def test_default_dimensions_and_hf_overrides(tmp_path):
 
     with pytest.raises(ValueError, match="needs a Matryoshka model"):
         _load_with(tmp_path, dimensions=8)
+
+
+def test_step_pooling_keeps_the_tag_positions_and_the_returned_columns(tmp_path):
+    ref = _save(tmp_path, "bert", AutoModelForTokenClassification, num_labels=5)
+    model = _load_with(tmp_path, tok_pooling_type="STEP", step_tag_id=11, returned_token_ids=(1, 3))
+    seqs = [[2, 10, 11, 12, 11, 3], [2, 40, 3], [2, 11, 3]]
+    (run,) = model.runner.execute(model.runner.prepare([Sequence(s, PoolingParams(task="token_classify"))
+                                                         for s in seqs]))
+    assert run.rows.offsets.tolist() == [0, 2, 2, 3]  # two tags, none, one
+    for i, (s, logits) in enumerate(zip(seqs, _logits(ref, seqs))):
+        at = [j for j, t in enumerate(s) if t == 11]
+        np.testing.assert_allclose(run.rows.item(i), torch.softmax(logits, -1)[at][:, [1, 3]].numpy(), atol=1e-5)
+
+
+def test_step_pooling_on_a_generative_reward_model_reads_its_lm_head(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    config = AutoConfig.for_model("llama", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                  pad_token_id=0, architectures=["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    ref = AutoModelForCausalLM.from_config(config).eval()
+    ref.save_pretrained(tmp_path, safe_serialization=True)
+    make_tiny_tokenizer(tmp_path)
+    from poolgate.shared.pooler_config import PoolerConfig
+
+    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="prm", dtype="float32",
+                                    convert="classify", pooler=PoolerConfig(
+                                        task="token_classify", tok_pooling_type="STEP", step_tag_id=11,
+                                        returned_token_ids=(6, 7))))
+    seqs = [[2, 10, 11, 12, 11, 3], [2, 11, 3]]
+    (run,) = model.runner.execute(model.runner.prepare([Sequence(s, PoolingParams(task="token_classify"))
+                                                         for s in seqs]))
+    for i, s in enumerate(seqs):
+        with torch.no_grad():
+            probs = torch.softmax(ref(input_ids=torch.tensor([s])).logits[0], -1)  # (T, vocab)
+        at = [j for j, t in enumerate(s) if t == 11]
+        np.testing.assert_allclose(run.rows.item(i), probs[at][:, [6, 7]].numpy(), atol=1e-5)

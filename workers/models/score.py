@@ -70,7 +70,8 @@ def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
     """The model's score layer: from ``classifier_from_token`` if configured, else the checkpoint's own."""
     state = strip_prefix(state, BASE_PREFIXES)
     tokens = spec.hf_config.get("classifier_from_token")
-    module = _from_tokens(state, spec, tokens) if tokens else _own(state)
+    step_lm = spec.pooler.token_pooling == "STEP" and not tokens and not _has_own(state)
+    module = _from_tokens(state, spec, tokens) if tokens else _lm_head(state) if step_lm else _own(state)
     num_labels = _out_features(module)
     if tokens:
         labels, activation = (None, nn.Sigmoid()) if num_labels == 1 else (tuple(tokens), nn.Softmax(dim=-1))
@@ -87,6 +88,18 @@ def _own(state: dict[str, torch.Tensor]) -> nn.Module:
     raise ValueError("this classifier has no score layer poolgate knows (looked for: "
                      f"{', '.join(' + '.join(l.needs) for l in SCORE_LAYERS)}); a generative checkpoint "
                      "needs --hf-overrides '{\"classifier_from_token\": [...]}'")
+
+
+def _has_own(state: dict[str, torch.Tensor]) -> bool:
+    return any(all(name in state for name in layer.needs) for layer in SCORE_LAYERS)
+
+
+def _lm_head(state: dict[str, torch.Tensor]) -> nn.Module:
+    """The whole LM head (vocabulary outputs): STEP reward models read it through returned_token_ids."""
+    name = next((n for n in LM_HEADS if n in state), None)
+    if name is None:
+        raise ValueError(f"STEP pooling on a generative checkpoint needs its LM head; none of {LM_HEADS} found")
+    return _linear(state, name.removesuffix(".weight"))
 
 
 def _from_tokens(state: dict[str, torch.Tensor], spec, tokens: list[str]) -> nn.Module:

@@ -20,6 +20,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
 from poolgate.workers.packing import PackedBatch
 from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
+from poolgate.workers.pooling.rows import RowSelector, all_rows
 
 TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
 
@@ -33,6 +34,8 @@ class Pooler:
     method: str
     head: nn.Module
     pool: nn.Module | None = None
+    rows: RowSelector = all_rows  # token methods: which token rows to keep
+
 
     @property
     def per_token(self) -> bool:
@@ -80,10 +83,13 @@ class DispatchPooler:
         for a, b, params in runs:
             pooler = self.poolers[params.task]
             if pooler.per_token:
-                offsets = np.cumsum([0, *batch.lengths[a:b]], dtype=np.int64)  # host side: no device sync
                 lo = sum(batch.lengths[:a])
-                hi = lo + int(offsets[-1])
-                out.append(Pooled(pooler.head(hidden[lo:hi], params), offsets))  # (tokens, dim)
+                tokens = hidden[lo:lo + sum(batch.lengths[a:b])]  # the run's rows, (tokens, hidden)
+                index, counts = pooler.rows(batch, a, b)
+                if index is not None:
+                    tokens = tokens.index_select(0, index)
+                offsets = np.cumsum([0, *counts], dtype=np.int64)
+                out.append(Pooled(pooler.head(tokens, params), offsets))  # (kept tokens, dim)
                 continue
             if pooler.method not in cache:
                 method = pooler.pool or POOLING_TYPES[pooler.method]

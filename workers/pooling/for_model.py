@@ -18,6 +18,7 @@ from poolgate.workers.models.score import score_layer
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead, RawHead, load_dense
+from poolgate.workers.pooling.rows import all_rows, step_rows
 from poolgate.workers.pooling.splade import MlmHead, SpladePool
 from poolgate.workers.st_config import ModelSpec
 from poolgate.workers.weights import load_state_dict
@@ -30,6 +31,7 @@ SPARSE_ARCHITECTURES = frozenset({"BertSpladeSparseEmbeddingModel"})  # vLLM's n
 def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
     pooling = spec.pooling_type or architecture_for(spec).default_pooling
     token_pooling = spec.pooler.token_pooling or TOKEN_METHOD
+    rows = step_rows(spec.pooler.step_tag_id) if token_pooling == "STEP" else all_rows
     tasks = KIND_TASKS[spec.kind]
     if spec.architecture in SPARSE_ARCHITECTURES:
         return _splade(spec, device, allow_pickle=allow_pickle)
@@ -38,13 +40,15 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) ->
         projector = torch.nn.Sequential(*dense).to(device) if dense else None
         normalize = True if spec.normalize is None else spec.normalize
         embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
-        poolers = {"embed": Pooler(pooling, embed), "token_embed": Pooler(token_pooling, EmbedHead(None, normalize))}
+        poolers = {"embed": Pooler(pooling, embed),
+                   "token_embed": Pooler(token_pooling, EmbedHead(None, normalize), rows=rows)}
     else:
         score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle), spec)
         head = ClassifyHead(score.module.to(device), score.activation, logit_mean=spec.pooler.logit_mean,
                             logit_sigma=spec.pooler.logit_sigma, use_activation=spec.pooler.use_activation)
-        methods = {"classify": pooling, "token_classify": token_pooling}
-        return DispatchPooler({task: Pooler(methods[task], head) for task in tasks}, active=spec.pooler.task,
+        poolers = {"classify": Pooler(pooling, head),
+                   "token_classify": Pooler(token_pooling, _returned(head, spec.pooler.returned_token_ids), rows=rows)}
+        return DispatchPooler({task: poolers[task] for task in tasks}, active=spec.pooler.task,
                               labels=score.labels, out_dim=score.num_labels)
     return DispatchPooler(poolers, active=spec.pooler.task)
 
@@ -59,3 +63,18 @@ def _splade(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> Dis
     pool = SpladePool(head, special).to(device)
     return DispatchPooler({"embed": Pooler("SPLADE", RawHead(), pool)}, active=spec.pooler.task,
                           out_dim=int(head.decoder.shape[0]))
+
+
+class _Columns(torch.nn.Module):
+    """STEP's ``returned_token_ids``: keep those columns of the head's output."""
+
+    def __init__(self, head: torch.nn.Module, columns: tuple[int, ...]):
+        super().__init__()
+        self.head, self.columns = head, list(columns)
+
+    def forward(self, x: torch.Tensor, params) -> torch.Tensor:
+        return self.head(x, params)[:, self.columns]
+
+
+def _returned(head: torch.nn.Module, columns: tuple[int, ...] | None) -> torch.nn.Module:
+    return _Columns(head, columns) if columns else head

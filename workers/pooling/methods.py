@@ -42,5 +42,6 @@ POOLING_TYPES: dict[str, PoolingMethod] = {
     "MEAN": mean_pool,
     "LAST": last_pool,
     "ALL": all_pool,
+    "STEP": all_pool,  # the rows are then narrowed to the step tag's positions (pooling.rows.step_rows)
 }
-TOKEN_POOLING_TYPES = frozenset({"ALL"})  # the methods that keep one row per token
+TOKEN_POOLING_TYPES = frozenset({"ALL", "STEP"})  # the methods that keep rows per token
