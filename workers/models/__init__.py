@@ -48,6 +48,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "XLMRobertaForSequenceClassification": BERT,
     "XLMRobertaForTokenClassification": BERT,
     "BertSpladeSparseEmbeddingModel": BERT,  # a BertForMaskedLM checkpoint served as SPLADE (pooling.splade)
+    "BgeM3EmbeddingModel": BERT,  # an XLM-R encoder with BGE-M3's sparse and ColBERT heads (pooling.bge_m3)
 }
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
 

@@ -17,6 +17,8 @@ from poolgate.workers.convert import KIND_TASKS
 from poolgate.workers.models.score import score_layer
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
+from poolgate.workers.pooling.bge_m3 import ARCHITECTURE as BGE_M3
+from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
 from poolgate.workers.pooling.head import EmbedHead, RawHead, load_dense
 from poolgate.workers.pooling.rows import all_rows, step_rows
 from poolgate.workers.pooling.splade import MlmHead, SpladePool
@@ -35,6 +37,8 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) ->
     tasks = KIND_TASKS[spec.kind]
     if spec.architecture in SPARSE_ARCHITECTURES:
         return _splade(spec, device, allow_pickle=allow_pickle)
+    if spec.architecture == BGE_M3:
+        return bge_m3_poolers(spec.path, device, allow_pickle=allow_pickle, active=spec.pooler.task)
     if spec.kind == "embed":
         dense = [load_dense(d, allow_pickle=allow_pickle) for d in spec.dense]
         projector = torch.nn.Sequential(*dense).to(device) if dense else None

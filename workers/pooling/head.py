@@ -47,7 +47,12 @@ class EmbedHead(nn.Module):
 
 
 class RawHead(nn.Module):
-    """The pooled rows as they are (SPLADE weights are neither sliced nor normalized)."""
+    """The pooled rows through ``module`` (identity by default), nothing else: SPLADE weights and
+    BGE-M3's sparse weights are neither sliced nor normalized."""
+
+    def __init__(self, module: nn.Module | None = None):
+        super().__init__()
+        self.module = module or nn.Identity()
 
     def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
-        return pooled
+        return self.module(pooled)
