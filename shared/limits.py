@@ -3,6 +3,9 @@
 The gateway's serving path runs ``check_params`` and ``check_inputs`` once per
 request before anything crosses the transport; a worker runs ``check_call``
 (the same functions) at its own boundary, since any client may reach it.
+Lengths and ``truncate_prompt_tokens`` are checked against the input cap:
+``max_model_len``, or for embed inputs with chunked processing ``max_embed_len``
+(None: no cap; ``workers.chunking`` then splits what is over ``max_model_len``).
 """
 from __future__ import annotations
 
@@ -39,9 +42,10 @@ def check_params(info: ModelInfo, params: PoolingParams) -> None:
             raise InvalidRequest(
                 "truncate_prompt_tokens must be -1 or a positive integer.", param="truncate_prompt_tokens"
             )
-        if k > info.max_model_len:
+        cap = input_cap(info, params.task)
+        if cap is not None and k > cap:
             raise InvalidRequest(
-                "truncate_prompt_tokens value is greater than max_model_len. "
+                f"truncate_prompt_tokens value is greater than {_cap_name(info, params.task)}. "
                 "Please request a smaller truncation size.",
                 param="truncate_prompt_tokens",
             )
@@ -81,21 +85,37 @@ def _check_dimensions(info: ModelInfo, dimensions: int | None) -> None:
         )
 
 
+def chunks_inputs(info: ModelInfo, task: str | None) -> bool:
+    """Whether inputs of ``task`` over ``max_model_len`` run in chunks (vLLM: embed, with chunked processing)."""
+    return info.chunked_processing and task == "embed"
+
+
+def input_cap(info: ModelInfo, task: str | None) -> int | None:
+    """The most tokens one input of ``task`` may have: ``max_model_len``, or with chunked
+    processing ``max_embed_len`` (None: no cap)."""
+    return info.max_embed_len if chunks_inputs(info, task) else info.max_model_len
+
+
+def _cap_name(info: ModelInfo, task: str | None) -> str:
+    return "max_embed_len" if chunks_inputs(info, task) else "max_model_len"
+
+
 def truncation_length(info: ModelInfo, params: PoolingParams) -> int | None:
-    """How many tokens to keep, or None when the caller asked for no truncation."""
+    """How many tokens to keep, or None for no truncation (not asked, or -1 with no input cap)."""
     k = params.truncate_prompt_tokens
     if k is None:
         return None
-    return info.max_model_len if k == -1 else k
+    return input_cap(info, params.task) if k == -1 else k
 
 
-def check_length(info: ModelInfo, n_tokens: int) -> None:
-    """Reject an (untruncated) input that does not fit the model."""
+def check_length(info: ModelInfo, n_tokens: int, task: str | None = None) -> None:
+    """Reject an (untruncated) input of ``task`` that does not fit the model's input cap."""
     if n_tokens == 0:
         raise InvalidRequest("The decoder prompt cannot be empty", param="input")
-    if n_tokens > info.max_model_len:
+    cap = input_cap(info, task)
+    if cap is not None and n_tokens > cap:
         raise ContextLengthExceeded(
-            f"This model's maximum context length is {info.max_model_len} tokens. "
+            f"This model's maximum context length is {cap} tokens. "
             f"However, your prompt contains {n_tokens} input tokens, which exceeds this limit "
             "even without any output tokens. Please reduce the length of the input prompt.",
             param="input_tokens",

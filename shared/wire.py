@@ -74,6 +74,8 @@ class ModelInfo:
     matryoshka_dimensions: tuple[int, ...] | None = None
     vocab_size: int | None = None
     labels: tuple[str, ...] | None = None  # classify / token_classify: the label of each output, by index
+    chunked_processing: bool = False  # embed inputs over max_model_len run in chunks (--pooler-config)
+    max_embed_len: int | None = None  # with chunked_processing: the embed input cap; None = no cap
 
     def to_wire(self) -> dict:
         return asdict(self)

@@ -160,13 +160,16 @@ def _rows(items: list[np.ndarray], *, token_level: bool) -> Rows:
 def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 8, matryoshka: bool = False,
                max_batch_tokens: int = 64, runner: FakeRunner | None = None,
                encoder: FakeEncoder | None = None, tasks: tuple[str, ...] = ("embed",),
-               num_labels: int | None = None, labels: tuple[str, ...] | None = None) -> LoadedModel:
+               num_labels: int | None = None, labels: tuple[str, ...] | None = None,
+               chunked: bool = False, max_embed_len: int | None = None) -> LoadedModel:
     """A fake model serving ``tasks`` (as a worker lists them: the active task first); classify tasks
-    have ``num_labels`` outputs (default: as many as ``labels``, else 2), named by ``labels`` (None = no names)."""
+    have ``num_labels`` outputs (default: as many as ``labels``, else 2), named by ``labels`` (None = no names).
+    ``chunked`` / ``max_embed_len``: the pooler config's chunked processing (done by the engine, not the runner)."""
     num_labels = num_labels or (len(labels) if labels else 2)
     info = ModelInfo(served_model_name=name, architecture="FakeModel", tasks=tuple(tasks),
                      max_model_len=max_model_len, embedding_dim=dim, backend="cpu", dtype="float32",
-                     is_matryoshka=matryoshka, vocab_size=50_000, labels=labels)
+                     is_matryoshka=matryoshka, vocab_size=50_000, labels=labels,
+                     chunked_processing=chunked, max_embed_len=max_embed_len)
     return LoadedModel(info=info, encoder=encoder or FakeEncoder(), runner=runner or FakeRunner(dim, num_labels),
                        max_batch_tokens=max_batch_tokens)
 

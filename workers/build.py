@@ -5,6 +5,8 @@ budget, then the dtype. ``--dtype auto`` runs the probe texts through an fp32
 runner and through one in the backend's fast dtype (with its final kernels)
 and keeps the fast one only if every probe vector stays at cosine ≥ 0.999;
 the runner that is kept is used as it was built, nothing in it is rewritten.
+Chunked processing of long embed inputs (``--pooler-config``) is checked
+against the built poolers: it needs the embed task pooled with MEAN.
 """
 from __future__ import annotations
 
@@ -80,6 +82,20 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, probes:
     return _runner(spec, cfg, backend, torch.float32)
 
 
+def _check_chunking(pooler) -> None:
+    """Refuse ``enable_chunked_processing`` unless embed pools with MEAN (``workers.chunking``)."""
+    embed = pooler.poolers.get("embed")
+    if embed is None:
+        raise ValueError("--pooler-config enable_chunked_processing applies to the embed task, which this "
+                         f"model does not serve (it serves {', '.join(pooler.tasks)})")
+    if embed.pool is not None or embed.method != "MEAN":
+        raise ValueError(
+            f"--pooler-config enable_chunked_processing needs MEAN pooling, but this model pools embed "
+            f"with {embed.method}: the token-weighted mean of chunk embeddings only equals the embedding of "
+            "the whole input for MEAN. Set \"pooling_type\": \"MEAN\" in --pooler-config if the model "
+            "suits it, or leave chunked processing off.")
+
+
 def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: int) -> None:
     """Run a few batch shapes once so kernels are chosen before the first request."""
     ids = encoder.encode([" ".join(["warm up"] * longest)], max_tokens=longest)[0]
@@ -104,6 +120,8 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
+    if spec.pooler.enable_chunked_processing:
+        _check_chunking(runner.pooler)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
     dim = out_dim or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
     if spec.pooler.dimensions is not None and not out_dim:
@@ -116,10 +134,14 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         max_model_len=spec.max_model_len, embedding_dim=dim, backend=backend.name,
         dtype=str(runner.dtype).removeprefix("torch."), is_matryoshka=spec.is_matryoshka,
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
-        labels=labels,
+        labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
+        max_embed_len=spec.pooler.max_embed_len,
     )
     log.info("tasks %s, pooling %s, max length %d, dtype %s, token budget %d", ", ".join(info.tasks),
              spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)
+    if info.chunked_processing:
+        log.info("chunked processing: embed inputs over %d tokens run in chunks (input cap: %s)",
+                 info.max_model_len, info.max_embed_len or "none")
     _warm_up(runner, encoder, info.max_model_len, budget)
     log.info("model ready in %.1f s", time.perf_counter() - start)
     memory = backend.memory if backend.memory() else None

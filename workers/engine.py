@@ -1,8 +1,9 @@
 """The worker's engine: a PoolingCall in, its outputs as one block out, batches run as a pipeline.
 
 ``submit`` (on the event loop) checks the call, tokenizes it in a thread pool
-(``InputStage``) and queues one ``Sequence`` per input. Two threads then run
-batches as a two-stage pipeline:
+(``InputStage``) and queues one ``Sequence`` per input (per chunk, for an
+embed input cut by chunked processing: ``workers.chunking``). Two threads then
+run batches as a two-stage pipeline:
 
 - the *prepare* thread cuts the next batch from the scheduler, drops
   sequences whose call's deadline has passed, and has the runner ``prepare``
@@ -15,8 +16,9 @@ and prepared only once the queue holds a full token budget, so under load the
 host work hides behind the device, and at low load a batch is still
 everything that queued while the last one ran. A batch's outputs are sliced
 per call (views); a call's pieces are joined once, when its last sequence is
-done, and its future is resolved on the loop once. A client that leaves
-cancels its sequences and the scheduler drops them.
+done (chunked inputs folded back to one row each, vectorized over the call),
+and its future is resolved on the loop once. A client that leaves cancels its
+sequences and the scheduler drops them.
 """
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
+from poolgate.shared.limits import chunks_inputs
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult
+from poolgate.workers.chunking import Chunks, fold, split
 from poolgate.workers.inputs import InputStage
 from poolgate.workers.runner_api import LoadedModel, RunOutput, Step
 from poolgate.workers.scheduler import TokenBudgetScheduler
@@ -49,6 +53,7 @@ class _Call:
     deadline: float | None
     seqs: list[Sequence] = field(default_factory=list)
     pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
+    chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
     done: int = 0
     failed: bool = False
     tokenize_s: float = 0.0
@@ -62,6 +67,11 @@ class _Call:
         started = self.queued_at if self.started is None else self.started
         return {"tokenize_s": self.tokenize_s, "queue_s": started - self.queued_at,
                 "inference_s": self.finished - started}
+
+    def rows(self) -> Rows:
+        """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
+        rows = Rows.concat(self.pieces)
+        return rows if self.chunks is None else fold(rows, self.chunks)
 
     def abandon(self) -> None:
         """Never run what is left of this call (it failed, or its client left)."""
@@ -157,7 +167,10 @@ class Engine:
         start = time.perf_counter()
         token_lists = await self._loop.run_in_executor(self._tokenizer, self.inputs.tokenize, call)
         _check_deadline(call.deadline)
+        prompt_tokens = [len(ids) for ids in token_lists]
         state = _Call(self._loop.create_future(), call.deadline)
+        if chunks_inputs(self.info, call.params.task):
+            token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
         state.seqs = [Sequence(ids, call.params, handle=state) for ids in token_lists]
         state.queued_at = time.perf_counter()
         state.tokenize_s = state.queued_at - start
@@ -175,7 +188,7 @@ class Engine:
         if self._tracer is not None:
             started = state.queued_at if state.started is None else state.started
             self._tracer.trace(call, start, state.queued_at, started, state.steps)
-        return PoolingResult(outputs=rows, prompt_tokens=[seq.num_tokens for seq in state.seqs],
+        return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
                              timings=state.timings())
 
     # --- the prepare thread -------------------------------------------------
@@ -287,7 +300,7 @@ class Engine:
                 call.pieces.append(run.rows.slice(a - run.start, b - run.start))
                 call.done += b - a
                 if call.done == len(call.seqs):
-                    finished.append((call, Rows.concat(call.pieces)))
+                    finished.append((call, call.rows()))
         if finished:
             self._call_soon(_resolve, finished)
 

@@ -4,7 +4,10 @@ This runs before the scheduler, outside the runner: ``check`` on the event
 loop (cheap, no tokenizer), ``tokenize`` in the engine's tokenizer thread. A
 call's texts go through the tokenizer in one batched ``encode``; texts over
 the truncation length are encoded again with the tokenizer's own truncation,
-as sentence-transformers does, so truncated ids match it exactly.
+as sentence-transformers does, so truncated ids match it exactly. Lengths are
+checked against the input cap (``shared.limits.input_cap``): with chunked
+processing an embed input may be longer than ``max_model_len``, and the engine
+splits it (``workers.chunking``).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ class InputStage:
         """Token ids per input, in order, truncated as asked and checked against the model."""
         ids = self._encode(call.inputs, truncation_length(self.info, call.params))
         for x in ids:
-            check_length(self.info, len(x))
+            check_length(self.info, len(x), call.params.task)
         return ids
 
     def _encode(self, inputs: list[Input], k: int | None) -> list[list[int]]:

@@ -2,7 +2,9 @@
 import pytest
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
-from poolgate.shared.limits import check_call, check_inputs, check_length, check_params, check_task, check_token_ids, truncation_length
+from poolgate.shared.limits import (
+    check_call, check_inputs, check_length, check_params, check_task, check_token_ids, input_cap, truncation_length,
+)
 from poolgate.shared.wire import PoolingCall
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo
@@ -18,6 +20,30 @@ def test_truncation_lengths():
     assert truncation_length(INFO, PoolingParams(truncate_prompt_tokens=5)) == 5
     with pytest.raises(InvalidRequest, match="greater than max_model_len"):
         check_params(INFO, PoolingParams(truncate_prompt_tokens=17))
+
+
+CHUNKED = ModelInfo(**{**INFO.to_wire(), "tasks": ("embed", "token_embed"), "chunked_processing": True})
+CAPPED = ModelInfo(**{**CHUNKED.to_wire(), "max_embed_len": 40})
+
+
+def test_chunked_processing_moves_the_embed_input_cap():
+    assert ModelInfo.from_wire(CAPPED.to_wire()) == CAPPED
+    assert [input_cap(i, "embed") for i in (INFO, CHUNKED, CAPPED)] == [16, None, 40]
+    assert input_cap(CAPPED, "token_embed") == 16  # only embed inputs are chunked
+    assert truncation_length(CHUNKED, PoolingParams(truncate_prompt_tokens=-1)) is None  # no cap: keep all
+    assert truncation_length(CAPPED, PoolingParams(truncate_prompt_tokens=-1)) == 40
+    check_params(CHUNKED, PoolingParams(truncate_prompt_tokens=1000))
+    check_params(CAPPED, PoolingParams(truncate_prompt_tokens=40))
+    with pytest.raises(InvalidRequest, match="greater than max_embed_len"):
+        check_params(CAPPED, PoolingParams(truncate_prompt_tokens=41))
+    with pytest.raises(InvalidRequest, match="greater than max_model_len"):
+        check_params(CAPPED, PoolingParams(task="token_embed", truncate_prompt_tokens=17))
+    check_length(CHUNKED, 10_000, "embed")
+    with pytest.raises(ContextLengthExceeded, match="maximum context length is 40 tokens. However, your prompt "
+                                                    "contains 41 input tokens"):
+        check_length(CAPPED, 41, "embed")
+    with pytest.raises(ContextLengthExceeded, match="maximum context length is 16 tokens"):
+        check_length(CHUNKED, 17, "token_embed")
 
 
 def test_dimensions_rules():

@@ -18,6 +18,13 @@ def test_every_vllm_field_parses():
     assert (step.token_pooling, step.step_tag_id, step.returned_token_ids) == ("STEP", 7, (1, 2))
 
 
+def test_chunked_processing_fields():
+    cfg = PoolerConfig.from_json('{"enable_chunked_processing": true, "max_embed_len": 3072000}')
+    assert (cfg.enable_chunked_processing, cfg.max_embed_len) == (True, 3072000)
+    assert PoolerConfig.from_dict({"enable_chunked_processing": True}).max_embed_len is None  # None = no cap
+    assert PoolerConfig.from_dict(cfg.to_wire()) == cfg
+
+
 @pytest.mark.parametrize("alias, seq, tok", [("cls", "CLS", None), ("LAST", "LAST", None), ("ALL", None, "ALL")])
 def test_pooling_type_is_an_alias(alias, seq, tok):
     cfg = PoolerConfig(pooling_type=alias)
@@ -35,6 +42,10 @@ def test_pooling_type_is_an_alias(alias, seq, tok):
     ({"dimensions": 0}, "positive"),
     ({"surprise": 1}, "unknown keys \\['surprise'\\]"),
     ({"max_embed_len": 4096}, "needs enable_chunked_processing"),
+    ({"enable_chunked_processing": True, "max_embed_len": 0}, "max_embed_len must be a positive integer"),
+    ({"enable_chunked_processing": True, "max_embed_len": 1.5}, "max_embed_len must be a positive integer"),
+    ({"enable_chunked_processing": True, "max_embed_len": True}, "max_embed_len must be a positive integer"),
+    ({"enable_chunked_processing": "yes"}, "enable_chunked_processing must be true or false"),
     ({"step_tag_id": 5}, "need STEP pooling"),
     ({"tok_pooling_type": "ALL", "returned_token_ids": [1]}, "need STEP pooling"),
 ])
