@@ -11,7 +11,8 @@ class PoolingParams:
     """What the caller asked of the pooler and the tokenizer.
 
     ``truncate_prompt_tokens``: None = no truncation (unless the server runs
-    with auto-truncate), -1 = the model's max length, k > 0 = keep k tokens.
+    with auto-truncate), -1 = the task's input cap (the model's max length, or
+    ``max_embed_len`` for embed with chunked processing), k > 0 = keep k tokens.
     ``use_activation``: None = the model's default (L2-normalize for embed).
     """
 
@@ -19,6 +20,7 @@ class PoolingParams:
     dimensions: int | None = None
     use_activation: bool | None = None
     truncate_prompt_tokens: int | None = None
+    add_special_tokens: bool = True  # False: the texts are tokenized without CLS/SEP (BOS/EOS)
 
     def to_wire(self) -> dict:
         return asdict(self)

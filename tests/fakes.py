@@ -34,17 +34,19 @@ class FakeEncoder:
         self.calls: list[tuple[list[str], int | None]] = []
         self.threads: set[int] = set()
 
-    def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
+    def encode(self, texts: list[str], max_tokens: int | None = None, *,
+               add_special_tokens: bool = True) -> list[list[int]]:
         self.calls.append((list(texts), max_tokens))
         self.threads.add(threading.get_ident())
         if any(t == "explode" for t in texts):
             raise RuntimeError("tokenizer exploded")
         out = []
+        specials = 2 if add_special_tokens else 0
         for text in texts:
             ids = [1000 + sum(w.encode()) % 20000 for w in text.split()]
             if max_tokens is not None:
-                ids = ids[: max(max_tokens - 2, 0)]
-            out.append([CLS, *ids, SEP])
+                ids = ids[: max(max_tokens - specials, 0)]
+            out.append([CLS, *ids, SEP] if add_special_tokens else ids)
         return out
 
 

@@ -282,6 +282,7 @@ class Engine:
         finally:
             end = time.perf_counter()
             self.stats.execute_s += end - start
+            self._running = 0  # before any call is resolved: a caller never sees its own batch running
         self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
         for call in calls:
             call.finished = end

@@ -28,21 +28,22 @@ class InputStage:
 
     def tokenize(self, call: PoolingCall) -> list[list[int]]:
         """Token ids per input, in order, truncated as asked and checked against the model."""
-        ids = self._encode(call.inputs, truncation_length(self.info, call.params))
+        ids = self._encode(call.inputs, truncation_length(self.info, call.params), call.params.add_special_tokens)
         for x in ids:
             check_length(self.info, len(x), call.params.task)
         return ids
 
-    def _encode(self, inputs: list[Input], k: int | None) -> list[list[int]]:
+    def _encode(self, inputs: list[Input], k: int | None, special: bool = True) -> list[list[int]]:
         ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         if texts:
-            for i, encoded in zip(texts, self.encoder.encode([inputs[i] for i in texts])):
+            for i, encoded in zip(texts, self.encoder.encode([inputs[i] for i in texts], add_special_tokens=special)):
                 ids[i] = encoded
         if k is None:
             return ids
         too_long = [i for i in texts if len(ids[i]) > k]
         if too_long:
-            for i, truncated in zip(too_long, self.encoder.encode([inputs[i] for i in too_long], max_tokens=k)):
+            encoded = self.encoder.encode([inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special)
+            for i, truncated in zip(too_long, encoded):
                 ids[i] = truncated
         return [x[:k] for x in ids]  # k below a tokenizer's special-token count still keeps k

@@ -20,8 +20,10 @@ from poolgate.workers.sequence import Sequence
 class TextEncoder(Protocol):
     """Texts to token ids; the real one is ``workers.tokenizer.TextEncoder``."""
 
-    def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        """Ids with special tokens; with ``max_tokens``, truncated as sentence-transformers does."""
+    def encode(self, texts: list[str], max_tokens: int | None = None, *,
+               add_special_tokens: bool = True) -> list[list[int]]:
+        """Ids (with the special tokens unless told not to); with ``max_tokens``, truncated as
+        sentence-transformers does."""
         ...
 
 

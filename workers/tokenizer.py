@@ -21,11 +21,12 @@ class TextEncoder:
         self.backend.no_padding()
         self.do_lower_case = do_lower_case
 
-    def encode(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        """Ids with special tokens; with ``max_tokens``, tokenizer truncation to that length."""
+    def encode(self, texts: list[str], max_tokens: int | None = None, *,
+               add_special_tokens: bool = True) -> list[list[int]]:
+        """Ids (with special tokens unless told not to); with ``max_tokens``, tokenizer truncation."""
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
         if max_tokens is None:
-            return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=True)]
-        out = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=max_tokens)
+            return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
+        out = self.tokenizer(texts, add_special_tokens=add_special_tokens, truncation=True, max_length=max_tokens)
         return out["input_ids"]

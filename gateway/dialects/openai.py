@@ -26,7 +26,8 @@ class EmbeddingRequest(PoolingBody):
 def to_request(req: EmbeddingRequest) -> ServeRequest:
     """The dialect-free request for ``req`` (server policy is applied by ``serving``)."""
     params = PoolingParams(task="embed", dimensions=req.dimensions, use_activation=req.use_activation,
-                           truncate_prompt_tokens=req.truncate_prompt_tokens)
+                           truncate_prompt_tokens=req.truncate_prompt_tokens,
+                           add_special_tokens=req.add_special_tokens)
     return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
 
 

@@ -25,7 +25,8 @@ REMOVED_PARAMS: dict[str, str] = {
 
 
 class PoolingBody(BaseModel):
-    """``model``, ``input``, ``user``, ``truncate_prompt_tokens``, ``use_activation``; extras ignored."""
+    """``model``, ``input``, ``user``, ``truncate_prompt_tokens``, ``use_activation``,
+    ``add_special_tokens``; extras ignored."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -34,6 +35,7 @@ class PoolingBody(BaseModel):
     user: str | None = None
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
     use_activation: bool | None = None
+    add_special_tokens: bool = True
 
     @model_validator(mode="before")
     @classmethod

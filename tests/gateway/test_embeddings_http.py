@@ -168,3 +168,13 @@ async def test_body_over_the_size_limit_is_413(gateway):
     client = await gateway(config=GatewayConfig(max_request_bytes=1024))
     err = await error_of(await post(client, {"input": "x" * 4096}), 413)
     assert err["type"] == "RequestEntityTooLargeError"
+
+
+async def test_add_special_tokens_false_leaves_them_out(gateway):
+    client = await gateway()
+    body = await (await post(client, {"input": "a b c", "add_special_tokens": False})).json()
+    assert body["usage"]["prompt_tokens"] == 3
+    assert np.float32(body["data"][0]["embedding"]).tolist() == \
+        fake_vector([1000 + sum(w.encode()) % 20000 for w in "a b c".split()]).tolist()
+    default = await (await post(client, {"input": "a b c"})).json()
+    assert default["usage"]["prompt_tokens"] == 5

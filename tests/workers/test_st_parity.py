@@ -121,3 +121,17 @@ def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
     assert lowering.encode(["W1 W2"]) == plain.encode(["w1 w2"])
     assert plain.encode(["W1 W2"]) != plain.encode(["w1 w2"])  # the vocabulary is case-sensitive
     assert lowering.encode(["W1 W2 W3"], max_tokens=3) == plain.encode(["w1"])
+
+
+def test_add_special_tokens_false_matches_the_tokenizer(minilm):
+    from poolgate.shared.wire import PoolingCall
+    from poolgate.workers.inputs import InputStage
+
+    runner, st = minilm
+    stage = InputStage(runner.info, runner.encoder)
+    call = PoolingCall("r", "m", ["Hello world", "x " * 300],
+                       PoolingParams(add_special_tokens=False, truncate_prompt_tokens=-1))
+    ids = stage.tokenize(call)
+    want = st.tokenizer(["Hello world", "x " * 300], add_special_tokens=False, truncation=True,
+                        max_length=256)["input_ids"]
+    assert ids == want and len(ids[1]) == 256
