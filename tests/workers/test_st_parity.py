@@ -111,6 +111,13 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
     assert runner.info.embedding_dim == 16 and runner.info.max_model_len == 48
     for g, w in zip(got, want):
         assert _cos(g, w) >= 0.9999
+    # token_embed goes through the same projector (ColBERT-style folders project token vectors)
+    tokens, ids = _run(runner, texts[:1], PoolingParams(task="token_embed"))
+    want_tokens = torch.as_tensor(st.encode(texts[:1], output_value="token_embeddings")[0])  # (T, 32), pre-Dense
+    assert tokens.shape == (len(ids[0]), 16)
+    with torch.no_grad():
+        want_proj = torch.nn.functional.normalize(torch.tanh(dense.linear(want_tokens)), dim=-1).numpy()
+    np.testing.assert_allclose(tokens, want_proj, atol=1e-5)
 
 
 def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):

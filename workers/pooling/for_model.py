@@ -3,7 +3,8 @@
 The model's kind (``workers.convert``: embed, classify, token_classify) says
 which tasks it serves. An embedding model serves ``embed`` with its pooling (flag > sentence-transformers
 > architecture default) and its sentence-transformers Dense projector and
-normalization, and ``token_embed`` (every token, normalized). A classifier
+normalization, and ``token_embed`` (every token through the same projector, as ColBERT-style
+sentence-transformers folders project token vectors, normalized). A classifier
 serves classify and token_classify (a ``*ForTokenClassification``
 checkpoint token_classify only) with its score layer (``workers.models.score``)
 and activation.
@@ -45,7 +46,7 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) ->
         normalize = True if spec.normalize is None else spec.normalize
         embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
         poolers = {"embed": Pooler(pooling, embed),
-                   "token_embed": Pooler(token_pooling, EmbedHead(None, normalize), rows=rows)}
+                   "token_embed": Pooler(token_pooling, EmbedHead(projector, normalize), rows=rows)}
     else:
         score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle), spec)
         head = ClassifyHead(score.module.to(device), score.activation, logit_mean=spec.pooler.logit_mean,
