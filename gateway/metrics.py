@@ -44,6 +44,22 @@ def worker_label(address: str) -> str:
     return PurePath(addr.path).name if addr.kind == "unix" else f"{addr.host}:{addr.port}"
 
 
+# the worker's ``health`` answer key -> (metric name, help), one gauge each
+LOAD_GAUGES: dict[str, tuple[str, str]] = {
+    "requests_running": (names.REQUESTS_RUNNING, "Calls with a batch on the device."),
+    "requests_waiting": (names.REQUESTS_WAITING, "Calls queued, no batch started yet."),
+    "running": (names.SEQUENCES_RUNNING, "Sequences in the batch on the device."),
+    "queued": (names.SEQUENCES_WAITING, "Sequences queued for a batch."),
+    "queued_tokens": (names.TOKENS_WAITING, "Tokens queued for a batch."),
+}
+# the worker's pipeline stats key -> (metric name, help), one histogram each
+BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "batch_size": (names.BATCH_SIZE, "Sequences per batch."),
+    "batch_tokens": (names.BATCH_TOKENS, "Tokens per batch."),
+    "batch_fill": (names.BATCH_FILL, "Batch tokens over the token budget."),
+}
+
+
 @dataclass
 class _WorkerSample:
     pool: WorkerPool
@@ -67,47 +83,30 @@ class WorkerCollector:
         return []  # collected only at scrape time, after refresh
 
     def collect(self):
-        family = {
-            "up": GaugeMetricFamily(names.WORKER_UP, "1 if the worker answers and is in rotation.",
-                                    labels=WORKER_LABELS),
-            "recoveries": CounterMetricFamily(names.WORKER_RECOVERIES, "Times the worker came back into rotation.",
-                                              labels=WORKER_LABELS),
-            "requests_running": GaugeMetricFamily(names.REQUESTS_RUNNING, "Calls with a batch on the device.",
-                                                  labels=WORKER_LABELS),
-            "requests_waiting": GaugeMetricFamily(names.REQUESTS_WAITING, "Calls queued, no batch started yet.",
-                                                  labels=WORKER_LABELS),
-            "running": GaugeMetricFamily(names.SEQUENCES_RUNNING, "Sequences in the batch on the device.",
-                                         labels=WORKER_LABELS),
-            "queued": GaugeMetricFamily(names.SEQUENCES_WAITING, "Sequences queued for a batch.",
-                                        labels=WORKER_LABELS),
-            "queued_tokens": GaugeMetricFamily(names.TOKENS_WAITING, "Tokens queued for a batch.",
-                                               labels=WORKER_LABELS),
-            "memory": GaugeMetricFamily(names.DEVICE_MEMORY, "Device memory of the worker's model.",
-                                        labels=[*WORKER_LABELS, "kind"], unit=""),
-        }
-        batches = {
-            "batch_size": HistogramMetricFamily(names.BATCH_SIZE, "Sequences per batch.", labels=WORKER_LABELS),
-            "batch_tokens": HistogramMetricFamily(names.BATCH_TOKENS, "Tokens per batch.", labels=WORKER_LABELS),
-            "batch_fill": HistogramMetricFamily(names.BATCH_FILL, "Batch tokens over the token budget.",
-                                                labels=WORKER_LABELS),
-        }
+        gauges = {key: GaugeMetricFamily(name, doc, labels=WORKER_LABELS) for key, (name, doc) in LOAD_GAUGES.items()}
+        batches = {key: HistogramMetricFamily(name, doc, labels=WORKER_LABELS)
+                   for key, (name, doc) in BATCH_HISTOGRAMS.items()}
+        up = GaugeMetricFamily(names.WORKER_UP, "1 if the worker answers and is in rotation.", labels=WORKER_LABELS)
+        recoveries = CounterMetricFamily(names.WORKER_RECOVERIES, "Times the worker came back into rotation.",
+                                         labels=WORKER_LABELS)
+        memory = GaugeMetricFamily(names.DEVICE_MEMORY, "Device memory of the worker's model.",
+                                   labels=[*WORKER_LABELS, "kind"])
         for s in self.samples:
             labels = [s.pool.name, s.pool.info.backend, worker_label(s.client.address)]
-            family["up"].add_metric(labels, 1.0 if s.health is not None and s.pool.is_ready(s.client) else 0.0)
-            family["recoveries"].add_metric(labels, s.pool.recoveries(s.client))
+            up.add_metric(labels, 1.0 if s.health is not None and s.pool.is_ready(s.client) else 0.0)
+            recoveries.add_metric(labels, s.pool.recoveries(s.client))
             if s.health is None:
                 continue
-            for key in ("requests_running", "requests_waiting", "running", "queued", "queued_tokens"):
-                family[key].add_metric(labels, float(s.health.get(key, 0)))
+            for key, family in gauges.items():
+                family.add_metric(labels, float(s.health.get(key, 0)))
             for kind, value in (s.health.get("device_memory") or {}).items():
-                family["memory"].add_metric([*labels, kind], float(value))
+                memory.add_metric([*labels, kind], float(value))
             pipeline = s.health.get("pipeline") or {}
-            for key, fam in batches.items():
+            for key, family in batches.items():
                 if key in pipeline:
                     counts = Counts.from_wire(pipeline[key])
-                    fam.add_metric(labels, counts.cumulative(), counts.total)
-        yield from family.values()
-        yield from batches.values()
+                    family.add_metric(labels, counts.cumulative(), counts.total)
+        yield from (up, recoveries, *gauges.values(), memory, *batches.values())
         yield from self._in_flight()
 
     def _in_flight(self):

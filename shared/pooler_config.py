@@ -22,6 +22,18 @@ SEQ_TYPES = ("CLS", "LAST", "MEAN")
 TOK_TYPES = ("ALL", "STEP")
 
 
+# field -> the Python types its JSON value may have (None is always allowed)
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,), "pooling_type": (str,), "seq_pooling_type": (str,), "tok_pooling_type": (str,),
+    "use_activation": (bool,), "dimensions": (int,), "enable_chunked_processing": (bool,),
+    "max_embed_len": (int,), "logit_mean": (int, float), "logit_sigma": (int, float), "step_tag_id": (int,),
+    "returned_token_ids": (tuple,), "enable_flash_late_interaction": (bool,),
+}
+FIELD_TYPE_NAMES = {name: {(str,): "a string", (bool,): "true or false", (int,): "an integer",
+                           (int, float): "a number", (tuple,): "a list of token ids"}[kinds]
+                    for name, kinds in FIELD_TYPES.items()}
+
+
 @dataclass(frozen=True)
 class PoolerConfig:
     task: str | None = None
@@ -39,6 +51,7 @@ class PoolerConfig:
     enable_flash_late_interaction: bool = True
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.task in REMOVED_TASKS:
             raise ValueError(REMOVED_TASKS[self.task])
         if self.task is not None and self.task not in POOLING_TASKS:
@@ -57,6 +70,17 @@ class PoolerConfig:
         self._check_chunking()
         if (self.step_tag_id is not None or self.returned_token_ids) and self.token_pooling != "STEP":
             raise ValueError("step_tag_id and returned_token_ids need STEP pooling (tok_pooling_type STEP)")
+
+    def _check_types(self) -> None:
+        """Each field's JSON type, so a wrong one is a clear error at start-up, never a traceback."""
+        for f in fields(self):
+            value, kinds = getattr(self, f.name), FIELD_TYPES[f.name]
+            ok = value is None or (isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds))
+            if not ok:
+                raise ValueError(f"pooler config {f.name} must be {FIELD_TYPE_NAMES[f.name]}, got {value!r}")
+        if self.returned_token_ids is not None and not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in self.returned_token_ids):
+            raise ValueError("pooler config returned_token_ids must be a list of token ids")
 
     def _check_chunking(self) -> None:
         if not isinstance(self.enable_chunked_processing, bool):
@@ -102,7 +126,7 @@ class PoolerConfig:
         if unknown:
             raise ValueError(f"--pooler-config has unknown keys {unknown}; known: {sorted(known)}")
         body = dict(body)
-        if body.get("returned_token_ids") is not None:
+        if isinstance(body.get("returned_token_ids"), list):
             body["returned_token_ids"] = tuple(body["returned_token_ids"])
         try:
             return cls(**body)

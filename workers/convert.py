@@ -46,13 +46,13 @@ def suffix_defaults(architecture: str) -> tuple[str, str]:
 def model_kind(architecture: str, *, st_config: bool, runner: str = "auto", convert: str = "auto") -> str:
     """embed, classify or token_classify; ValueError for a generative model run without a convert."""
     default_runner, default_convert = suffix_defaults(architecture)
-    if convert == "auto" and runner == "auto" and not st_config and default_runner == "generate":
+    if convert in ("auto", "none") and runner == "auto" and not st_config and default_runner == "generate":
         raise ValueError(
             f"{architecture} is a generative architecture and poolgate serves pooling models only: "
             "serve it with --convert embed (last-token embeddings) or --convert classify (a score layer), "
             "or with --runner pooling (embed)")
-    if convert in ("auto", "none"):
-        convert = "embed" if st_config or default_convert == "none" else default_convert
+    if convert in ("auto", "none"):  # the suffix decides; a generative model run as pooling embeds
+        convert = "embed" if default_convert == "none" else default_convert
     if convert == "classify" and architecture.endswith("ForTokenClassification"):
         return "token_classify"
     return convert

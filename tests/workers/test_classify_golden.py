@@ -178,7 +178,7 @@ def test_step_pooling_keeps_the_tag_positions_and_the_returned_columns(tmp_path)
     assert run.rows.offsets.tolist() == [0, 2, 2, 3]  # two tags, none, one
     for i, (s, logits) in enumerate(zip(seqs, _logits(ref, seqs))):
         at = [j for j, t in enumerate(s) if t == 11]
-        np.testing.assert_allclose(run.rows.item(i), torch.softmax(logits, -1)[at][:, [1, 3]].numpy(), atol=1e-5)
+        np.testing.assert_allclose(run.rows.item(i), torch.softmax(logits[at][:, [1, 3]], -1).numpy(), atol=1e-5)
 
 
 def test_step_pooling_on_a_generative_reward_model_reads_its_lm_head(tmp_path):
@@ -202,6 +202,30 @@ def test_step_pooling_on_a_generative_reward_model_reads_its_lm_head(tmp_path):
                                                          for s in seqs]))
     for i, s in enumerate(seqs):
         with torch.no_grad():
-            probs = torch.softmax(ref(input_ids=torch.tensor([s])).logits[0], -1)  # (T, vocab)
+            logits = ref(input_ids=torch.tensor([s])).logits[0]  # (T, vocab)
         at = [j for j, t in enumerate(s) if t == 11]
-        np.testing.assert_allclose(run.rows.item(i), probs[at][:, [6, 7]].numpy(), atol=1e-5)
+        # the returned columns are kept first, then the activation (softmax over those columns)
+        np.testing.assert_allclose(run.rows.item(i), torch.softmax(logits[at][:, [6, 7]], -1).numpy(), atol=1e-5)
+
+
+def test_token_classify_uses_the_classifier_alone_even_with_bert_pooler_weights(tmp_path):
+    """BERT's pooler pools [CLS] for classify; per token only the classifier applies. NER checkpoints that
+    still carry the unused pooler weights must get the same per-token answer."""
+    seq = _save(tmp_path / "seq", "bert", AutoModelForSequenceClassification, num_labels=3)
+    rows = _load(tmp_path / "seq").runner
+    (run,) = rows.execute(rows.prepare([Sequence(s, PoolingParams(task="token_classify")) for s in SEQS]))
+    with torch.no_grad():
+        hidden = [seq.bert(input_ids=torch.tensor([s])).last_hidden_state[0] for s in SEQS]
+        want = [torch.softmax(seq.classifier(h), -1) for h in hidden]
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(run.rows.item(i), w.numpy(), atol=1e-5)
+    ner = _save(tmp_path / "ner", "bert", AutoModelForTokenClassification, num_labels=5)
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "ner" / "model.safetensors"
+    state = load_file(str(path))
+    state["bert.pooler.dense.weight"] = torch.randn(32, 32)
+    state["bert.pooler.dense.bias"] = torch.randn(32)
+    save_file(state, str(path), metadata={"format": "pt"})
+    got = pool_ids(_load(tmp_path / "ner"), SEQS[:1], PoolingParams(task="token_classify"))
+    np.testing.assert_allclose(got, torch.softmax(_logits(ner, SEQS[:1])[0], -1).numpy(), atol=1e-5)

@@ -41,6 +41,7 @@ def _load(folder, **kw):
     ("Qwen3ForCausalLM", False, "auto", "classify", "classify"),
     ("BertForSequenceClassification", False, "auto", "embed", "embed"),
     ("XLMRobertaModel", False, "auto", "none", "embed"),
+    ("BertForSequenceClassification", True, "auto", "auto", "classify"),  # ST decides the runner, not the kind
 ])
 def test_kinds_follow_vllms_rules(arch, st, runner, convert, kind):
     assert model_kind(arch, st_config=st, runner=runner, convert=convert) == kind
@@ -77,3 +78,8 @@ def test_convert_classify_without_a_score_layer_says_what_is_missing(llama):
     folder, _ = llama
     with pytest.raises(ValueError, match="classifier_from_token"):
         _load(folder, convert="classify")
+
+
+def test_convert_none_on_a_generative_checkpoint_is_refused_too():
+    with pytest.raises(ValueError, match="generative"):
+        model_kind("LlamaForCausalLM", st_config=False, convert="none")

@@ -33,26 +33,37 @@ def _linear(state: dict[str, torch.Tensor], name: str) -> nn.Linear:
 
 @dataclass(frozen=True)
 class ScoreLayer:
-    """A family's head: the weights it needs and how to assemble them."""
+    """A family's head: the weights it needs and how to assemble it, as (the sequence head, the
+    per-token head). They differ only for BERT, whose pooler (dense → tanh) pools [CLS] for classify
+    and is not part of the classifier that token_classify applies to every token."""
 
     needs: tuple[str, ...]
-    build: Callable[[dict[str, torch.Tensor]], nn.Module]
+    build: Callable[[dict[str, torch.Tensor]], tuple[nn.Module, nn.Module]]
+
+
+def _same(module: nn.Module) -> tuple[nn.Module, nn.Module]:
+    return module, module
+
+
+def _bert(state: dict[str, torch.Tensor]) -> tuple[nn.Module, nn.Module]:
+    classifier = _linear(state, "classifier")
+    return nn.Sequential(_linear(state, "pooler.dense"), nn.Tanh(), classifier), classifier
 
 
 SCORE_LAYERS: tuple[ScoreLayer, ...] = (
     # RoBERTa / XLM-R: classifier.dense → tanh → classifier.out_proj (on the <s> token)
-    ScoreLayer(("classifier.dense.weight", "classifier.out_proj.weight"),
-               lambda s: nn.Sequential(_linear(s, "classifier.dense"), nn.Tanh(), _linear(s, "classifier.out_proj"))),
-    # BERT: the pooler (dense → tanh on [CLS]) → classifier
-    ScoreLayer(("pooler.dense.weight", "classifier.weight"),
-               lambda s: nn.Sequential(_linear(s, "pooler.dense"), nn.Tanh(), _linear(s, "classifier"))),
+    ScoreLayer(("classifier.dense.weight", "classifier.out_proj.weight"), lambda s: _same(
+        nn.Sequential(_linear(s, "classifier.dense"), nn.Tanh(), _linear(s, "classifier.out_proj")))),
+    # BERT: the pooler (dense → tanh on [CLS]) → classifier; per token, the classifier alone. Token
+    # classifiers that still carry the unused pooler weights land here too and get the classifier.
+    ScoreLayer(("pooler.dense.weight", "classifier.weight"), _bert),
     # DistilBERT: pre_classifier → relu → classifier
-    ScoreLayer(("pre_classifier.weight", "classifier.weight"),
-               lambda s: nn.Sequential(_linear(s, "pre_classifier"), nn.ReLU(), _linear(s, "classifier"))),
+    ScoreLayer(("pre_classifier.weight", "classifier.weight"), lambda s: _same(
+        nn.Sequential(_linear(s, "pre_classifier"), nn.ReLU(), _linear(s, "classifier")))),
     # token classifiers (BERT, RoBERTa, ...): one linear per token
-    ScoreLayer(("classifier.weight",), lambda s: _linear(s, "classifier")),
+    ScoreLayer(("classifier.weight",), lambda s: _same(_linear(s, "classifier"))),
     # decoders (Llama, Qwen, Mistral ...ForSequenceClassification): score, no bias
-    ScoreLayer(("score.weight",), lambda s: _linear(s, "score")),
+    ScoreLayer(("score.weight",), lambda s: _same(_linear(s, "score"))),
 )
 
 
@@ -60,7 +71,8 @@ SCORE_LAYERS: tuple[ScoreLayer, ...] = (
 class Score:
     """A classifier's score layer, its activation, and what it outputs."""
 
-    module: nn.Module
+    module: nn.Module  # over the pooled sequence (classify)
+    token_module: nn.Module  # over each token (token_classify)
     activation: nn.Module
     num_labels: int
     labels: tuple[str, ...] | None
@@ -71,17 +83,21 @@ def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
     state = strip_prefix(state, BASE_PREFIXES)
     tokens = spec.hf_config.get("classifier_from_token")
     step_lm = spec.pooler.token_pooling == "STEP" and not tokens and not _has_own(state)
-    module = _from_tokens(state, spec, tokens) if tokens else _lm_head(state) if step_lm else _own(state)
+    if tokens:
+        module, token_module = _same(_from_tokens(state, spec, tokens))
+    else:
+        module, token_module = _same(_lm_head(state)) if step_lm else _own(state)
+    module, token_module = module.float().eval(), token_module.float().eval()
     num_labels = _out_features(module)
     if tokens:
         labels, activation = (None, nn.Sigmoid()) if num_labels == 1 else (tuple(tokens), nn.Softmax(dim=-1))
-        return Score(module.float().eval(), activation, num_labels, labels)
+        return Score(module, token_module, activation, num_labels, labels)
     labels = labels_of(spec.hf_config)
-    return Score(module.float().eval(), activation_for({**spec.hf_config, "num_labels": num_labels}), num_labels,
+    return Score(module, token_module, activation_for({**spec.hf_config, "num_labels": num_labels}), num_labels,
                  labels if labels and len(labels) == num_labels else None)
 
 
-def _own(state: dict[str, torch.Tensor]) -> nn.Module:
+def _own(state: dict[str, torch.Tensor]) -> tuple[nn.Module, nn.Module]:
     for layer in SCORE_LAYERS:
         if all(name in state for name in layer.needs):
             return layer.build(state)
@@ -109,8 +125,10 @@ def _from_tokens(state: dict[str, torch.Tensor], spec, tokens: list[str]) -> nn.
     head = next((state[name] for name in LM_HEADS if name in state), None)
     if head is None:
         raise ValueError(f"classifier_from_token needs an LM head; the checkpoint has none of {LM_HEADS}")
-    ids = AutoTokenizer.from_pretrained(str(spec.path)).convert_tokens_to_ids(list(tokens))
-    unknown = [t for t, i in zip(tokens, ids) if i is None or i >= head.shape[0]]
+    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
+    ids = tokenizer.convert_tokens_to_ids(list(tokens))
+    unknown = [t for t, i in zip(tokens, ids)
+               if i is None or i >= head.shape[0] or (i == tokenizer.unk_token_id and t != tokenizer.unk_token)]
     if unknown:
         raise ValueError(f"classifier_from_token: tokens {unknown} are not in the vocabulary")
     rows = head[ids].float()  # (len(tokens), hidden)

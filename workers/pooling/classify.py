@@ -51,16 +51,20 @@ class ClassifyHead(nn.Module):
     """(k, hidden) fp32 pooled rows → (k, num_labels) probabilities (or calibrated logits)."""
 
     def __init__(self, score: nn.Module, activation: Activation, *, logit_mean: float | None = None,
-                 logit_sigma: float | None = None, use_activation: bool | None = None):
+                 logit_sigma: float | None = None, use_activation: bool | None = None,
+                 columns: tuple[int, ...] | None = None):
         super().__init__()
         if logit_sigma == 0:
             raise ValueError("logit_sigma must not be 0")
         self.score, self.activation = score, activation
         self.logit_mean, self.logit_sigma = logit_mean, logit_sigma
         self.use_activation = use_activation is not False  # the pooler config's default (None ⇒ on)
+        self.columns = list(columns) if columns else None  # STEP's returned_token_ids, kept before activation
 
     def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
         logits = self.score(pooled).float()  # (k, num_labels)
+        if self.columns is not None:
+            logits = logits[:, self.columns]  # (k, len(columns))
         if self.logit_mean is not None:
             logits = logits - self.logit_mean
         if self.logit_sigma is not None:

@@ -49,10 +49,13 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) ->
                    "token_embed": Pooler(token_pooling, EmbedHead(projector, normalize), rows=rows)}
     else:
         score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle), spec)
-        head = ClassifyHead(score.module.to(device), score.activation, logit_mean=spec.pooler.logit_mean,
-                            logit_sigma=spec.pooler.logit_sigma, use_activation=spec.pooler.use_activation)
-        poolers = {"classify": Pooler(pooling, head),
-                   "token_classify": Pooler(token_pooling, _returned(head, spec.pooler.returned_token_ids), rows=rows)}
+        calibration = dict(logit_mean=spec.pooler.logit_mean, logit_sigma=spec.pooler.logit_sigma,
+                           use_activation=spec.pooler.use_activation)
+        classify = ClassifyHead(score.module.to(device), score.activation, **calibration)
+        columns = spec.pooler.returned_token_ids
+        per_token = ClassifyHead(score.token_module.to(device), _step_activation(columns) or score.activation,
+                                 columns=columns, **calibration)
+        poolers = {"classify": Pooler(pooling, classify), "token_classify": Pooler(token_pooling, per_token, rows=rows)}
         return DispatchPooler({task: poolers[task] for task in tasks}, active=spec.pooler.task,
                               labels=score.labels, out_dim=score.num_labels)
     return DispatchPooler(poolers, active=spec.pooler.task)
@@ -70,16 +73,8 @@ def _splade(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> Dis
                           out_dim=int(head.decoder.shape[0]))
 
 
-class _Columns(torch.nn.Module):
-    """STEP's ``returned_token_ids``: keep those columns of the head's output."""
-
-    def __init__(self, head: torch.nn.Module, columns: tuple[int, ...]):
-        super().__init__()
-        self.head, self.columns = head, list(columns)
-
-    def forward(self, x: torch.Tensor, params) -> torch.Tensor:
-        return self.head(x, params)[:, self.columns]
-
-
-def _returned(head: torch.nn.Module, columns: tuple[int, ...] | None) -> torch.nn.Module:
-    return _Columns(head, columns) if columns else head
+def _step_activation(columns: tuple[int, ...] | None) -> torch.nn.Module | None:
+    """STEP with returned_token_ids: the activation over the kept columns only (softmax; sigmoid for one)."""
+    if not columns:
+        return None
+    return torch.nn.Sigmoid() if len(columns) == 1 else torch.nn.Softmax(dim=-1)

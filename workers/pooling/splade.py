@@ -41,7 +41,8 @@ class MlmHead(nn.Module):
         self.norm.load_state_dict({"weight": _norm_param(state, "weight"), "bias": _norm_param(state, "bias")})
         tied = state.get(f"{PREFIX}decoder.weight", state["embeddings.word_embeddings.weight"])
         self.decoder = nn.Parameter(tied, requires_grad=False)  # (vocab, hidden)
-        self.bias = nn.Parameter(state.get(f"{PREFIX}bias", state.get(f"{PREFIX}decoder.bias")), requires_grad=False)
+        bias = state.get(f"{PREFIX}bias", state.get(f"{PREFIX}decoder.bias"))
+        self.bias = nn.Parameter(torch.zeros(tied.shape[0]) if bias is None else bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm(F.gelu(self.dense(x)))
