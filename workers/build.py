@@ -124,7 +124,10 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         _check_chunking(runner.pooler)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
     dim = out_dim or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
-    if spec.pooler.dimensions is not None and not out_dim:
+    if spec.pooler.dimensions is not None and (spec.kind != "embed" or out_dim):
+        raise ValueError("pooler config dimensions applies to dense embeddings; this model's outputs "
+                         "(classes, or SPLADE's vocabulary weights) cannot be sliced")
+    if spec.pooler.dimensions is not None:
         if not spec.is_matryoshka or spec.pooler.dimensions > dim:
             raise ValueError(f"pooler config dimensions={spec.pooler.dimensions} needs a Matryoshka model "
                              f"(is_matryoshka or matryoshka_dimensions) of at least that size")

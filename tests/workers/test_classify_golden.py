@@ -229,3 +229,9 @@ def test_token_classify_uses_the_classifier_alone_even_with_bert_pooler_weights(
     save_file(state, str(path), metadata={"format": "pt"})
     got = pool_ids(_load(tmp_path / "ner"), SEQS[:1], PoolingParams(task="token_classify"))
     np.testing.assert_allclose(got, torch.softmax(_logits(ner, SEQS[:1])[0], -1).numpy(), atol=1e-5)
+
+
+def test_default_dimensions_are_refused_for_a_classifier(tmp_path):
+    _save(tmp_path, "bert", AutoModelForSequenceClassification, num_labels=3)
+    with pytest.raises(ValueError, match="applies to dense embeddings"):
+        _load_with(tmp_path, dimensions=2)
