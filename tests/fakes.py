@@ -34,6 +34,9 @@ class FakeEncoder:
         self.calls: list[tuple[list[str], int | None]] = []
         self.threads: set[int] = set()
 
+    def encode_pairs(self, firsts: list[str], seconds: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        return [fake_pair_ids(a, b)[:max_tokens] for a, b in zip(firsts, seconds)]
+
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
                add_special_tokens: bool = True) -> list[list[int]]:
         self.calls.append((list(texts), max_tokens))
@@ -48,6 +51,10 @@ class FakeEncoder:
                 ids = ids[: max(max_tokens - specials, 0)]
             out.append([CLS, *ids, SEP] if add_special_tokens else ids)
         return out
+
+
+def fake_pair_ids(first: str, second: str) -> list[int]:
+    return [*fake_ids(first), *fake_ids(second)[1:]]  # [CLS] a [SEP] b [SEP]
 
 
 def fake_ids(text: str, max_tokens: int | None = None) -> list[int]:

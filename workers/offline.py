@@ -64,9 +64,7 @@ CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKEND_CHOICES, "dtype": DTYP
 POSITIVE = ("max_model_len", "max_batch_tokens", "num_threads", "tokenizer_threads")
 NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
            "(or use embed(), classify() or score())")
-CROSS_ENCODER = ("score() on a cross-encoder (classify model) needs each query and document tokenized together "
-                 "as one pair; poolgate's input stage does not tokenize pairs yet, so cross-encoder scoring "
-                 "is not available offline")
+CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 
 
 def offline_config(model: str | None, flags: dict[str, Any]) -> WorkerConfig:
@@ -146,6 +144,7 @@ class PoolingModel:
 
     def _start(self, loaded: LoadedModel, tokenizer_threads: int) -> None:
         self.info = loaded.info
+        self._encoder = loaded.encoder
         self._ids = itertools.count()
         loop, engine = _LoopThread(), Engine(loaded, tokenizer_threads)
         try:
@@ -197,7 +196,7 @@ class PoolingModel:
         if task == "classify":
             if self.info.embedding_dim != 1:
                 raise InvalidRequest("Scoring API is only enabled for num_labels == 1.")
-            raise NotImplementedError(CROSS_ENCODER)
+            return self._cross_encode(queries, documents, truncate_prompt_tokens)
         similarity = PAIR_SCORES.get(task)
         if similarity is None:
             raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
@@ -207,6 +206,16 @@ class PoolingModel:
         n = len(queries)
         left = [rows.item(0 if n == 1 else i) for i in range(len(documents))]
         return np.array([similarity(q, rows.item(n + i)) for i, q in enumerate(left)], dtype=np.float32)
+
+    def _cross_encode(self, queries: list, documents: list, truncate: int | None) -> np.ndarray:
+        """One forward per (query, document) pair, tokenized together with the tokenizer's pair template."""
+        if not all(isinstance(x, str) for x in queries + documents):
+            raise InvalidRequest(CROSS_ENCODER_TEXTS)
+        firsts = [queries[0 if len(queries) == 1 else i] for i in range(len(documents))]
+        limit = self.info.max_model_len if truncate == -1 else truncate
+        pairs = self._encoder.encode_pairs(firsts, documents, limit)
+        rows = self._pool(pairs, PoolingParams(task="classify"))  # (pairs, 1) scores
+        return rows.values.reshape(-1).astype(np.float32)
 
     def close(self) -> None:
         """Stop the engine and the loop thread; safe to call more than once."""

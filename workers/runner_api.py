@@ -20,6 +20,10 @@ from poolgate.workers.sequence import Sequence
 class TextEncoder(Protocol):
     """Texts to token ids; the real one is ``workers.tokenizer.TextEncoder``."""
 
+    def encode_pairs(self, firsts: list[str], seconds: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Each pair as one sequence in the tokenizer's pair template (cross-encoders)."""
+        ...
+
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
                add_special_tokens: bool = True) -> list[list[int]]:
         """Ids (with the special tokens unless told not to); with ``max_tokens``, truncated as

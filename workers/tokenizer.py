@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from poolgate.shared.errors import NotSupported
+
 
 class TextEncoder:
     """Wraps a fast tokenizer; ``do_lower_case`` lower-cases texts first (sentence-transformers)."""
@@ -20,6 +22,19 @@ class TextEncoder:
         self.backend.no_truncation()
         self.backend.no_padding()
         self.do_lower_case = do_lower_case
+
+    def encode_pairs(self, firsts: list[str], seconds: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Each (first, second) as one sequence, the tokenizer's own pair template (``[CLS] a [SEP] b [SEP]``);
+        with ``max_tokens``, the longer side is cut first (the tokenizer's ``longest_first``)."""
+        if self.do_lower_case:
+            firsts, seconds = [t.lower() for t in firsts], [t.lower() for t in seconds]
+        kwargs = {"truncation": True, "max_length": max_tokens} if max_tokens is not None else {}
+        out = self.tokenizer(firsts, text_pair=seconds, add_special_tokens=True, return_token_type_ids=True, **kwargs)
+        if any(any(t) for t in out.get("token_type_ids") or ()):
+            raise NotSupported("this tokenizer marks the second text of a pair with token type ids, which "
+                               "poolgate's packed encoders do not take yet (BERT-style cross-encoders); "
+                               "RoBERTa/XLM-R and decoder rerankers work")
+        return out["input_ids"]
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
                add_special_tokens: bool = True) -> list[list[int]]:

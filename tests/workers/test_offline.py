@@ -137,12 +137,21 @@ def test_classify_matches_transformers_and_names_labels(tmp_path):
     assert not _new_threads(before)
 
 
-def test_cross_encoder_score_is_not_faked(tmp_path):
-    _classifier(tmp_path, 1)
+def test_cross_encoder_score_is_one_forward_per_pair(tmp_path):
+    from transformers import AutoTokenizer
+
+    ref = _classifier(tmp_path, 1)
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
     with PoolingModel(str(tmp_path), dtype="float32") as model:
-        assert model.classify(["w1 w2"]).shape == (1, 1)
-        with pytest.raises(NotImplementedError, match="does not tokenize pairs yet"):
-            model.score("w1", ["w2", "w3"])
+        got = model.score("w1 w7", ["w2", "w3 w4 w5"])
+        with torch.no_grad():
+            batch = tokenizer(["w1 w7", "w1 w7"], text_pair=["w2", "w3 w4 w5"], padding=True, return_tensors="pt")
+            want = torch.sigmoid(ref(**batch).logits[:, 0]).numpy()
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        pairwise = model.score(["w1", "w2"], ["w3", "w4"])  # N:N by index
+        assert pairwise.shape == (2,)
+        with pytest.raises(InvalidRequest, match="pass the queries and documents as strings"):
+            model.score([[2, 5, 3]], ["w1"])
 
 
 def test_late_interaction_score_is_maxsim_of_token_vectors():
@@ -214,3 +223,20 @@ def test_flags_are_checked_at_the_edge():
         PoolingModel(max_batch_tokens=0)
     with pytest.raises(FileNotFoundError):
         PoolingModel("/no/such/model")
+
+
+def test_pairs_that_need_token_type_ids_are_refused_not_miscomputed(tmp_path):
+    from poolgate.shared.errors import NotSupported
+    from poolgate.workers.tokenizer import TextEncoder
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]").save_pretrained(tmp_path)
+    with pytest.raises(NotSupported, match="token type ids"):
+        TextEncoder(tmp_path).encode_pairs(["a"], ["b"])
