@@ -10,7 +10,7 @@ Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
-SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # workers.pooling.POOLING_TYPES keys
+SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # the sequence methods of workers.pooling.methods
 DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.convert)
 CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.convert)
