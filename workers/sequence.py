@@ -10,13 +10,17 @@ from poolgate.shared.params import PoolingParams
 
 @dataclass(eq=False)
 class Sequence:
-    """Token ids plus the params its pooler needs; ``handle`` is the engine's."""
+    """Token ids plus the params its pooler needs; ``handle`` is the engine's.
+
+    ``token_type_ids``: the segment of each token (a BERT cross-encoder pair marks its second text
+    with 1), or None when every token is segment 0 (all other inputs)."""
 
     token_ids: list[int]
     params: PoolingParams
     arrival: float = field(default_factory=time.monotonic)
     cancelled: bool = False
     handle: Any = None
+    token_type_ids: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:
