@@ -1,12 +1,40 @@
-"""A pool of workers serving one model: least-loaded pick, health flags, admission."""
+"""A pool of workers serving one model: least-loaded pick by outstanding tokens, member states, failover.
+
+Each member (one worker's client) has a state:
+
+- ``starting``: its process is (re)starting; no calls, no health checks (the supervisor owns it);
+- ``ready``: in rotation;
+- ``down``: lost or not answering; health checks (``probe``) bring it back when it answers;
+- ``draining``: leaving the pool (``remove``); no new calls, its calls in flight finish.
+
+Load is the member's OUTSTANDING TOKENS: the sum of ``estimate_tokens`` over its
+calls in flight, counted here when a call is picked (so concurrent picks see each
+other) and released when it ends. The estimate is cheap and gateway-side:
+``len(ids)`` for token ids, ``len(text) // 4 + 2`` for text (about four characters
+per token for English subwords, plus two special tokens). It only has to rank
+workers, not bill anyone.
+
+Failover: a call whose worker is lost (``Unavailable``: connection lost, worker
+shutting down, or marked down by a health check while the call was on it) is
+retried ONCE on another ready member, within the call's deadline. A request's own
+fault (4xx), an internal error and a passed deadline are never retried. The
+retry ignores ``max_in_flight``: the call was admitted already.
+"""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
+from poolgate.gateway.health import check
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
-from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
+
+log = logging.getLogger("poolgate.gateway.pool")
+
+State = Literal["starting", "ready", "down", "draining"]
 
 
 class Client(Protocol):
@@ -21,15 +49,35 @@ class Client(Protocol):
     async def close(self) -> None: ...
 
 
-class WorkerPool:
-    """Sends each call to the ready client with the fewest calls in flight.
+def estimate_tokens(inputs: list[Input]) -> int:
+    """A call's token count as the gateway can guess it without a tokenizer (see the module doc)."""
+    return sum(len(x) // 4 + 2 if isinstance(x, str) else len(x) for x in inputs)
 
-    Load is counted here, per client, when a call is picked (not when the
-    client gets round to counting it), so concurrent picks see each other.
+
+@dataclass(eq=False)
+class Member:
+    """One client in a pool: its state, its load and a ``lost`` event the calls on it watch."""
+
+    client: Client
+    state: State
+    calls: int = 0
+    tokens: int = 0
+    recoveries: int = 0
+    picked: int = 0  # when it was last picked (a pool-wide count): ties go to the least recent
+    error: str | None = None
+    lost: asyncio.Event = field(default_factory=asyncio.Event)  # set while down: calls on it fail over
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+class WorkerPool:
+    """Sends each call to the ready member with the fewest outstanding tokens (module doc).
+
     ``max_in_flight`` caps calls per worker; when every ready worker is at the
-    cap the call is refused with ``Overloaded`` (429). A client that raises
-    ``Unavailable`` (connection lost) is marked not ready until ``mark_ready``
-    or a successful ``probe``.
+    cap the call is refused with ``Overloaded`` (429). ``ready=False`` starts the
+    given clients ``down`` (a probe or ``mark_ready`` brings them in).
     """
 
     def __init__(self, model_info: ModelInfo, clients: list[Client], *,
@@ -39,71 +87,188 @@ class WorkerPool:
         if max_in_flight is not None and max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
         self.info = model_info
-        self.clients = list(clients)
         self.max_in_flight = max_in_flight
-        self._ready = {id(c): ready for c in self.clients}
-        self._load = {id(c): 0 for c in self.clients}
-        self._recoveries = {id(c): 0 for c in self.clients}
+        self.draining = False  # set by ``drain``: the gateway is shutting down
+        self._calls = 0
+        self._picks = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._members: dict[int, Member] = {}
+        for client in clients:
+            self.add(client, state="ready" if ready else "down")
 
     @property
     def name(self) -> str:
         return self.info.served_model_name
 
     @property
+    def clients(self) -> list[Client]:
+        return [m.client for m in self._members.values()]
+
+    @property
     def ready(self) -> bool:
-        return any(self._ready.values())
+        return not self.draining and any(m.state == "ready" for m in self._members.values())
+
+    def member(self, client: Client) -> Member:
+        return self._members[id(client)]
+
+    def state(self, client: Client) -> State:
+        return self.member(client).state
 
     def is_ready(self, client: Client) -> bool:
-        return self._ready[id(client)]
-
-    def mark_ready(self, client: Client, ready: bool = True) -> None:
-        if ready and not self._ready[id(client)]:
-            self._recoveries[id(client)] += 1
-        self._ready[id(client)] = ready
+        return self.member(client).state == "ready"
 
     def recoveries(self, client: Client) -> int:
-        """How often ``client`` came back after being marked down (or not ready at start)."""
-        return self._recoveries[id(client)]
+        """How often ``client`` came back after being down or restarted (or not ready at start)."""
+        return self.member(client).recoveries
 
     def in_flight(self, client: Client) -> int:
-        return self._load[id(client)]
+        return self.member(client).calls
+
+    def outstanding_tokens(self, client: Client) -> int:
+        return self.member(client).tokens
+
+    def add(self, client: Client, *, state: State = "ready") -> None:
+        """A new member (a discovered or restarted worker); it takes calls at once when ``ready``."""
+        if id(client) in self._members:
+            raise ValueError(f"worker {client.address} is already in pool '{self.name}'")
+        self._members[id(client)] = member = Member(client, state)
+        if state != "ready":
+            member.lost.set()
+            member.error = "not ready yet"
+
+    def set_state(self, client: Client, state: State, error: str | None = None) -> None:
+        """Move a member to ``state``. Leaving ``ready`` for ``down`` or ``starting`` makes the calls
+        on it fail over; arriving at ``ready`` from ``down`` or ``starting`` counts a recovery."""
+        member = self.member(client)
+        before, member.state = member.state, state
+        if state == "ready":
+            member.error = None
+            member.lost.clear()
+            if before in ("down", "starting"):
+                member.recoveries += 1
+        elif state in ("down", "starting"):
+            member.error = error or member.error
+            member.lost.set()
+            if before == "ready":
+                log.warning("worker %s of '%s' is %s: %s", client.address, self.name, state, member.error)
+
+    def mark_ready(self, client: Client, ready: bool = True) -> None:
+        self.set_state(client, "ready" if ready else "down")
+
+    def replace(self, old: Client, new: Client) -> None:
+        """Put ``new`` in ``old``'s place (a restarted local worker), keeping its recovery count;
+        ``new`` is ready. The caller closes ``old``."""
+        member = self._members[id(old)]
+        member.client = new
+        self._members = {id(m.client): m for m in self._members.values()}
+        self.set_state(new, "ready")
+
+    async def remove(self, client: Client, *, drain_timeout_s: float = 30.0) -> None:
+        """Take ``client`` out: no new calls, wait (up to ``drain_timeout_s``) for its calls, then close it."""
+        member = self.member(client)
+        member.state = "draining"
+        try:
+            await asyncio.wait_for(member.idle.wait(), drain_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("worker %s still had %d calls after %ss of draining", client.address,
+                        member.calls, drain_timeout_s)
+        self._members.pop(id(client), None)
+        await client.close()
+
+    def snapshot(self) -> list[dict]:
+        """Every member's state and load, for the admin API."""
+        return [{"address": m.client.address, "state": m.state, "calls_in_flight": m.calls,
+                 "outstanding_tokens": m.tokens, "recoveries": m.recoveries, "error": m.error}
+                for m in self._members.values()]
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
-        """The call's result from the least-loaded ready worker, or a 504 once its deadline passes
-        (the transport then cancels it in the worker)."""
-        client = self._pick()
-        self._load[id(client)] += 1
+        """The call's result from the least-loaded ready worker; on a lost worker, once more on another
+        one; a 504 once its deadline passes (the transport then cancels it in the worker)."""
+        if self.draining:
+            raise Unavailable("The server is shutting down; retry on another instance.")
+        member = self._pick()
         try:
-            if call.deadline is None:
-                return await client.pool(call)
-            return await asyncio.wait_for(client.pool(call), max(call.deadline - time.time(), 0.0))
-        except asyncio.TimeoutError:
-            raise DeadlineExceeded(f"Request {call.request_id} did not finish before its deadline.") from None
-        except Unavailable:
-            self.mark_ready(client, False)
+            return await self._send(member, call)
+        except Unavailable as exc:
+            others = [m for m in self._ready() if m is not member]
+            if not others or (call.deadline is not None and call.deadline <= time.time()):
+                raise
+            retry = min(others, key=_load)
+            log.info("retrying %s on %s after: %s", call.request_id, retry.client.address, exc)
+            return await self._send(retry, call)
+
+    async def _send(self, member: Member, call: PoolingCall) -> PoolingResult:
+        """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""
+        tokens = estimate_tokens(call.inputs)
+        self._picks += 1
+        member.picked = self._picks
+        member.calls += 1
+        member.tokens += tokens
+        member.idle.clear()
+        self._calls += 1
+        self._idle.clear()
+        work = asyncio.ensure_future(member.client.pool(call))
+        lost = asyncio.ensure_future(member.lost.wait())
+        timeout = None if call.deadline is None else max(call.deadline - time.time(), 0.0)
+        try:
+            done, _ = await asyncio.wait({work, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                return work.result()
+            if lost in done:
+                raise Unavailable(f"worker {member.client.address} was lost: {member.error}")
+            raise DeadlineExceeded(f"Request {call.request_id} did not finish before its deadline.")
+        except Unavailable as exc:
+            if member.state == "ready":
+                self.set_state(member.client, "down", str(exc))
             raise
         finally:
-            self._load[id(client)] -= 1
+            for future in (work, lost):
+                future.cancel()
+            member.calls -= 1
+            member.tokens -= tokens
+            if not member.calls:
+                member.idle.set()
+            self._calls -= 1
+            if not self._calls:
+                self._idle.set()
 
-    def _pick(self) -> Client:
-        ready = [c for c in self.clients if self._ready[id(c)]]
+    def _ready(self) -> list[Member]:
+        return [m for m in self._members.values() if m.state == "ready"]
+
+    def _pick(self) -> Member:
+        ready = self._ready()
         if not ready:
             raise Unavailable(f"No worker is ready to serve model '{self.name}'.")
-        client = min(ready, key=lambda c: self._load[id(c)])
-        if self.max_in_flight is not None and self._load[id(client)] >= self.max_in_flight:
-            raise Overloaded(f"Every worker serving model '{self.name}' is busy; retry shortly.")
-        return client
+        if self.max_in_flight is not None:
+            ready = [m for m in ready if m.calls < self.max_in_flight]
+            if not ready:
+                raise Overloaded(f"Every worker serving model '{self.name}' is busy; retry shortly.")
+        return min(ready, key=_load)
 
-    async def probe(self) -> None:
-        """Ask every client for its health and set its ready flag from the answer."""
-        for client in self.clients:
-            try:
-                await client.health()
-            except Unavailable:
-                self.mark_ready(client, False)
-            else:
-                self.mark_ready(client, True)
+    async def probe(self, timeout_s: float | None = None) -> None:
+        """Health-check every ready or down member at once (each within ``timeout_s``) and set its
+        state from the answer: no answer in time, or an error, is down."""
+        members = [m for m in self._members.values() if m.state in ("ready", "down")]
+        answers = await asyncio.gather(*(check(m.client, timeout_s) for m in members))
+        for member, error in zip(members, answers):
+            if member.state not in ("ready", "down") or self._members.get(id(member.client)) is not member:
+                continue  # restarted, removed or draining while we asked
+            self.set_state(member.client, "down" if error else "ready", error)
+
+    def drain(self) -> None:
+        """Refuse new calls from now on (503); the calls in flight go on."""
+        self.draining = True
+
+    async def idle(self) -> None:
+        """Return once no call is in flight on any member."""
+        await self._idle.wait()
 
     async def close(self) -> None:
-        for client in self.clients:
-            await client.close()
+        for member in list(self._members.values()):
+            await member.client.close()
+
+
+def _load(member: Member) -> tuple[int, int, int]:
+    return member.tokens, member.calls, member.picked
+
