@@ -218,7 +218,9 @@ class FakeWorkerClient:
     """A pool-level fake of ``WorkerClient`` (for ``WorkerPool`` unit tests only).
 
     Answers with ``fake_vector`` per input; set ``fail`` to make every call
-    raise it, ``gate`` (an asyncio.Event) to hold calls until it is set.
+    raise it, ``gate`` (an asyncio.Event) to hold calls until it is set,
+    ``health_gate`` to hold health checks (a hung worker), ``health_answer``
+    to change what a health check returns.
     """
 
     def __init__(self, info: ModelInfo | None = None, *, address: str = "fake://0"):
@@ -227,15 +229,19 @@ class FakeWorkerClient:
         self.calls: list[PoolingCall] = []
         self.fail: PoolgateError | None = None
         self.gate: asyncio.Event | None = None
+        self.health_gate: asyncio.Event | None = None
+        self.health_answer: dict = {"ready": True}
         self.closed = False
 
     async def info(self) -> ModelInfo:
         return self.info_
 
     async def health(self) -> dict:
+        if self.health_gate is not None:
+            await self.health_gate.wait()
         if self.fail is not None:
             raise self.fail
-        return {"ready": True}
+        return self.health_answer
 
     async def pool(self, call: PoolingCall) -> PoolingResult:
         self.calls.append(call)
