@@ -1,12 +1,12 @@
-"""The aiohttp application factory: state, middleware, dialect and ops routes."""
+"""The aiohttp application factory: state, middleware, and every route of the route table."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from poolgate.gateway import routes_ops
-from poolgate.gateway.dialects import DIALECTS
+from poolgate.gateway import openapi, routes_ops
+from poolgate.gateway.dialects import all_routes, register
 from poolgate.gateway.middleware import edge_middleware, openai_error_body
 from poolgate.gateway.router import Router
 from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER, TELEMETRY
@@ -29,8 +29,8 @@ def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[Cle
     app[ROUTER] = router
     app[ERROR_FORMATTERS] = {"": openai_error_body}
     app[TELEMETRY] = telemetry or Telemetry()
-    for register in DIALECTS.values():
-        register(app)
-    routes_ops.register(app)
+    routes = [*all_routes(), *routes_ops.ROUTES, *openapi.ROUTES]
+    app[openapi.ROUTES_KEY] = routes
+    register(app, routes)
     app.cleanup_ctx.extend(cleanup_ctx)
     return app

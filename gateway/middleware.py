@@ -7,8 +7,10 @@ is written, so the span and the latency cover writing the body too.
 Every exception a handler lets out is turned into an error body here and
 nowhere else: ``PoolgateError`` by its own status, aiohttp's HTTP exceptions
 (404 no route, 405 wrong method, 413 body too large) by theirs, anything
-else as a logged 500. The body's shape is picked by path prefix from
-``app[ERROR_FORMATTERS]``, so a dialect can register its own.
+else as a logged 500. The body's shape is picked by path from
+``app[ERROR_FORMATTERS]`` (the exact path, else the longest matching prefix):
+each route records its dialect's shape there when mounted
+(``dialects.route.mount``), from ``ERROR_FORMATS``.
 """
 from __future__ import annotations
 
@@ -37,6 +39,15 @@ QUIET_503_PATHS = frozenset({"/health", "/ping"})  # 503 there just means "still
 def openai_error_body(err: PoolgateError) -> dict:
     """The OpenAI (and vLLM) error envelope."""
     return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+def cohere_error_body(err: PoolgateError) -> dict:
+    """Cohere's documented error body."""
+    return {"message": err.message}
+
+
+# Error shape name (``Route.errors``) -> body builder.
+ERROR_FORMATS = {"openai": openai_error_body, "cohere": cohere_error_body}
 
 
 class HTTPError(PoolgateError):
@@ -132,5 +143,7 @@ def error_response(request: web.Request, err: PoolgateError) -> web.Response:
 
 
 def _formatter(formatters: dict, path: str):
+    if path in formatters:
+        return formatters[path]
     prefix = max((p for p in formatters if path.startswith(p)), key=len, default=None)
     return formatters[prefix] if prefix is not None else openai_error_body

@@ -6,6 +6,7 @@ import time
 from aiohttp import web
 
 from poolgate.shared.version import VERSION
+from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.state import ROUTER
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.wire import ModelInfo
@@ -20,26 +21,27 @@ def model_card(info: ModelInfo, created: int) -> dict:
     }
 
 
-async def list_models(request: web.Request) -> web.Response:
+async def list_models(request: web.Request, _body=None) -> web.Response:
     created = int(time.time())
     cards = [model_card(info, created) for info in request.app[ROUTER].models()]
     return web.json_response({"object": "list", "data": cards})
 
 
-async def health(request: web.Request) -> web.Response:
+async def health(request: web.Request, _body=None) -> web.Response:
     """200 with an empty body once every pool has a ready worker, else 503."""
     if not request.app[ROUTER].ready:
         raise Unavailable("Not ready: some model has no ready worker yet.")
     return web.Response(status=200)
 
 
-async def version(request: web.Request) -> web.Response:
+async def version(request: web.Request, _body=None) -> web.Response:
     return web.json_response({"version": VERSION})
 
 
-def register(app: web.Application) -> None:
-    app.router.add_get("/v1/models", list_models)
-    app.router.add_get("/health", health)
-    app.router.add_get("/ping", health)
-    app.router.add_post("/ping", health)
-    app.router.add_get("/version", version)
+ROUTES = (
+    Route("GET", "/v1/models", list_models, summary="The served models"),
+    Route("GET", "/health", health, summary="200 once every model has a ready worker, else 503"),
+    Route("GET", "/ping", health, summary="Same as /health (SageMaker)"),
+    Route("POST", "/ping", health, summary="Same as /health (SageMaker)"),
+    Route("GET", "/version", version, summary="The poolgate version"),
+)

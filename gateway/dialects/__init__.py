@@ -1,14 +1,49 @@
-"""The API dialects: name -> a function that adds the dialect's routes to an app."""
-from __future__ import annotations
+"""The API dialects as one route table: dialect name -> its ``Route`` values (``dialects.route``).
 
-from collections.abc import Callable
+How to add routes (a new dialect, or new routes of one):
+
+1. In your module, write ``async def handler(request, body)``: ``body`` is the
+   request already validated into your pydantic ``request_model``; build a
+   dialect-free ``ServeRequest``, ``await serving.serve(request, ...)`` and
+   return the response. Do not catch: raise ``shared.errors`` types.
+2. List the module's routes as data::
+
+       ROUTES = (
+           Route("POST", "/v1/embeddings", create_embeddings, EmbeddingRequest,
+                 response_model=EmbeddingResponse, tasks=("embed", "token_embed"),
+                 summary="OpenAI embeddings"),
+       )
+
+   ``tasks``: the route exists only while some served model serves one of
+   them (else 404), and a request naming a model that serves none of them
+   gets vLLM's 400 "Unsupported task"; ``serves=`` takes a predicate on
+   ``ModelInfo`` instead when tasks cannot say it. ``errors="cohere"`` makes
+   the route's error bodies ``{"message": ...}`` (default: OpenAI's
+   ``{"error": {...}}``).
+3. Add the tuple to ``DIALECTS`` below. ``register`` mounts every route and
+   records each route's error shape; ``gateway.openapi`` documents the same
+   routes from the same models.
+"""
+from __future__ import annotations
 
 from aiohttp import web
 
 from poolgate.gateway.dialects import openai, vllm_classify, vllm_pooling
+from poolgate.gateway.dialects.route import Route, mount
 
-DIALECTS: dict[str, Callable[[web.Application], None]] = {
-    "openai": openai.register,
-    "vllm_classify": vllm_classify.register,
-    "vllm_pooling": vllm_pooling.register,
+DIALECTS: dict[str, tuple[Route, ...]] = {
+    "openai": openai.ROUTES,
+    "vllm_classify": vllm_classify.ROUTES,
+    "vllm_pooling": vllm_pooling.ROUTES,
 }
+
+
+def all_routes() -> list[Route]:
+    """Every dialect's routes, in table order."""
+    return [route for routes in DIALECTS.values() for route in routes]
+
+
+def register(app: web.Application, routes: list[Route] | None = None) -> None:
+    """Mount ``routes`` (default: every dialect's) on ``app``."""
+    for route in all_routes() if routes is None else routes:
+        mount(app, route)

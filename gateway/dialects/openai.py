@@ -6,9 +6,9 @@ from typing import Literal
 
 from aiohttp import web
 
-from poolgate.gateway.dialects.body import parse_body
 from poolgate.gateway.dialects.encoding import ENCODERS, dumps
 from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD
 from poolgate.shared.params import PoolingParams
@@ -41,8 +41,7 @@ def to_response(served: Served, *, encoding_format: EncodingFormat, created: int
             "model": served.info.served_model_name, "data": data, "usage": usage}
 
 
-async def create_embeddings(request: web.Request) -> web.Response:
-    req = await parse_body(request, EmbeddingRequest)
+async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.Response:
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
     served = await serve(request, to_request(req))
@@ -54,5 +53,5 @@ async def create_embeddings(request: web.Request) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-def register(app: web.Application) -> None:
-    app.router.add_post("/v1/embeddings", create_embeddings)
+ROUTES = (Route("POST", "/v1/embeddings", create_embeddings, EmbeddingRequest, tasks=("embed", "token_embed"),
+                summary="OpenAI embeddings"),)

@@ -14,15 +14,15 @@ import time
 import numpy as np
 from aiohttp import web
 
-from poolgate.gateway.dialects.body import parse_body
 from poolgate.gateway.dialects.encoding import dumps, to_float_list
 from poolgate.gateway.dialects.envelope import list_response
 from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD
 from poolgate.shared.params import PoolingParams
 
-ROUTES = ("/classify", "/v1/classify")
+PATHS = ("/classify", "/v1/classify")
 
 
 class ClassificationRequest(PoolingBody):
@@ -53,8 +53,7 @@ def label_of(probs: np.ndarray, labels: tuple[str, ...] | None) -> str | None:
     return labels[best] if labels is not None and best < len(labels) else None
 
 
-async def create_classify(request: web.Request) -> web.Response:
-    req = await parse_body(request, ClassificationRequest)
+async def create_classify(request: web.Request, req: ClassificationRequest) -> web.Response:
     served = await serve(request, to_request(req))
     body = to_response(served, created=int(time.time()))
     if (record := request.get(RECORD)) is not None:
@@ -62,6 +61,5 @@ async def create_classify(request: web.Request) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-def register(app: web.Application) -> None:
-    for path in ROUTES:
-        app.router.add_post(path, create_classify)
+ROUTES = tuple(Route("POST", path, create_classify, ClassificationRequest, tasks=("classify",),
+                     summary="vLLM classification") for path in PATHS)

@@ -20,10 +20,10 @@ from typing import Literal
 
 from aiohttp import web
 
-from poolgate.gateway.dialects.body import parse_body
 from poolgate.gateway.dialects.encoding import ENCODERS, dumps
 from poolgate.gateway.dialects.envelope import list_response
 from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
@@ -75,8 +75,7 @@ def to_response(served: Served, *, encoding_format: EncodingFormat, created: int
     return list_response("pooling", served, data, created=created)
 
 
-async def create_pooling(request: web.Request) -> web.Response:
-    req = await parse_body(request, PoolingRequest)
+async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Response:
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
@@ -90,5 +89,4 @@ async def create_pooling(request: web.Request) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-def register(app: web.Application) -> None:
-    app.router.add_post("/pooling", create_pooling)
+ROUTES = (Route("POST", "/pooling", create_pooling, PoolingRequest, summary="vLLM raw pooling output"),)

@@ -84,13 +84,21 @@ async def test_token_id_inputs_and_usage(gateway):
     assert len(single["data"]) == 1 and set(single["usage"]) == USAGE_KEYS
 
 
-async def test_an_embedding_model_answers_501(gateway):
+async def test_no_classifier_served_is_404_as_an_unregistered_vllm_route(gateway):
     client = await gateway()
     resp = await post(client, {"input": "a b"})
-    assert resp.status == 501
+    assert resp.status == 404
     err = (await resp.json())["error"]
-    assert err["message"] == "The model does not support Classification API"
-    assert err["type"] == "NotImplementedError"
+    assert err["message"] == "Not Found" and err["type"] == "NotFoundError"
+
+
+async def test_naming_an_embedding_model_next_to_a_classifier_is_vllms_400(gateway):
+    client = await gateway(models=[fake_model(), classifier(labels=LABELS, name="clf")])
+    resp = await post(client, {"input": "a b", "model": "fake-model"})
+    assert resp.status == 400
+    err = (await resp.json())["error"]
+    assert err["message"] == "Unsupported task: 'classify' Supported tasks: ('embed',)"
+    assert (await post(client, {"input": "a b", "model": "clf"})).status == 200
 
 
 async def test_dimensions_and_other_extras_are_ignored_as_vllm_does(gateway):

@@ -116,9 +116,14 @@ async def test_admission_limit_is_429_over_http(gateway):
     assert (await held).status == 200
 
 
-async def test_error_shape_is_chosen_by_the_longest_path_prefix(gateway):
+async def test_error_shape_is_the_routes_own_then_the_longest_path_prefix(gateway):
     client = await gateway()
     client.app[ERROR_FORMATTERS]["/v1/emb"] = lambda err: {"message": err.message, "id": "cohere-ish"}
+    body = await (await client.post("/v1/embeddings", json={"input": []})).json()
+    assert body["error"]["message"] == "You must pass at least one prompt"  # the route's own (exact) shape
+    body = await (await client.post("/v1/embeddingz", json={})).json()
+    assert body == {"message": "Not Found", "id": "cohere-ish"}
+    del client.app[ERROR_FORMATTERS]["/v1/embeddings"]
     body = await (await client.post("/v1/embeddings", json={"input": []})).json()
     assert body == {"message": "You must pass at least one prompt", "id": "cohere-ish"}
     body = await (await client.post("/v1/models")).json()

@@ -77,6 +77,6 @@ async def test_default_task_is_recorded(recorded):
 async def test_a_refused_request_is_recorded_with_its_error(recorded):
     client, records = await recorded(fake_model())
     assert (await client.post("/pooling", json={"input": "a", "task": "classify"})).status == 400
-    assert (await client.post("/classify", json={"input": "a"})).status == 501
+    assert (await client.post("/classify", json={"input": "a"})).status == 404  # no model classifies
     assert [(r.status, r.error_type) for r in records.records] == [
-        (400, "invalid_request"), (501, "not_implemented")]
+        (400, "invalid_request"), (404, "not_found")]
