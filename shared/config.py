@@ -30,6 +30,25 @@ class TracingConfig:
 
 
 @dataclass(frozen=True)
+class TransportSecurity:
+    """Gateway<->worker transport security (``shared.transport_security``), one side's view.
+
+    A worker requires ``token`` as the first frame of every connection and serves TLS
+    when given ``tls_cert`` and ``tls_key``; a gateway sends ``token`` and, with ``tls``,
+    dials TCP workers over TLS, trusting ``tls_ca`` (None: the system trust store) and
+    checking the certificate against ``tls_server_name`` (None: the host it dialed).
+    """
+
+    token: str | None = field(default=None, repr=False)  # never logged
+    tls_cert: str | None = None  # worker: PEM certificate chain
+    tls_key: str | None = None  # worker: PEM private key
+    tls: bool = False  # gateway: dial TCP workers over TLS
+    tls_ca: str | None = None  # gateway: PEM CA bundle that signed the workers' certificates
+    tls_server_name: str | None = None  # gateway: the name the workers' certificates carry
+    insecure_no_token: bool = False  # worker: listen beyond loopback without a token (asked for explicitly)
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     """Everything one worker process needs to load and serve one model."""
 
@@ -47,6 +66,7 @@ class WorkerConfig:
     num_threads: int | None = None
     tokenizer_threads: int = 1
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
+    security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
 
     def to_wire(self) -> dict:
         return asdict(self)
@@ -57,6 +77,7 @@ class WorkerConfig:
         body["pooler"] = PoolerConfig.from_dict(body.get("pooler") or {})
         if body.get("tracing") is not None:
             body["tracing"] = TracingConfig(**{**body["tracing"], "headers": tuple(map(tuple, body["tracing"]["headers"]))})
+        body["security"] = TransportSecurity(**(body.get("security") or {}))
         return cls(**body)
 
 
@@ -80,3 +101,4 @@ class GatewayConfig:
     tracing: TracingConfig | None = None  # None: no spans at all
     metrics: bool = True  # Prometheus metrics at /metrics
     metrics_port: int | None = None  # serve /metrics on this port instead of the API port
+    worker_security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS to remote workers

@@ -9,17 +9,24 @@ one ``Rows`` block, never one array per input) or
 one connection, matched by id; ``cancel`` (no response) tells the worker the
 caller left so it drops that request's sequences. Losing the connection fails
 every pending call with ``Unavailable``.
+
+Security (``shared.transport_security``): with a token, the client's first
+frame is the ``hello`` carrying it, and ``connect`` returns only once the worker
+accepted it; with an ``ssl.SSLContext``, TCP connections run TLS. A worker that
+refuses the client (wrong or missing token) is ``Unavailable`` with its reason.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from dataclasses import dataclass
 
 import numpy as np
 
-from poolgate.shared.errors import InternalError, Unavailable, from_wire
+from poolgate.shared.errors import InternalError, Unauthorized, Unavailable, from_wire
 from poolgate.shared.rows import Rows
+from poolgate.shared.transport_security import HELLO_ID, MAX_HELLO_BYTES
 from poolgate.shared.wire import MAX_HEADER_BYTES, PREFIX, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame
 
 
@@ -54,30 +61,71 @@ def parse_address(address: str) -> Address:
     raise ValueError(f"transport address must start with unix: or tcp://, got {address!r}")
 
 
-async def open_stream(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_stream(address: str, tls: ssl.SSLContext | None = None, server_name: str | None = None,
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``address``; TCP runs TLS with ``tls`` (checked against ``server_name`` or the host)."""
     addr = parse_address(address)
     if addr.kind == "unix":
+        if tls is not None:
+            raise ValueError(f"TLS is for TCP workers, not {address}")
         return await asyncio.open_unix_connection(addr.path)
-    return await asyncio.open_connection(addr.host, addr.port)
+    if tls is None:
+        return await asyncio.open_connection(addr.host, addr.port)
+    return await asyncio.open_connection(addr.host, addr.port, ssl=tls, server_hostname=server_name or addr.host)
 
 
 class FrameError(Exception):
     """The byte stream is not a frame (bad length prefix): the connection must close."""
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """One frame's raw header and payload; IncompleteReadError at EOF."""
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int | None = None) -> tuple[bytes, bytes]:
+    """One frame's raw header and payload; IncompleteReadError at EOF; FrameError over the limits."""
     head_len, payload_len = PREFIX.unpack(await reader.readexactly(PREFIX.size))
     if head_len > MAX_HEADER_BYTES:
         raise FrameError(f"frame header of {head_len} bytes exceeds {MAX_HEADER_BYTES}")
+    if max_bytes is not None and head_len + payload_len > max_bytes:
+        raise FrameError(f"frame of {head_len + payload_len} bytes exceeds {max_bytes}")
     return await reader.readexactly(head_len), await reader.readexactly(payload_len)
 
 
-async def _dial(address: str, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    try:
-        return await asyncio.wait_for(open_stream(address), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
-        raise Unavailable(f"cannot connect to worker at {address}: {exc or type(exc).__name__}") from exc
+@dataclass(frozen=True)
+class _Dialer:
+    """How one client reaches its worker: address, timeout, token and TLS (also for redials)."""
+
+    address: str
+    timeout: float
+    token: str | None = None
+    tls: ssl.SSLContext | None = None
+    server_name: str | None = None
+
+    async def dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            reader, writer = await asyncio.wait_for(open_stream(self.address, self.tls, self.server_name),
+                                                    self.timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise Unavailable(f"cannot connect to worker at {self.address}: {exc or type(exc).__name__}") from exc
+        if self.token is not None:
+            try:
+                await asyncio.wait_for(self._hello(reader, writer), self.timeout)
+            except BaseException:
+                writer.close()
+                raise
+        return reader, writer
+
+    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Send the token; return once the worker accepts it, else raise ``Unavailable`` with its reason."""
+        writer.write(encode_frame({"id": HELLO_ID, "op": "hello", "token": self.token}))
+        try:
+            await writer.drain()
+            reply, _ = decode_frame(*await read_frame(reader, MAX_HELLO_BYTES))
+        except (OSError, asyncio.IncompleteReadError, FrameError, ValueError) as exc:
+            raise Unavailable(f"worker at {self.address} dropped the handshake: "
+                              f"{exc or type(exc).__name__}") from exc
+        except asyncio.TimeoutError:
+            raise Unavailable(f"worker at {self.address} did not answer the handshake") from None
+        if not reply.get("ok"):
+            reason = (reply.get("error") or {}).get("message", "no reason given")
+            raise Unavailable(f"worker at {self.address} refused the connection: {reason}")
 
 
 class WorkerClient:
@@ -88,9 +136,10 @@ class WorkerClient:
     """
 
     def __init__(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = 10.0, dialer: _Dialer | None = None):
         self.address = address
         self.connect_timeout = connect_timeout
+        self._dialer = dialer or _Dialer(address, connect_timeout)
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
         self._drain_lock = asyncio.Lock()
@@ -104,9 +153,13 @@ class WorkerClient:
         self._reader_task = asyncio.create_task(self._read_responses(), name=f"poolgate-client {self.address}")
 
     @classmethod
-    async def connect(cls, address: str, *, timeout: float = 10.0) -> "WorkerClient":
-        reader, writer = await _dial(address, timeout)
-        return cls(address, reader, writer, connect_timeout=timeout)
+    async def connect(cls, address: str, *, timeout: float = 10.0, token: str | None = None,
+                      tls: ssl.SSLContext | None = None, server_name: str | None = None) -> "WorkerClient":
+        """Dial ``address``; with ``token``, return once the worker accepted it; with ``tls``, over TLS
+        (``server_name``: the name the worker's certificate carries, default the host dialed)."""
+        dialer = _Dialer(address, timeout, token, tls, server_name)
+        reader, writer = await dialer.dial()
+        return cls(address, reader, writer, connect_timeout=timeout, dialer=dialer)
 
     @property
     def in_flight(self) -> int:
@@ -165,7 +218,10 @@ class WorkerClient:
         finally:
             self._pending.pop(rid, None)
         if not response.get("ok"):
-            raise from_wire(response.get("error") or {})
+            error = from_wire(response.get("error") or {})
+            if isinstance(error, Unauthorized):  # the worker refused this connection, not the HTTP caller
+                raise Unavailable(f"worker at {self.address} refused the connection: {error}")
+            raise error
         return response.get("result") or {}, arrays
 
     async def _reconnect(self) -> None:
@@ -175,7 +231,7 @@ class WorkerClient:
                 return
             if self._closed:
                 raise Unavailable(f"worker at {self.address}: client is closed")
-            self._attach(*await _dial(self.address, self.connect_timeout))
+            self._attach(*await self._dialer.dial())
 
     async def _read_responses(self) -> None:
         reason = "connection closed by the worker"

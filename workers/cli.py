@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.security_flags import add_worker_security_arguments, worker_security_from_args
 from poolgate.shared.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
 from poolgate.shared.transport import parse_address
 
@@ -34,13 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     p.add_argument("--runner-factory", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     add_tracing_arguments(p)
+    add_worker_security_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; exit codes as ``workers.main.run`` (2 also for a missing model)."""
     try:
         cfg = with_worker_tracing(worker_config_from_args(args), tracing_config_from_args(args, os.environ))
-    except (FileNotFoundError, ValueError) as exc:
+        cfg = replace(cfg, security=worker_security_from_args(args, os.environ))
+    except (OSError, ValueError) as exc:
         print(f"poolgate worker: error: {exc}", file=sys.stderr)
         return 2
     from poolgate.workers.main import DEFAULT_RUNNER_FACTORY, run

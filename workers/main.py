@@ -38,6 +38,7 @@ log = logging.getLogger("poolgate.worker")
 
 PR_SET_PDEATHSIG = 1
 DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:load_model"
+DRAIN_TIMEOUT_S = 30.0  # on SIGTERM, how long calls in flight may take to finish
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runner-factory", default=DEFAULT_RUNNER_FACTORY, help="module:function(cfg) -> LoadedModel")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="exit at once if this is no longer our parent (it died before we started)")
+    parser.add_argument("--report-fd", type=int, default=None,
+                        help="once listening, write the address served on (a tcp://...:0 listener's real port) "
+                             "as one line to this inherited file descriptor, then close it")
     return parser
 
 
@@ -65,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     """The gateway's private spawn entry; exit codes as ``run``'s (argparse errors are 2)."""
     args = build_parser().parse_args(argv)
     die_with_parent(args.parent_pid)
-    return run(args.config, args.listen, args.runner_factory)
+    return run(args.config, args.listen, args.runner_factory, report_fd=args.report_fd)
 
 
 def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTORY, *,
-        log_level: str = "INFO") -> int:
+        log_level: str = "INFO", report_fd: int | None = None) -> int:
     """Load ``cfg``'s model with ``factory_spec`` and serve it on ``listen`` until SIGTERM/SIGINT.
 
     The exit code: 0 stopped cleanly, 1 the model failed to load or serve,
@@ -86,7 +90,7 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
     try:
         log.info("loading model %s from %s", cfg.served_model_name, cfg.model_path)
         model = factory(cfg)
-        return asyncio.run(run_worker(cfg, listen, model))
+        return asyncio.run(run_worker(cfg, listen, model, report_fd=report_fd))
     except KeyboardInterrupt:
         return 130
     except Exception:
@@ -114,8 +118,14 @@ def load_factory(spec: str) -> Callable[[WorkerConfig], LoadedModel]:
     return getattr(importlib.import_module(module_name), attr)
 
 
-async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel) -> int:
-    """Serve ``model`` on ``address`` until SIGTERM or SIGINT, then shut down cleanly."""
+async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, report_fd: int | None = None,
+                     drain_timeout_s: float = DRAIN_TIMEOUT_S) -> int:
+    """Serve ``model`` on ``address`` until SIGTERM or SIGINT, then drain and shut down cleanly.
+
+    Draining: new calls are refused (``Unavailable``: the gateway sends them to
+    another worker), the calls in flight finish (up to ``drain_timeout_s``), then
+    the engine stops and fails whatever is left.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -123,11 +133,16 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel) -> int
     spans = _call_spans(cfg)
     engine = Engine(model, cfg.tokenizer_threads, tracer=spans)
     await engine.start()
-    server = await serve(address, engine, model.info)
+    draining = asyncio.Event()
+    server = await serve(address, engine, model.info, cfg.security, draining=draining)
     log.info("worker ready: serving %s on %s", model.info.served_model_name, bound_address(server))
+    report_address(report_fd, bound_address(server))
     try:
         await stop.wait()
-        log.info("stopping worker for %s", model.info.served_model_name)
+        log.info("stopping worker for %s: draining", model.info.served_model_name)
+        draining.set()
+        server.close()
+        await drain(engine, drain_timeout_s)
     finally:
         server.close()
         await engine.stop()
@@ -136,6 +151,27 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel) -> int
             await asyncio.to_thread(spans.shutdown)
     log.info("worker stopped; %s", pipeline_summary(engine.stats))
     return 0
+
+
+def report_address(fd: int | None, address: str) -> None:
+    """Tell the gateway that spawned us where we serve (``--report-fd``); this line is our "ready"."""
+    if fd is not None:
+        with os.fdopen(fd, "w") as pipe:
+            pipe.write(address + "\n")
+
+
+async def drain(engine: Engine, timeout_s: float) -> None:
+    """Wait until ``engine`` has no call queued or running, or ``timeout_s`` passed."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while _busy(engine.load()):
+        if asyncio.get_running_loop().time() >= deadline:
+            log.warning("calls still in flight after draining for %ss; stopping anyway", timeout_s)
+            return
+        await asyncio.sleep(0.05)
+
+
+def _busy(load: dict) -> bool:
+    return bool(load.get("requests_waiting") or load.get("requests_running") or load.get("queued"))
 
 
 def _call_spans(cfg: WorkerConfig) -> CallSpans | None:

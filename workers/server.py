@@ -8,40 +8,48 @@ into error frames: a ``PoolgateError`` travels as itself, anything else as an
 ``InternalError`` (traceback logged). A malformed frame is answered with an
 error, a broken stream closes only its connection; the worker keeps serving.
 A ``cancel`` frame, or the connection closing, cancels the request's task,
-and the engine drops its queued sequences.
+and the engine drops its queued sequences. While ``draining`` is set (the
+worker is shutting down) new pool calls are refused with ``Unavailable``, which
+the gateway retries on another worker, and ``health`` says not ready.
+
+Who may connect (token hello, TLS, socket permissions) is ``workers.listener``'s job.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
-import stat
 from typing import Awaitable, Callable
 
 import numpy as np
 
-from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError
-from poolgate.shared.transport import FrameError, parse_address, read_frame
+from poolgate.shared.config import TransportSecurity
+from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
+from poolgate.shared.transport import FrameError, read_frame
 from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame
 from poolgate.workers.engine import Engine
+from poolgate.workers.listener import authenticate, error_frame, listen
 
 log = logging.getLogger("poolgate.worker.server")
 
 OpResult = tuple[dict, list[np.ndarray]]
 
 
-async def serve(address: str, engine: Engine, info: ModelInfo) -> asyncio.Server:
-    """Listen on ``unix:/path`` or ``tcp://host:port``; returns the started server."""
-    addr = parse_address(address)
+async def serve(address: str, engine: Engine, info: ModelInfo,
+                security: TransportSecurity = TransportSecurity(), *,
+                draining: asyncio.Event | None = None) -> asyncio.Server:
+    """Listen on ``unix:/path`` or ``tcp://host:port``; returns the started server.
 
+    Who may connect is ``workers.listener``'s job: ValueError for TLS on a Unix
+    socket, half a TLS configuration, or a TCP listener beyond loopback with no
+    token (and no ``insecure_no_token``).
+    """
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _Connection(engine, info, reader, writer).serve()
+        if security.token is not None and not await authenticate(reader, writer, security.token):
+            return
+        await _Connection(engine, info, reader, writer, draining).serve()
 
-    if addr.kind == "unix":
-        _remove_stale_socket(addr.path)
-        return await asyncio.start_unix_server(on_connect, path=addr.path)
-    return await asyncio.start_server(on_connect, addr.host, addr.port)
+    return await listen(address, on_connect, security)
 
 
 def bound_address(server: asyncio.Server) -> str:
@@ -58,6 +66,8 @@ async def _pool(conn: "_Connection", header: dict) -> OpResult:
         call = PoolingCall.from_wire(header["call"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequest(f"malformed pool call: {exc!r}") from exc
+    if conn.draining.is_set():  # shutting down: the gateway retries the call on another worker
+        raise Unavailable("worker is draining (shutting down)")
     result = await conn.engine.submit(call)
     return {"prompt_tokens": result.prompt_tokens, "timings": result.timings}, result.outputs.arrays()
 
@@ -67,7 +77,8 @@ async def _info(conn: "_Connection", header: dict) -> OpResult:
 
 
 async def _health(conn: "_Connection", header: dict) -> OpResult:
-    return {"ready": True, **conn.engine.load()}, []
+    draining = conn.draining.is_set()
+    return {"ready": not draining, "draining": draining, **conn.engine.load()}, []
 
 
 OPS: dict[str, Callable[["_Connection", dict], Awaitable[OpResult]]] = {
@@ -81,8 +92,9 @@ class _Connection:
     """One client connection: its reader loop, its request tasks and its writer."""
 
     def __init__(self, engine: Engine, info: ModelInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter):
+                 writer: asyncio.StreamWriter, draining: asyncio.Event | None = None):
         self.engine, self.info = engine, info
+        self.draining = draining or asyncio.Event()  # set: pool calls are refused with Unavailable
         self.reader, self.writer = reader, writer
         self.tasks: dict[int, asyncio.Task] = {}
         self.drain_lock = asyncio.Lock()
@@ -110,18 +122,18 @@ class _Connection:
                 raise ValueError("frame header is not a JSON object")
         except Exception as exc:
             log.warning("malformed request frame: %r", exc)
-            self._send(_error_frame(None, InvalidRequest(f"malformed request frame: {exc}")))
+            self._send(error_frame(None, InvalidRequest(f"malformed request frame: {exc}")))
             return
         rid = header.get("id")
         if not isinstance(rid, int):
-            self._send(_error_frame(None, InvalidRequest("request id must be an integer")))
+            self._send(error_frame(None, InvalidRequest("request id must be an integer")))
             return
         if header.get("op") == "cancel":
             if rid in self.tasks:
                 self.tasks[rid].cancel()
             return
         if rid in self.tasks:
-            self._send(_error_frame(rid, InvalidRequest("request id is already in flight")))
+            self._send(error_frame(rid, InvalidRequest("request id is already in flight")))
             return
         task = asyncio.create_task(self._answer(rid, header))
         self.tasks[rid] = task
@@ -135,10 +147,10 @@ class _Connection:
             result, arrays = await op(self, header)
             frame = encode_frame({"id": rid, "ok": True, "result": result}, arrays)
         except PoolgateError as exc:
-            frame = _error_frame(rid, exc)
+            frame = error_frame(rid, exc)
         except Exception as exc:
             log.exception("request %s (op %r) failed", rid, header.get("op"))
-            frame = _error_frame(rid, InternalError(str(exc) or type(exc).__name__))
+            frame = error_frame(rid, InternalError(str(exc) or type(exc).__name__))
         self._send(frame)
         async with self.drain_lock:
             try:
@@ -149,25 +161,3 @@ class _Connection:
     def _send(self, frame: bytes) -> None:
         if not self.writer.is_closing():
             self.writer.write(frame)
-
-
-def _error_frame(rid, exc: PoolgateError) -> bytes:
-    return encode_frame({"id": rid, "ok": False, "error": exc.to_wire()})
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Unlink a socket file left by a dead worker; refuse to steal a live one's."""
-    try:
-        if not stat.S_ISSOCK(os.stat(path).st_mode):
-            return  # not a socket: let bind fail with a clear error
-    except FileNotFoundError:
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)
-        return
-    finally:
-        probe.close()
-    raise OSError(f"another process is already serving on unix:{path}")
