@@ -1,0 +1,169 @@
+"""A packed GTE encoder ("NewModel", Alibaba-NLP gte-*-v1.5 / gte-multilingual): post-norm, RoPE, gated MLP.
+
+Checked against transformers 5.24's ``modeling_gte`` (which loads the Hub's
+``NewModel`` checkpoints, whose tensor names these are):
+
+- embeddings: word (+ token type when ``type_vocab_size > 0``; segment 0 unless
+  the batch carries token types) → LayerNorm; no learned positions;
+- each layer: ``x = attn_ln(x + o_proj(attention(rope(q), rope(k), v)))`` with fused
+  ``qkv_proj`` (biased), then ``x = mlp_ln(x + down_proj(act(gate) * up))`` with
+  ``up, gate = up_gate_proj(x).chunk(2)`` (no bias) and a biased ``down_proj``;
+- RoPE over the whole head from ``rope_theta`` / ``rope_parameters`` (``workers.models.positions``).
+
+The same block serves NomicBERT (``workers.models.nomic_bert``) with its own
+names and biases, so the layer is written once here. Settings the Hub code has
+and transformers does not (``logn_attention_scale``, RMS norm, NTK rope
+scaling) are refused at load with the setting named, never approximated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.models.base import load_mapped
+from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
+from poolgate.workers.packing import PackedBatch
+
+ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swiglu": F.silu,  # NomicBERT's name for a SiLU-gated MLP
+}
+PREFIXES = ("new.", "gte.")
+HEAD_PREFIXES = ("pooler.", "classifier.", "lm_head.")
+UNSUPPORTED = {  # Hub NewModel settings transformers' GTE does not implement: key → the value we can run
+    "logn_attention_scale": False,
+    "layer_norm_type": "layer_norm",
+    "position_embedding_type": "rope",
+}
+
+
+@dataclass(frozen=True)
+class GteConfig:
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    layer_norm_eps: float
+    hidden_act: str
+    type_vocab_size: int
+    rope: RopeConfig
+    qkv_bias: bool = True
+    mlp_up_bias: bool = False
+    mlp_down_bias: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "GteConfig":
+        for key, runs in UNSUPPORTED.items():
+            if hf.get(key, runs) != runs:
+                raise ValueError(f"GTE config sets {key}={hf[key]!r}; poolgate (like transformers) runs only "
+                                 f"{key}={runs!r}")
+        head_dim = hf["hidden_size"] // hf["num_attention_heads"]
+        return cls(
+            vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_hidden_layers=hf["num_hidden_layers"],
+            num_attention_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12), hidden_act=hf.get("hidden_act", "gelu"),
+            type_vocab_size=int(hf.get("type_vocab_size", 1)),
+            rope=RopeConfig.from_hf({"rope_theta": 160_000.0, **hf}, head_dim),
+        )
+
+
+class GteLayer(nn.Module):
+    def __init__(self, c: GteConfig):
+        super().__init__()
+        self.heads, self.head_dim = c.num_attention_heads, c.head_dim
+        self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size, bias=c.qkv_bias)
+        self.attn_out = nn.Linear(c.hidden_size, c.hidden_size, bias=c.qkv_bias)
+        self.attn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.up_gate = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_up_bias)
+        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_down_bias)
+        self.mlp_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.act = ACTIVATIONS[c.hidden_act]
+
+    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
+                rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        n = x.shape[0]
+        q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # (n, heads, dim)
+        a = attention(apply_rope(q, *rope), apply_rope(k, *rope), v, batch, scale=self.head_dim ** -0.5)
+        x = self.attn_norm(x + self.attn_out(a.reshape(n, -1)))  # (n, hidden)
+        up, gate = self.up_gate(x).chunk(2, dim=-1)  # 2 × (n, intermediate)
+        return self.mlp_norm(x + self.down(self.act(gate) * up))  # (n, hidden)
+
+
+class GteEncoder(nn.Module):
+    """Packed GTE (``PackedModel``): ``forward(batch) → (n_tokens, hidden)``; ``names`` is the checkpoint's
+    naming (``GTE_NAMES`` here, NomicBERT's in its file)."""
+
+    def __init__(self, c: GteConfig, attention: AttentionFn, names: "WeightNames | None" = None):
+        super().__init__()
+        self.config, self.attention, self.hidden_size = c, attention, c.hidden_size
+        self.names = names or GTE_NAMES
+        self.word = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size) if c.type_vocab_size else None
+        self.emb_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.layers = nn.ModuleList(GteLayer(c) for _ in range(c.num_hidden_layers))
+        self.rope = Rope(c.rope)
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        x = self.word(batch.input_ids)  # (n_tokens, hidden)
+        if self.token_type is not None:
+            types = batch.token_type_ids
+            x = x + (self.token_type.weight[0] if types is None else self.token_type(types))
+        x = self.emb_norm(x)
+        rope = self.rope.cos_sin(batch.positions)  # 2 × (n_tokens, 1, head_dim)
+        for layer in self.layers:
+            x = layer(x, batch, self.attention, rope)
+        return x
+
+    def use_packed_linears(self) -> None:
+        """No CPU prepacking yet: the gated MLP is not a fused oneDNN epilogue (plain linears stay)."""
+
+    def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
+        load_mapped(self, state, self.names.for_model(self), source, ignore=self.names.head_prefixes)
+
+
+@dataclass(frozen=True)
+class WeightNames:
+    """A checkpoint's naming: top-level modules, and per layer ``{i}`` templates; a list value is
+    several checkpoint tensors concatenated (along dim 0) into one of ours."""
+
+    top: dict[str, str]
+    layer: dict[str, str | list[str]]
+    head_prefixes: tuple[str, ...]
+
+    def for_model(self, model: nn.Module) -> dict[str, str | list[str]]:
+        """Our tensor name → the checkpoint's, for every tensor ``model`` has."""
+        names = {}
+        for ours in model.state_dict():
+            top, _, rest = ours.partition(".")
+            if top != "layers":
+                names[ours] = f"{self.top[top]}.{rest}"
+                continue
+            i, _, sub = rest.partition(".")
+            module, _, kind = sub.partition(".")
+            theirs = self.layer[module]
+            names[ours] = ([f"{t.format(i=i)}.{kind}" for t in theirs] if isinstance(theirs, list)
+                           else f"{theirs.format(i=i)}.{kind}")
+        return names
+
+
+GTE_NAMES = WeightNames(
+    top={"word": "embeddings.word_embeddings", "token_type": "embeddings.token_type_embeddings",
+         "emb_norm": "embeddings.LayerNorm"},
+    layer={"qkv": "encoder.layer.{i}.attention.qkv_proj", "attn_out": "encoder.layer.{i}.attention.o_proj",
+           "attn_norm": "encoder.layer.{i}.attn_ln", "up_gate": "encoder.layer.{i}.mlp.up_gate_proj",
+           "down": "encoder.layer.{i}.mlp.down_proj", "mlp_norm": "encoder.layer.{i}.mlp_ln"},
+    head_prefixes=HEAD_PREFIXES,
+)
