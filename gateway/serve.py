@@ -1,4 +1,9 @@
-"""``poolgate serve``: its flags, parsed once into a frozen GatewayConfig, then ``run_gateway``."""
+"""``poolgate serve``: its flags (or ``--config FILE``), parsed once into a frozen GatewayConfig, then ``run_gateway``.
+
+The flags describe one model (a one-entry config); ``--config`` reads a TOML file
+with any number of models (``gateway.config_file``). Both go through
+``gateway.config_build``.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,10 +11,12 @@ import logging
 import os
 from collections.abc import Mapping
 
+from poolgate.gateway.config_build import ModelEntry, config_from_entries
+from poolgate.gateway.config_file import load_config
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
-from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int, worker_config_from_args
-from poolgate.shared.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
+from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
+from poolgate.shared.tracing_flags import add_tracing_arguments
 
 log = logging.getLogger("poolgate")
 
@@ -22,12 +29,17 @@ def positive_float(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="a TOML file with any number of [[models]] (see README); no other flag but --log-level then")
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--auto-truncate", action="store_true",
                    help="truncate over-long inputs instead of rejecting them with 400")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 and /v2 routes")
+    p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from FILE")
+    p.add_argument("--model-root", action="append", default=[], metavar="DIR",
+                   help="a folder the admin API may load models from (repeatable; none: no loading)")
     p.add_argument("--workers", type=positive_int, default=1, help="local worker processes for the model")
     p.add_argument("--transport", choices=("unix", "tcp"), default="unix", help="gateway<->local worker transport")
     p.add_argument("--worker-url", action="append", default=[],
@@ -50,24 +62,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> GatewayConfig:
-    tracing = tracing_config_from_args(args, environ)
-    worker = None if args.worker_url else with_worker_tracing(worker_config_from_args(args), tracing)
-    workers = () if worker is None else (worker,) * args.workers
-    return GatewayConfig(
-        host=args.host, port=args.port, api_key=args.api_key, auto_truncate=args.auto_truncate,
-        transport=args.transport, worker_urls=tuple(args.worker_url), workers=workers,
-        startup_timeout_s=args.startup_timeout, max_inputs_per_request=args.max_inputs_per_request,
-        request_timeout_s=args.request_timeout, max_in_flight_per_worker=args.max_in_flight_per_worker,
-        tracing=tracing,
-        metrics=args.metrics, metrics_port=args.metrics_port,
-    )
+    """The GatewayConfig of the flags (one model) or of ``--config``'s file."""
+    if args.config is not None:
+        parser = argparse.ArgumentParser(add_help=False)
+        add_arguments(parser)
+        defaults = vars(parser.parse_args([]))
+        given = sorted(k for k, v in vars(args).items() if k in defaults and k not in ("config", "log_level")
+                       and v != defaults[k])
+        if given:
+            raise ValueError(f"with --config, settings go in the file: {', '.join(given)} given as flags")
+        return load_config(args.config, parser, environ)
+    remote = tuple(args.worker_url)
+    entry = ModelEntry(args, replicas=0 if remote else args.workers, remotes=remote)
+    return config_from_entries(args, [entry], environ)
 
 
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         log.error("%s", exc)
         return 2
     return run_gateway(config)

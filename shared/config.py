@@ -67,6 +67,8 @@ class WorkerConfig:
     tokenizer_threads: int = 1
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
+    device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default
+    cpu_affinity: tuple[int, ...] | None = None  # logical CPUs it is pinned to (several CPU workers); None: not pinned
 
     def to_wire(self) -> dict:
         return asdict(self)
@@ -78,7 +80,25 @@ class WorkerConfig:
         if body.get("tracing") is not None:
             body["tracing"] = TracingConfig(**{**body["tracing"], "headers": tuple(map(tuple, body["tracing"]["headers"]))})
         body["security"] = TransportSecurity(**(body.get("security") or {}))
+        if body.get("cpu_affinity") is not None:
+            body["cpu_affinity"] = tuple(body["cpu_affinity"])
         return cls(**body)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One pool of one served model: local worker processes on one backend, plus remote workers.
+
+    A model may have several pools (e.g. CUDA replicas, then a CPU overflow pool); the
+    gateway tries them in config order (``gateway.model_pools``).
+    """
+
+    model: str | None  # the served name; None: whatever the (remote) workers report (--worker-url)
+    backend: str = "auto"
+    workers: tuple[WorkerConfig, ...] = ()  # one local worker process each
+    devices: tuple[str, ...] = ()  # the device of each local worker (same length as workers), or () for none
+    remotes: tuple[str, ...] = ()  # worker URLs: tcp://host:port, unix:/path, dns+tcp://name:port
+    max_in_flight_per_worker: int | None = None  # this pool's admission cap; None: the gateway's
 
 
 @dataclass(frozen=True)
@@ -90,8 +110,8 @@ class GatewayConfig:
     api_key: str | None = None
     auto_truncate: bool = False
     transport: Literal["unix", "tcp"] = "unix"
-    worker_urls: tuple[str, ...] = ()
-    workers: tuple[WorkerConfig, ...] = field(default_factory=tuple)
+    pools: tuple[PoolConfig, ...] = ()  # every served model's pools, in config order
+    model_roots: tuple[str, ...] = ()  # folders the admin API may load models from; () = no loading
     startup_timeout_s: float = 600.0
     max_request_bytes: int = 32 * 1024 * 1024
     max_inputs_per_request: int = 2048  # OpenAI's documented limit
@@ -102,3 +122,13 @@ class GatewayConfig:
     metrics: bool = True  # Prometheus metrics at /metrics
     metrics_port: int | None = None  # serve /metrics on this port instead of the API port
     worker_security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS to remote workers
+
+    @property
+    def workers(self) -> tuple[WorkerConfig, ...]:
+        """Every local worker of every pool."""
+        return tuple(w for pool in self.pools for w in pool.workers)
+
+    @property
+    def worker_urls(self) -> tuple[str, ...]:
+        """Every remote worker URL of every pool."""
+        return tuple(url for pool in self.pools for url in pool.remotes)
