@@ -12,14 +12,16 @@ from __future__ import annotations
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.tasks import TASK_PARAMS
-from poolgate.shared.wire import Input, ModelInfo, PoolingCall
+from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
+
+PAIR_TASKS = ("classify",)  # the tasks that read a TextPair as one sequence (a cross-encoder)
 
 
 def check_call(info: ModelInfo, call: PoolingCall) -> None:
     """Everything about ``call`` that can be checked before tokenizing."""
     check_task(info, call.params)
     check_params(info, call.params)
-    check_inputs(info, call.inputs)
+    check_inputs(info, call.inputs, call.params.task)
 
 
 def check_task(info: ModelInfo, params: PoolingParams) -> None:
@@ -122,18 +124,50 @@ def check_length(info: ModelInfo, n_tokens: int, task: str | None = None) -> Non
         )
 
 
-def check_inputs(info: ModelInfo, inputs: list[Input]) -> None:
-    """Each input is a valid Unicode text or a list of in-vocabulary token ids."""
+def check_inputs(info: ModelInfo, inputs: list[Input], task: str | None = None) -> None:
+    """Each input is a valid Unicode text, a list of in-vocabulary token ids, a capped text, or (for a
+    cross-encoder's ``task``, when known) a text pair."""
     if not inputs:
         raise InvalidRequest("You must pass at least one prompt", param="input")
     for x in inputs:
         if isinstance(x, str):
             _check_text(x)
+        elif isinstance(x, TextPair):
+            _check_pair(x, task)
+        elif isinstance(x, CappedText):
+            _check_text(x.text)
+            _check_cap(x.max_tokens)
+        elif isinstance(x, ChatInput):
+            _check_chat(x)
         elif isinstance(x, list) and all(_is_token_id(t) for t in x):
             check_token_ids(info, x)
         else:
             raise InvalidRequest("each input must be a string or a list of non-negative integer token ids",
                                  param="input")
+
+
+def _check_pair(pair: TextPair, task: str | None) -> None:
+    if task is not None and task not in PAIR_TASKS:
+        raise InvalidRequest(f"Text pairs are read by a cross-encoder (task 'classify'), not by task '{task}'.",
+                             param="input")
+    _check_text(pair.text)
+    _check_text(pair.text_pair)
+    _check_cap(pair.max_text_tokens)
+    _check_cap(pair.max_pair_tokens)
+
+
+def _check_chat(chat: ChatInput) -> None:
+    """A conversation: at least one message, each a dict whose text content is valid Unicode."""
+    if not chat.messages or not all(isinstance(m, dict) for m in chat.messages):
+        raise InvalidRequest("a conversation needs at least one message object", param="messages")
+    for message in chat.messages:
+        if isinstance(message.get("content"), str):
+            _check_text(message["content"])
+
+
+def _check_cap(k) -> None:
+    if not _is_token_id(k):
+        raise InvalidRequest("a per-text token cap must be a non-negative integer", param="input")
 
 
 def check_token_ids(info: ModelInfo, ids: list[int]) -> None:

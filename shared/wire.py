@@ -18,7 +18,62 @@ from poolgate.shared.rows import Rows
 PREFIX = struct.Struct("!II")
 MAX_HEADER_BYTES = 256 * 1024 * 1024
 
-Input = str | list[int]
+
+@dataclass(frozen=True)
+class TextPair:
+    """A (query, document) pair that a cross-encoder reads as ONE sequence (its score template, or the
+    tokenizer's pair template, whose second segment BERT marks with token type 1). ``max_text_tokens`` /
+    ``max_pair_tokens`` (0 = off) cut each side to that many content tokens first (vLLM's
+    ``max_tokens_per_query`` / ``max_tokens_per_doc``)."""
+
+    text: str
+    text_pair: str
+    max_text_tokens: int = 0
+    max_pair_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class CappedText:
+    """A text cut to its first ``max_tokens`` content tokens before the special tokens are added
+    (a bi-encoder's query or document under ``max_tokens_per_query`` / ``max_tokens_per_doc``)."""
+
+    text: str
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    """One conversation (OpenAI-style ``{"role", "content"}`` messages, text only), which the worker renders
+    to text with the model's chat template (``workers.inputs.render_chat``) and then tokenizes."""
+
+    messages: list[dict]
+    add_generation_prompt: bool = False
+    continue_final_message: bool = False
+    chat_template_kwargs: dict | None = None
+
+
+# The inputs that travel as JSON objects, by their "type" tag on the wire.
+WIRE_INPUTS: dict[str, type] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput}
+
+Input = str | list[int] | TextPair | CappedText | ChatInput
+
+
+def input_to_wire(x: Input):
+    """A text or token ids as they are; an object input as ``{"type": tag, **fields}``."""
+    for tag, cls in WIRE_INPUTS.items():
+        if type(x) is cls:
+            return {"type": tag, **asdict(x)}
+    return x
+
+
+def input_from_wire(x) -> Input:
+    """Inverse of ``input_to_wire``; ValueError for an object of no known type."""
+    if not isinstance(x, dict):
+        return x
+    cls = WIRE_INPUTS.get(x.get("type"))
+    if cls is None:
+        raise ValueError(f"unknown input type {x.get('type')!r}")
+    return cls(**{k: v for k, v in x.items() if k != "type"})
 
 
 @dataclass(frozen=True)
@@ -36,12 +91,14 @@ class PoolingCall:
     def to_wire(self) -> dict:
         body = asdict(self)
         body["params"] = self.params.to_wire()
+        body["inputs"] = [input_to_wire(x) for x in self.inputs]
         return body
 
     @classmethod
     def from_wire(cls, body: dict) -> "PoolingCall":
         body = dict(body)
         body["params"] = PoolingParams.from_wire(body["params"])
+        body["inputs"] = [input_from_wire(x) for x in body["inputs"]]
         return cls(**body)
 
 
@@ -76,6 +133,10 @@ class ModelInfo:
     labels: tuple[str, ...] | None = None  # classify / token_classify: the label of each output, by index
     chunked_processing: bool = False  # embed inputs over max_model_len run in chunks (--pooler-config)
     max_embed_len: int | None = None  # with chunked_processing: the embed input cap; None = no cap
+    device: str | None = None  # where it runs, e.g. "cuda:3" (the host's GPU 3) or "cpu" (workers.backends report)
+    device_name: str = ""  # the hardware's name, e.g. the GPU or CPU model
+    attention: str | None = None  # the packed-attention path, e.g. "varlen_flash" or "grouped_sdpa"
+    device_memory: dict[str, int] | None = None  # bytes once loaded: allocated/reserved/total (host: total/peak_rss)
 
     def to_wire(self) -> dict:
         return asdict(self)

@@ -15,12 +15,12 @@ import time
 
 import numpy as np
 
-from poolgate.shared.errors import PoolgateError
+from poolgate.shared.errors import InvalidRequest, PoolgateError
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.transport import WorkerClient
-from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
-from poolgate.workers.runner_api import LoadedModel, RunOutput
+from poolgate.shared.wire import ChatInput, ModelInfo, PoolingCall, PoolingResult, TextPair
+from poolgate.workers.runner_api import Encoded, LoadedModel, RunOutput
 from poolgate.workers.sequence import Sequence, param_runs
 
 CLS, SEP = 101, 102
@@ -30,12 +30,37 @@ FAIL_TOKEN = 666  # a sequence whose first real token is this makes the fake dev
 class FakeEncoder:
     """Whitespace "tokenizer": each word one id, between CLS and SEP; records calls and threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, chat_template: bool = True) -> None:
         self.calls: list[tuple[list[str], int | None]] = []
         self.threads: set[int] = set()
+        self.chat_template = chat_template
 
-    def encode_pairs(self, firsts: list[str], seconds: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        return [fake_pair_ids(a, b)[:max_tokens] for a, b in zip(firsts, seconds)]
+    def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
+        """``[CLS] a [SEP] b [SEP]`` per pair (each side cut to its cap first), type 1 from ``b`` on."""
+        out = [fake_pair_ids(self.cut(p.text, p.max_text_tokens), self.cut(p.text_pair, p.max_pair_tokens))
+               for p in pairs]
+        ids, types = [x[0][:max_tokens] for x in out], [x[1][:max_tokens] for x in out]
+        return Encoded(ids, types)
+
+    def cut(self, text: str, max_tokens: int) -> str:
+        """The first ``max_tokens`` words (0 = all)."""
+        return " ".join(text.split()[:max_tokens]) if max_tokens > 0 else text
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """The words this encoder has seen for ``ids`` ("[CLS]"/"[SEP]" for the specials)."""
+        words = [FAKE_VOCAB.get(i, "[UNK]") for i in ids
+                 if not (skip_special_tokens and i in (CLS, SEP))]
+        return " ".join(words)
+
+    def token_strs(self, ids: list[int]) -> list[str | None]:
+        return [FAKE_VOCAB.get(i) for i in ids]
+
+    def render_chat(self, chat: ChatInput) -> str:
+        """``fake_chat_text``; a FakeEncoder built with ``chat_template=False`` refuses as the real one does."""
+        if not self.chat_template:
+            from poolgate.workers.tokenizer import NO_CHAT_TEMPLATE
+            raise InvalidRequest(NO_CHAT_TEMPLATE, param="messages")
+        return fake_chat_text(chat.messages, chat.add_generation_prompt)
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
                add_special_tokens: bool = True) -> list[list[int]]:
@@ -46,15 +71,32 @@ class FakeEncoder:
         out = []
         specials = 2 if add_special_tokens else 0
         for text in texts:
-            ids = [1000 + sum(w.encode()) % 20000 for w in text.split()]
+            ids = [fake_word_id(w) for w in text.split()]
             if max_tokens is not None:
                 ids = ids[: max(max_tokens - specials, 0)]
             out.append([CLS, *ids, SEP] if add_special_tokens else ids)
         return out
 
 
-def fake_pair_ids(first: str, second: str) -> list[int]:
-    return [*fake_ids(first), *fake_ids(second)[1:]]  # [CLS] a [SEP] b [SEP]
+def fake_chat_text(messages: list[dict], add_generation_prompt: bool = False) -> str:
+    """The fake chat template: ``<role> content`` per message, ``<assistant>`` to open a reply."""
+    text = " ".join(f"<{m['role']}> {m['content']}" for m in messages)
+    return f"{text} <assistant>" if add_generation_prompt else text
+
+
+FAKE_VOCAB: dict[int, str] = {CLS: "[CLS]", SEP: "[SEP]"}  # every word the fake encoder has seen, by id
+
+
+def fake_word_id(word: str) -> int:
+    i = 1000 + sum(word.encode()) % 20000
+    FAKE_VOCAB.setdefault(i, word)
+    return i
+
+
+def fake_pair_ids(first: str, second: str) -> tuple[list[int], list[int]]:
+    """``[CLS] a [SEP] b [SEP]`` and its token type ids (1 for ``b [SEP]``)."""
+    a, b = fake_ids(first), fake_ids(second)[1:]
+    return [*a, *b], [0] * len(a) + [1] * len(b)
 
 
 def fake_ids(text: str, max_tokens: int | None = None) -> list[int]:

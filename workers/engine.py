@@ -165,13 +165,15 @@ class Engine:
     async def _submit(self, call: PoolingCall) -> PoolingResult:
         self.inputs.check(call)
         start = time.perf_counter()
-        token_lists = await self._loop.run_in_executor(self._tokenizer, self.inputs.tokenize, call)
+        encoded = await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
         _check_deadline(call.deadline)
+        token_lists, types = encoded.ids, encoded.type_ids
         prompt_tokens = [len(ids) for ids in token_lists]
         state = _Call(self._loop.create_future(), call.deadline)
-        if chunks_inputs(self.info, call.params.task):
+        if chunks_inputs(self.info, call.params.task):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
-        state.seqs = [Sequence(ids, call.params, handle=state) for ids in token_lists]
+            types = [None] * len(token_lists)
+        state.seqs = [Sequence(ids, call.params, handle=state, token_type_ids=t) for ids, t in zip(token_lists, types)]
         state.queued_at = time.perf_counter()
         state.tokenize_s = state.queued_at - start
         self._live.add(state)

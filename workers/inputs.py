@@ -7,13 +7,16 @@ the truncation length are encoded again with the tokenizer's own truncation,
 as sentence-transformers does, so truncated ids match it exactly. Lengths are
 checked against the input cap (``shared.limits.input_cap``): with chunked
 processing an embed input may be longer than ``max_model_len``, and the engine
-splits it (``workers.chunking``).
+splits it (``workers.chunking``). A ``CappedText`` is cut to its content-token
+cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
+through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
+its token type ids.
 """
 from __future__ import annotations
 
 from poolgate.shared.limits import check_call, check_length, truncation_length
-from poolgate.shared.wire import Input, ModelInfo, PoolingCall
-from poolgate.workers.runner_api import TextEncoder
+from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
+from poolgate.workers.runner_api import Encoded, TextEncoder
 
 
 class InputStage:
@@ -28,10 +31,24 @@ class InputStage:
 
     def tokenize(self, call: PoolingCall) -> list[list[int]]:
         """Token ids per input, in order, truncated as asked and checked against the model."""
-        ids = self._encode(call.inputs, truncation_length(self.info, call.params), call.params.add_special_tokens)
+        return self.encode(call).ids
+
+    def encode(self, call: PoolingCall) -> Encoded:
+        """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs)."""
+        k = truncation_length(self.info, call.params)
+        inputs = render_chats(self.encoder, call.inputs)
+        inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in inputs]
+        pairs = [i for i, x in enumerate(inputs) if isinstance(x, TextPair)]
+        ids = self._encode([x if not isinstance(x, TextPair) else [] for x in inputs], k,
+                           call.params.add_special_tokens)
+        types: list[list[int] | None] = [None] * len(ids)
+        if pairs:
+            encoded = self.encoder.encode_pairs([inputs[i] for i in pairs], k)
+            for i, pair_ids, pair_types in zip(pairs, encoded.ids, encoded.type_ids):
+                ids[i], types[i] = pair_ids, pair_types
         for x in ids:
             check_length(self.info, len(x), call.params.task)
-        return ids
+        return Encoded(ids, types)
 
     def _encode(self, inputs: list[Input], k: int | None, special: bool = True) -> list[list[int]]:
         ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
@@ -47,3 +64,10 @@ class InputStage:
             for i, truncated in zip(too_long, encoded):
                 ids[i] = truncated
         return [x[:k] for x in ids]  # k below a tokenizer's special-token count still keeps k
+
+
+def render_chats(encoder: TextEncoder, inputs: list[Input]) -> list[Input]:
+    """Each ``ChatInput`` rendered to its text with the model's chat template (the tokenizer's
+    ``apply_chat_template``, as vLLM does); the text is then tokenized like any other, with the
+    call's ``add_special_tokens`` (False by default for chat requests, since templates add their own)."""
+    return [encoder.render_chat(x) if isinstance(x, ChatInput) else x for x in inputs]

@@ -15,9 +15,10 @@ vLLM's messages.
 - ``encode(pooling_task=...)`` → one array per input (``(T, dim)`` for token tasks);
 - ``score(queries, documents)`` pairs 1:1, 1:N or N:N (pairwise by index) as
   vLLM does: cosine of the ``embed`` vectors for a bi-encoder, MaxSim of the
-  ``token_embed`` vectors for late interaction. A cross-encoder (``classify``)
-  needs each pair tokenized as one input, which the input stage cannot do yet,
-  so it raises ``NotImplementedError``.
+  ``token_embed`` vectors for late interaction (each query and document
+  pooled once), and for a one-label cross-encoder (``classify``) one forward
+  per pair, the pair read as one sequence (``shared.wire.TextPair``: the
+  tokenizer's pair template, with BERT's token type ids); see ``shared.scoring``.
 
 Constructor flags are the CLI's model flags as keywords: ``WorkerConfig``'s
 fields (``dtype``, ``backend``, ``max_model_len``, ``max_batch_tokens``,
@@ -35,7 +36,7 @@ import itertools
 import threading
 import weakref
 from argparse import Namespace
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import fields
 from typing import Any
 
@@ -48,8 +49,9 @@ from poolgate.shared.models import resolve_model
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.rows import Rows
-from poolgate.shared.tasks import REMOVED_TASKS
-from poolgate.shared.wire import Input, PoolingCall
+from poolgate.shared.scoring import SCORERS, check_pairs, query_of
+from poolgate.shared.tasks import REMOVED_TASKS, SCORE_TYPES
+from poolgate.shared.wire import Input, PoolingCall, TextPair
 from poolgate.workers.engine import Engine
 from poolgate.workers.runner_api import LoadedModel
 
@@ -144,7 +146,6 @@ class PoolingModel:
 
     def _start(self, loaded: LoadedModel, tokenizer_threads: int) -> None:
         self.info = loaded.info
-        self._encoder = loaded.encoder
         self._ids = itertools.count()
         loop, engine = _LoopThread(), Engine(loaded, tokenizer_threads)
         try:
@@ -191,31 +192,21 @@ class PoolingModel:
               truncate_prompt_tokens: int | None = None) -> np.ndarray:
         """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``."""
         queries, documents = _as_inputs(queries), _as_inputs(documents)
-        _check_pairs(len(queries), len(documents))
+        check_pairs(len(queries), len(documents))
         task = self.info.tasks[0]
-        if task == "classify":
+        kind = SCORE_TYPES.get(task)
+        if kind is None:
+            raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
+                                 "score() needs an embed, token_embed or classify model.")
+        inputs = queries + documents  # each query and document pooled once
+        if kind == "cross-encoder":
             if self.info.embedding_dim != 1:
                 raise InvalidRequest("Scoring API is only enabled for num_labels == 1.")
-            return self._cross_encode(queries, documents, truncate_prompt_tokens)
-        similarity = PAIR_SCORES.get(task)
-        if similarity is None:
-            raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
-                               "score() needs an embed, token_embed or classify model.")
-        params = PoolingParams(task=task, truncate_prompt_tokens=truncate_prompt_tokens)
-        rows = self._pool(queries + documents, params)  # each query and document once, in one call
-        n = len(queries)
-        left = [rows.item(0 if n == 1 else i) for i in range(len(documents))]
-        return np.array([similarity(q, rows.item(n + i)) for i, q in enumerate(left)], dtype=np.float32)
-
-    def _cross_encode(self, queries: list, documents: list, truncate: int | None) -> np.ndarray:
-        """One forward per (query, document) pair, tokenized together with the tokenizer's pair template."""
-        if not all(isinstance(x, str) for x in queries + documents):
-            raise InvalidRequest(CROSS_ENCODER_TEXTS)
-        firsts = [queries[0 if len(queries) == 1 else i] for i in range(len(documents))]
-        limit = self.info.max_model_len if truncate == -1 else truncate
-        pairs = self._encoder.encode_pairs(firsts, documents, limit)
-        rows = self._pool(pairs, PoolingParams(task="classify"))  # (pairs, 1) scores
-        return rows.values.reshape(-1).astype(np.float32)
+            if not all(isinstance(x, str) for x in inputs):
+                raise InvalidRequest(CROSS_ENCODER_TEXTS)
+            inputs = [TextPair(queries[q], d) for q, d in zip(query_of(len(queries), len(documents)), documents)]
+        rows = self._pool(inputs, PoolingParams(task=task, truncate_prompt_tokens=truncate_prompt_tokens))
+        return SCORERS[kind](rows, len(queries))
 
     def close(self) -> None:
         """Stop the engine and the loop thread; safe to call more than once."""
@@ -253,29 +244,3 @@ def _as_inputs(inputs: Inputs) -> list[Input]:
     if items and all(isinstance(t, int) and not isinstance(t, bool) for t in items):
         return [items]
     return items
-
-
-def _check_pairs(n_queries: int, n_documents: int) -> None:
-    """vLLM's score pairing: 1:1, 1:N or N:N, neither side empty."""
-    if n_queries == 0:
-        raise InvalidRequest("At least one text element must be given", param="queries")
-    if n_documents == 0:
-        raise InvalidRequest("At least one text_pair element must be given", param="documents")
-    if n_queries > 1 and n_queries != n_documents:
-        raise InvalidRequest("Input lengths must be either 1:1, 1:N or N:N", param="queries")
-
-
-def cosine(q: np.ndarray, d: np.ndarray) -> float:
-    """Bi-encoder score: cosine of two (dim,) vectors in float32 (each norm clamped at 1e-8, as torch does)."""
-    q, d = q.astype(np.float32), d.astype(np.float32)
-    return float(q @ d / (max(np.linalg.norm(q), 1e-8) * max(np.linalg.norm(d), 1e-8)))
-
-
-def maxsim(q: np.ndarray, d: np.ndarray) -> float:
-    """Late-interaction score: Σ over query tokens of the max over document tokens of q·d, in float32."""
-    sims = q.astype(np.float32) @ d.astype(np.float32).T  # (query tokens, document tokens)
-    return float(sims.max(axis=1).sum())
-
-
-# How score() compares a query's and a document's outputs, by the model's active task (shared.tasks.SCORE_TYPES).
-PAIR_SCORES: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"embed": cosine, "token_embed": maxsim}

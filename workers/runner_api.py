@@ -13,15 +13,33 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from poolgate.shared.rows import Rows
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire import ModelInfo, TextPair
 from poolgate.workers.sequence import Sequence
 
 
-class TextEncoder(Protocol):
-    """Texts to token ids; the real one is ``workers.tokenizer.TextEncoder``."""
+@dataclass(frozen=True)
+class Encoded:
+    """Token ids per input, and per input its token type ids (None: all segment 0)."""
 
-    def encode_pairs(self, firsts: list[str], seconds: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        """Each pair as one sequence in the tokenizer's pair template (cross-encoders)."""
+    ids: list[list[int]]
+    type_ids: list[list[int] | None]
+
+
+class TextEncoder(Protocol):
+    """Texts to token ids and back; the real one is ``workers.tokenizer.TextEncoder``."""
+
+    def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
+        """Each pair as one sequence in the tokenizer's pair template, with its token type ids (cross-encoders)."""
+        ...
+
+    def cut(self, text: str, max_tokens: int) -> str:
+        """``text`` up to the end of its ``max_tokens``-th content token (0 = the whole text)."""
+        ...
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        ...
+
+    def token_strs(self, ids: list[int]) -> list[str | None]:
         ...
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,

@@ -1,9 +1,16 @@
-"""Text → token ids with the model's fast tokenizer, truncating as sentence-transformers does."""
+"""Text → token ids with the model's fast tokenizer, truncating as sentence-transformers does; pairs, chat templates, decoding."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from poolgate.shared.errors import NotSupported
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.wire import ChatInput, TextPair
+from poolgate.workers.runner_api import Encoded
+
+
+# vLLM's message when the tokenizer has no chat template (transformers dropped the default one in 4.44).
+NO_CHAT_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must "
+                    "provide a chat template if the tokenizer does not define one.")
 
 
 class TextEncoder:
@@ -23,18 +30,50 @@ class TextEncoder:
         self.backend.no_padding()
         self.do_lower_case = do_lower_case
 
-    def encode_pairs(self, firsts: list[str], seconds: list[str], max_tokens: int | None = None) -> list[list[int]]:
-        """Each (first, second) as one sequence, the tokenizer's own pair template (``[CLS] a [SEP] b [SEP]``);
-        with ``max_tokens``, the longer side is cut first (the tokenizer's ``longest_first``)."""
+    def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
+        """Each pair as one sequence in the tokenizer's pair template (``[CLS] a [SEP] b [SEP]``), with its
+        token type ids (BERT marks the second text 1). Each side is first cut to its own content-token cap
+        (``TextPair.max_*_tokens``, at a character boundary, as vLLM does); with ``max_tokens``, the
+        longer side is then cut first (the tokenizer's ``longest_first``)."""
+        firsts = [self.cut(p.text, p.max_text_tokens) for p in pairs]
+        seconds = [self.cut(p.text_pair, p.max_pair_tokens) for p in pairs]
         if self.do_lower_case:
             firsts, seconds = [t.lower() for t in firsts], [t.lower() for t in seconds]
         kwargs = {"truncation": True, "max_length": max_tokens} if max_tokens is not None else {}
         out = self.tokenizer(firsts, text_pair=seconds, add_special_tokens=True, return_token_type_ids=True, **kwargs)
-        if any(any(t) for t in out.get("token_type_ids") or ()):
-            raise NotSupported("this tokenizer marks the second text of a pair with token type ids, which "
-                               "poolgate's packed encoders do not take yet (BERT-style cross-encoders); "
-                               "RoBERTa/XLM-R and decoder rerankers work")
-        return out["input_ids"]
+        types = out.get("token_type_ids") or [None] * len(pairs)
+        return Encoded(out["input_ids"], [t if t is not None and any(t) else None for t in types])
+
+    def cut(self, text: str, max_tokens: int) -> str:
+        """``text`` up to the end of its ``max_tokens``-th content token (0 = the whole text)."""
+        if max_tokens <= 0:
+            return text
+        encoding = self.backend.encode(text.lower() if self.do_lower_case else text, add_special_tokens=False)
+        if len(encoding.ids) <= max_tokens:
+            return text
+        return text[:encoding.offsets[max_tokens - 1][1]]
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (the tokenizer's own decoding)."""
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_strs(self, ids: list[int]) -> list[str | None]:
+        """Each id's token string in the vocabulary (None for an id it does not have)."""
+        return [self.backend.id_to_token(i) for i in ids]
+
+    def render_chat(self, chat: ChatInput) -> str:
+        """The conversation as text, by the tokenizer's chat template; 400 when it has none or refuses it."""
+        if not self.tokenizer.chat_template:
+            raise InvalidRequest(NO_CHAT_TEMPLATE, param="messages")
+        from jinja2 import TemplateError
+
+        try:
+            return self.tokenizer.apply_chat_template(
+                chat.messages, tokenize=False, add_generation_prompt=chat.add_generation_prompt,
+                continue_final_message=chat.continue_final_message, **(chat.chat_template_kwargs or {}))
+        except (TemplateError, ValueError, TypeError) as exc:  # vLLM: 400 for these
+            raise InvalidRequest(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                 param="messages") from None
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
                add_special_tokens: bool = True) -> list[list[int]]:

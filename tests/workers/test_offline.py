@@ -11,7 +11,8 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, Unavailable
 from poolgate.shared.models import bundled_model_path
 from poolgate.shared.pooler_config import PoolerConfig
-from poolgate.workers.offline import LLM, PoolingModel, maxsim, offline_config
+from poolgate.shared.scoring import maxsim
+from poolgate.workers.offline import LLM, PoolingModel, offline_config
 from tests.fakes import expected_output, expected_vector, fake_model, make_tiny_tokenizer
 
 TEXTS = ["a", "Hello world!", "The quick brown fox jumps over the lazy dog.",
@@ -225,8 +226,8 @@ def test_flags_are_checked_at_the_edge():
         PoolingModel("/no/such/model")
 
 
-def test_pairs_that_need_token_type_ids_are_refused_not_miscomputed(tmp_path):
-    from poolgate.shared.errors import NotSupported
+def test_a_bert_pair_carries_its_token_type_ids(tmp_path):
+    from poolgate.shared.wire import TextPair
     from poolgate.workers.tokenizer import TextEncoder
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -238,5 +239,6 @@ def test_pairs_that_need_token_type_ids_are_refused_not_miscomputed(tmp_path):
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
                             sep_token="[SEP]").save_pretrained(tmp_path)
-    with pytest.raises(NotSupported, match="token type ids"):
-        TextEncoder(tmp_path).encode_pairs(["a"], ["b"])
+    encoded = TextEncoder(tmp_path).encode_pairs([TextPair("a", "b b"), TextPair("a a b", "b", max_text_tokens=1)])
+    assert encoded.ids == [[2, 4, 3, 5, 5, 3], [2, 4, 3, 5, 3]]
+    assert encoded.type_ids == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1]]

@@ -31,5 +31,10 @@ class HfAutoEncoder(nn.Module):
         mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
         ids[mask] = batch.input_ids
-        out = self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # (batch, width, hidden)
+        kwargs = {}
+        if batch.token_type_ids is not None:  # a cross-encoder's pairs: segment ids, padding as segment 0
+            types = torch.zeros((n, width), dtype=torch.long, device=device)
+            types[mask] = batch.token_type_ids
+            kwargs["token_type_ids"] = types  # (batch, width)
+        out = self.model(input_ids=ids, attention_mask=mask.long(), **kwargs).last_hidden_state  # (batch, width, hidden)
         return out[mask]  # (n_tokens, hidden), in packed order
