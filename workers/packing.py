@@ -1,7 +1,7 @@
 """Turns a list of token-id lists into one packed, padding-free batch (host side)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,11 +17,17 @@ class AttnGroup:
     mask: torch.Tensor | None  # (n, 1, 1, max_len) True = real key; None = no padding
     valid: torch.Tensor  # (n_tokens_in_group,) rows of the padded block that are real
     dst: torch.Tensor  # (n_tokens_in_group,) where those rows go in the packed output
+    masks: dict = field(default_factory=dict, repr=False)  # attention masks built for this group, by kind
 
 
 @dataclass
 class PackedBatch:
-    """``input_ids``/``positions`` are (n_tokens,); ``cu_seqlens`` is (batch + 1,) int32."""
+    """``input_ids``/``positions`` are (n_tokens,); ``cu_seqlens`` is (batch + 1,) int32.
+
+    ``positions`` count from 0 in each sequence; a model's position scheme
+    (``workers.models.positions``) adds any offset. ``token_type_ids`` is
+    (n_tokens,) segment ids for cross-encoder pairs, or None (all zeros).
+    """
 
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -30,21 +36,26 @@ class PackedBatch:
     lengths: list[int]
     max_len: int
     groups: list[AttnGroup] | None = None
+    token_type_ids: torch.Tensor | None = None
 
     @property
     def n_tokens(self) -> int:
         return int(self.input_ids.shape[0])
 
 
-def pack(seqs: list[list[int]], *, position_offset: int = 0, group_attention: bool = True,
-         waste: float = 1.1, max_group: int = 32) -> PackedBatch:
-    """Concatenate ``seqs``; with ``group_attention`` also plan length-sorted SDPA groups."""
+def pack(seqs: list[list[int]], *, token_types: list[list[int] | None] | None = None,
+         group_attention: bool = True, waste: float = 1.1, max_group: int = 32) -> PackedBatch:
+    """Concatenate ``seqs``; with ``group_attention`` also plan length-sorted SDPA groups.
+
+    ``token_types`` gives each sequence's segment ids (same length as the
+    sequence; None for a sequence means zeros); without any, the batch has none.
+    """
     lengths = [len(s) for s in seqs]
     ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
     cu = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=cu[1:])
     starts = np.repeat(cu[:-1], lengths)
-    positions = np.arange(ids.shape[0], dtype=np.int64) - starts + position_offset
+    positions = np.arange(ids.shape[0], dtype=np.int64) - starts
     seg_ids = np.repeat(np.arange(len(seqs), dtype=np.int64), lengths)
     return PackedBatch(
         input_ids=torch.from_numpy(ids),
@@ -54,7 +65,33 @@ def pack(seqs: list[list[int]], *, position_offset: int = 0, group_attention: bo
         lengths=lengths,
         max_len=max(lengths),
         groups=_plan_groups(lengths, cu, waste, max_group) if group_attention else None,
+        token_type_ids=_token_types(token_types, lengths),
     )
+
+
+def _token_types(types: list[list[int] | None] | None, lengths: list[int]) -> torch.Tensor | None:
+    if types is None or all(t is None for t in types):
+        return None
+    if len(types) != len(lengths):
+        raise ValueError(f"token_types has {len(types)} entries for {len(lengths)} sequences")
+    for i, (t, n) in enumerate(zip(types, lengths)):
+        if t is not None and len(t) != n:
+            raise ValueError(f"sequence {i}: {len(t)} token type ids for {n} tokens")
+    flat = np.fromiter((x for t, n in zip(types, lengths) for x in (t if t is not None else [0] * n)),
+                       dtype=np.int64, count=sum(lengths))
+    return torch.from_numpy(flat)
+
+
+def ensure_groups(batch: PackedBatch, waste: float = 1.1, max_group: int = 32) -> PackedBatch:
+    """``batch`` with its SDPA group plan, planned now (and moved to its device) if it had none."""
+    if batch.groups is None:
+        cu = batch.cu_seqlens.cpu().numpy().astype(np.int64)
+        device = batch.input_ids.device
+        groups = _plan_groups(batch.lengths, cu, waste, max_group)
+        batch.groups = [AttnGroup(g.n, g.max_len, *(None if t is None else t.to(device)
+                                                     for t in (g.gather, g.mask, g.valid, g.dst)))
+                        for g in groups]
+    return batch
 
 
 def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: int) -> list[AttnGroup]:
@@ -96,13 +133,16 @@ def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
         AttnGroup(g.n, g.max_len, fn(g.gather), None if g.mask is None else fn(g.mask), fn(g.valid), fn(g.dst))
         for g in batch.groups
     ]
+    types = None if batch.token_type_ids is None else fn(batch.token_type_ids)
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups)
+                       batch.lengths, batch.max_len, groups, types)
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:
     """Every tensor ``batch`` holds."""
     out = [batch.input_ids, batch.positions, batch.cu_seqlens, batch.seg_ids]
+    if batch.token_type_ids is not None:
+        out.append(batch.token_type_ids)
     for g in batch.groups or ():
         out += [t for t in (g.gather, g.mask, g.valid, g.dst) if t is not None]
     return out

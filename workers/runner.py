@@ -39,11 +39,10 @@ class PoolingRunner:
 
     def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype, pooler: DispatchPooler):
         self.model, self.backend, self.dtype, self.pooler = model, backend, dtype, pooler
-        self.position_offset = getattr(getattr(model, "config", None), "position_offset", 0)
         self.group_attention = backend.uses_groups(dtype)
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch:
-        packed = pack([s.token_ids for s in seqs], position_offset=self.position_offset,
+        packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
                       group_attention=self.group_attention)
         packed, ready = self.backend.upload(packed)
         return PreparedBatch(packed, param_runs(seqs), ready)

@@ -11,6 +11,14 @@ from safetensors.torch import load_file
 log = logging.getLogger("poolgate.worker")
 
 
+class CheckpointError(ValueError):
+    """A checkpoint poolgate cannot load; the message names the file (or folder) and the problem."""
+
+    def __init__(self, source: str | Path, problem: str):
+        super().__init__(f"{source}: {problem}")
+        self.source, self.problem = str(source), problem
+
+
 def _safetensors_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
@@ -18,6 +26,16 @@ def _safetensors_files(folder: Path) -> list[Path]:
         return [folder / s for s in shards]
     single = folder / "model.safetensors"
     return [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
+
+
+def weights_source(folder: Path) -> str:
+    """How load errors name a checkpoint: its one weights file, or its shard index, or the folder."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return str(index)
+    files = _safetensors_files(folder) or sorted(folder.glob("pytorch_model*.bin"))
+    return str(files[0]) if len(files) == 1 else str(folder)
 
 
 def load_state_dict(folder: Path, *, allow_pickle: bool = False) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.models import build_model
 from poolgate.workers.packing import pack
 from poolgate.workers.st_config import read_spec
+from poolgate.workers.weights import CheckpointError
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], [2, 7, 7, 7, 7, 7, 7, 3]]
 
@@ -17,7 +18,7 @@ def _packed_hidden(folder, seqs):
     model, arch = build_model(spec, grouped_sdpa, allow_pickle=False)
     assert arch.packed
     with torch.no_grad():
-        return model(pack(seqs, position_offset=model.config.position_offset))
+        return model(pack(seqs))
 
 
 def _reference(model, seqs):
@@ -53,5 +54,5 @@ def test_missing_weight_is_an_error(tmp_path):
     state = load_file(tmp_path / "model.safetensors")
     state.pop(next(k for k in state if "intermediate.dense.weight" in k))
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(KeyError, match="intermediate.dense.weight"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: missing tensors .*intermediate\.dense\.weight"):
         _packed_hidden(tmp_path, SEQS)

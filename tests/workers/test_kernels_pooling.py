@@ -15,9 +15,10 @@ def _seqs():
 
 
 def test_pack_offsets_and_positions():
-    b = pack(_seqs(), position_offset=2)
+    b = pack(_seqs())
     assert b.cu_seqlens.tolist() == [0, 5, 6, 23, 26, 43, 52, 54, 84]
-    assert b.positions[:7].tolist() == [2, 3, 4, 5, 6, 2, 2]
+    assert b.positions[:7].tolist() == [0, 1, 2, 3, 4, 0, 0]
+    assert b.token_type_ids is None
     assert b.seg_ids[5].item() == 1 and b.max_len == 30
     covered = sorted(t for g in b.groups for t in g.dst.tolist())
     assert covered == list(range(sum(LENGTHS)))  # every token attended exactly once
@@ -28,7 +29,7 @@ def test_grouped_sdpa_matches_per_sequence(waste, max_group):
     torch.manual_seed(0)
     b = pack(_seqs(), waste=waste, max_group=max_group)
     qkv = torch.randn(b.n_tokens, 3, 4, 8)
-    got = grouped_sdpa(qkv, b, 8 ** -0.5)
+    got = grouped_sdpa(*qkv.unbind(1), b, scale=8 ** -0.5)
     for s, e in zip(b.cu_seqlens[:-1].tolist(), b.cu_seqlens[1:].tolist()):
         q, k, v = (qkv[s:e, i].transpose(0, 1) for i in range(3))  # (heads, len, dim)
         want = F.scaled_dot_product_attention(q, k, v).transpose(0, 1)

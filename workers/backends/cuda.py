@@ -34,12 +34,15 @@ class CudaBackend(Backend):
     def fast_dtype(self) -> torch.dtype:
         return torch.float16
 
-    def setup(self, num_threads: int | None) -> None:
+    def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
+        super().setup(num_threads, cpu_affinity)
         torch.backends.cuda.matmul.allow_tf32 = True
         if num_threads:
             torch.set_num_threads(num_threads)
 
     def attention(self, dtype: torch.dtype) -> AttentionFn:
+        """Varlen flash attention for fp16/bf16 where torch ships it (causal, windows and GQA in the
+        kernel; a relative bias falls back to grouped SDPA inside it), else grouped SDPA."""
         return varlen_flash if dtype in HALF and has_varlen() else grouped_sdpa
 
     def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
@@ -70,6 +73,12 @@ class CudaBackend(Backend):
         device = self.device()
         return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
 
+    def device_name(self) -> str:
+        return torch.cuda.get_device_name(self.device())
+
+    def memory_report(self) -> dict[str, int]:
+        return {**self.memory(), "total": torch.cuda.get_device_properties(self.device()).total_memory}
+
     def release_memory(self) -> None:
         torch.cuda.empty_cache()
 
@@ -78,9 +87,13 @@ class CudaBackend(Backend):
 
 
 class RocmBackend(CudaBackend):
-    """AMD ROCm: torch exposes it through the cuda device type."""
+    """AMD ROCm: torch exposes it through the cuda device type; a ROCm build of torch sets ``torch.version.hip``."""
 
     name = "rocm"
+
+    def attention(self, dtype: torch.dtype) -> AttentionFn:
+        """SDPA per length group (torch's varlen flash kernel is built for NVIDIA GPUs)."""
+        return grouped_sdpa
 
     def available(self) -> bool:
         return torch.cuda.is_available() and torch.version.hip is not None

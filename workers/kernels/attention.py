@@ -1,46 +1,142 @@
-"""Attention over packed sequences: varlen flash attention, or SDPA per length group."""
+"""Attention over packed sequences: one contract, a grouped-SDPA path and a varlen flash path.
+
+Every backend returns a function with the signature of ``AttentionFn``::
+
+    attention(q, k, v, batch, *, scale, causal=False, window=None, bias=None)
+
+q is (n_tokens, heads, head_dim); k and v are (n_tokens, kv_heads, head_dim)
+with ``heads % kv_heads == 0`` (grouped-query attention); the result is
+(n_tokens, heads, head_dim). A token attends only to keys of its own packed
+sequence; ``causal`` keeps keys at or before it; ``window=(left, right)``
+keeps key j for query i only if ``i - left <= j <= i + right`` (positions
+within the sequence); ``bias`` adds a relative-position bias (MPNet) that
+depends only on ``j - i``.
+
+``grouped_sdpa`` gathers each planned group of similar-length sequences
+(``packing.AttnGroup``) into a padded block, builds the group's mask once
+(padding keys, causal, window, bias) and runs one SDPA call per group.
+``varlen_flash`` runs without any padding; it expresses causal, windows and
+GQA, and hands calls with a bias to ``grouped_sdpa`` (planning the groups on
+first use).
+"""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-from poolgate.workers.packing import PackedBatch
-
-AttentionFn = Callable[[torch.Tensor, PackedBatch, float], torch.Tensor]
+from poolgate.workers.packing import AttnGroup, PackedBatch, ensure_groups
 
 
-def grouped_sdpa(qkv: torch.Tensor, batch: PackedBatch, scale: float) -> torch.Tensor:
-    """qkv: (n_tokens, 3, heads, head_dim) → (n_tokens, heads, head_dim), exact.
+class RelativeBias(Protocol):
+    """An additive attention bias that depends only on the relative position ``j - i``."""
 
-    Each group of similar-length sequences is gathered (one contiguous row
-    copy), padded to its own longest and masked, so the padding cost stays
-    within the plan's waste factor.
+    def block(self, length: int) -> torch.Tensor:
+        """(heads, length, length) float bias for a sequence at positions 0 .. length-1."""
+
+
+class AttentionFn(Protocol):
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *,
+                 scale: float, causal: bool = False, window: tuple[int, int] | None = None,
+                 bias: RelativeBias | None = None) -> torch.Tensor: ...
+
+
+def allowed(length: int, *, causal: bool, window: tuple[int, int] | None,
+            device: torch.device | None = None) -> torch.Tensor | None:
+    """(length, length) bool, True where query i may attend key j; None = everything allowed."""
+    if not causal and window is None:
+        return None
+    i = torch.arange(length, device=device)[:, None]
+    j = torch.arange(length, device=device)[None, :]
+    ok = torch.ones(length, length, dtype=torch.bool, device=device)
+    if causal:
+        ok &= j <= i
+    if window is not None:
+        left, right = window
+        ok &= (j >= i - left) & (j <= i + right)
+    return ok
+
+
+def _group_mask(g: AttnGroup, causal: bool, window: tuple[int, int] | None, bias: RelativeBias | None,
+                dtype: torch.dtype) -> torch.Tensor | None:
+    """The SDPA mask of one group: bool (n|1, 1, L|1, L), or float with the bias (n|1, heads|1, L, L).
+
+    Padded query rows always keep their own (padding) key, so no row is fully
+    masked (no NaN); their outputs are dropped anyway.
     """
-    n_tokens, _, heads, dim = qkv.shape
-    out = qkv.new_empty(n_tokens, heads, dim)
-    for g in batch.groups:
-        block = qkv.index_select(0, g.gather).view(g.n, g.max_len, 3, heads, dim)
-        q, k, v = block.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (n, heads, max_len, dim)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scale)
-        o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, dim)  # (n * max_len, heads, dim)
+    key = (causal, window, id(bias), dtype)
+    if key in g.masks:
+        return g.masks[key][0]
+    device = g.gather.device
+    rule = allowed(g.max_len, causal=causal, window=window, device=device)  # (L, L) or None
+    mask = g.mask  # (n, 1, 1, L) real keys, or None
+    if rule is not None:
+        rule = rule[None, None]  # (1, 1, L, L)
+        if mask is not None:
+            diag = torch.eye(g.max_len, dtype=torch.bool, device=device)[None, None]
+            rule = rule & (mask | diag)  # (n, 1, L, L)
+        mask = rule
+    if bias is not None:
+        b = bias.block(g.max_len).to(dtype)[None]  # (1, heads, L, L)
+        mask = b if mask is None else b.masked_fill(~mask, float("-inf"))
+    g.masks[key] = (mask, bias)  # kept for the batch's other layers; holding bias keeps its id unique
+    return mask
+
+
+def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
+                 causal: bool = False, window: tuple[int, int] | None = None,
+                 bias: RelativeBias | None = None) -> torch.Tensor:
+    """Exact attention by SDPA per length group; padding stays within the plan's waste factor."""
+    n_tokens, heads, dim = q.shape
+    kv_heads = k.shape[1]
+    out = q.new_empty(n_tokens, heads, v.shape[-1])
+    for g in ensure_groups(batch).groups:
+        def block(x: torch.Tensor) -> torch.Tensor:  # (n_tokens, h, d) → (n, h, L, d)
+            return x.index_select(0, g.gather).view(g.n, g.max_len, x.shape[1], x.shape[2]).transpose(1, 2)
+
+        mask = _group_mask(g, causal, window, bias, q.dtype)
+        o = F.scaled_dot_product_attention(block(q), block(k), block(v), attn_mask=mask, scale=scale,
+                                           enable_gqa=kv_heads != heads)  # (n, heads, L, d)
+        o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, -1)  # (n * L, heads, d)
         out.index_copy_(0, g.dst, o if g.mask is None else o.index_select(0, g.valid))
     return out
 
 
-def varlen_flash(qkv: torch.Tensor, batch: PackedBatch, scale: float) -> torch.Tensor:
-    """qkv: (n_tokens, 3, heads, head_dim) fp16/bf16 on a GPU → (n_tokens, heads, head_dim).
-
-    No padding at all. The kernel's default softmax scale is 1/sqrt(head_dim);
-    other scales go through the keyword that torch ≥ 2.11 has.
-    """
+def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
+                 causal: bool = False, window: tuple[int, int] | None = None,
+                 bias: RelativeBias | None = None) -> torch.Tensor:
+    """fp16/bf16 on a GPU, no padding; a bias goes through ``grouped_sdpa`` instead."""
+    if bias is not None:
+        return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias)
     from torch.nn.attention.varlen import varlen_attn
 
-    q, k, v = qkv.unbind(1)  # 3 × (n_tokens, heads, dim)
+    left, right = (-1, -1) if window is None else window
+    if causal:
+        right = 0
     cu = batch.cu_seqlens
-    kwargs = {} if abs(scale * qkv.shape[-1] ** 0.5 - 1.0) < 1e-6 else {"scale": scale}
-    return varlen_attn(q, k, v, cu, cu, batch.max_len, batch.max_len, **kwargs)
+    return varlen_attn(q, k, v, cu, cu, batch.max_len, batch.max_len, scale=scale,
+                       window_size=(left, right), enable_gqa=k.shape[1] != q.shape[1])
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *,
+                        scale: float, causal: bool = False, window: tuple[int, int] | None = None,
+                        bias: RelativeBias | None = None) -> torch.Tensor:
+    """The contract written plainly, one sequence at a time in fp32 (tests and agreement checks only)."""
+    out = []
+    group = q.shape[1] // k.shape[1]
+    for s, e in zip(batch.cu_seqlens[:-1].tolist(), batch.cu_seqlens[1:].tolist()):
+        qs = q[s:e].float().transpose(0, 1)  # (heads, len, d)
+        ks = k[s:e].float().repeat_interleave(group, 1).transpose(0, 1)
+        vs = v[s:e].float().repeat_interleave(group, 1).transpose(0, 1)
+        scores = qs @ ks.transpose(1, 2) * scale  # (heads, len, len)
+        if bias is not None:
+            scores = scores + bias.block(e - s).float()
+        rule = allowed(e - s, causal=causal, window=window, device=q.device)
+        if rule is not None:
+            scores = scores.masked_fill(~rule, float("-inf"))
+        out.append((scores.softmax(-1) @ vs).transpose(0, 1).to(q.dtype))  # (len, heads, d)
+    return torch.cat(out)
 
 
 def has_varlen() -> bool:

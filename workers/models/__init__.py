@@ -1,41 +1,29 @@
-"""Architectures with a packed implementation, by Hugging Face ``architectures`` name."""
+"""Architectures with a packed implementation, by Hugging Face ``architectures`` name; the rest fall back.
+
+``ARCHITECTURES`` maps an architecture name to its packed ``Family``
+(``workers.models.base``); one family file per model family adds its names
+here. Any other architecture runs through transformers' AutoModel, padded
+(``workers.models.hf_auto``). ``architecture_for`` says which, and
+``build_model`` builds it with the backend's attention function.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.bert import BASE_PREFIXES, BertConfig, BertEncoder
+from poolgate.workers.models.base import Family, strip_base
+from poolgate.workers.models.bert import BERT
+from poolgate.workers.models.gte import GTE
+from poolgate.workers.models.modernbert import MODERNBERT
+from poolgate.workers.models.nomic_bert import NOMIC_BERT
 from poolgate.workers.models.hf_auto import HfAutoEncoder
 from poolgate.workers.st_config import ModelSpec
-from poolgate.workers.weights import load_state_dict, strip_prefix
+from poolgate.workers.weights import load_state_dict, weights_source
 
-
-@dataclass(frozen=True)
-class Architecture:
-    """How to build one family, and its pooling default when the model does not say."""
-
-    build: Callable[[ModelSpec, AttentionFn, bool], nn.Module]
-    default_pooling: str
-    packed: bool = True
-
-
-def _build_bert(spec: ModelSpec, attention: AttentionFn, allow_pickle: bool) -> nn.Module:
-    model = BertEncoder(BertConfig.from_hf(spec.hf_config), attention)
-    state = strip_prefix(load_state_dict(spec.path, allow_pickle=allow_pickle), BASE_PREFIXES)
-    model.load_hf_state(state)
-    return model.eval()
-
-
-def _build_hf(spec: ModelSpec, attention: AttentionFn, allow_pickle: bool) -> nn.Module:
-    return HfAutoEncoder(spec, allow_pickle=allow_pickle)
-
-
-BERT = Architecture(_build_bert, default_pooling="CLS")
-ARCHITECTURES: dict[str, Architecture] = {
+ARCHITECTURES: dict[str, Family] = {
     "BertModel": BERT,
     "BertForMaskedLM": BERT,
     "RobertaModel": BERT,
@@ -49,8 +37,38 @@ ARCHITECTURES: dict[str, Architecture] = {
     "XLMRobertaForTokenClassification": BERT,
     "BertSpladeSparseEmbeddingModel": BERT,  # a BertForMaskedLM checkpoint served as SPLADE (pooling.splade)
     "BgeM3EmbeddingModel": BERT,  # an XLM-R encoder with BGE-M3's sparse and ColBERT heads (pooling.bge_m3)
+    "ModernBertModel": MODERNBERT,
+    "ModernBertForMaskedLM": MODERNBERT,
+    "ModernBertForSequenceClassification": MODERNBERT,
+    "ModernBertForTokenClassification": MODERNBERT,
+    "NewModel": GTE,  # Alibaba-NLP gte-*-v1.5 / gte-multilingual (Hub remote code; transformers 5: GteModel)
+    "NewForSequenceClassification": GTE,
+    "NewForTokenClassification": GTE,
+    "GteModel": GTE,
+    "GteForSequenceClassification": GTE,
+    "GteForTokenClassification": GTE,
+    "NomicBertModel": NOMIC_BERT,
+    "NomicBertForSequenceClassification": NOMIC_BERT,
+    "NomicBertForTokenClassification": NOMIC_BERT,
 }
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What serves one checkpoint: a packed ``family``, or (None) transformers' AutoModel, padded."""
+
+    family: Family | None
+    default_pooling: str
+
+    @property
+    def packed(self) -> bool:
+        return self.family is not None
+
+    @property
+    def implementation(self) -> str:
+        """For logs and ``inspect``: ``packed <family>`` or ``transformers fallback (padded)``."""
+        return f"packed {self.family.name}" if self.family else "transformers fallback (padded)"
 
 
 def is_decoder(spec: ModelSpec) -> bool:
@@ -66,13 +84,21 @@ def is_decoder(spec: ModelSpec) -> bool:
 
 
 def architecture_for(spec: ModelSpec) -> Architecture:
-    """The packed implementation for ``spec``, else transformers' AutoModel (padded)."""
-    if spec.architecture in ARCHITECTURES:
-        return ARCHITECTURES[spec.architecture]
-    return Architecture(_build_hf, default_pooling="LAST" if is_decoder(spec) else "CLS", packed=False)
+    """The packed family for ``spec``, else transformers' AutoModel (padded)."""
+    family = ARCHITECTURES.get(spec.architecture)
+    if family is not None:
+        return Architecture(family, family.default_pooling)
+    return Architecture(None, "LAST" if is_decoder(spec) else "CLS")
 
 
 @torch.no_grad()
-def build_model(spec: ModelSpec, attention: AttentionFn, *, allow_pickle: bool) -> tuple[nn.Module, Architecture]:
+def build_model(spec: ModelSpec, attention: AttentionFn, *, allow_pickle: bool,
+                trust_remote_code: bool = False) -> tuple[nn.Module, Architecture]:
+    """The model for ``spec`` with its weights loaded (fp32 or the checkpoint's dtype, on the CPU)."""
     arch = architecture_for(spec)
-    return arch.build(spec, attention, allow_pickle), arch
+    if arch.family is None:
+        return HfAutoEncoder(spec, allow_pickle=allow_pickle).eval(), arch
+    model = arch.family.model(arch.family.config(spec.hf_config), attention)
+    state = strip_base(load_state_dict(spec.path, allow_pickle=allow_pickle), arch.family.prefixes)
+    model.load_weights(state, weights_source(spec.path))
+    return model.eval(), arch

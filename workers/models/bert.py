@@ -1,11 +1,17 @@
-"""A packed, padding-free BERT-family encoder (BERT, RoBERTa, XLM-R) in one file.
+"""A packed, padding-free BERT-family encoder (BERT, RoBERTa, XLM-R, CamemBERT) in one file.
 
 All tokens of a batch run as one ``(n_tokens, hidden)`` matrix through the
 linear layers; only attention sees sequence boundaries (``PackedBatch``).
-Weight names follow transformers' ``BertModel``; ``WEIGHT_MAP`` is explicit.
+Learned absolute positions (with RoBERTa's pad offset) come from
+``models.positions``; token type ids are embedded when the batch has them
+(cross-encoder pairs), else segment 0. Weight names follow transformers'
+``BertModel``; the map in ``weight_names`` is explicit and Q/K/V are fused.
+The heads (pooler + classifier, RoBERTa's classifier, the MLM head for
+SPLADE) are loaded by the poolers (``models.score``, ``pooling.splade``).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +20,8 @@ from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
 from poolgate.workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
+from poolgate.workers.models.base import Family, load_mapped
+from poolgate.workers.models.positions import LearnedPositions, learned_offset
 from poolgate.workers.packing import PackedBatch
 
 ACTIVATIONS = {
@@ -23,8 +31,8 @@ ACTIVATIONS = {
     "relu": F.relu,
     "silu": F.silu,
 }
-BASE_PREFIXES = ("bert.", "roberta.", "xlm-roberta.", "model.")
-POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}  # pad_token_id + 1
+BASE_PREFIXES = ("bert.", "roberta.", "xlm-roberta.", "camembert.", "model.")
+HEAD_PREFIXES = ("cls.", "lm_head.", "classifier.", "pooler.", "colbert_linear.", "sparse_linear.")
 
 
 @dataclass(frozen=True)
@@ -42,15 +50,12 @@ class BertConfig:
 
     @classmethod
     def from_hf(cls, hf: dict) -> "BertConfig":
-        offset = POSITION_OFFSET.get(hf.get("model_type", "bert"), 0)
-        if offset:
-            offset = int(hf.get("pad_token_id", 1)) + 1
         return cls(
             vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
             num_hidden_layers=hf["num_hidden_layers"], num_attention_heads=hf["num_attention_heads"],
             intermediate_size=hf["intermediate_size"], max_position_embeddings=hf["max_position_embeddings"],
             type_vocab_size=hf.get("type_vocab_size", 2), layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-            hidden_act=hf.get("hidden_act", "gelu"), position_offset=offset,
+            hidden_act=hf.get("hidden_act", "gelu"), position_offset=learned_offset(hf),
         )
 
 
@@ -77,20 +82,20 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn) -> torch.Tensor:
         n = x.shape[0]
-        qkv = self.qkv(x).view(n, 3, self.heads, self.head_dim)  # (n, 3, heads, dim)
-        a = attention(qkv, batch, self.head_dim ** -0.5).reshape(n, -1)  # (n, hidden)
+        q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
+        a = attention(q, k, v, batch, scale=self.head_dim ** -0.5).reshape(n, -1)  # (n, hidden)
         x = self.attn_norm(x + self.attn_out(a))
         return self.out_norm(x + self.down(self.act(self.up(x))))  # (n, hidden)
 
 
 class BertEncoder(nn.Module):
-    """Packed BERT: ``forward(batch) → (n_tokens, hidden)`` last hidden states."""
+    """Packed BERT: ``forward(batch) → (n_tokens, hidden)`` last hidden states (a ``PackedModel``)."""
 
     def __init__(self, c: BertConfig, attention: AttentionFn):
         super().__init__()
         self.config, self.attention = c, attention
         self.word = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.position = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.position = LearnedPositions(c.max_position_embeddings, c.hidden_size, c.position_offset)
         self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.emb_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.layers = nn.ModuleList(BertLayer(c) for _ in range(c.num_hidden_layers))
@@ -105,49 +110,44 @@ class BertEncoder(nn.Module):
             layer.use_packed_linears()
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        x = self.word(batch.input_ids) + self.position(batch.positions) + self.token_type.weight[0]
-        x = self.emb_norm(x)  # (n_tokens, hidden)
+        types = batch.token_type_ids
+        segment = self.token_type.weight[0] if types is None else self.token_type(types)
+        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions) + segment)  # (n, hidden)
         for layer in self.layers:
             x = layer(x, batch, self.attention)
         return x
 
-    def load_hf_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy transformers-named tensors in, fusing Q/K/V; every weight must be found."""
-        own = {}
-        for ours, theirs in WEIGHT_MAP.items():
-            own[ours] = _get(state, theirs)
-        for i in range(self.config.num_hidden_layers):
-            p = f"encoder.layer.{i}."
-            for kind in ("weight", "bias"):
-                own[f"layers.{i}.qkv.{kind}"] = torch.cat(
-                    [_get(state, f"{p}attention.self.{m}.{kind}") for m in ("query", "key", "value")]
-                )
-            for ours, theirs in LAYER_MAP.items():
-                own[f"layers.{i}.{ours}"] = _get(state, p + theirs)
-        self.load_state_dict(own, strict=True)
+    def load_weights(self, state: Mapping[str, torch.Tensor], source: str) -> None:
+        load_mapped(self, state, weight_names(self.config.num_hidden_layers), source, ignore=HEAD_PREFIXES)
 
 
-WEIGHT_MAP = {
-    "word.weight": "embeddings.word_embeddings.weight",
-    "position.weight": "embeddings.position_embeddings.weight",
-    "token_type.weight": "embeddings.token_type_embeddings.weight",
-    "emb_norm.weight": "embeddings.LayerNorm.weight",
-    "emb_norm.bias": "embeddings.LayerNorm.bias",
-}
-LAYER_MAP = {
+def weight_names(num_layers: int) -> dict[str, str | list[str]]:
+    """Our tensor name → transformers' ``BertModel`` name (a list = fused along dim 0)."""
+    names: dict[str, str | list[str]] = {
+        "word.weight": "embeddings.word_embeddings.weight",
+        "position.weight": "embeddings.position_embeddings.weight",
+        "token_type.weight": "embeddings.token_type_embeddings.weight",
+        "emb_norm.weight": "embeddings.LayerNorm.weight",
+        "emb_norm.bias": "embeddings.LayerNorm.bias",
+    }
+    for i in range(num_layers):
+        p, ours = f"encoder.layer.{i}.", f"layers.{i}."
+        for kind in ("weight", "bias"):
+            names[f"{ours}qkv.{kind}"] = [f"{p}attention.self.{m}.{kind}" for m in ("query", "key", "value")]
+        names.update({ours + a: p + b for a, b in LAYER_NAMES.items()})
+    return names
+
+
+LAYER_NAMES = {
     "attn_out.weight": "attention.output.dense.weight", "attn_out.bias": "attention.output.dense.bias",
     "attn_norm.weight": "attention.output.LayerNorm.weight", "attn_norm.bias": "attention.output.LayerNorm.bias",
     "up.weight": "intermediate.dense.weight", "up.bias": "intermediate.dense.bias",
     "down.weight": "output.dense.weight", "down.bias": "output.dense.bias",
     "out_norm.weight": "output.LayerNorm.weight", "out_norm.bias": "output.LayerNorm.bias",
 }
-LEGACY_NAMES = {".weight": ".gamma", ".bias": ".beta"}  # old TF-style LayerNorm names
 
-
-def _get(state: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    if name in state:
-        return state[name]
-    for new, old in LEGACY_NAMES.items():
-        if "LayerNorm" in name and name.endswith(new) and (alt := name[: -len(new)] + old) in state:
-            return state[alt]
-    raise KeyError(f"checkpoint has no tensor {name!r}")
+BERT = Family(
+    name="bert", config=BertConfig.from_hf, model=BertEncoder, default_pooling="CLS",
+    heads=frozenset({"model", "sequence_classification", "token_classification", "masked_lm"}),
+    prefixes=BASE_PREFIXES,
+)

@@ -1,0 +1,133 @@
+"""The packed-model seam: the ``PackedModel`` protocol, a ``Family`` registry entry, and weight mapping.
+
+A packed family is one file under ``workers/models/`` with a frozen config
+dataclass (``from_hf(hf_config: dict)``) and an ``nn.Module`` that follows
+``PackedModel``: built from that config and the backend's attention
+function, filled by ``load_weights(state, source)`` through an explicit name
+map, and run as ``forward(batch) → (n_tokens, hidden)`` (after the final
+norm, for decoders too). ``workers.models.ARCHITECTURES`` maps Hugging Face
+architecture names to ``Family`` entries.
+
+``load_mapped`` is the one loader every family uses: it pulls each of the
+module's tensors from the checkpoint by the family's map, maps the old
+TF-style ``LayerNorm.gamma/beta`` names, and raises ``CheckpointError``
+naming the file and every missing, unexpected or mis-shaped tensor. Tensors
+that belong to a head the family declares (a classifier, an MLM head, a
+pooler) are not "unexpected": the poolers load them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.packing import PackedBatch
+from poolgate.workers.weights import CheckpointError
+
+HEAD_KINDS = frozenset({"model", "sequence_classification", "token_classification", "masked_lm", "causal_lm"})
+LEGACY_NAMES = {".weight": ".gamma", ".bias": ".beta"}  # old TF-style LayerNorm names
+BUFFER_SUFFIXES = ("position_ids", "rotary_emb.inv_freq", "attn.masked_bias", "attn.bias")  # saved buffers, not weights
+
+
+@runtime_checkable
+class PackedModel(Protocol):
+    """What the runner, the builder and the backends may rely on in a packed model."""
+
+    hidden_size: int
+
+    def load_weights(self, state: Mapping[str, torch.Tensor], source: str) -> None:
+        """Copy the checkpoint's tensors in by the family's explicit name map; raise ``CheckpointError``."""
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        """Packed batch → (n_tokens, hidden) final hidden states."""
+
+    def use_packed_linears(self) -> None:
+        """Swap in CPU-prepacked linears once weights and dtype are final (may do nothing)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One packed family: how to read its config and build it, what it pools by default, which heads exist.
+
+    ``prefixes`` are base-model prefixes stripped from checkpoint names
+    (``bert.``, ``model.``) before ``load_weights`` sees them.
+    """
+
+    name: str
+    config: Callable[[dict], object]  # the family's ConfigClass.from_hf
+    model: Callable[[object, AttentionFn], PackedModel]
+    default_pooling: str
+    heads: frozenset[str]
+    prefixes: tuple[str, ...] = ()
+    causal: bool = False  # decoders: LAST pooling, causal attention
+
+    def __post_init__(self) -> None:
+        unknown = set(self.heads) - HEAD_KINDS
+        if unknown:
+            raise ValueError(f"family {self.name}: unknown head kinds {sorted(unknown)}")
+
+
+def strip_base(state: Mapping[str, torch.Tensor], prefixes: Iterable[str]) -> dict[str, torch.Tensor]:
+    """Drop the first base-model prefix (``bert.`` …) that any key has, from every key that has it."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in state):
+            return {k.removeprefix(prefix): v for k, v in state.items()}
+    return dict(state)
+
+
+def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], names: Mapping[str, str | list[str]],
+                source: str, *, ignore: tuple[str, ...] = (), dim: int = 0) -> None:
+    """Fill ``module`` from ``state``: ``names`` maps each of the module's tensor names to a checkpoint
+    name, or a list of names concatenated along ``dim`` (fused Q/K/V). Every module tensor must be mapped
+    and found with the right shape; checkpoint names neither used nor starting with an ``ignore`` prefix
+    are unexpected. All problems are collected into one ``CheckpointError``."""
+    own = module.state_dict()
+    missing, shapes, used, loaded = [], [], set(), {}
+    unmapped = sorted(set(own) - set(names))
+    if unmapped:
+        raise CheckpointError(source, f"the model's name map misses {unmapped} (a bug in poolgate)")
+    for ours, theirs in names.items():
+        parts = []
+        for name in [theirs] if isinstance(theirs, str) else theirs:
+            found = _find(state, name)
+            if found is None:
+                missing.append(name)
+            else:
+                used.add(found)
+                parts.append(state[found])
+        if len(parts) != (1 if isinstance(theirs, str) else len(theirs)):
+            continue
+        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+        if tuple(tensor.shape) != tuple(own[ours].shape):
+            shapes.append(f"{theirs if isinstance(theirs, str) else '+'.join(theirs)}: checkpoint "
+                          f"{tuple(tensor.shape)}, config expects {tuple(own[ours].shape)}")
+        loaded[ours] = tensor
+    extra = sorted(k for k in state
+                   if k not in used and not k.startswith(ignore) and not k.endswith(BUFFER_SUFFIXES))
+    problems = []
+    if missing:
+        problems.append(f"missing tensors {_few(missing)}")
+    if extra:
+        problems.append(f"unexpected tensors {_few(extra)}")
+    if shapes:
+        problems.append(f"shape mismatch: {_few(shapes)}")
+    if problems:
+        raise CheckpointError(source, "; ".join(problems))
+    module.load_state_dict(loaded, strict=True)
+
+
+def _find(state: Mapping[str, torch.Tensor], name: str) -> str | None:
+    if name in state:
+        return name
+    for new, old in LEGACY_NAMES.items():
+        if "LayerNorm" in name and name.endswith(new) and (alt := name[: -len(new)] + old) in state:
+            return alt
+    return None
+
+
+def _few(items: list[str], n: int = 8) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
