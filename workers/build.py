@@ -112,7 +112,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     start = time.perf_counter()
     spec = read_spec(cfg)
     backend = get_backend(cfg.backend)
-    backend.setup(cfg.num_threads)
+    backend.setup(cfg.num_threads, cfg.cpu_affinity)
     budget = cfg.max_batch_tokens or backend.default_batch_tokens
     arch = architecture_for(spec)
     log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name,
@@ -138,7 +138,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         dtype=str(runner.dtype).removeprefix("torch."), is_matryoshka=spec.is_matryoshka,
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
         labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
-        max_embed_len=spec.pooler.max_embed_len,
+        max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
     )
     log.info("tasks %s, pooling %s, max length %d, dtype %s, token budget %d", ", ".join(info.tasks),
              spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)

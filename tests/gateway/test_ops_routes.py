@@ -12,8 +12,12 @@ async def test_models_lists_every_served_model(gateway):
     assert body["object"] == "list"
     first = body["data"][0]
     assert isinstance(first.pop("created"), int)
+    worker = first.pop("worker")
     assert first == {"id": "a", "object": "model", "owned_by": "poolgate", "root": "a",
                      "parent": None, "max_model_len": 16, "permission": []}
+    info = fake_model(name="a").info
+    assert worker == {"backend": info.backend, "device": info.device, "device_name": info.device_name,
+                      "dtype": info.dtype, "attention": info.attention, "memory": {}}
     assert [m["id"] for m in body["data"]] == ["a", "b"]
 
 

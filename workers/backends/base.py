@@ -1,6 +1,7 @@
-"""The contract every hardware backend fills: device, dtype choice, attention, set-up, transfers."""
+"""The contract every hardware backend fills: device, dtype choice, attention, set-up, transfers, report."""
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -29,8 +30,11 @@ class Backend(ABC):
     def fast_dtype(self) -> torch.dtype:
         """The fastest dtype worth trying for ``--dtype auto`` (checked against fp32 at start)."""
 
-    def setup(self, num_threads: int | None) -> None:
-        """Process-wide set-up before the model loads (threads, allocator, flags)."""
+    def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
+        """Process-wide set-up before the model loads (threads, allocator, flags); pins the
+        process to ``cpu_affinity`` (the cores the gateway gave it, ``shared.backends``) when set."""
+        if cpu_affinity:
+            os.sched_setaffinity(0, cpu_affinity)
 
     def attention(self, dtype: torch.dtype) -> AttentionFn:
         """The packed-attention implementation for ``dtype`` on this hardware."""
@@ -57,6 +61,25 @@ class Backend(ABC):
     def memory(self) -> dict[str, int]:
         """Device memory in bytes by kind (``allocated``, ``reserved``); empty where not reported."""
         return {}
+
+    def device_name(self) -> str:
+        """The hardware's own name (e.g. the GPU model); empty where unknown."""
+        return ""
+
+    def memory_report(self) -> dict[str, int]:
+        """Memory worth reporting once the model is loaded: ``memory()`` plus ``total`` where known."""
+        return self.memory()
+
+    def report(self, dtype: torch.dtype, device: str | None = None) -> dict:
+        """What a worker says about where it runs (``ModelInfo``'s ``device``, ``device_name``,
+        ``attention`` and ``device_memory``); ``device``: the host's number for it, when the gateway chose."""
+        attention = self.attention(dtype)
+        return {
+            "device": f"{self.name}:{device}" if device is not None else str(self.device()),
+            "device_name": self.device_name(),
+            "attention": getattr(attention, "__name__", type(attention).__name__),
+            "device_memory": self.memory_report(),
+        }
 
     def release_memory(self) -> None:
         """Give cached, unused device memory back (after a model is dropped; no-op on the CPU)."""

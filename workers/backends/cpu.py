@@ -1,7 +1,8 @@
-"""CPU backend: bf16 where the CPU has AMX or AVX512-BF16, fp32 elsewhere."""
+"""CPU backend: bf16 where the CPU has AMX or AVX512-BF16, fp32 elsewhere; threads per (pinned) worker."""
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 import torch
@@ -20,6 +21,16 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as the kernel reports it (empty off Linux)."""
+    if not cpuinfo.is_file():
+        return ""
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return ""
 
 
 def physical_cores() -> int:
@@ -44,8 +55,20 @@ class CpuBackend(Backend):
     def fast_dtype(self) -> torch.dtype:
         return torch.bfloat16 if cpu_flags() & set(BF16_FLAGS) else torch.float32
 
-    def setup(self, num_threads: int | None) -> None:
+    def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
+        """Pin first (so the default thread count is the physical cores of this worker's share)."""
+        super().setup(num_threads, cpu_affinity)
         torch.set_num_threads(num_threads or physical_cores())
+
+    def device_name(self) -> str:
+        return cpu_model()
+
+    def memory_report(self) -> dict[str, int]:
+        """Host memory: ``total`` RAM, and this process's peak resident set (``peak_rss``)."""
+        report = {"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # KiB on Linux
+        if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+            report["total"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return report
 
     def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
         """bf16: prepack linear weights for oneDNN and fuse GELU (models that support it)."""

@@ -1,4 +1,4 @@
-"""Intel XPU backend: bf16, grouped SDPA attention."""
+"""Intel XPU backend (``torch.xpu``): bf16, grouped SDPA attention; the gateway picks the device with ZE_AFFINITY_MASK."""
 from __future__ import annotations
 
 import torch
@@ -21,6 +21,15 @@ class XpuBackend(Backend):
     def memory(self) -> dict[str, int]:
         device = self.device()
         return {"allocated": torch.xpu.memory_allocated(device), "reserved": torch.xpu.memory_reserved(device)}
+
+    def device_name(self) -> str:
+        return torch.xpu.get_device_name(self.device())
+
+    def memory_report(self) -> dict[str, int]:
+        return {**self.memory(), "total": torch.xpu.get_device_properties(self.device()).total_memory}
+
+    def release_memory(self) -> None:
+        torch.xpu.empty_cache()
 
     def synchronize(self) -> None:
         torch.xpu.synchronize()
