@@ -15,6 +15,7 @@ from pathlib import Path
 
 from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
 from poolgate.shared.model_flags import worker_config_from_args
+from poolgate.shared.security_flags import gateway_security_from_args
 from poolgate.shared.tracing_flags import tracing_config_from_args, with_worker_tracing
 
 
@@ -84,10 +85,16 @@ def api_key(settings: argparse.Namespace) -> str | None:
     return key
 
 
-def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...],
-                 tracing: TracingConfig | None) -> GatewayConfig:
+def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tracing: TracingConfig | None,
+                 environ: Mapping[str, str]) -> GatewayConfig:
     """The GatewayConfig of the serve ``settings`` (a Namespace of the serve flags' dests) and ``pools``."""
     check_pools(pools)
+    try:
+        security = gateway_security_from_args(settings, environ)
+    except OSError as exc:
+        raise SettingError(("worker_token_file",), f"cannot read {exc.filename}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise SettingError((), str(exc)) from None
     roots = tuple(str(Path(root).resolve()) for root in settings.model_root or ())
     for root in roots:
         if not Path(root).is_dir():
@@ -97,7 +104,7 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...],
         transport=settings.transport, pools=pools, model_roots=roots,
         startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
         request_timeout_s=settings.request_timeout, max_in_flight_per_worker=settings.max_in_flight_per_worker,
-        tracing=tracing, metrics=settings.metrics, metrics_port=settings.metrics_port,
+        tracing=tracing, metrics=settings.metrics, metrics_port=settings.metrics_port, worker_security=security,
     )
 
 
@@ -105,4 +112,4 @@ def config_from_entries(settings: argparse.Namespace, entries: list[ModelEntry],
                         environ: Mapping[str, str]) -> GatewayConfig:
     """``build_config`` over entries whose errors need no location (the command line)."""
     tracing = tracing_config_from_args(settings, environ)
-    return build_config(settings, tuple(pool_config(e, tracing) for e in entries), tracing)
+    return build_config(settings, tuple(pool_config(e, tracing) for e in entries), tracing, environ)

@@ -18,7 +18,10 @@ table takes the model flags (``model``, ``backend``, ``dtype``,
 
 Several ``[[models]]`` tables with one ``name`` are one model's pools, one per
 backend, tried in file order (``gateway.model_pools``). Relative paths
-(``model``, ``model_roots``, ``api_key_file``) are relative to the file.
+(``model``, ``model_roots``, ``api_key_file``, ``worker_token_file``,
+``worker_tls_ca``) are relative to the file. The worker transport keys are the
+flags': ``worker_token_file`` (else ``$POOLGATE_WORKER_TOKEN``), ``worker_tls``,
+``worker_tls_ca``, ``worker_tls_server_name``.
 
 Every error names the file, the line and the key, e.g.
 ``serve.toml:7: models[1].replicas: must be >= 0, got -1``. tomllib gives no
@@ -47,7 +50,7 @@ Path_ = tuple[str | int, ...]
 NOT_TOP_LEVEL = frozenset({"help", "config", "workers", "worker_url", "log_level"})
 TOP_ALIASES = {"model_roots": "model_root"}  # file key -> flag dest
 MODEL_ALIASES = {"name": "served_model_name"}
-PATH_KEYS = frozenset({"model", "model_root", "api_key_file"})  # relative to the config file
+PATH_KEYS = frozenset({"model", "model_root", "api_key_file", "worker_token_file", "worker_tls_ca"})  # file-relative
 MODEL_EXTRAS = frozenset({"replicas", "devices", "remote", "max_in_flight_per_worker"})
 
 
@@ -296,7 +299,7 @@ def config_from_toml(text: str, file: str, serve_parser: argparse.ArgumentParser
         except ValueError as exc:
             raise where.error(("models", i), str(exc)) from None
     try:
-        return build_config(settings, tuple(pools), tracing)
+        return build_config(settings, tuple(pools), tracing, environ)
     except SettingError as exc:
         raise where.error(exc.path, str(exc)) from None
 

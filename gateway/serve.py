@@ -16,6 +16,7 @@ from poolgate.gateway.config_file import load_config
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
+from poolgate.shared.security_flags import add_gateway_security_arguments
 from poolgate.shared.tracing_flags import add_tracing_arguments
 
 log = logging.getLogger("poolgate")
@@ -59,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no Prometheus metrics (and no /metrics route)")
     p.add_argument("--log-level", default="INFO")
     add_tracing_arguments(p)
+    add_gateway_security_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> GatewayConfig:

@@ -223,3 +223,14 @@ def test_unreadable_file_and_flags_beside_config(tmp_path):
 def test_text_without_a_file(tmp_path):
     config = config_from_toml("[[models]]\nname = 'a'\n", str(tmp_path / "inline.toml"), parser(), {})
     assert config.pools[0].model == "a"
+
+
+def test_worker_transport_security_keys(tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    config = load('worker_token_file = "token"\nworker_tls = true\nworker_tls_server_name = "w"\n[[models]]\n',
+                  tmp_path)
+    sec = config.worker_security
+    assert (sec.token, sec.tls, sec.tls_server_name) == ("s3cret", True, "w")
+    assert "serve.toml:1: worker_token_file: cannot read" in error('worker_token_file = "nope"\n[[models]]\n',
+                                                                    tmp_path)
+    assert "needs --worker-tls" in error('worker_tls_ca = "ca.pem"\n[[models]]\n', tmp_path)
