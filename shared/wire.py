@@ -31,6 +31,9 @@ class TextPair:
     max_text_tokens: int = 0
     max_pair_tokens: int = 0
 
+    def estimate_tokens(self) -> int:
+        return estimate_tokens(self.text) + estimate_tokens(self.text_pair)
+
 
 @dataclass(frozen=True)
 class CappedText:
@@ -40,22 +43,39 @@ class CappedText:
     text: str
     max_tokens: int
 
+    def estimate_tokens(self) -> int:
+        return min(estimate_tokens(self.text), self.max_tokens + 2) if self.max_tokens else estimate_tokens(self.text)
+
 
 @dataclass(frozen=True)
 class ChatInput:
     """One conversation (OpenAI-style ``{"role", "content"}`` messages, text only), which the worker renders
-    to text with the model's chat template (``workers.inputs.render_chat``) and then tokenizes."""
+    to text with the model's chat template (``workers.inputs.render_chats``) and then tokenizes."""
 
     messages: list[dict]
     add_generation_prompt: bool = False
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None
 
+    def estimate_tokens(self) -> int:
+        """Each message's text, plus a few template tokens per message."""
+        return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in self.messages)
+
 
 # The inputs that travel as JSON objects, by their "type" tag on the wire.
 WIRE_INPUTS: dict[str, type] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput}
 
 Input = str | list[int] | TextPair | CappedText | ChatInput
+
+
+def estimate_tokens(x: Input) -> int:
+    """An input's token count as a gateway guesses it without a tokenizer: chars/4 + 2 for a text,
+    the count of token ids, each object input its own guess."""
+    if isinstance(x, str):
+        return len(x) // 4 + 2
+    if isinstance(x, list):
+        return len(x)
+    return x.estimate_tokens()
 
 
 def input_to_wire(x: Input):

@@ -1,18 +1,28 @@
-"""Turn result arrays into response JSON: float lists or base64 of raw float32 bytes.
+"""Turn result arrays into response values: float lists, base64, or raw bytes in vLLM's embed_dtype / endianness.
 
 Vectors go from numpy buffers to the response without a Python float per
-element: base64 encodes the array's little-endian bytes, and float lists are
-written by orjson straight from the float32 array.
+element: float lists are written by orjson straight from the float32 array,
+base64 and bytes are the array's raw codes (``dialects.dtypes``). As in vLLM,
+bytes are swapped only when ``endianness`` is neither ``native`` nor the
+host's order; the default (float32, native on a little-endian host) is what
+the OpenAI SDK decodes.
 """
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 import orjson
 
+from poolgate.gateway.dialects.dtypes import EMBED_DTYPE_BYTES, EMBED_DTYPES
+
 FLOAT32_LE = np.dtype("<f4")
+EncodingFormat = Literal["float", "base64", "bytes", "bytes_only"]
+EmbedDType = Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+Endianness = Literal["native", "big", "little"]
 
 
 def as_float32(array: np.ndarray) -> np.ndarray:
@@ -20,9 +30,17 @@ def as_float32(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=FLOAT32_LE)
 
 
-def to_base64(array: np.ndarray) -> str:
-    """Base64 of the raw little-endian float32 bytes (what the OpenAI SDK decodes)."""
-    return base64.b64encode(as_float32(array).data).decode("ascii")
+def to_raw(array: np.ndarray, embed_dtype: str = "float32", endianness: str = "native") -> bytes:
+    """The raw bytes of ``array`` (row-major) as ``embed_dtype`` codes in ``endianness`` order."""
+    codes = np.ascontiguousarray(EMBED_DTYPES[embed_dtype](np.asarray(array, dtype=np.float32)))
+    if endianness not in ("native", sys.byteorder) and codes.dtype.itemsize > 1:
+        codes = codes.byteswap()
+    return codes.tobytes()
+
+
+def to_base64(array: np.ndarray, embed_dtype: str = "float32", endianness: str = "native") -> str:
+    """Base64 of ``to_raw`` (by default the float32 bytes the OpenAI SDK decodes)."""
+    return base64.b64encode(to_raw(array, embed_dtype, endianness)).decode("ascii")
 
 
 def to_float_list(array: np.ndarray):
@@ -34,6 +52,31 @@ ENCODERS: dict[str, Callable[[np.ndarray], object]] = {
     "float": to_float_list,
     "base64": to_base64,
 }
+
+
+def json_encoder(encoding_format: str, embed_dtype: str = "float32",
+                 endianness: str = "native") -> Callable[[np.ndarray], object]:
+    """The per-item encoder of a JSON response (``float`` ignores embed_dtype and endianness, as vLLM does)."""
+    if encoding_format == "base64":
+        return lambda a: to_base64(a, embed_dtype, endianness)
+    return ENCODERS[encoding_format]
+
+
+def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> tuple[bytes, list[dict]]:
+    """The body of a ``bytes`` response (the items' raw bytes back to back) and each item's metadata."""
+    chunks, items, start = [], [], 0
+    for i, array in enumerate(arrays):
+        raw = to_raw(array, embed_dtype, endianness)
+        chunks.append(raw)
+        items.append({"index": i, "embed_dtype": embed_dtype, "endianness": endianness,
+                      "start": start, "end": start + len(raw), "shape": list(np.shape(array))})
+        start += len(raw)
+    return b"".join(chunks), items
+
+
+def item_nbytes(shape: tuple[int, ...], embed_dtype: str) -> int:
+    """Bytes of one item (what a ``bytes_only`` client steps by)."""
+    return int(np.prod(shape, dtype=np.int64)) * EMBED_DTYPE_BYTES[embed_dtype]
 
 
 def dumps(body: dict) -> bytes:

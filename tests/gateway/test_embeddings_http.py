@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from poolgate.gateway.dialects.envelope import usage
 from poolgate.shared.config import GatewayConfig
 from tests.fakes import expected_vector, fake_model, fake_vector
 
@@ -33,7 +34,7 @@ async def test_float_response(gateway):
     body = await resp.json()
     assert [np.float32(d["embedding"]).tolist() for d in body["data"]] == [
         expected("hello world"), expected("a b c")]
-    assert body["usage"] == {"prompt_tokens": 9, "total_tokens": 9}
+    assert body["usage"] == usage(9)
     assert body["model"] == "fake-model" and body["object"] == "list"
     assert body["id"] == f"embd-{resp.headers['X-Request-Id']}"
     assert isinstance(body["created"], int)

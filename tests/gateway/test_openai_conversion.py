@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from poolgate.gateway.dialects.envelope import usage
 from poolgate.gateway.dialects.body import validation_error
 from poolgate.gateway.dialects.openai import EmbeddingRequest, to_request, to_response
 from poolgate.gateway.serving import Served, check_input_count, deadline, with_policy
@@ -116,7 +117,7 @@ def test_float_response_shape_and_usage():
     body = to_response(result([0.1, -2.0], [3.5, 1e-8]), encoding_format="float", created=123)
     assert {k: body[k] for k in ("id", "object", "created", "model")} == {
         "id": "embd-rid", "object": "list", "created": 123, "model": "m"}
-    assert body["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
+    assert body["usage"] == usage(7)
     assert [d["index"] for d in body["data"]] == [0, 1]
     assert np.asarray(body["data"][1]["embedding"], dtype=np.float32).tolist() == \
         np.asarray([3.5, 1e-8], dtype=np.float32).tolist()
