@@ -16,6 +16,7 @@ from torch import nn
 from poolgate.workers.kernels.attention import AttentionFn
 from poolgate.workers.models.base import Family, strip_base
 from poolgate.workers.models.bert import BERT
+from poolgate.workers.models.decoder_families import DECODER_ARCHITECTURES
 from poolgate.workers.models.gte import GTE
 from poolgate.workers.models.modernbert import MODERNBERT
 from poolgate.workers.models.nomic_bert import NOMIC_BERT
@@ -50,6 +51,7 @@ ARCHITECTURES: dict[str, Family] = {
     "NomicBertModel": NOMIC_BERT,
     "NomicBertForSequenceClassification": NOMIC_BERT,
     "NomicBertForTokenClassification": NOMIC_BERT,
+    **DECODER_ARCHITECTURES,  # Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3: *Model, *ForCausalLM, classifiers
 }
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
 

@@ -1,0 +1,187 @@
+"""A packed decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3) used as an embedder or classifier.
+
+All tokens of a batch run as one ``(n_tokens, hidden)`` matrix; attention sees
+the sequence boundaries and is causal within each sequence (or bidirectional
+where the config says so, ``workers.models.decoder_config``), with grouped-query
+heads, RoPE per packed position and each layer's sliding window. The output
+is the final norm's ``(n_tokens, hidden)``; the poolers read LAST at each
+sequence's end. Checked against transformers 5.24's modeling files:
+
+- RMSNorm in fp32; Llama-style ``w * x̂`` cast back, Gemma ``x̂ * (1 + w)`` then cast;
+- Gemma scales embeddings by ``sqrt(hidden)`` (rounded to the weights' dtype);
+- Qwen3 and Gemma 3 normalize each head's q and k before RoPE;
+- Gemma 2/3 add norms after attention and after the MLP (``sandwich``) and use
+  ``query_pre_attn_scalar ** -0.5``; Gemma 2 soft-caps the attention logits
+  (``cap * tanh(s / cap)``), which SDPA and flash cannot express, so those
+  layers run ``softcap_attention`` here: exact, grouped like the CPU path.
+
+Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every tensor).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from poolgate.workers.kernels.attention import AttentionFn, allowed
+from poolgate.workers.kernels.linear import PackedLinear
+from poolgate.workers.models.base import load_mapped
+from poolgate.workers.models.decoder_config import DecoderConfig
+from poolgate.workers.models.positions import Rope, apply_rope
+from poolgate.workers.packing import PackedBatch, ensure_groups
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+HEAD_PREFIXES = ("score.", "lm_head.")  # classifier and LM head: the poolers read them
+STALE = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+
+
+class RMSNorm(nn.Module):
+    """x: (..., dim) → the same; fp32 inside; ``gemma`` = weight stored as an offset from 1."""
+
+    def __init__(self, dim: int, eps: float, gemma: bool):
+        super().__init__()
+        self.eps, self.gemma = eps, gemma
+        self.weight = nn.Parameter(torch.zeros(dim) if gemma else torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma:
+            return (h * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * h.to(x.dtype)
+
+
+def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
+                      cap: float, causal: bool, window: tuple[int, int] | None) -> torch.Tensor:
+    """The attention contract plus ``cap * tanh(scores / cap)`` before the softmax (fp32 scores).
+
+    q: (n_tokens, heads, d), k/v: (n_tokens, kv_heads, d) → (n_tokens, heads, d); one
+    padded block per length group of ``batch`` (no loop over sequences)."""
+    n_tokens, heads, dim = q.shape
+    out = q.new_empty(n_tokens, heads, v.shape[-1])
+    for g in ensure_groups(batch).groups:
+        def block(x: torch.Tensor) -> torch.Tensor:  # (n_tokens, h, d) → (n, heads, L, d)
+            x = x.index_select(0, g.gather).view(g.n, g.max_len, x.shape[1], x.shape[2]).transpose(1, 2)
+            return x.repeat_interleave(heads // x.shape[1], dim=1)
+
+        scores = (block(q).float() @ block(k).float().transpose(-1, -2)) * scale  # (n, heads, L, L)
+        scores = torch.tanh(scores / cap) * cap
+        keep = allowed(g.max_len, causal=causal, window=window, device=q.device)  # (L, L) or None
+        keys = None if g.mask is None else g.mask | torch.eye(g.max_len, dtype=torch.bool, device=q.device)
+        for m in (keep, keys):
+            if m is not None:
+                scores = scores.masked_fill(~m, float("-inf"))
+        o = scores.softmax(-1).to(v.dtype) @ block(v)  # (n, heads, L, d)
+        o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, -1)
+        out.index_copy_(0, g.dst, o if g.mask is None else o.index_select(0, g.valid))
+    return out
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: DecoderConfig, index: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.scale, self.softcap, self.causal = c.scale, c.softcap, c.causal
+        self.window, self.rope = c.windows[index], c.layer_rope[index]
+        q_out, kv_out = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+        self.split = (q_out, kv_out, kv_out)
+        self.attn_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
+        self.qkv = nn.Linear(c.hidden_size, q_out + 2 * kv_out, bias=c.qkv_bias)
+        self.o = nn.Linear(q_out, c.hidden_size, bias=c.o_bias)
+        if c.qk_norm:
+            self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.gemma)
+            self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.gemma)
+        if c.sandwich:
+            self.attn_post_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
+            self.mlp_post_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
+        self.mlp_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
+        self.gate_up = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
+        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+        self.act = ACTIVATIONS[c.activation]
+
+    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
+                rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        n = x.shape[0]
+        q, k, v = self.qkv(self.attn_norm(x)).split(self.split, dim=-1)
+        q = q.view(n, self.heads, self.head_dim)  # (n, heads, d)
+        k, v = k.view(n, self.kv_heads, self.head_dim), v.view(n, self.kv_heads, self.head_dim)  # (n, kv, d)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if self.softcap:
+            a = softcap_attention(q, k, v, batch, scale=self.scale, cap=self.softcap, causal=self.causal,
+                                  window=self.window)
+        else:
+            a = attention(q, k, v, batch, scale=self.scale, causal=self.causal, window=self.window)
+        a = self.o(a.reshape(n, -1))  # (n, hidden)
+        x = x + (self.attn_post_norm(a) if hasattr(self, "attn_post_norm") else a)
+        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)  # 2 × (n, intermediate)
+        m = self.down(self.act(gate) * up)  # (n, hidden)
+        return x + (self.mlp_post_norm(m) if hasattr(self, "mlp_post_norm") else m)
+
+
+class PackedDecoder(nn.Module):
+    """``PackedModel`` for every decoder family: ``forward(batch) → (n_tokens, hidden)`` after the final norm."""
+
+    def __init__(self, c: DecoderConfig, attention: AttentionFn):
+        super().__init__()
+        self.config, self.attention, self.hidden_size = c, attention, c.hidden_size
+        self.embed = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
+        self.ropes = nn.ModuleDict({key: Rope(rc) for key, rc in c.ropes})
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        x = self.embed(batch.input_ids)  # (n_tokens, hidden)
+        if self.config.gemma:
+            x = x * torch.tensor(self.config.hidden_size ** 0.5, dtype=x.dtype)
+        rope = {key: r.cos_sin(batch.positions) for key, r in self.ropes.items()}  # (n_tokens, 1, rotary)
+        for layer in self.layers:
+            x = layer(x, batch, self.attention, rope[layer.rope])
+        return self.norm(x)
+
+    def use_packed_linears(self) -> None:
+        """CPU bf16: prepack every linear for oneDNN (the gated MLP keeps its activation unfused)."""
+        for layer in self.layers:
+            layer.qkv, layer.o, layer.gate_up, layer.down = (
+                PackedLinear(m) for m in (layer.qkv, layer.o, layer.gate_up, layer.down))
+
+    def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
+        state = {k: v for k, v in state.items() if not k.endswith(STALE)}
+        load_mapped(self, state, weight_names(self), source, ignore=HEAD_PREFIXES)
+
+
+LAYER_MAP = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "o.weight": "self_attn.o_proj.weight", "o.bias": "self_attn.o_proj.bias",
+    "q_norm.weight": "self_attn.q_norm.weight", "k_norm.weight": "self_attn.k_norm.weight",
+    "down.weight": "mlp.down_proj.weight", "down.bias": "mlp.down_proj.bias",
+    "mlp_post_norm.weight": "post_feedforward_layernorm.weight",
+}
+
+
+def weight_names(model: PackedDecoder) -> dict[str, str | list[str]]:
+    """Our tensor name → transformers' (a list = fused along dim 0), for this config's tensors only."""
+    names: dict[str, str | list[str]] = {"embed.weight": "embed_tokens.weight", "norm.weight": "norm.weight"}
+    sandwich = model.config.sandwich
+    for i in range(model.config.num_hidden_layers):
+        p = f"layers.{i}."
+        layer = {
+            **LAYER_MAP,
+            "qkv.weight": [f"self_attn.{m}_proj.weight" for m in "qkv"],
+            "qkv.bias": [f"self_attn.{m}_proj.bias" for m in "qkv"],
+            "gate_up.weight": ["mlp.gate_proj.weight", "mlp.up_proj.weight"],
+            "gate_up.bias": ["mlp.gate_proj.bias", "mlp.up_proj.bias"],
+            # Gemma 2/3 name the post-attention norm as Llama names its pre-MLP norm
+            "attn_post_norm.weight": "post_attention_layernorm.weight",
+            "mlp_norm.weight": "pre_feedforward_layernorm.weight" if sandwich else "post_attention_layernorm.weight",
+        }
+        for ours, theirs in layer.items():
+            names[p + ours] = [p + t for t in theirs] if isinstance(theirs, list) else p + theirs
+    own = set(model.state_dict())
+    return {k: v for k, v in names.items() if k in own}

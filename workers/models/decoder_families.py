@@ -1,0 +1,39 @@
+"""The packed decoders' registry entries: each family's ``Family`` and its Hugging Face architecture names.
+
+Every decoder family runs ``workers.models.decoder.PackedDecoder`` with its
+own traits (``workers.models.decoder_config.TRAITS``) and pools LAST unless
+the model says otherwise. Heads: the plain ``*Model``, ``*ForSequenceClassification``
+and ``*ForTokenClassification`` (their ``score`` layer is read by
+``workers.models.score``), and ``*ForCausalLM`` under ``--convert embed`` /
+``--convert classify`` (``workers.convert``; the LM head stays in the checkpoint
+for ``classifier_from_token``). Checkpoints of the ``*For*`` classes keep the
+body under ``model.``.
+"""
+from __future__ import annotations
+
+from poolgate.workers.models.base import Family
+from poolgate.workers.models.decoder import PackedDecoder
+from poolgate.workers.models.decoder_config import DecoderConfig
+
+HEADS = frozenset({"model", "sequence_classification", "token_classification", "causal_lm"})
+NAMES: dict[str, tuple[str, ...]] = {  # family → the transformers classes it serves (all exist in 5.24)
+    "llama": ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification"),
+    "mistral": ("MistralModel", "MistralForCausalLM", "MistralForSequenceClassification",
+                "MistralForTokenClassification"),
+    "qwen2": ("Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification"),
+    "qwen3": ("Qwen3Model", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification", "Qwen3ForTokenClassification"),
+    "gemma": ("GemmaModel", "GemmaForCausalLM", "GemmaForSequenceClassification", "GemmaForTokenClassification"),
+    "gemma2": ("Gemma2Model", "Gemma2ForCausalLM", "Gemma2ForSequenceClassification",
+               "Gemma2ForTokenClassification"),
+    # text-only Gemma 3 (EmbeddingGemma is a Gemma3TextModel); not the vision-language Gemma3Model
+    "gemma3": ("Gemma3TextModel", "Gemma3ForCausalLM", "Gemma3TextForSequenceClassification"),
+}
+
+
+def _family(name: str) -> Family:
+    return Family(name=name, config=DecoderConfig.from_hf, model=PackedDecoder, default_pooling="LAST",
+                  heads=HEADS, prefixes=("model.",), causal=True)
+
+
+DECODER_ARCHITECTURES: dict[str, Family] = {
+    arch: family for name, archs in NAMES.items() for family in [_family(name)] for arch in archs}
