@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 
 from poolgate.gateway.health import check
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared import wire
 from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
 
 log = logging.getLogger("poolgate.gateway.pool")
@@ -51,7 +52,7 @@ class Client(Protocol):
 
 def estimate_tokens(inputs: list[Input]) -> int:
     """A call's token count as the gateway can guess it without a tokenizer (see the module doc)."""
-    return sum(len(x) // 4 + 2 if isinstance(x, str) else len(x) for x in inputs)
+    return sum(wire.estimate_tokens(x) for x in inputs)
 
 
 @dataclass(eq=False)

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import openai, vllm_classify, vllm_pooling
+from poolgate.gateway.dialects import openai, rerank, vllm_classify, vllm_pooling, vllm_score
 from poolgate.gateway.dialects.route import Route, mount
 
 DIALECTS: dict[str, tuple[Route, ...]] = {
     "openai": openai.ROUTES,
     "vllm_classify": vllm_classify.ROUTES,
     "vllm_pooling": vllm_pooling.ROUTES,
+    "vllm_score": vllm_score.ROUTES,
+    "rerank": rerank.ROUTES,
 }
 
 

@@ -1,0 +1,143 @@
+"""Scoring query/document pairs through the serving path, with the scorer the model's active task implies.
+
+``/score`` and the rerank routes share this: their request base (``ScoringBody``:
+vLLM's common fields plus ``use_activation``, ``max_tokens_per_query``,
+``max_tokens_per_doc``, ``instruction``, ``chat_template_kwargs``) and
+``score_pairs``, which pairs queries with documents as vLLM does (1:1, 1:N,
+N:N) and sends ONE call for the model's scorer (``shared.tasks.SCORE_TYPES``
+by its active task, the first of ``ModelInfo.tasks``):
+
+- cross-encoder (``classify``, one label): one ``TextPair`` per pair, read as
+  one sequence by the worker (its pair template, BERT token type ids);
+- bi-encoder (``embed``) and late interaction (``token_embed``): each query
+  and each document pooled once, then cosine / MaxSim here in numpy
+  (``shared.scoring``), the query vectors reused for every document.
+
+``max_tokens_per_*`` cut each side to that many content tokens before the
+special tokens (``TextPair`` / ``CappedText`` caps, applied in the worker);
+they must be below ``max_model_len``. Usage is the call's prompt tokens: per
+pair for a cross-encoder, each query and document once otherwise (vLLM's count).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+
+from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.state import ROUTER
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.scoring import SCORERS, check_pairs, query_of
+from poolgate.shared.tasks import SCORE_TYPES
+from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair
+
+
+class ContentInput(BaseModel):
+    """vLLM's multimodal score input, ``{"content": [parts]}`` (refused: poolgate models read text)."""
+
+    model_config = ConfigDict(extra="allow")
+    content: list[Any]
+
+
+class TextObject(BaseModel):
+    """Jina's document object, ``{"text": ...}``."""
+
+    model_config = ConfigDict(extra="allow")
+    text: StrictStr
+
+
+ScoreInput = StrictStr | TextObject | ContentInput
+ScoreInputs = ScoreInput | list[ScoreInput]
+
+
+class ScoringBody(BaseModel):
+    """The fields /score and /rerank share (vLLM's ScoreRequestMixin); unknown fields are ignored, the
+    names vLLM removed are refused as on every pooling route."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    user: str | None = None
+    truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
+    use_activation: bool | None = None
+    max_tokens_per_query: Annotated[int, Field(ge=0)] = 0
+    max_tokens_per_doc: Annotated[int, Field(ge=0)] = 0
+    instruction: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_removed(cls, data: Any) -> Any:
+        return PoolingBody._reject_removed(data)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One score per (query, document) pair, in document order, and how the call was served."""
+
+    scores: np.ndarray  # (pairs,) float32
+    served: Served
+
+
+def scoring_enabled(info: ModelInfo) -> bool:
+    """vLLM's enable_scoring_api: the active task scores pairs (a classifier only with one label)."""
+    task = info.tasks[0] if info.tasks else None
+    if task not in SCORE_TYPES:
+        return False
+    return task != "classify" or info.embedding_dim == 1
+
+
+def as_text(item: StrictStr | TextObject | ContentInput, info: ModelInfo) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, TextObject):
+        return item.text
+    raise InvalidRequest(f"MultiModalParam is not supported for {info.architecture}", param="documents")
+
+
+def as_list(value: ScoreInputs) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def check_token_caps(info: ModelInfo, body: ScoringBody) -> None:
+    """vLLM's rule: a per-side cap must be below max_model_len (0 = off)."""
+    for name in ("max_tokens_per_query", "max_tokens_per_doc"):
+        value = getattr(body, name)
+        if value and value >= info.max_model_len:
+            raise InvalidRequest(f"{name} ({value}) must be less than max_model_len ({info.max_model_len}).",
+                                 param=name)
+
+
+def pair_inputs(kind: str, queries: list[str], documents: list[str], body: ScoringBody) -> list[Input]:
+    """The call's inputs: one TextPair per pair (cross-encoder), else the queries then the documents."""
+    q_cap, d_cap = body.max_tokens_per_query, body.max_tokens_per_doc
+    if kind == "cross-encoder":
+        return [TextPair(queries[q], d, q_cap, d_cap) for q, d in zip(query_of(len(queries), len(documents)),
+                                                                      documents)]
+    return [_capped(q, q_cap) for q in queries] + [_capped(d, d_cap) for d in documents]
+
+
+def _capped(text: str, cap: int) -> Input:
+    return CappedText(text, cap) if cap else text
+
+
+async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInputs,
+                      documents: ScoreInputs) -> Scored:
+    """Score every (query, document) pair of ``body`` with the model's own scorer, in one call."""
+    info = request.app[ROUTER].lookup(body.model).info
+    qs, ds = as_list(queries), as_list(documents)
+    check_pairs(len(qs), len(ds))
+    qs, ds = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
+    check_token_caps(info, body)
+    task = info.tasks[0]
+    kind = SCORE_TYPES[task]
+    params = PoolingParams(task=task, use_activation=body.use_activation,
+                           truncate_prompt_tokens=body.truncate_prompt_tokens)
+    served = await serve(request, ServeRequest(model=body.model, inputs=pair_inputs(kind, qs, ds, body),
+                                               params=params))
+    return Scored(SCORERS[kind](served.result.outputs, len(qs)), served)

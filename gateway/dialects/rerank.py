@@ -1,0 +1,95 @@
+"""The rerank routes: ``POST /rerank``, ``/v1/rerank`` (vLLM / Jina) and ``/v2/rerank`` (also Cohere v2).
+
+The body is vLLM's ``RerankRequest`` (Jina's shape): ``query``, ``documents``
+(one or a list; texts or Jina's ``{"text"}`` objects), ``top_n`` (0 or absent
+= all) and the scoring fields (``dialects.pairs``), plus ``return_documents``
+(default true), which vLLM ignores and poolgate honours; Cohere's SDK sends
+``max_tokens_per_doc`` and ``priority``, which mean the same here.
+
+One response satisfies all three clients: vLLM's ``{id: "score-…", model,
+usage: {prompt_tokens, total_tokens}, results: [{index, document: {text,
+multi_modal}, relevance_score}]}`` plus Cohere's ``meta: {api_version:
+{version: "2"}, billed_units: {search_units}, tokens: {input_tokens}}``
+(one search unit per query and up to 100 documents, as Cohere bills).
+Results are sorted by score, highest first (ties keep document order), then
+cut to ``top_n``. ``/v2/rerank`` answers errors in Cohere's ``{"message"}``
+shape; the other two in vLLM's.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+import numpy as np
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs, scoring_enabled
+from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.state import RECORD
+
+DOCUMENTS_PER_SEARCH_UNIT = 100
+
+
+class RerankRequest(ScoringBody):
+    """The body of the rerank routes; unknown fields are allowed and ignored."""
+
+    query: ScoreInput
+    documents: ScoreInputs
+    top_n: Annotated[int, Field(ge=0)] | None = 0
+    return_documents: bool = True
+
+
+class RerankResult(BaseModel):
+    index: int
+    document: dict[str, Any] | None = None
+    relevance_score: float
+
+
+class RerankResponse(BaseModel):
+    id: str
+    model: str
+    usage: dict[str, int]
+    results: list[RerankResult]
+    meta: dict[str, Any]
+
+
+def ranking(scores: np.ndarray, top_n: int | None) -> list[int]:
+    """Document indices by score, highest first (stable), cut to ``top_n`` (0 / None = all)."""
+    order = np.argsort(-scores, kind="stable")
+    return [int(i) for i in (order[:top_n] if top_n else order)]
+
+
+def to_response(scored: Scored, texts: list[str], *, top_n: int | None, return_documents: bool) -> dict:
+    """The rerank body for ``scored`` (one score per document, in document order)."""
+    served, tokens = scored.served, scored.served.result.total_tokens
+    results = []
+    for i in ranking(scored.scores, top_n):
+        item: dict[str, Any] = {"index": i}
+        if return_documents:
+            item["document"] = {"text": texts[i], "multi_modal": None}
+        item["relevance_score"] = float(scored.scores[i])
+        results.append(item)
+    units = math.ceil(len(texts) / DOCUMENTS_PER_SEARCH_UNIT)
+    return {"id": f"score-{served.request_id}", "model": served.info.served_model_name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results,
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": units},
+                     "tokens": {"input_tokens": tokens}}}
+
+
+async def create_rerank(request: web.Request, req: RerankRequest) -> web.Response:
+    scored = await score_pairs(request, req, req.query, req.documents)
+    documents = req.documents if isinstance(req.documents, list) else [req.documents]
+    texts = [d if isinstance(d, str) else d.text for d in documents]  # score_pairs refused anything else
+    body = to_response(scored, texts, top_n=req.top_n, return_documents=req.return_documents)
+    if (record := request.get(RECORD)) is not None:
+        record.response_id = body["id"]
+    return web.Response(body=dumps(body), content_type="application/json")
+
+
+ROUTES = tuple(
+    Route("POST", path, create_rerank, RerankRequest, RerankResponse, serves=scoring_enabled, errors=errors,
+          summary="Rerank documents by relevance to a query (vLLM / Jina / Cohere v2)")
+    for path, errors in (("/rerank", "openai"), ("/v1/rerank", "openai"), ("/v2/rerank", "cohere"))
+)
