@@ -78,7 +78,12 @@ async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     except asyncio.CancelledError:  # the worker is shutting down; ending quietly spares 3.11 an error log
         writer.close()
         return False
-    except Exception as exc:  # EOF, a garbage or oversized frame: nobody to answer
+    except asyncio.IncompleteReadError as exc:
+        # closed before a whole frame; with no byte at all it is a TCP probe (Kubernetes, a load balancer)
+        (log.warning if exc.partial else log.debug)("closed an unauthenticated connection from %s: %s", peer, exc)
+        writer.close()
+        return False
+    except Exception as exc:  # a garbage or oversized frame: nobody to answer
         log.warning("closed an unauthenticated connection from %s: %s", peer, exc or type(exc).__name__)
         writer.close()
         return False

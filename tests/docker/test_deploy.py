@@ -1,0 +1,221 @@
+"""docker/: Dockerfiles, compose and the Kubernetes manifests refer only to images, flags, ports, probe paths,
+secrets and metrics that exist. Nothing is built or deployed here (no registry, no cluster); the manifests are
+rendered with ``kubectl kustomize`` when kubectl is installed (.ci/run installs it) and parsed either way."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from poolgate.gateway.app import make_app
+from poolgate.gateway.cli import build_parser
+from poolgate.gateway.metrics import GatewayMetrics
+from poolgate.gateway.router import Router
+from poolgate.shared import telemetry
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.transport import parse_address
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+K8S = DOCKER / "k8s"
+BACKENDS = ("cpu", "cuda", "rocm", "xpu")
+DEVICE_RESOURCE = {"cpu": None, "cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "xpu": "gpu.intel.com/i915"}
+TOKEN_SECRET = "poolgate-worker-token"
+
+
+def dockerfile_images() -> dict[str, Path]:
+    """Image name -> Dockerfile: ``poolgate-<suffix>`` is built from ``docker/Dockerfile.<suffix>``."""
+    return {f"poolgate-{p.suffix[1:]}": p for p in DOCKER.glob("Dockerfile.*")}
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", "\n".join(l for l in path.read_text().splitlines() if not l.lstrip().startswith("#")))
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines() if line.strip()]
+
+
+def cli_args(argv: list[str]):
+    """Parse a container's argv after the ``poolgate`` entry point exactly as the CLI would (SystemExit if not)."""
+    return build_parser().parse_args([str(a) for a in argv])
+
+
+def routes() -> set[str]:
+    app = make_app(GatewayConfig(), Router())
+    GatewayMetrics(Router()).add_route(app)
+    return {r.resource.canonical for r in app.router.routes() if r.method == "GET"}
+
+
+def exported_metrics() -> set[str]:
+    return {v for k, v in vars(telemetry).items() if k.isupper() and isinstance(v, str)
+            and v.startswith(telemetry.PREFIX + "_")}
+
+
+# --- Dockerfiles --------------------------------------------------------------------------------------
+
+
+def test_there_is_an_image_for_the_gateway_and_every_backend():
+    assert set(dockerfile_images()) == {"poolgate-gateway", *(f"poolgate-{b}" for b in BACKENDS)}
+
+
+@pytest.mark.parametrize("image", sorted(dockerfile_images()))
+def test_dockerfile_copies_what_exists_and_runs_a_real_command(image):
+    steps = instructions(dockerfile_images()[image])
+    assert steps[0][0] == "FROM"
+    for kind, args in steps:
+        if kind == "COPY":
+            *sources, _ = args.split()
+            assert all((ROOT / s).exists() for s in sources), args
+    entry = [json.loads(a) for k, a in steps if k == "ENTRYPOINT"]
+    cmd = [json.loads(a) for k, a in steps if k == "CMD"]
+    assert entry == [["poolgate"]] and len(cmd) == 1
+    args = cli_args(cmd[0])
+    assert any(k == "USER" and a != "root" for k, a in steps)  # never runs as root
+    if image == "poolgate-gateway":
+        assert args.command == "serve"
+        assert not any("torch" in a for k, a in steps if k == "RUN")
+        assert any("--no-deps" in a for k, a in steps if k == "RUN")
+    else:
+        backend = image.removeprefix("poolgate-")
+        assert (args.command, args.backend) == ("worker", backend)
+        assert parse_address(args.listen).port == 9100
+        assert f"EXPOSE 9100" in "\n".join(f"{k} {a}" for k, a in steps)
+
+
+def test_the_build_context_keeps_what_the_dockerfiles_copy():
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!docker/requirements-gateway.txt" in ignore and ignore.index("!docker/requirements-gateway.txt") > \
+        ignore.index("docker")
+
+
+# --- compose --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def test_compose_runs_the_stack(compose):
+    services = compose["services"]
+    assert {"gateway", "worker", "prometheus", "grafana", "otel-collector"} <= set(services)
+    for name in ("gateway", "worker"):
+        build = services[name]["build"]
+        dockerfile = (DOCKER / build["context"] / build["dockerfile"]).resolve()
+        assert dockerfile in {p.resolve() for p in dockerfile_images().values()}
+        assert services[name]["image"].split(":")[0] == f"poolgate-{dockerfile.suffix[1:]}"
+        assert "POOLGATE_WORKER_TOKEN" in services[name]["environment"]  # both ends share the token
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            assert (DOCKER / volume.split(":")[0]).exists(), volume
+
+
+def test_compose_wiring_matches_the_flags(compose):
+    services = compose["services"]
+    gateway, worker = cli_args(services["gateway"]["command"]), cli_args(services["worker"]["command"])
+    (url,) = gateway.worker_url
+    target, listen = parse_address(url), parse_address(worker.listen)
+    assert target.host == "worker" and target.port == listen.port and str(listen.port) in services["worker"]["expose"]
+    assert gateway.otlp_traces_endpoint.startswith("http://otel-collector:4318/")
+    assert f"{gateway.port}:{gateway.port}" in services["gateway"]["ports"]
+    assert "/health" in services["gateway"]["healthcheck"]["test"][-1] and "/health" in routes()
+    prometheus = yaml.safe_load((DOCKER / "compose/prometheus.yml").read_text())
+    (job,) = prometheus["scrape_configs"]
+    assert job["static_configs"][0]["targets"] == [f"gateway:{gateway.port}"] and job["metrics_path"] in routes()
+    assert prometheus["rule_files"] == ["alerts.yml"]
+    assert "/etc/prometheus/alerts.yml" in " ".join(services["prometheus"]["volumes"])
+    collector = yaml.safe_load((ROOT / "observability/otel-collector.yaml").read_text())
+    assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
+
+
+# --- Kubernetes -----------------------------------------------------------------------------------------
+
+
+def render(overlay: str) -> list[dict]:
+    """The overlay as ``kubectl kustomize`` renders it; without kubectl, its files merged by hand."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (.ci/run installs kubernetes-client); manifests not rendered")
+    out = subprocess.run([kubectl, "kustomize", str(K8S / overlay)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def test_every_manifest_is_yaml_with_a_kind():
+    files = sorted(K8S.rglob("*.yaml"))
+    assert len(files) >= 1 + 4 * 4
+    for path in files:
+        for doc in yaml.safe_load_all(path.read_text()):
+            assert doc and "kind" in doc and "apiVersion" in doc, path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_overlay_renders_a_gateway_that_finds_its_workers(backend):
+    docs = render(backend)
+    deployments, services = by_kind(docs, "Deployment"), by_kind(docs, "Service")
+    gateway = deployments["poolgate-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    worker_deployment = deployments[f"poolgate-worker-{backend}"]
+    worker = worker_deployment["spec"]["template"]["spec"]["containers"][0]
+    g, w = cli_args(gateway["args"]), cli_args(worker["args"])
+    assert (g.command, w.command, w.backend) == ("serve", "worker", backend)
+    # images are ones docker/ builds
+    for container in (gateway, worker):
+        assert container["image"].split(":")[0] in dockerfile_images()
+    assert worker["image"].startswith(f"poolgate-{backend}:")
+    # the gateway resolves the headless Service, which selects the worker pods on the port they listen on
+    (url,) = g.worker_url
+    host, _, port = url.removeprefix("dns+tcp://").rpartition(":")
+    headless = services[host]
+    assert headless["spec"]["clusterIP"] == "None"
+    pod_labels = worker_deployment["spec"]["template"]["metadata"]["labels"]
+    assert headless["spec"]["selector"].items() <= pod_labels.items()
+    worker_ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
+    (svc_port,) = headless["spec"]["ports"]
+    assert int(port) == svc_port["port"] == worker_ports[svc_port["targetPort"]] == parse_address(w.listen).port
+    # probes: gateway HTTP paths are routes; worker TCP probes hit the port it listens on
+    gateway_ports = {p["name"]: p["containerPort"] for p in gateway["ports"]}
+    assert gateway_ports["http"] == g.port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert gateway[probe]["httpGet"]["path"] in routes()
+        assert gateway[probe]["httpGet"]["port"] in gateway_ports
+        assert worker[probe]["tcpSocket"]["port"] in worker_ports
+    assert services["poolgate-gateway"]["spec"]["ports"][0]["targetPort"] in gateway_ports
+    # the device each worker pod gets
+    resource = DEVICE_RESOURCE[backend]
+    limits = worker["resources"]["limits"]
+    assert (resource in limits and limits[resource] == 1) if resource else not any("gpu" in k for k in limits)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_token_comes_from_the_secret_on_both_ends(backend):
+    deployments = by_kind(render(backend), "Deployment")
+    for name, flag in (("poolgate-gateway", "worker_token_file"), (f"poolgate-worker-{backend}", "token_file")):
+        pod = deployments[name]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        path = getattr(cli_args(container["args"]), flag)
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+        secret = volumes[mount["name"]]["secret"]
+        assert secret["secretName"] == TOKEN_SECRET
+        assert [i["path"] for i in secret["items"]] == [path.removeprefix(mount["mountPath"] + "/")]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_autoscaler_scales_the_workers_on_a_metric_we_export(backend):
+    docs = render(backend)
+    (hpa,) = by_kind(docs, "HorizontalPodAutoscaler").values()
+    assert hpa["spec"]["scaleTargetRef"]["name"] in by_kind(docs, "Deployment")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == f"poolgate-worker-{backend}"
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["external"]["metric"]["name"] in exported_metrics()
+    assert metric["external"]["metric"]["name"] == telemetry.TOKENS_WAITING
+    assert metric["external"]["metric"]["selector"]["matchLabels"] == {telemetry.BACKEND: backend}
