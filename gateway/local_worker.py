@@ -3,6 +3,13 @@
 The worker runs as ``python -m poolgate.workers.main`` in its own session (so a Ctrl-C
 at the terminal reaches the gateway, which then stops workers in order), with
 its stdout and stderr passed straight through so the user sees its progress.
+
+No port race: the gateway never picks a TCP port for a worker. A ``tcp://host:0``
+address makes the worker bind a free port itself; every worker reports the
+address it is serving on through a pipe (``--report-fd``) once its listener is
+up, and that line is also its "ready" signal (EOF first = it exited before it
+was ready). Unix socket paths are chosen by the gateway in its private folder.
+
 No orphans: ``stop`` sends SIGTERM and SIGKILLs after a grace period, and on
 Linux the worker asks the kernel for SIGTERM when the gateway dies (the
 gateway must spawn it from the thread that lives as long as the gateway,
@@ -17,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
@@ -27,30 +35,40 @@ log = logging.getLogger("poolgate.gateway.local_worker")
 
 
 class LocalWorker:
-    """One spawned worker process and the transport client connected to it."""
+    """One spawned worker process and the transport client connected to it.
 
-    def __init__(self) -> None:
+    ``env``: variables added to the gateway's environment for this process (the
+    backend's device selection and CPU pinning, from ``gateway.supervisor.WorkerEnv``).
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env or {})
         self.process: asyncio.subprocess.Process | None = None
         self.client: WorkerClient | None = None
         self.info: ModelInfo | None = None
-        self.address: str | None = None
+        self.address: str | None = None  # where it serves, as it reported it
 
     async def start(self, cfg: WorkerConfig, address: str, *, ready_timeout: float,
                     runner_factory: str | None = None) -> None:
-        """Spawn the worker and return once it answers ``info`` on ``address``."""
-        self.address = address
-        cmd = [sys.executable, "-m", "poolgate.workers.main", "--listen", address,
+        """Spawn the worker listening on ``address`` (``tcp://host:0``: a port it picks) and return once
+        it reported its address and answered ``info`` there."""
+        read_fd, write_fd = os.pipe()
+        cmd = [sys.executable, "-m", "poolgate.workers.main", "--listen", address, "--report-fd", str(write_fd),
                "--config", "-", "--parent-pid", str(os.getpid())]
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]
         log.info("starting worker for %s on %s", cfg.served_model_name, address)
-        self.process = await asyncio.create_subprocess_exec(
-            *cmd, stdin=subprocess.PIPE, start_new_session=True)
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *cmd, stdin=subprocess.PIPE, start_new_session=True, pass_fds=(write_fd,),
+                env={**os.environ, **self.env} if self.env else None)
+        finally:
+            os.close(write_fd)
         # the config goes through stdin, not argv: argv is visible to every user (ps), stdin is not
         self.process.stdin.write(json.dumps(cfg.to_wire()).encode())
         self.process.stdin.close()
         try:
-            self.client, self.info = await asyncio.wait_for(self._wait_ready(), ready_timeout)
+            self.client, self.info = await asyncio.wait_for(self._wait_ready(read_fd, cfg), ready_timeout)
         except asyncio.TimeoutError:
             await self.stop()
             raise Unavailable(f"worker for {cfg.served_model_name} was not ready after {ready_timeout}s") from None
@@ -58,27 +76,19 @@ class LocalWorker:
             await self.stop()
             raise
 
-    async def _wait_ready(self) -> tuple[WorkerClient, ModelInfo]:
-        """Dial until the worker accepts and answers ``info``; fail fast if it exits."""
-        exited = asyncio.ensure_future(self.process.wait())
-        delay = 0.02
+    async def _wait_ready(self, read_fd: int, cfg: WorkerConfig) -> tuple[WorkerClient, ModelInfo]:
+        """Read the address line from the pipe (EOF: the worker exited first), then connect there."""
+        line = await _read_line(read_fd)
+        if not line:
+            code = await self.process.wait()
+            raise Unavailable(f"worker process exited with code {code} before it was ready")
+        self.address = line
+        client = await WorkerClient.connect(self.address, timeout=5.0, **_client_security(cfg))
         try:
-            while True:
-                if exited.done():
-                    raise Unavailable(f"worker process exited with code {exited.result()} before it was ready")
-                try:
-                    client = await WorkerClient.connect(self.address, timeout=5.0)
-                except Unavailable:
-                    await asyncio.wait([exited], timeout=delay)
-                    delay = min(delay * 2, 0.25)
-                    continue
-                try:
-                    return client, await client.info()
-                except BaseException:
-                    await client.close()
-                    raise
-        finally:
-            exited.cancel()
+            return client, await client.info()
+        except BaseException:
+            await client.close()
+            raise
 
     @property
     def pid(self) -> int | None:
@@ -99,3 +109,22 @@ class LocalWorker:
         if self.client is not None:
             await self.client.close()
         return self.process.returncode if self.process is not None else None
+
+
+def _client_security(cfg: WorkerConfig) -> dict:
+    """The token the worker was given, if any: the gateway's own client must present it too."""
+    security = getattr(cfg, "security", None)
+    token = getattr(security, "token", None)
+    return {"token": token} if token is not None else {}
+
+
+async def _read_line(fd: int) -> str:
+    """One line from the pipe ``fd`` (closed afterwards), without blocking the loop; "" at EOF."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                os.fdopen(fd, "rb", buffering=0))
+    try:
+        return (await reader.readline()).decode().strip()
+    finally:
+        transport.close()

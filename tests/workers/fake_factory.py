@@ -23,3 +23,17 @@ def hang(cfg: WorkerConfig) -> LoadedModel:
     """A factory that never finishes loading: the gateway's ready timeout must fire."""
     time.sleep(600)
     raise AssertionError("unreachable")
+
+
+def slow(cfg: WorkerConfig) -> LoadedModel:
+    """As ``build``, but every batch takes 0.5 s on the "device" (calls stay in flight a while)."""
+    model = build(cfg)
+    model.runner.execute_delay = 0.5
+    return model
+
+
+def from_env(cfg: WorkerConfig) -> LoadedModel:
+    """As ``build``, named after $POOLGATE_TEST_NAME (shows the environment a worker was given)."""
+    import os
+
+    return fake_model(name=os.environ.get("POOLGATE_TEST_NAME", "no-env"), max_model_len=cfg.max_model_len or 32)

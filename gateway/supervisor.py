@@ -1,0 +1,167 @@
+"""Keeps local worker processes serving: start them, restart the ones that die with backoff, rejoin pools.
+
+One ``Supervisor`` per local worker. ``start_all`` starts them together; a
+worker that fails to start is logged and retried in the background (start-up
+fails only when no worker of some model came up: ``require_each_model``). Once
+the pools exist, ``attach`` hands each supervisor its pool and ``run`` watches
+the process:
+
+- it exits (a crash, an OOM kill, SIGKILL): its pool member goes ``starting``
+  at once (the calls on it fail over to another replica), and after a backoff
+  (0.5 s, doubling up to 30 s; back to 0.5 s once a worker stayed up 60 s) it
+  is started again on the same kind of address;
+- it is ready again: it takes its old place in the pool (``WorkerPool.replace``),
+  or joins it (``add``) when it never came up before.
+
+The environment of each process comes from a ``WorkerEnv``: a function of the
+worker's config and its index among the pool's local workers (its device
+ordinal), returning the variables to add (``CUDA_VISIBLE_DEVICES``,
+``HIP_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``, CPU pinning, thread counts). The
+backends registry provides it; ``no_extra_env`` adds nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from poolgate.gateway.local_worker import LocalWorker
+from poolgate.gateway.pool import WorkerPool
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.errors import Unavailable
+
+log = logging.getLogger("poolgate.gateway.supervisor")
+
+WorkerEnv = Callable[[WorkerConfig, int], Mapping[str, str]]
+
+
+def no_extra_env(cfg: WorkerConfig, index: int) -> Mapping[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before restart number ``n`` (1, 2, ...) since the worker last stayed up ``reset_after_s``."""
+
+    first_s: float = 0.5
+    max_s: float = 30.0
+    reset_after_s: float = 60.0
+
+    def delay(self, n: int) -> float:
+        return min(self.first_s * 2 ** max(n - 1, 0), self.max_s)
+
+
+class Supervisor:
+    """One local worker kept running (see the module doc)."""
+
+    def __init__(self, cfg: WorkerConfig, address: str, index: int = 0, *, ready_timeout: float,
+                 env: WorkerEnv = no_extra_env, backoff: Backoff = Backoff(),
+                 runner_factory: str | None = None) -> None:
+        self.cfg, self.address, self.index = cfg, address, index
+        self.ready_timeout, self.env, self.backoff = ready_timeout, env, backoff
+        self.runner_factory = runner_factory
+        self.worker: LocalWorker | None = None  # the running incarnation; None while there is none
+        self.pool: WorkerPool | None = None
+        self.member = None  # the client that stands for this worker in its pool
+        self.restarts = 0  # incarnations started after the first
+        self.failures = 0  # failed starts and exits since the worker last stayed up
+        self.stopping = False
+        self.error: str | None = None  # why the last start failed
+        self._up_since = 0.0
+        self._task: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str:
+        return self.cfg.served_model_name
+
+    async def start(self) -> LocalWorker:
+        """Start one incarnation and wait until it is ready (raises if it is not)."""
+        worker = LocalWorker(self.env(self.cfg, self.index))
+        await worker.start(self.cfg, self.address, ready_timeout=self.ready_timeout,
+                           runner_factory=self.runner_factory)
+        self.worker, self._up_since = worker, time.monotonic()
+        return worker
+
+    def attach(self, pool: WorkerPool | None) -> None:
+        """The pool this worker serves in (None: its model has no pool; the worker will not rejoin)."""
+        self.pool = pool
+        self.member = self.worker.client if pool is not None and self.worker is not None else None
+
+    async def run(self) -> None:
+        """Forever (until cancelled or ``stop``): restart the worker whenever it is not running."""
+        self._task = asyncio.current_task()
+        while not self.stopping:
+            if self.worker is not None:
+                code = await self.worker.process.wait()
+                if self.stopping:
+                    return
+                self._lost(code)
+            await asyncio.sleep(self.backoff.delay(self.failures))
+            await self._restart()
+
+    def _lost(self, code: int | None) -> None:
+        if time.monotonic() - self._up_since >= self.backoff.reset_after_s:
+            self.failures = 0
+        self.failures += 1
+        delay = self.backoff.delay(self.failures)
+        reason = f"worker process {self.worker.pid} exited with code {code}; restarting in {delay:g}s"
+        log.warning("worker %d of %s: %s", self.index, self.name, reason)
+        if self.pool is not None and self.member in self.pool.clients:
+            self.pool.set_state(self.member, "starting", reason)
+        self.worker = None
+
+    async def _restart(self) -> None:
+        try:
+            new = await self.start()
+        except Exception as exc:  # Unavailable (exited, not ready in time) or a spawn error: try again later
+            self.failures += 1
+            log.warning("worker %d of %s did not come back: %s (next try in %gs)", self.index, self.name, exc,
+                        self.backoff.delay(self.failures))
+            return
+        self.restarts += 1
+        log.info("worker %d of %s is back (restart %d, pid %d) on %s", self.index, self.name, self.restarts,
+                 new.pid, new.address)
+        if self.pool is None:
+            return
+        old, self.member = self.member, new.client
+        if old is not None and old in self.pool.clients:
+            self.pool.replace(old, new.client)
+            await old.close()
+        else:
+            self.pool.add(new.client)
+
+    async def stop(self) -> None:
+        """Stop supervising (a start under way is abandoned) and stop the running process."""
+        self.stopping = True
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+            await asyncio.wait([self._task])
+        if self.worker is not None:
+            await self.worker.stop()
+
+
+async def start_all(supervisors: Sequence[Supervisor]) -> None:
+    """Start every worker at once; a failure is logged (``run`` retries it in the background)."""
+    results = await asyncio.gather(*(s.start() for s in supervisors), return_exceptions=True)
+    for sup, result in zip(supervisors, results):
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            sup.failures, sup.error = 1, str(result)
+            log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
+
+
+def require_each_model(supervisors: Sequence[Supervisor]) -> None:
+    """Unavailable when some model has no worker up; otherwise log the models running short."""
+    by_model: dict[str, list[Supervisor]] = {}
+    for sup in supervisors:
+        by_model.setdefault(sup.name, []).append(sup)
+    for name, sups in by_model.items():
+        up = sum(s.worker is not None for s in sups)
+        if not up:
+            raise Unavailable(f"{sups[0].error} (no worker of {name} came up; {len(sups)} tried)")
+        if up < len(sups):
+            log.warning("serving %s with %d of %d workers; the others keep retrying in the background",
+                        name, up, len(sups))

@@ -1,0 +1,135 @@
+"""Local workers as real processes (fake runner): reported addresses, restart with backoff, partial start-up,
+worker drain on SIGTERM."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+from poolgate.gateway.local_worker import LocalWorker
+from poolgate.gateway.pool import WorkerPool
+from poolgate.gateway.supervisor import Backoff, Supervisor, require_each_model, start_all
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.wire import PoolingCall
+from tests.fakes import expected_vector, until
+from tests.processes import alive
+
+FACTORY = "tests.workers.fake_factory:build"
+CFG = WorkerConfig(model_path="unused", served_model_name="sup-model", max_model_len=16)
+FAST = Backoff(first_s=0.05, max_s=0.2, reset_after_s=60)
+
+
+def call(text: str = "hello there") -> PoolingCall:
+    return PoolingCall(request_id="r", model="sup-model", inputs=[text])
+
+
+def test_backoff_doubles_up_to_its_cap():
+    b = Backoff(first_s=0.5, max_s=30)
+    assert [b.delay(n) for n in (1, 2, 3, 4, 7, 8, 20)] == [0.5, 1, 2, 4, 30, 30, 30]
+
+
+async def test_a_tcp_worker_binds_its_own_port_and_reports_it():
+    worker = LocalWorker()
+    await worker.start(CFG, "tcp://127.0.0.1:0", ready_timeout=30, runner_factory=FACTORY)
+    try:
+        assert worker.address.startswith("tcp://127.0.0.1:") and not worker.address.endswith(":0")
+        assert worker.client.address == worker.address
+        result = await worker.client.pool(call())
+        assert result.outputs.item(0).tobytes() == expected_vector("hello there").tobytes()
+    finally:
+        assert await worker.stop(timeout=5) == 0
+
+
+async def test_the_worker_gets_the_extra_environment(tmp_path):
+    worker = LocalWorker({"POOLGATE_TEST_NAME": "from-env"})
+    await worker.start(CFG, f"unix:{tmp_path}/w.sock", ready_timeout=30,
+                       runner_factory="tests.workers.fake_factory:from_env")
+    try:
+        assert worker.info.served_model_name == "from-env"
+    finally:
+        await worker.stop(timeout=5)
+
+
+async def test_a_killed_worker_is_restarted_and_takes_its_place_again(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "poolgate")
+    sups = [Supervisor(CFG, f"unix:{tmp_path}/w{i}.sock", i, ready_timeout=30, backoff=FAST,
+                       runner_factory=FACTORY) for i in range(2)]
+    await start_all(sups)
+    pool = WorkerPool(sups[0].worker.info, [s.worker.client for s in sups])
+    for sup in sups:
+        sup.attach(pool)
+    runs = [asyncio.create_task(s.run()) for s in sups]
+    try:
+        victim, first = sups[0], sups[0].worker.pid
+        os.kill(first, signal.SIGKILL)
+        killed = time.monotonic()
+        await until(lambda: pool.snapshot()[0]["state"] == "starting", 5)
+        assert "exited with code -9" in pool.snapshot()[0]["error"]
+        for _ in range(4):  # served by the other replica meanwhile
+            await pool.submit(call())
+        await until(lambda: pool.snapshot()[0]["state"] == "ready", 30)
+        took = time.monotonic() - killed
+        assert victim.worker.pid != first and victim.restarts == 1 and not alive(first)
+        assert pool.clients[0] is victim.worker.client and pool.recoveries(pool.clients[0]) == 1
+        assert (await pool.submit(call("a b"))).outputs.item(0).tobytes() == expected_vector("a b").tobytes()
+        assert took < 20 and "restarting in 0.05s" in caplog.text
+    finally:
+        for sup in sups:
+            await sup.stop()
+        await asyncio.gather(*runs, return_exceptions=True)
+        await pool.close()
+    assert not any(alive(s.worker.pid) for s in sups)
+
+
+async def test_one_worker_failing_at_start_serves_with_the_rest_and_retries(tmp_path, caplog):
+    good = Supervisor(CFG, f"unix:{tmp_path}/a.sock", 0, ready_timeout=30, backoff=FAST, runner_factory=FACTORY)
+    bad = Supervisor(CFG, f"unix:{tmp_path}/b.sock", 1, ready_timeout=30, backoff=FAST,
+                     runner_factory="tests.workers.fake_factory:fail")
+    await start_all([good, bad])
+    require_each_model([good, bad])
+    assert "serving sup-model with 1 of 2 workers" in caplog.text
+    assert "worker 1 of sup-model failed to start" in caplog.text
+    pool = WorkerPool(good.worker.info, [good.worker.client])
+    good.attach(pool), bad.attach(pool)
+    bad.runner_factory = FACTORY  # whatever was wrong is fixed: the background retry brings it in
+    runs = [asyncio.create_task(s.run()) for s in (good, bad)]
+    try:
+        await until(lambda: len(pool.clients) == 2, 30)
+        assert pool.is_ready(pool.clients[1]) and pool.clients[1] is bad.worker.client
+    finally:
+        for sup in (good, bad):
+            await sup.stop()
+        await asyncio.gather(*runs, return_exceptions=True)
+        await pool.close()
+
+
+async def test_start_up_fails_only_when_no_worker_of_a_model_comes_up(tmp_path):
+    bad = [Supervisor(CFG, f"unix:{tmp_path}/{i}.sock", i, ready_timeout=30,
+                      runner_factory="tests.workers.fake_factory:fail") for i in range(2)]
+    await start_all(bad)
+    with pytest.raises(Unavailable, match=r"exited with code 1 .*\(no worker of sup-model came up; 2 tried\)"):
+        require_each_model(bad)
+
+
+async def test_a_worker_drains_on_sigterm(tmp_path):
+    """Calls in flight finish; a call that arrives while it drains is refused as Unavailable."""
+    worker = LocalWorker()
+    await worker.start(CFG, f"unix:{tmp_path}/w.sock", ready_timeout=30, runner_factory="tests.workers.fake_factory:slow")
+    try:
+        held = asyncio.create_task(worker.client.pool(call("in flight")))
+        await asyncio.sleep(0.2)  # it is on the "device" now (each batch takes 0.5 s)
+        worker.process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.05)
+        with pytest.raises(Unavailable, match="draining"):
+            await worker.client.pool(call("late"))
+        assert (await worker.client.health())["draining"] is True
+        result = await held
+        assert result.outputs.item(0).tobytes() == expected_vector("in flight").tobytes()
+        assert await asyncio.wait_for(worker.process.wait(), 10) == 0
+    finally:
+        await worker.stop(timeout=5)
