@@ -14,6 +14,8 @@ class PoolingParams:
     with auto-truncate), -1 = the task's input cap (the model's max length, or
     ``max_embed_len`` for embed with chunked processing), k > 0 = keep k tokens.
     ``use_activation``: None = the model's default (L2-normalize for embed).
+    ``truncation_side``: which end truncation cuts ("right": keep the first
+    tokens); special tokens are kept either way.
     """
 
     task: PoolingTask = "embed"
@@ -21,6 +23,7 @@ class PoolingParams:
     use_activation: bool | None = None
     truncate_prompt_tokens: int | None = None
     add_special_tokens: bool = True  # False: the texts are tokenized without CLS/SEP (BOS/EOS)
+    truncation_side: str = "right"  # "left": truncation keeps the last tokens (vLLM's truncation_side; Cohere START)
 
     def to_wire(self) -> dict:
         return asdict(self)

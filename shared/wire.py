@@ -157,6 +157,8 @@ class ModelInfo:
     device_name: str = ""  # the hardware's name, e.g. the GPU or CPU model
     attention: str | None = None  # the packed-attention path, e.g. "varlen_flash" or "grouped_sdpa"
     device_memory: dict[str, int] | None = None  # bytes once loaded: allocated/reserved/total (host: total/peak_rss)
+    prompts: dict[str, str] | None = None  # input type -> prompt (config_sentence_transformers.json; Cohere input_type)
+    chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere puts a prompt in a system turn)
 
     def to_wire(self) -> dict:
         return asdict(self)

@@ -63,7 +63,7 @@ class FakeEncoder:
         return fake_chat_text(chat.messages, chat.add_generation_prompt)
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
-               add_special_tokens: bool = True) -> list[list[int]]:
+               add_special_tokens: bool = True, side: str = "right") -> list[list[int]]:
         self.calls.append((list(texts), max_tokens))
         self.threads.add(threading.get_ident())
         if any(t == "explode" for t in texts):
@@ -73,7 +73,8 @@ class FakeEncoder:
         for text in texts:
             ids = [fake_word_id(w) for w in text.split()]
             if max_tokens is not None:
-                ids = ids[: max(max_tokens - specials, 0)]
+                keep = max(max_tokens - specials, 0)
+                ids = (ids[len(ids) - keep:] if keep else []) if side == "left" else ids[:keep]
             out.append([CLS, *ids, SEP] if add_special_tokens else ids)
         return out
 

@@ -26,7 +26,7 @@ from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.runner import PoolingRunner
 from poolgate.workers.runner_api import LoadedModel
 from poolgate.workers.sequence import Sequence
-from poolgate.workers.st_config import ModelSpec, read_spec
+from poolgate.workers.st_config import ModelSpec, read_prompts, read_spec
 from poolgate.workers.tokenizer import TextEncoder
 
 log = logging.getLogger("poolgate.worker")
@@ -117,7 +117,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     arch = architecture_for(spec)
     log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name,
              "packed" if arch.packed else "transformers fallback, padded")
-    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case)
+    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
     if spec.pooler.enable_chunked_processing:
@@ -139,6 +139,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
         labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
         max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
+        prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.tokenizer.chat_template),
     )
     log.info("tasks %s, pooling %s, max length %d, dtype %s, token budget %d", ", ".join(info.tasks),
              spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)

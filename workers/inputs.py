@@ -14,7 +14,8 @@ its token type ids.
 """
 from __future__ import annotations
 
-from poolgate.shared.limits import check_call, check_length, truncation_length
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.limits import check_call, check_length, check_token_ids, truncation_length
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
 from poolgate.workers.runner_api import Encoded, TextEncoder
 
@@ -40,7 +41,7 @@ class InputStage:
         inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in inputs]
         pairs = [i for i, x in enumerate(inputs) if isinstance(x, TextPair)]
         ids = self._encode([x if not isinstance(x, TextPair) else [] for x in inputs], k,
-                           call.params.add_special_tokens)
+                           call.params.add_special_tokens, call.params.truncation_side)
         types: list[list[int] | None] = [None] * len(ids)
         if pairs:
             encoded = self.encoder.encode_pairs([inputs[i] for i in pairs], k)
@@ -50,7 +51,20 @@ class InputStage:
             check_length(self.info, len(x), call.params.task)
         return Encoded(ids, types)
 
-    def _encode(self, inputs: list[Input], k: int | None, special: bool = True) -> list[list[int]]:
+    def tokenize_one(self, x: Input, *, add_special_tokens: bool = True) -> list[int]:
+        """One text's (or rendered chat's) ids as /tokenize reports them: untruncated, lengths unchecked."""
+        text = render_chats(self.encoder, [x])[0]
+        if not isinstance(text, str):
+            raise InvalidRequest("/tokenize takes a prompt text or chat messages", param="prompt")
+        return self.encoder.encode([text], add_special_tokens=add_special_tokens)[0]
+
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of ``ids`` (special tokens kept, as vLLM's /detokenize); 400 for ids out of vocabulary."""
+        check_token_ids(self.info, ids)
+        return self.encoder.decode(ids)
+
+    def _encode(self, inputs: list[Input], k: int | None, special: bool = True,
+                side: str = "right") -> list[list[int]]:
         ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         if texts:
@@ -60,10 +74,13 @@ class InputStage:
             return ids
         too_long = [i for i in texts if len(ids[i]) > k]
         if too_long:
-            encoded = self.encoder.encode([inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special)
+            left = {"side": "left"} if side == "left" else {}  # keep the last tokens (special tokens stay)
+            encoded = self.encoder.encode([inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special,
+                                          **left)
             for i, truncated in zip(too_long, encoded):
                 ids[i] = truncated
-        return [x[:k] for x in ids]  # k below a tokenizer's special-token count still keeps k
+        # k below a tokenizer's special-token count still keeps k
+        return [x[-k:] if side == "left" else x[:k] for x in ids]
 
 
 def render_chats(encoder: TextEncoder, inputs: list[Input]) -> list[Input]:

@@ -16,6 +16,8 @@ from pathlib import Path
 from poolgate.shared.config import SEQ_POOLING_TYPES, WorkerConfig
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.workers.convert import model_kind
+from poolgate.workers.gguf import find_gguf
+from poolgate.workers.gguf import read_config as read_gguf_config
 
 ST_CONFIG_FILES = (
     "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
@@ -52,6 +54,7 @@ class ModelSpec:
     matryoshka_dimensions: tuple[int, ...] | None
     pooler: PoolerConfig = PoolerConfig()  # the user's --pooler-config (task, calibration, default dims, ...)
     kind: str = "embed"  # embed | classify | token_classify (workers.convert, from --runner / --convert)
+    gguf_file: str | None = None  # the GGUF file in ``path`` that holds config, tokenizer and weights
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -93,16 +96,27 @@ def _st6_max_len(path: Path) -> int | None:
 
 
 def _derived_max_len(hf: dict) -> int:
-    n = int(hf.get("max_position_embeddings", 512))
-    if hf.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
-        n -= int(hf.get("pad_token_id", 1)) + 1  # positions start after the padding index
-    return n
+    from poolgate.workers.models.positions import learned_offset  # here: workers.models imports this module
+
+    return int(hf.get("max_position_embeddings", 512)) - learned_offset(hf)  # RoBERTa-likes start after the pad
+
+
+def read_prompts(path: Path, hf_config: dict) -> dict[str, str] | None:
+    """The model's prompt per input type, as vLLM reads them for Cohere's ``input_type``:
+    ``hf_config.task_instructions``, else ``config_sentence_transformers.json``'s ``prompts``."""
+    prompts = hf_config.get("task_instructions") or (_read_json(path / "config_sentence_transformers.json") or {}).get("prompts")
+    if not isinstance(prompts, dict):
+        return None
+    return {str(k): str(v) for k, v in prompts.items() if isinstance(v, str)} or None
 
 
 def read_spec(cfg: WorkerConfig) -> ModelSpec:
     """Build the ModelSpec for ``cfg.model_path`` with the flag > ST > default precedence."""
     path = Path(cfg.model_path)
-    hf = _read_json(path / "config.json")
+    gguf = find_gguf(path)  # a .gguf file (or a folder of one): config, tokenizer and weights from the file
+    if gguf is not None:
+        path = gguf[0]
+    hf = read_gguf_config(*gguf) if gguf else _read_json(path / "config.json")
     if not isinstance(hf, dict):
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
     hf = {**hf, **cfg.hf_overrides}
@@ -127,6 +141,10 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         raise ValueError(f"max_model_len {max_len} exceeds the model's {derived} positions")
     dims = hf.get("matryoshka_dimensions")
     architecture = (hf.get("architectures") or ["BertModel"])[0]
+    kind = model_kind(architecture, st_config=bool(modules), runner=cfg.runner, convert=cfg.convert)
+    if gguf and kind != "embed":
+        raise ValueError(f"{path / gguf[1]}: a GGUF checkpoint serves as an embedder (--convert embed); "
+                         f"{kind} needs a safetensors checkpoint with its score layer")
     return ModelSpec(
         path=path,
         hf_config=hf,
@@ -139,5 +157,6 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         is_matryoshka=bool(dims or hf.get("is_matryoshka", False)),
         matryoshka_dimensions=tuple(dims) if dims else None,
         pooler=cfg.pooler,
-        kind=model_kind(architecture, st_config=bool(modules), runner=cfg.runner, convert=cfg.convert),
+        kind=kind,
+        gguf_file=gguf[1] if gguf else None,
     )

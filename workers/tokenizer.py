@@ -16,10 +16,11 @@ NO_CHAT_TEMPLATE = ("As of transformers v4.44, default chat template is no longe
 class TextEncoder:
     """Wraps a fast tokenizer; ``do_lower_case`` lower-cases texts first (sentence-transformers)."""
 
-    def __init__(self, path: Path, *, do_lower_case: bool = False):
+    def __init__(self, path: Path, *, do_lower_case: bool = False, gguf_file: str | None = None):
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+        gguf = {"gguf_file": gguf_file} if gguf_file else {}  # the tokenizer stored in a GGUF file (workers.gguf)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True, **gguf)
         if not self.tokenizer.is_fast:
             raise ValueError(f"{path} has no fast tokenizer (tokenizer.json)")
         from tokenizers import Tokenizer
@@ -76,11 +77,21 @@ class TextEncoder:
                                  param="messages") from None
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
-               add_special_tokens: bool = True) -> list[list[int]]:
-        """Ids (with special tokens unless told not to); with ``max_tokens``, tokenizer truncation."""
+               add_special_tokens: bool = True, side: str = "right") -> list[list[int]]:
+        """Ids (with special tokens unless told not to); with ``max_tokens``, tokenizer truncation
+        (``side="left"``: the last content tokens are kept, between the same special tokens)."""
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
+        if max_tokens is not None and side == "left":
+            return [self._encode_left(t, max_tokens, add_special_tokens) for t in texts]
         if max_tokens is None:
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
         out = self.tokenizer(texts, add_special_tokens=add_special_tokens, truncation=True, max_length=max_tokens)
         return out["input_ids"]
+
+    def _encode_left(self, text: str, max_tokens: int, add_special_tokens: bool) -> list[int]:
+        """``text`` cut from the left to fit ``max_tokens`` with its special tokens, then post-processed."""
+        specials = self.backend.num_special_tokens_to_add(False) if add_special_tokens else 0
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        encoding.truncate(max(max_tokens - specials, 0), direction="left")
+        return self.backend.post_process(encoding, add_special_tokens=add_special_tokens).ids

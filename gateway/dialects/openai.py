@@ -90,7 +90,7 @@ def to_request(req: EmbeddingRequest, task: str = "embed") -> ServeRequest:
         inputs, special = req.inputs(), True
     special = special if req.add_special_tokens is None else req.add_special_tokens
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
-                           truncate_prompt_tokens=req.truncate_prompt_tokens, add_special_tokens=special)
+                           add_special_tokens=special, **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params)
 
 

@@ -6,7 +6,7 @@ answered with vLLM's 400 before any field is validated.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
@@ -26,7 +26,7 @@ REMOVED_PARAMS: dict[str, str] = {
 
 class PoolingBody(BaseModel):
     """``model``, ``input``, ``user``, ``truncate_prompt_tokens``, ``use_activation``,
-    ``add_special_tokens``; extras ignored."""
+    ``add_special_tokens``, ``truncation_side``; extras ignored."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -36,6 +36,7 @@ class PoolingBody(BaseModel):
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
     use_activation: bool | None = None
     add_special_tokens: bool = True
+    truncation_side: Literal["left", "right"] | None = None  # None: right (keep the first tokens)
 
     @model_validator(mode="before")
     @classmethod
@@ -58,3 +59,8 @@ class PoolingBody(BaseModel):
         if value and isinstance(value[0], int):
             return [list(value)]
         return list(value)
+
+    def truncation(self) -> dict:
+        """The truncation fields of ``PoolingParams`` for this body."""
+        return {"truncate_prompt_tokens": self.truncate_prompt_tokens,
+                "truncation_side": self.truncation_side or "right"}

@@ -31,8 +31,7 @@ class ClassificationRequest(PoolingBody):
 
 def to_request(req: ClassificationRequest) -> ServeRequest:
     params = PoolingParams(task="classify", use_activation=req.use_activation,
-                           truncate_prompt_tokens=req.truncate_prompt_tokens,
-                           add_special_tokens=req.add_special_tokens)
+                           add_special_tokens=req.add_special_tokens, **req.truncation())
     return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
 
 

@@ -64,7 +64,7 @@ def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
     params = PoolingParams(task=pooling_task(info, req.task), use_activation=req.use_activation,
-                           truncate_prompt_tokens=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens)
+                           add_special_tokens=req.add_special_tokens, **req.truncation())
     return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
 
 
