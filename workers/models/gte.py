@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.base import load_mapped
+from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
 from poolgate.workers.packing import PackedBatch
 
@@ -166,4 +166,10 @@ GTE_NAMES = WeightNames(
            "attn_norm": "encoder.layer.{i}.attn_ln", "up_gate": "encoder.layer.{i}.mlp.up_gate_proj",
            "down": "encoder.layer.{i}.mlp.down_proj", "mlp_norm": "encoder.layer.{i}.mlp_ln"},
     head_prefixes=HEAD_PREFIXES,
+)
+
+GTE = Family(
+    name="gte", config=GteConfig.from_hf, model=GteEncoder, default_pooling="CLS",
+    heads=frozenset({"model", "sequence_classification", "token_classification"}),
+    prefixes=PREFIXES,
 )

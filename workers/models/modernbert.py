@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.base import load_mapped
+from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
 from poolgate.workers.packing import PackedBatch
 
@@ -190,3 +190,10 @@ class ModernBertHead(nn.Module):
 
 
 HEAD_MAP = {"dense": "head.dense", "norm": "head.norm", "classifier": "classifier"}
+
+
+MODERNBERT = Family(
+    name="modernbert", config=ModernBertConfig.from_hf, model=ModernBertEncoder, default_pooling="CLS",
+    heads=frozenset({"model", "sequence_classification", "token_classification"}),
+    prefixes=PREFIXES,
+)

@@ -11,6 +11,7 @@ ones; both are read. Pre-norm and interleaved-rotary variants are refused.
 from __future__ import annotations
 
 from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.models.base import Family
 from poolgate.workers.models.gte import ACTIVATIONS, GteConfig, GteEncoder, WeightNames
 from poolgate.workers.models.positions import RopeConfig
 
@@ -69,3 +70,10 @@ NOMIC_NAMES = WeightNames(
 def nomic_encoder(c: GteConfig, attention: AttentionFn) -> GteEncoder:
     """The packed NomicBERT: GTE's encoder under NomicBERT's tensor names."""
     return GteEncoder(c, attention, NOMIC_NAMES)
+
+
+NOMIC_BERT = Family(
+    name="nomic_bert", config=nomic_config, model=nomic_encoder, default_pooling="CLS",
+    heads=frozenset({"model", "sequence_classification", "token_classification"}),
+    prefixes=PREFIXES,
+)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from poolgate.workers.models.modernbert import ModernBertHead
 from poolgate.workers.pooling.classify import activation_for, labels_of
 from poolgate.workers.weights import strip_prefix
 
-BASE_PREFIXES = ("bert.", "roberta.", "distilbert.", "model.", "transformer.")
+BASE_PREFIXES = ("bert.", "roberta.", "distilbert.", "model.", "transformer.", "new.", "gte.", "nomic_bert.")
 LM_HEADS = ("lm_head.weight", "embed_tokens.weight", "embeddings.word_embeddings.weight")  # tied heads last
 
 
@@ -38,32 +39,35 @@ class ScoreLayer:
     and is not part of the classifier that token_classify applies to every token."""
 
     needs: tuple[str, ...]
-    build: Callable[[dict[str, torch.Tensor]], tuple[nn.Module, nn.Module]]
+    build: Callable[[dict[str, torch.Tensor], dict], tuple[nn.Module, nn.Module]]  # (state, hf config)
 
 
 def _same(module: nn.Module) -> tuple[nn.Module, nn.Module]:
     return module, module
 
 
-def _bert(state: dict[str, torch.Tensor]) -> tuple[nn.Module, nn.Module]:
+def _bert(state: dict[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
     classifier = _linear(state, "classifier")
     return nn.Sequential(_linear(state, "pooler.dense"), nn.Tanh(), classifier), classifier
 
 
 SCORE_LAYERS: tuple[ScoreLayer, ...] = (
+    # ModernBERT: head (dense → act → norm) → classifier, on the pooled row and on every token alike
+    ScoreLayer(("head.dense.weight", "head.norm.weight", "classifier.weight"),
+               lambda s, hf: _same(ModernBertHead(s, hf))),
     # RoBERTa / XLM-R: classifier.dense → tanh → classifier.out_proj (on the <s> token)
-    ScoreLayer(("classifier.dense.weight", "classifier.out_proj.weight"), lambda s: _same(
+    ScoreLayer(("classifier.dense.weight", "classifier.out_proj.weight"), lambda s, hf: _same(
         nn.Sequential(_linear(s, "classifier.dense"), nn.Tanh(), _linear(s, "classifier.out_proj")))),
     # BERT: the pooler (dense → tanh on [CLS]) → classifier; per token, the classifier alone. Token
     # classifiers that still carry the unused pooler weights land here too and get the classifier.
     ScoreLayer(("pooler.dense.weight", "classifier.weight"), _bert),
     # DistilBERT: pre_classifier → relu → classifier
-    ScoreLayer(("pre_classifier.weight", "classifier.weight"), lambda s: _same(
+    ScoreLayer(("pre_classifier.weight", "classifier.weight"), lambda s, hf: _same(
         nn.Sequential(_linear(s, "pre_classifier"), nn.ReLU(), _linear(s, "classifier")))),
     # token classifiers (BERT, RoBERTa, ...): one linear per token
-    ScoreLayer(("classifier.weight",), lambda s: _same(_linear(s, "classifier"))),
+    ScoreLayer(("classifier.weight",), lambda s, hf: _same(_linear(s, "classifier"))),
     # decoders (Llama, Qwen, Mistral ...ForSequenceClassification): score, no bias
-    ScoreLayer(("score.weight",), lambda s: _same(_linear(s, "score"))),
+    ScoreLayer(("score.weight",), lambda s, hf: _same(_linear(s, "score"))),
 )
 
 
@@ -86,7 +90,7 @@ def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
     if tokens:
         module, token_module = _same(_from_tokens(state, spec, tokens))
     else:
-        module, token_module = _same(_lm_head(state)) if step_lm else _own(state)
+        module, token_module = _same(_lm_head(state)) if step_lm else _own(state, spec.hf_config)
     module, token_module = module.float().eval(), token_module.float().eval()
     num_labels = _out_features(module)
     if tokens:
@@ -97,10 +101,10 @@ def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
                  labels if labels and len(labels) == num_labels else None)
 
 
-def _own(state: dict[str, torch.Tensor]) -> tuple[nn.Module, nn.Module]:
+def _own(state: dict[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
     for layer in SCORE_LAYERS:
         if all(name in state for name in layer.needs):
-            return layer.build(state)
+            return layer.build(state, hf)
     raise ValueError("this classifier has no score layer poolgate knows (looked for: "
                      f"{', '.join(' + '.join(l.needs) for l in SCORE_LAYERS)}); a generative checkpoint "
                      "needs --hf-overrides '{\"classifier_from_token\": [...]}'")
