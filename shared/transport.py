@@ -2,7 +2,7 @@
 
 Addresses are ``unix:/path/to.sock`` or ``tcp://host:port``. Every message is
 one ``shared.wire`` frame. A request header is ``{"id", "op", "call"?}`` with
-``op`` in ``pool | info | health | cancel``; a response header is
+``op`` in ``pool | info | health | tokenize | detokenize | cancel``; a response header is
 ``{"id", "ok": true, "result"}`` (a call's outputs ride as the frame's arrays:
 one ``Rows`` block, never one array per input) or
 ``{"id", "ok": false, "error": PoolgateError.to_wire()}``. Many requests share
@@ -27,7 +27,8 @@ import numpy as np
 from poolgate.shared.errors import InternalError, Unauthorized, Unavailable, from_wire
 from poolgate.shared.rows import Rows
 from poolgate.shared.transport_security import HELLO_ID, MAX_HELLO_BYTES
-from poolgate.shared.wire import MAX_HEADER_BYTES, PREFIX, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame
+from poolgate.shared.wire import (MAX_HEADER_BYTES, PREFIX, Input, ModelInfo, PoolingCall, PoolingResult, decode_frame,
+                                  encode_frame, input_to_wire)
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,19 @@ class WorkerClient:
             raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
         return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]),
                              timings=dict(result.get("timings") or {}))
+
+    async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
+                       return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
+        """One text's (or chat's) token ids, and each id's token string when asked (the ``tokenize`` op)."""
+        result, _ = await self._request({"op": "tokenize", "input": input_to_wire(x),
+                                         "add_special_tokens": add_special_tokens,
+                                         "return_token_strs": return_token_strs})
+        return list(result["tokens"]), result.get("token_strs")
+
+    async def detokenize(self, ids: list[int]) -> str:
+        """The text of ``ids`` (the ``detokenize`` op)."""
+        result, _ = await self._request({"op": "detokenize", "tokens": list(ids)})
+        return result["prompt"]
 
     async def close(self) -> None:
         self._closed = True

@@ -26,7 +26,7 @@ import numpy as np
 from poolgate.shared.config import TransportSecurity
 from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.transport import FrameError, read_frame
-from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame
+from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame, input_from_wire
 from poolgate.workers.engine import Engine
 from poolgate.workers.listener import authenticate, error_frame, listen
 
@@ -81,10 +81,32 @@ async def _health(conn: "_Connection", header: dict) -> OpResult:
     return {"ready": not draining, "draining": draining, **conn.engine.load()}, []
 
 
+async def _tokenize(conn: "_Connection", header: dict) -> OpResult:
+    """``{"input", "add_special_tokens", "return_token_strs"}`` -> ``{"tokens", "token_strs"}`` (/tokenize)."""
+    try:
+        x = input_from_wire(header["input"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"malformed tokenize request: {exc!r}") from exc
+    stage = conn.engine.inputs
+    ids = await asyncio.to_thread(stage.tokenize_one, x, add_special_tokens=bool(header.get("add_special_tokens", True)))
+    strs = stage.encoder.token_strs(ids) if header.get("return_token_strs") else None
+    return {"tokens": ids, "token_strs": strs}, []
+
+
+async def _detokenize(conn: "_Connection", header: dict) -> OpResult:
+    """``{"tokens"}`` -> ``{"prompt"}`` (/detokenize)."""
+    ids = header.get("tokens")
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise InvalidRequest("tokens must be a list of non-negative integer token ids", param="tokens")
+    return {"prompt": await asyncio.to_thread(conn.engine.inputs.detokenize, ids)}, []
+
+
 OPS: dict[str, Callable[["_Connection", dict], Awaitable[OpResult]]] = {
     "pool": _pool,
     "info": _info,
     "health": _health,
+    "tokenize": _tokenize,
+    "detokenize": _detokenize,
 }
 
 

@@ -1,0 +1,112 @@
+"""vLLM's tokenizer routes: ``POST /tokenize`` (a prompt, or chat messages) and ``POST /detokenize``.
+
+The gateway has no tokenizer: each request goes to one ready worker of the
+model (the least busy) as a ``tokenize`` / ``detokenize`` transport op, and
+the worker uses the model's own tokenizer (``workers.inputs.InputStage``).
+
+- ``/tokenize``, completion form ``{model, prompt, add_special_tokens=true,
+  return_token_strs=false}``, or chat form ``{model, messages,
+  add_generation_prompt=true, continue_final_message=false,
+  add_special_tokens=false, chat_template_kwargs, return_token_strs}``
+  (vLLM's defaults for each form) → ``{count, max_model_len, tokens,
+  token_strs}``; ``token_strs`` is null unless asked for. Prompts longer
+  than the model are counted, not refused.
+- ``/detokenize`` ``{model, tokens}`` → ``{prompt}``; ids outside the
+  vocabulary are a 400.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs
+from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.model_pools import ModelPools
+from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.wire import Input
+
+
+class TokenizeRequest(ChatOptions):
+    """Either form of vLLM's tokenize request; unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: StrictStr | None = None
+    messages: Conversation | None = None
+    add_special_tokens: bool | None = None  # None: the form's default (true for a prompt, false for chat)
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "TokenizeRequest":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("a tokenize request takes either `prompt` or `messages`")
+        return self
+
+    def input(self) -> Input:
+        if self.messages is None:
+            return self.prompt
+        return chat_inputs([self.messages], self)[0]
+
+    def special_tokens(self) -> bool:
+        return self.add_special_tokens if self.add_special_tokens is not None else self.messages is None
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str | None] | None = None
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    tokens: list[Annotated[StrictInt, Field(ge=0, lt=2**31)]]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+def pick_client(pools: ModelPools):
+    """The least busy ready worker of the model."""
+    ready = [c for c in pools.clients if pools.is_ready(c)]
+    if not ready:
+        raise Unavailable(f"No worker is ready to serve model '{pools.name}'.")
+    return min(ready, key=pools.in_flight)
+
+
+def _pools(request: web.Request, model: str | None) -> ModelPools:
+    pools = request.app[ROUTER].lookup(model)
+    if (record := request.get(RECORD)) is not None:
+        record.model = pools.name
+    return pools
+
+
+async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Response:
+    pools = _pools(request, req.model)
+    ids, strs = await pick_client(pools).tokenize(req.input(), add_special_tokens=req.special_tokens(),
+                                                  return_token_strs=req.return_token_strs)
+    body = {"count": len(ids), "max_model_len": pools.info.max_model_len, "tokens": ids, "token_strs": strs}
+    return web.Response(body=dumps(body), content_type="application/json")
+
+
+async def create_detokenize(request: web.Request, req: DetokenizeRequest) -> web.Response:
+    pools = _pools(request, req.model)
+    prompt = await pick_client(pools).detokenize(req.tokens)
+    return web.Response(body=dumps({"prompt": prompt}), content_type="application/json")
+
+
+ROUTES = (
+    Route("POST", "/tokenize", create_tokenize, TokenizeRequest, TokenizeResponse,
+          summary="Tokenize a prompt or chat messages with the model's tokenizer"),
+    Route("POST", "/detokenize", create_detokenize, DetokenizeRequest, DetokenizeResponse,
+          summary="Turn token ids back into text"),
+)
