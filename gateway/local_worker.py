@@ -83,7 +83,8 @@ class LocalWorker:
             code = await self.process.wait()
             raise Unavailable(f"worker process exited with code {code} before it was ready")
         self.address = line
-        client = await WorkerClient.connect(self.address, timeout=5.0, **_client_security(cfg))
+        # the gateway's own client presents the token the worker was given, if any
+        client = await WorkerClient.connect(self.address, timeout=5.0, token=cfg.security.token)
         try:
             return client, await client.info()
         except BaseException:
@@ -109,13 +110,6 @@ class LocalWorker:
         if self.client is not None:
             await self.client.close()
         return self.process.returncode if self.process is not None else None
-
-
-def _client_security(cfg: WorkerConfig) -> dict:
-    """The token the worker was given, if any: the gateway's own client must present it too."""
-    security = getattr(cfg, "security", None)
-    token = getattr(security, "token", None)
-    return {"token": token} if token is not None else {}
 
 
 async def _read_line(fd: int) -> str:

@@ -133,3 +133,63 @@ async def test_a_worker_drains_on_sigterm(tmp_path):
         assert await asyncio.wait_for(worker.process.wait(), 10) == 0
     finally:
         await worker.stop(timeout=5)
+
+
+async def test_a_worker_with_a_token_is_reached_by_its_gateway(tmp_path):
+    from dataclasses import replace
+
+    from poolgate.shared.config import TransportSecurity
+
+    worker = LocalWorker()
+    cfg = replace(CFG, security=TransportSecurity(token="s3cret-t0ken"))
+    await worker.start(cfg, "tcp://127.0.0.1:0", ready_timeout=30, runner_factory=FACTORY)
+    try:
+        assert (await worker.client.health())["ready"] is True
+        from poolgate.shared.transport import WorkerClient
+
+        with pytest.raises(Unavailable, match="token"):
+            stranger = await WorkerClient.connect(worker.address)
+            await stranger.info()
+    finally:
+        await worker.stop(timeout=5)
+
+
+async def test_no_call_fails_while_a_worker_is_killed_under_load(tmp_path, caplog):
+    """Real processes: two supervised workers under steady load, one SIGKILLed mid-run; every call succeeds
+    (the ones in flight on it are retried on the other) and the killed one rejoins."""
+    sups = [Supervisor(CFG, f"unix:{tmp_path}/w{i}.sock", i, ready_timeout=30, backoff=FAST,
+                       runner_factory="tests.workers.fake_factory:paced") for i in range(2)]
+    await start_all(sups)
+    pool = WorkerPool(sups[0].worker.info, [s.worker.client for s in sups])
+    for sup in sups:
+        sup.attach(pool)
+    caplog.set_level(logging.INFO, "poolgate")
+    runs = [asyncio.create_task(s.run()) for s in sups]
+    done, failed, stop = [0], [], asyncio.Event()
+
+    async def client(k: int) -> None:
+        while not stop.is_set():
+            try:
+                result = await pool.submit(call(f"text {k}"))
+                assert result.outputs.item(0).tobytes() == expected_vector(f"text {k}").tobytes()
+                done[0] += 1
+            except Exception as exc:  # counted, not raised: the test reports every failure
+                failed.append(repr(exc))
+
+    load = [asyncio.create_task(client(k)) for k in range(8)]
+    try:
+        await until(lambda: done[0] >= 20 and pool.in_flight(pool.clients[0]) > 0, 10)
+        os.kill(sups[0].worker.pid, signal.SIGKILL)
+        await until(lambda: sups[0].restarts == 1 and pool.is_ready(pool.clients[0]), 30)
+        before = done[0]
+        await until(lambda: done[0] >= before + 20, 10)
+    finally:
+        stop.set()
+        await asyncio.gather(*load)
+        for sup in sups:
+            await sup.stop()
+        await asyncio.gather(*runs, return_exceptions=True)
+        await pool.close()
+    assert failed == []
+    assert pool.recoveries(pool.clients[0]) == 1
+    assert "retrying r on unix:" in caplog.text  # the calls in flight on the killed worker moved

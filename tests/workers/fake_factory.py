@@ -37,3 +37,10 @@ def from_env(cfg: WorkerConfig) -> LoadedModel:
     import os
 
     return fake_model(name=os.environ.get("POOLGATE_TEST_NAME", "no-env"), max_model_len=cfg.max_model_len or 32)
+
+
+def paced(cfg: WorkerConfig) -> LoadedModel:
+    """As ``build``, but every batch takes 0.05 s (under load, calls are always in flight)."""
+    model = build(cfg)
+    model.runner.execute_delay = 0.05
+    return model
