@@ -10,6 +10,9 @@ address it is serving on through a pipe (``--report-fd``) once its listener is
 up, and that line is also its "ready" signal (EOF first = it exited before it
 was ready). Unix socket paths are chosen by the gateway in its private folder.
 
+No strangers: a worker started without a token gets a random one (through
+stdin, with the rest of its config), which the gateway's client presents.
+
 No orphans: ``stop`` sends SIGTERM and SIGKILLs after a grace period, and on
 Linux the worker asks the kernel for SIGTERM when the gateway dies (the
 gateway must spawn it from the thread that lives as long as the gateway,
@@ -21,10 +24,12 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
@@ -52,6 +57,8 @@ class LocalWorker:
                     runner_factory: str | None = None) -> None:
         """Spawn the worker listening on ``address`` (``tcp://host:0``: a port it picks) and return once
         it reported its address and answered ``info`` there."""
+        if cfg.security.token is None:  # a fresh token per process: nobody else can use our worker's port
+            cfg = replace(cfg, security=replace(cfg.security, token=secrets.token_urlsafe(32)))
         read_fd, write_fd = os.pipe()
         cmd = [sys.executable, "-m", "poolgate.workers.main", "--listen", address, "--report-fd", str(write_fd),
                "--config", "-", "--parent-pid", str(os.getpid())]

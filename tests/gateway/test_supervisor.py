@@ -193,3 +193,17 @@ async def test_no_call_fails_while_a_worker_is_killed_under_load(tmp_path, caplo
     assert failed == []
     assert pool.recoveries(pool.clients[0]) == 1
     assert "retrying r on unix:" in caplog.text  # the calls in flight on the killed worker moved
+
+
+async def test_a_worker_without_a_token_gets_a_random_one():
+    from poolgate.shared.transport import WorkerClient
+
+    worker = LocalWorker()
+    await worker.start(CFG, "tcp://127.0.0.1:0", ready_timeout=30, runner_factory=FACTORY)
+    try:
+        assert (await worker.client.info()).served_model_name == "sup-model"
+        with pytest.raises(Unavailable, match="token"):
+            stranger = await WorkerClient.connect(worker.address)
+            await stranger.info()
+    finally:
+        await worker.stop(timeout=5)
