@@ -63,6 +63,11 @@ class Family:
     heads: frozenset[str]
     prefixes: tuple[str, ...] = ()
     causal: bool = False  # decoders: LAST pooling, causal attention
+    pooling_for: Callable[[dict], str] | None = None  # a default read from the config (ModernBERT classifiers)
+
+    def pooling(self, hf: dict) -> str:
+        """The default pooling for a checkpoint whose config is ``hf``."""
+        return self.pooling_for(hf) if self.pooling_for is not None else self.default_pooling
 
     def __post_init__(self) -> None:
         unknown = set(self.heads) - HEAD_KINDS

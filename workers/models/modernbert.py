@@ -192,8 +192,15 @@ class ModernBertHead(nn.Module):
 HEAD_MAP = {"dense": "head.dense", "norm": "head.norm", "classifier": "classifier"}
 
 
+def default_pooling(hf: dict) -> str:
+    """CLS, except for a sequence classifier: its ``classifier_pooling`` (cls or mean), as transformers pools."""
+    if not (hf.get("architectures") or [""])[0].endswith("ForSequenceClassification"):
+        return "CLS"
+    return POOLING.get(hf.get("classifier_pooling", "cls"), "CLS")  # an unknown value: from_hf says so
+
+
 MODERNBERT = Family(
     name="modernbert", config=ModernBertConfig.from_hf, model=ModernBertEncoder, default_pooling="CLS",
     heads=frozenset({"model", "sequence_classification", "token_classification"}),
-    prefixes=PREFIXES,
+    prefixes=PREFIXES, pooling_for=default_pooling,
 )
