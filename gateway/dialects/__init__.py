@@ -28,16 +28,19 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import openai, rerank, vllm_classify, vllm_pooling, vllm_score, vllm_tokenize
+from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, vllm_classify, vllm_pooling, vllm_score,
+                                       vllm_tokenize)
 from poolgate.gateway.dialects.route import Route, mount
 
 DIALECTS: dict[str, tuple[Route, ...]] = {
     "openai": openai.ROUTES,
+    "cohere": cohere.ROUTES,
     "vllm_classify": vllm_classify.ROUTES,
     "vllm_pooling": vllm_pooling.ROUTES,
     "vllm_score": vllm_score.ROUTES,
     "rerank": rerank.ROUTES,
     "vllm_tokenize": vllm_tokenize.ROUTES,
+    "invocations": invocations.ROUTES,
 }
 
 

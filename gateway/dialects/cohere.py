@@ -1,0 +1,160 @@
+"""The Cohere dialect: ``POST /v2/embed`` (and ``/v1/embed``) and their pure conversions.
+
+The body is vLLM's ``CohereEmbedRequest``: exactly one non-empty list of
+``texts``, ``inputs`` (text content items; images are refused, poolgate
+serves text models) or ``images``; ``input_type`` picks the model's prompt
+(``ModelInfo.prompts``, from ``config_sentence_transformers.json``), which is
+a system turn when the tokenizer has a chat template and a text prefix
+otherwise; ``truncate`` END / START keeps the first / last ``max_tokens``
+(default: the model's maximum) and NONE refuses an input over ``max_tokens``;
+``output_dimension`` is the Matryoshka ``dimensions``; ``embedding_types``
+(default float) are computed as ``dialects.quantize`` documents. Errors are
+Cohere's ``{"message": ...}``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field, StrictStr
+
+from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
+from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import ChatInput, Input, ModelInfo
+
+EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+ONE_OF = "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"
+NO_IMAGES = "Image inputs are not supported: poolgate serves text models."
+
+
+class TextContent(BaseModel):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ImageContent(BaseModel):
+    type: Literal["image_url"]
+    image_url: dict
+
+
+class CohereInput(BaseModel):
+    content: list[Annotated[TextContent | ImageContent, Field(discriminator="type")]]
+
+
+class CohereEmbedRequest(BaseModel):
+    """The body of ``POST /v2/embed``; unknown fields are ignored."""
+
+    model: str | None = None
+    input_type: str | None = None
+    texts: list[StrictStr] | None = None
+    images: list[str] | None = None
+    inputs: list[CohereInput] | None = None
+    output_dimension: int | None = None
+    embedding_types: list[EmbeddingType] | None = None
+    truncate: Literal["NONE", "START", "END"] = "END"
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    priority: int = 0
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    embeddings: dict[str, list] | list
+    texts: list[str]
+    meta: dict
+    response_type: str
+
+
+def texts_of(req: CohereEmbedRequest) -> list[str]:
+    """The request's texts: ``texts``, or each input's text items joined by a space."""
+    given = [name for name in ("texts", "images", "inputs") if getattr(req, name)]
+    if len(given) != 1:
+        raise InvalidRequest(ONE_OF, param="texts")
+    if given[0] == "images" or any(isinstance(c, ImageContent) for i in req.inputs or () for c in i.content):
+        raise InvalidRequest(NO_IMAGES, param=given[0])
+    if req.texts:
+        return list(req.texts)
+    return [" ".join(c.text for c in item.content) for item in req.inputs]
+
+
+def prompted(texts: list[str], input_type: str | None, info: ModelInfo) -> tuple[list[Input], bool]:
+    """The inputs with the ``input_type`` prompt applied, and whether they are chats (vLLM's rule)."""
+    if input_type is None:
+        return list(texts), False
+    prompts = info.prompts or {}
+    if input_type not in prompts:
+        supported = (f"Supported values: {', '.join(prompts)}." if prompts
+                     else "This model does not define any input_type task instructions.")
+        raise InvalidRequest(f"Unsupported input_type '{input_type}'. {supported}", param="input_type")
+    prompt = prompts[input_type]
+    if info.chat_template and prompt:
+        return [ChatInput(messages=[{"role": "system", "content": prompt}, {"role": "user", "content": t}])
+                for t in texts], True
+    return [prompt + t for t in texts], False
+
+
+def to_request(req: CohereEmbedRequest, info: ModelInfo) -> tuple[ServeRequest, list[str]]:
+    """The dialect-free request, and the texts to echo."""
+    texts = texts_of(req)
+    inputs, chat = prompted(texts, req.input_type, info)
+    k = None if req.truncate == "NONE" else (req.max_tokens or -1)
+    params = PoolingParams(task="embed", dimensions=req.output_dimension, truncate_prompt_tokens=k,
+                           truncation_side="left" if req.truncate == "START" else "right",
+                           add_special_tokens=not chat)
+    return ServeRequest(model=req.model, inputs=inputs, params=params), texts
+
+
+def check_max_tokens(req: CohereEmbedRequest, prompt_tokens: list[int]) -> None:
+    """truncate=NONE: an input over ``max_tokens`` is refused (counted untruncated by the worker)."""
+    if req.truncate == "NONE" and req.max_tokens is not None:
+        for n in prompt_tokens:
+            if n > req.max_tokens:
+                raise InvalidRequest(f"Input of {n} tokens exceeds max_tokens={req.max_tokens} with truncate=NONE. "
+                                     "Set truncate to END or START to allow truncation.", param="max_tokens")
+
+
+def to_response(served: Served, texts: list[str], types: list[str] | None, *, version: str = "2") -> dict:
+    """The embed response; ``types`` None (v1 only) answers v1's ``embeddings_floats``."""
+    rows = [served.result.outputs.item(i) for i in range(len(served.result.outputs))]
+    meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": served.result.total_tokens}}
+    body = {"id": f"embd-{served.request_id}", "texts": texts, "meta": meta}
+    if types is None:
+        return {**body, "embeddings": [EMBEDDING_TYPES["float"](r) for r in rows], "response_type": "embeddings_floats"}
+    embeddings = {t: [EMBEDDING_TYPES[t](r) for r in rows] for t in dict.fromkeys(types)}
+    return {**body, "embeddings": embeddings, "response_type": "embeddings_by_type"}
+
+
+async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) -> web.Response:
+    types = req.embedding_types or (["float"] if version == "2" else None)
+    if (record := request.get(RECORD)) is not None:
+        record.encoding_formats = tuple(types or ("float",))
+    call, texts = to_request(req, request.app[ROUTER].lookup(req.model).info)
+    served = await serve(request, call)
+    check_max_tokens(req, served.result.prompt_tokens)
+    body = to_response(served, texts, types, version=version)
+    if record is not None:
+        record.response_id = body["id"]
+        if len(served.result.outputs):
+            record.dimension_count = int(served.result.outputs.item(0).shape[-1])
+    return web.Response(body=dumps(body), content_type="application/json")
+
+
+async def embed_v2(request: web.Request, req: CohereEmbedRequest) -> web.Response:
+    return await _embed(request, req, "2")
+
+
+async def embed_v1(request: web.Request, req: CohereEmbedRequest) -> web.Response:
+    return await _embed(request, req, "1")
+
+
+ROUTES = (
+    Route("POST", "/v2/embed", embed_v2, CohereEmbedRequest, CohereEmbedResponse, tasks=("embed",),
+          errors="cohere", summary="Cohere embed (v2)"),
+    Route("POST", "/v1/embed", embed_v1, CohereEmbedRequest, CohereEmbedResponse, tasks=("embed",),
+          errors="cohere", summary="Cohere embed (v1; embeddings_floats without embedding_types)"),
+)
