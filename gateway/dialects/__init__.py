@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import (cohere, openai, rerank, vllm_classify, vllm_pooling, vllm_score,
+from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, vllm_classify, vllm_pooling, vllm_score,
                                        vllm_tokenize)
 from poolgate.gateway.dialects.route import Route, mount
 
@@ -40,6 +40,7 @@ DIALECTS: dict[str, tuple[Route, ...]] = {
     "vllm_score": vllm_score.ROUTES,
     "rerank": rerank.ROUTES,
     "vllm_tokenize": vllm_tokenize.ROUTES,
+    "invocations": invocations.ROUTES,
 }
 
 
