@@ -16,9 +16,11 @@ from torch import nn
 from poolgate.workers.kernels.attention import AttentionFn
 from poolgate.workers.models.base import Family, strip_base
 from poolgate.workers.models.bert import BERT
+from poolgate.workers.models.distilbert import DISTILBERT
 from poolgate.workers.models.decoder_families import DECODER_ARCHITECTURES
 from poolgate.workers.models.gte import GTE
 from poolgate.workers.models.modernbert import MODERNBERT
+from poolgate.workers.models.mpnet import MPNET
 from poolgate.workers.models.nomic_bert import NOMIC_BERT
 from poolgate.workers.models.hf_auto import HfAutoEncoder
 from poolgate.workers.st_config import ModelSpec
@@ -38,6 +40,14 @@ ARCHITECTURES: dict[str, Family] = {
     "XLMRobertaForTokenClassification": BERT,
     "BertSpladeSparseEmbeddingModel": BERT,  # a BertForMaskedLM checkpoint served as SPLADE (pooling.splade)
     "BgeM3EmbeddingModel": BERT,  # an XLM-R encoder with BGE-M3's sparse and ColBERT heads (pooling.bge_m3)
+    "DistilBertModel": DISTILBERT,
+    "DistilBertForMaskedLM": DISTILBERT,  # the encoder only; its MLM head is not used for pooling
+    "DistilBertForSequenceClassification": DISTILBERT,
+    "DistilBertForTokenClassification": DISTILBERT,
+    "MPNetModel": MPNET,
+    "MPNetForMaskedLM": MPNET,  # sentence-transformers' all-mpnet-base-v2 names this; the encoder only
+    "MPNetForSequenceClassification": MPNET,
+    "MPNetForTokenClassification": MPNET,
     "ModernBertModel": MODERNBERT,
     "ModernBertForMaskedLM": MODERNBERT,
     "ModernBertForSequenceClassification": MODERNBERT,

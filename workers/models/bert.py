@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.attention import AttentionFn, RelativeBias
 from poolgate.workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import LearnedPositions, learned_offset
@@ -60,6 +60,8 @@ class BertConfig:
 
 
 class BertLayer(nn.Module):
+    """Post-norm layer: ``x = norm(x + attn(x)); x = norm(x + down(act(up(x))))`` (BERT, DistilBERT, MPNet)."""
+
     def __init__(self, c: BertConfig):
         super().__init__()
         self.heads, self.head_dim = c.num_attention_heads, c.hidden_size // c.num_attention_heads
@@ -80,10 +82,11 @@ class BertLayer(nn.Module):
         else:
             self.up = PackedLinear(self.up)
 
-    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
+                bias: RelativeBias | None = None) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
-        a = attention(q, k, v, batch, scale=self.head_dim ** -0.5).reshape(n, -1)  # (n, hidden)
+        a = attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias).reshape(n, -1)  # (n, hidden)
         x = self.attn_norm(x + self.attn_out(a))
         return self.out_norm(x + self.down(self.act(self.up(x))))  # (n, hidden)
 

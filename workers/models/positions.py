@@ -68,12 +68,16 @@ class FixedBias:
 
 
 class RelativeBuckets(nn.Module):
-    """MPNet's relative position bias: one (num_buckets, heads) table shared by all layers."""
+    """MPNet's relative position bias: one (table_size, heads) table shared by all layers.
 
-    def __init__(self, heads: int, num_buckets: int = 32, max_distance: int = 128):
+    transformers' MPNet sizes the table by ``relative_attention_num_buckets``
+    but always buckets into 32, so the two are separate here.
+    """
+
+    def __init__(self, heads: int, num_buckets: int = 32, max_distance: int = 128, table_size: int | None = None):
         super().__init__()
         self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.table = nn.Embedding(num_buckets, heads)
+        self.table = nn.Embedding(table_size or num_buckets, heads)
 
     def for_length(self, length: int) -> FixedBias:
         """The bias for sequences up to ``length`` tokens (one computation per forward)."""

@@ -1,0 +1,39 @@
+"""Packed BERT, RoBERTa, XLM-R, DistilBERT and MPNet agree with transformers (fp32, cosine ≥ 0.9999).
+
+The cases (tiny random checkpoints made here, one batch of mixed lengths,
+hidden states and served outputs) are in ``tests.workers.encoder_families``,
+which also prints the figures.
+"""
+import pytest
+import torch
+
+from tests.workers.encoder_families import (
+    FAMILIES, SEQS, agreement, cases, packed_hidden, reference_hidden, save_tiny)
+
+MIN_COSINE = 0.9999
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_family_agrees_with_transformers(tmp_path, model_type):
+    for what, got, want in cases(tmp_path, model_type):
+        assert got.shape == want.shape, what
+        cos, diff = agreement(got, want)
+        assert cos >= MIN_COSINE and diff < 1e-3, f"{model_type} {what}: cosine {cos}, max diff {diff}"
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_batched_equals_single(tmp_path, model_type):
+    save_tiny(tmp_path, model_type, seed=1)
+    together = packed_hidden(tmp_path)
+    alone = torch.cat([packed_hidden(tmp_path, [s]) for s in SEQS])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_bert_token_type_ids_are_embedded(tmp_path):
+    ref = save_tiny(tmp_path, "bert")
+    seqs = [[2, 10, 11, 3, 20, 21, 3], [2, 40, 3], [2, 5, 3, 6, 6, 3]]
+    types = [[0, 0, 0, 0, 1, 1, 1], None, [0, 0, 0, 1, 1, 1]]
+    got = packed_hidden(tmp_path, seqs, types)
+    want = reference_hidden(ref, seqs, [t or [0] * len(s) for s, t in zip(seqs, types)])
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    assert not torch.allclose(got, packed_hidden(tmp_path, seqs), atol=1e-3)  # the types change the result

@@ -1,0 +1,94 @@
+"""A packed MPNet encoder: BERT's post-norm layers plus a relative position bias shared by all layers.
+
+transformers' ``MPNetModel`` adds learned absolute positions (numbered from
+the pad id + 1, as RoBERTa) and, in every layer's attention scores, a bias
+looked up from one ``(buckets, heads)`` table by the log-bucketed distance
+``key - query`` (``models.positions.RelativeBuckets``). The bias is built once
+per forward for the batch's longest sequence and sliced per attention group.
+Heads (``classifier.dense`` + ``out_proj``, the token ``classifier``,
+``lm_head``) are loaded by the poolers (``models.score``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.models.base import Family, load_mapped
+from poolgate.workers.models.bert import BertConfig, BertLayer
+from poolgate.workers.models.positions import LearnedPositions, RelativeBuckets, learned_offset
+from poolgate.workers.packing import PackedBatch
+
+HEAD_PREFIXES = ("classifier.", "lm_head.", "pooler.", "qa_outputs.")
+
+
+@dataclass(frozen=True)
+class MPNetConfig:
+    bert: BertConfig  # the shared sizes, activation, eps and position offset
+    relative_attention_num_buckets: int
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "MPNetConfig":
+        return cls(BertConfig.from_hf({**hf, "type_vocab_size": 0}), hf.get("relative_attention_num_buckets", 32))
+
+
+class MPNetEncoder(nn.Module):
+    """Packed MPNet: ``forward(batch) → (n_tokens, hidden)`` last hidden states (a ``PackedModel``)."""
+
+    def __init__(self, c: MPNetConfig, attention: AttentionFn):
+        super().__init__()
+        b = c.bert
+        self.config, self.attention = c, attention
+        self.word = nn.Embedding(b.vocab_size, b.hidden_size)
+        self.position = LearnedPositions(b.max_position_embeddings, b.hidden_size, b.position_offset)
+        self.emb_norm = nn.LayerNorm(b.hidden_size, eps=b.layer_norm_eps)
+        self.layers = nn.ModuleList(BertLayer(b) for _ in range(b.num_hidden_layers))
+        self.relative = RelativeBuckets(b.num_attention_heads, table_size=c.relative_attention_num_buckets)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.bert.hidden_size
+
+    def use_packed_linears(self) -> None:
+        for layer in self.layers:
+            layer.use_packed_linears()
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions))  # (n_tokens, hidden)
+        bias = self.relative.for_length(batch.max_len)  # (heads, max_len, max_len), shared by every layer
+        for layer in self.layers:
+            x = layer(x, batch, self.attention, bias)
+        return x
+
+    def load_weights(self, state: Mapping[str, torch.Tensor], source: str) -> None:
+        load_mapped(self, state, weight_names(self.config.bert.num_hidden_layers), source, ignore=HEAD_PREFIXES)
+
+
+def weight_names(num_layers: int) -> dict[str, str | list[str]]:
+    """Our tensor name → transformers' ``MPNetModel`` name (a list = fused along dim 0)."""
+    names: dict[str, str | list[str]] = {
+        "word.weight": "embeddings.word_embeddings.weight",
+        "position.weight": "embeddings.position_embeddings.weight",
+        "emb_norm.weight": "embeddings.LayerNorm.weight",
+        "emb_norm.bias": "embeddings.LayerNorm.bias",
+        "relative.table.weight": "encoder.relative_attention_bias.weight",
+    }
+    for i in range(num_layers):
+        p, ours = f"encoder.layer.{i}.", f"layers.{i}."
+        for kind in ("weight", "bias"):
+            names[f"{ours}qkv.{kind}"] = [f"{p}attention.attn.{m}.{kind}" for m in ("q", "k", "v")]
+            names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in LAYER_NAMES.items()})
+    return names
+
+
+LAYER_NAMES = {"attn_out": "attention.attn.o", "attn_norm": "attention.LayerNorm", "up": "intermediate.dense",
+               "down": "output.dense", "out_norm": "output.LayerNorm"}
+
+MPNET = Family(
+    name="mpnet", config=MPNetConfig.from_hf, model=MPNetEncoder, default_pooling="CLS",
+    heads=frozenset({"model", "sequence_classification", "token_classification", "masked_lm"}),
+    prefixes=("mpnet.",),
+)
