@@ -3,6 +3,8 @@
 Prints an aligned table, then the report as one JSON line (the last line of
 stdout), and writes it to ``--json`` when given. Exits 0 when every timed
 request succeeded, 1 when any failed, 2 when the run could not start.
+With ``--kill-worker-after S --gateway-pid PID`` one worker of that gateway is
+SIGKILLed S seconds into the run and the recovery timed (``bench.failover``).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from poolgate.gateway.bench.corpus import read_corpus, synthetic_corpus
+from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
@@ -42,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not send truncate_prompt_tokens=-1 (over-long inputs then get 400)")
     parser.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
+    kill = parser.add_argument_group("failover (gateway.bench.failover)")
+    kill.add_argument("--kill-worker-after", type=float, default=None, metavar="SECONDS",
+                      help="SIGKILL one worker of --gateway-pid this long into the run and time the recovery")
+    kill.add_argument("--gateway-pid", type=int, default=None, help="the pid of the `poolgate serve` under test")
+    kill.add_argument("--metrics-url", default=None,
+                      help="where the gateway serves /metrics (default: URL/metrics)")
     st = parser.add_argument_group("sentence-transformers baseline")
     st.add_argument("--compare-sentence-transformers", action="store_true",
                     help="also encode the corpus in-process with sentence-transformers")
@@ -76,21 +85,38 @@ def reference(args: argparse.Namespace, texts: list[str]) -> dict:
     )
 
 
+def kill_plan(args: argparse.Namespace) -> KillPlan | None:
+    if args.kill_worker_after is None:
+        return None
+    if args.gateway_pid is None:
+        raise ValueError("--kill-worker-after needs --gateway-pid (the pid of the poolgate serve under test)")
+    return KillPlan(args.gateway_pid, args.kill_worker_after, args.metrics_url or f"{args.url.rstrip('/')}/metrics")
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         texts, corpus = load_texts(args)
+        kill_plan(args)
         model = args.model or asyncio.run(first_model_id(args.url, args.api_key, args.timeout))
     except (OSError, ValueError, BadResponse, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2
     cfg = load_config(args, model)
     print(f"poolgate bench: {len(texts):,} texts -> {cfg.url} model={model}", file=sys.stderr)
-    result = asyncio.run(run_load(cfg, texts))
+    plan = kill_plan(args)
+    if plan is None:
+        result, failover = asyncio.run(run_load(cfg, texts)), None
+    else:
+        result, failover = asyncio.run(run_with_kill(run_load(cfg, texts), plan))
     report = summarize(result, cfg, corpus=corpus, num_texts=len(texts))
+    if failover is not None:
+        report["failover"] = failover
     if args.compare_sentence_transformers:
         print("poolgate bench: running the sentence-transformers baseline", file=sys.stderr)
         report = add_reference(report, reference(args, texts))
     print(format_table(report))
+    if failover is not None:
+        print(format_failover(failover))
     line = to_json(report)
     print(line, flush=True)
     if args.json:
