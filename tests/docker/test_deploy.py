@@ -83,7 +83,7 @@ def test_dockerfile_copies_what_exists_and_runs_a_real_command(image):
         backend = image.removeprefix("poolgate-")
         assert (args.command, args.backend) == ("worker", backend)
         assert parse_address(args.listen).port == 9100
-        assert f"EXPOSE 9100" in "\n".join(f"{k} {a}" for k, a in steps)
+        assert "EXPOSE 9100" in "\n".join(f"{k} {a}" for k, a in steps)
 
 
 def test_the_build_context_keeps_what_the_dockerfiles_copy():
