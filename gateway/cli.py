@@ -5,15 +5,20 @@ import argparse
 import sys
 
 from poolgate.gateway import serve
+from poolgate.gateway.bench import arch as bench_arch
 from poolgate.gateway.bench import cli as bench
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
+from poolgate.workers import inspect_cli as inspect
 
 # name -> (module with add_arguments(parser) and main(args) -> exit code, one-line help)
 COMMANDS = {
     "serve": (serve, "serve a pooling model over HTTP"),
     "worker": (worker, "run one worker alone, for a gateway's --worker-url (e.g. on another host)"),
     "bench": (bench, "load-test a running server"),
+    "inspect": (inspect, "show what poolgate would run for a model (implementation, tasks, pooling, dtype, "
+                         "attention) without loading it"),
+    "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
 }
 
 

@@ -21,6 +21,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.inspect import plan, settled
 from poolgate.workers.models import architecture_for, build_model
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.runner import PoolingRunner
@@ -141,8 +142,9 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
         prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.tokenizer.chat_template),
     )
-    log.info("tasks %s, pooling %s, max length %d, dtype %s, token budget %d", ", ".join(info.tasks),
-             spec.pooling_type or arch.default_pooling, info.max_model_len, info.dtype, budget)
+    table = settled(plan(cfg, backend, spec), spec, backend, tasks=info.tasks, dtype=runner.dtype).table()
+    for line in table.splitlines():  # the table `poolgate inspect` prints, as loading settled it
+        log.info("%s", line)
     if info.chunked_processing:
         log.info("chunked processing: embed inputs over %d tokens run in chunks (input cap: %s)",
                  info.max_model_len, info.max_embed_len or "none")

@@ -99,7 +99,7 @@ def architecture_for(spec: ModelSpec) -> Architecture:
     """The packed family for ``spec``, else transformers' AutoModel (padded)."""
     family = ARCHITECTURES.get(spec.architecture)
     if family is not None:
-        return Architecture(family, family.default_pooling)
+        return Architecture(family, family.pooling(spec.hf_config))
     return Architecture(None, "LAST" if is_decoder(spec) else "CLS")
 
 

@@ -1,0 +1,194 @@
+"""Packed vs transformers-fallback throughput for one model shape, in one process, on the same batches.
+
+``SHAPES`` names real model shapes (family → size → Hugging Face config); a
+shape becomes a random-weight checkpoint in a temporary folder (weights do not
+change speed), built through ``workers.models`` twice: once as poolgate's
+packed family, once as transformers' AutoModel (the fallback every
+unregistered architecture gets, padded to each batch's longest). Both run the
+same tokenized synthetic corpus (``gateway.bench.corpus``, BERT-uncased ids)
+in the same token-budget batches through a ``PoolingRunner`` with the same
+pooler, after one untimed warm-up batch each. The result also carries the
+worst cosine between the two paths' pooled vectors on the first batch, so a
+fast but wrong packed path shows.
+
+To add a shape: one entry in ``SHAPES`` (its ``model_type``, its
+``architectures`` name, and the config values that differ from transformers'
+defaults).
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHAPES: dict[str, dict[str, dict]] = {
+    "modernbert": {
+        "base": dict(model_type="modernbert", architecture="ModernBertModel", hidden_size=768, num_hidden_layers=22,
+                     num_attention_heads=12, intermediate_size=1152, vocab_size=50368,
+                     pad_token_id=50283, bos_token_id=50281, eos_token_id=50282, cls_token_id=50281,
+                     sep_token_id=50282),
+        "tiny": dict(model_type="modernbert", architecture="ModernBertModel", hidden_size=64, num_hidden_layers=3,
+                     num_attention_heads=4, intermediate_size=96, vocab_size=30522, local_attention=16,
+                     pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_id=101, sep_token_id=102),
+    },
+    "mpnet": {
+        "base": dict(model_type="mpnet", architecture="MPNetModel", hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, vocab_size=30527, max_position_embeddings=514),
+    },
+    "bert": {
+        "base": dict(model_type="bert", architecture="BertModel", hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, vocab_size=30522),
+    },
+    "gte": {
+        "base": dict(model_type="gte", architecture="GteModel", hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, vocab_size=30528, type_vocab_size=0,
+                     pad_token_id=0, rope_theta=500000.0),
+    },
+    "nomic_bert": {
+        "base": dict(model_type="nomic_bert", architecture="NomicBertModel", hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, vocab_size=30528, max_position_embeddings=2048),
+    },
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    family: str
+    shape: str
+    dtype: str = "float32"
+    num_texts: int = 256
+    seed: int = 0
+    max_len: int = 512
+    batch_tokens: int = 8192
+    sort: bool = False  # length-sort the corpus first (the padded path's best case)
+    num_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class PathResult:
+    implementation: str
+    seconds: float
+    tokens: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+def shape_config(family: str, shape: str) -> dict:
+    """The shape's config values; KeyError naming what exists."""
+    if family not in SHAPES or shape not in SHAPES[family]:
+        known = ", ".join(f"{f}/{s}" for f, sizes in SHAPES.items() for s in sizes)
+        raise KeyError(f"no shape {family}/{shape} (known: {known})")
+    return dict(SHAPES[family][shape])
+
+
+def make_checkpoint(folder: Path, family: str, shape: str, seed: int = 0) -> str:
+    """A random-weight safetensors checkpoint of the shape in ``folder``; returns its architecture name."""
+    import transformers
+    from transformers import AutoConfig
+
+    values = shape_config(family, shape)
+    model_type, architecture = values.pop("model_type"), values.pop("architecture")
+    config = AutoConfig.for_model(model_type, **values)
+    config.architectures = [architecture]
+    torch.manual_seed(seed)
+    getattr(transformers, architecture)(config).eval().save_pretrained(folder, safe_serialization=True)
+    return architecture
+
+
+def corpus_ids(num_texts: int, seed: int, max_len: int, sort: bool) -> list[list[int]]:
+    """The synthetic bench corpus as BERT-uncased token ids (the bundled MiniLM's tokenizer), capped."""
+    from poolgate.gateway.bench.corpus import synthetic_corpus
+    from poolgate.shared.models import bundled_model_path
+    from poolgate.workers.tokenizer import TextEncoder
+
+    ids = TextEncoder(bundled_model_path()).encode(synthetic_corpus(num_texts, seed), max_tokens=max_len)
+    return sorted(ids, key=len) if sort else ids
+
+
+def batches(ids: list[list[int]], budget: int) -> list[list[list[int]]]:
+    """FIFO token-budget batches, as the scheduler forms them under load."""
+    out, current, used = [], [], 0
+    for s in ids:
+        if current and used + len(s) > budget:
+            out.append(current)
+            current, used = [], 0
+        current.append(s)
+        used += len(s)
+    return out + ([current] if current else [])
+
+
+def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
+    from poolgate.shared.config import WorkerConfig
+    from poolgate.workers.backends import get_backend
+    from poolgate.workers.models import build_model
+    from poolgate.workers.models.hf_auto import HfAutoEncoder
+    from poolgate.workers.pooling.for_model import poolers_for
+    from poolgate.workers.runner import PoolingRunner
+    from poolgate.workers.st_config import read_spec
+
+    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="bench", max_model_len=max_len))
+    backend = get_backend("cpu")
+    if packed:
+        model, arch = build_model(spec, backend.attention(dtype), allow_pickle=False)
+        if not arch.packed:
+            raise ValueError(f"{spec.architecture} has no packed implementation in poolgate to compare")
+        name = arch.implementation
+    else:
+        model, name = HfAutoEncoder(spec, allow_pickle=False).eval(), "transformers fallback (padded)"
+    model = model.to(dtype=dtype)
+    if packed:
+        backend.optimize(model, dtype)
+    pooler = poolers_for(spec, backend.device(), allow_pickle=False)
+    return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler), name
+
+
+def _time(runner, work: list[list[list[int]]]) -> tuple[float, np.ndarray]:
+    from poolgate.shared.params import PoolingParams
+    from poolgate.workers.sequence import Sequence
+
+    params = PoolingParams(task="embed")
+    first = np.concatenate([o.rows.values for o in runner.run([Sequence(s, params) for s in work[0]])])
+    start = time.perf_counter()
+    for batch in work:
+        runner.run([Sequence(s, params) for s in batch])
+    return time.perf_counter() - start, first
+
+
+def run(cfg: BenchConfig) -> dict:
+    """Both paths on the same batches; a JSON-able report."""
+    from poolgate.workers.backends import get_backend
+
+    get_backend("cpu").setup(cfg.num_threads)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+    ids = corpus_ids(cfg.num_texts, cfg.seed, cfg.max_len, cfg.sort)
+    work = batches(ids, cfg.batch_tokens)
+    tokens = sum(len(s) for s in ids)
+    results, firsts = [], []
+    with tempfile.TemporaryDirectory(prefix="poolgate-bench-arch-") as tmp:
+        architecture = make_checkpoint(Path(tmp), cfg.family, cfg.shape, cfg.seed)
+        for packed in (True, False):
+            runner, name = _runner(Path(tmp), dtype, packed, cfg.max_len)
+            seconds, first = _time(runner, work)
+            del runner
+            results.append(PathResult(name, seconds, tokens))
+            firsts.append(first)
+    a, b = firsts
+    cosine = float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
+    packed, fallback = results
+    return {
+        "family": cfg.family, "shape": cfg.shape, "architecture": architecture, "dtype": cfg.dtype,
+        "threads": torch.get_num_threads(), "texts": len(ids), "tokens": tokens, "batches": len(work),
+        "batch_tokens": cfg.batch_tokens, "order": "length-sorted" if cfg.sort else "fifo",
+        "packed": {"implementation": packed.implementation, "seconds": round(packed.seconds, 3),
+                   "tokens_per_s": round(packed.tokens_per_s, 1)},
+        "fallback": {"implementation": fallback.implementation, "seconds": round(fallback.seconds, 3),
+                     "tokens_per_s": round(fallback.tokens_per_s, 1)},
+        "speedup": round(packed.tokens_per_s / fallback.tokens_per_s, 3),
+        "worst_cosine_first_batch": round(cosine, 6),
+    }
