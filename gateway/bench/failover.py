@@ -5,10 +5,11 @@ While the load runs, after ``S`` seconds one worker process of the gateway
 ``/metrics`` (``poolgate_worker_up``: one series per worker, 1 when it answers
 and is in rotation) is polled every ``POLL_S``: the pool is whole again when as
 many workers are up as before the kill and a new worker process has replaced the
-killed one. The report gets a ``failover`` entry: the killed pid, when it was
+killed one. The watch goes on after the load ends, up to ``max_wait_s`` after
+the kill. The report gets a ``failover`` entry: the killed pid, when it was
 killed (seconds into the run), how long until the gateway saw a worker down and
-until the pool was whole again (None when it never was before the run ended).
-Linux only (``/proc``).
+until the pool was whole again (None when it was not within ``max_wait_s``), and
+whether that happened while the load still ran. Linux only (``/proc``).
 """
 from __future__ import annotations
 
@@ -34,14 +35,23 @@ class KillPlan:
     gateway_pid: int
     after_s: float
     metrics_url: str
+    max_wait_s: float = 180.0
 
 
 def worker_pids(gateway_pid: int) -> list[int]:
-    """The gateway's worker processes (children whose command line runs ``poolgate.workers.main``)."""
-    pids: list[int] = []
-    for children in Path(f"/proc/{gateway_pid}/task").glob("*/children"):
-        pids += [int(p) for p in children.read_text().split()]
-    return sorted(p for p in set(pids) if WORKER_MODULE in _cmdline(p))
+    """The gateway's worker processes: descendants (a launcher such as ``timeout`` or a pyenv shim may sit
+    between) whose command line runs ``poolgate.workers.main``."""
+    found, todo = set(), [gateway_pid]
+    while todo:
+        pid = todo.pop()
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                kids = [int(p) for p in children.read_text().split()]
+            except OSError:  # the thread or process ended meanwhile
+                continue
+            found.update(kids)
+            todo += [k for k in kids if WORKER_MODULE not in _cmdline(k)]
+    return sorted(p for p in found if WORKER_MODULE in _cmdline(p))
 
 
 def _cmdline(pid: int) -> bytes:
@@ -78,7 +88,7 @@ async def kill_and_watch(plan: KillPlan, run_done: asyncio.Event) -> dict:
         os.kill(victim, signal.SIGKILL)
         killed = time.perf_counter()
         down_s = whole_s = None
-        while not run_done.is_set() and whole_s is None:
+        while whole_s is None and time.perf_counter() - killed < plan.max_wait_s:
             await asyncio.sleep(POLL_S)
             up = await _up(session, plan.metrics_url)
             now = time.perf_counter() - killed
@@ -88,7 +98,8 @@ async def kill_and_watch(plan: KillPlan, run_done: asyncio.Event) -> dict:
             if replaced and up is not None and before_up is not None and up >= before_up:
                 whole_s = now
     return {"killed_pid": victim, "killed_at_s": killed - start, "workers_up_before": before_up,
-            "down_seen_after_s": down_s, "whole_again_after_s": whole_s}
+            "down_seen_after_s": down_s, "whole_again_after_s": whole_s,
+            "whole_while_loaded": whole_s is not None and not run_done.is_set()}
 
 
 def format_failover(result: dict) -> str:
@@ -97,11 +108,12 @@ def format_failover(result: dict) -> str:
         return f"failover: {result['error']}"
 
     def secs(x: float | None) -> str:
-        return "never (before the run ended)" if x is None else f"{x:.2f} s"
+        return "never (within the wait)" if x is None else f"{x:.2f} s"
 
     return (f"failover: SIGKILL worker {result['killed_pid']} at {result['killed_at_s']:.1f} s; "
             f"seen down after {secs(result['down_seen_after_s'])}; "
-            f"pool whole again after {secs(result['whole_again_after_s'])}")
+            f"pool whole again after {secs(result['whole_again_after_s'])}"
+            f"{'' if result['whole_while_loaded'] else ' (after the load ended)'}")
 
 
 async def run_with_kill(load, plan: KillPlan) -> tuple[object, dict]:

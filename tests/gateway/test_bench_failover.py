@@ -67,7 +67,7 @@ async def test_kill_and_watch_times_the_recovery(fake_gateway, live_server):
     assert 0 < result["down_seen_after_s"] < result["whole_again_after_s"] < 5
     assert result["whole_again_after_s"] >= 0.3  # the stand-in waits 0.3 s before restarting
     assert len(worker_pids(pid)) == 2 and first[0] not in worker_pids(pid)
-    assert "pool whole again after" in format_failover(result)
+    assert result["whole_while_loaded"] and "pool whole again after" in format_failover(result)
 
 
 async def test_no_worker_to_kill_is_reported():
