@@ -3,6 +3,7 @@ secrets and metrics that exist. Nothing is built or deployed here (no registry, 
 rendered with ``kubectl kustomize`` when kubectl is installed (.ci/run installs it) and parsed either way."""
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -132,6 +133,14 @@ def test_compose_wiring_matches_the_flags(compose):
     assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
 
 
+@pytest.mark.skipif(shutil.which("yamllint") is None, reason="yamllint not installed; apt-get install yamllint")
+def test_yaml_files_lint_clean():
+    rules = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}"
+    files = sorted(str(p) for p in DOCKER.rglob("*.yaml")) + sorted(str(p) for p in DOCKER.rglob("*.yml"))
+    done = subprocess.run(["yamllint", "--strict", "-d", rules, *files], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 # --- Kubernetes -----------------------------------------------------------------------------------------
 
 
@@ -223,3 +232,36 @@ def test_the_autoscaler_scales_the_workers_on_a_metric_we_export(backend):
     assert metric["external"]["metric"]["name"] in exported_metrics()
     assert metric["external"]["metric"]["name"] == telemetry.TOKENS_WAITING
     assert metric["external"]["metric"]["selector"]["matchLabels"] == {telemetry.BACKEND: backend}
+
+
+def test_the_overflow_overlay_configures_two_pools_of_one_model_by_file(tmp_path):
+    from poolgate.gateway.config_file import config_from_toml
+    from poolgate.gateway.serve import add_arguments
+    from poolgate.shared.models import DEFAULT_MODEL_NAME
+
+    docs = render("cuda-cpu-overflow")
+    deployments, services = by_kind(docs, "Deployment"), by_kind(docs, "Service")
+    pod = deployments["poolgate-gateway"]["spec"]["template"]["spec"]
+    gateway = pod["containers"][0]
+    config_path = cli_args(gateway["args"]).config
+    (mount,) = [m for m in gateway["volumeMounts"] if config_path.startswith(m["mountPath"] + "/")]
+    config_map = {v["name"]: v for v in pod["volumes"]}[mount["name"]]["configMap"]["name"]
+    text = by_kind(docs, "ConfigMap")[config_map]["data"][config_path.rpartition("/")[2]]
+    token_path = re.search(r'^worker_token_file = "([^"]+)"', text, re.M).group(1)
+    (token_mount,) = [m for m in gateway["volumeMounts"] if token_path.startswith(m["mountPath"] + "/")]
+    assert {v["name"]: v for v in pod["volumes"]}[token_mount["name"]]["secret"]["secretName"] == TOKEN_SECRET
+    (tmp_path / "token").write_text("t")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = config_from_toml(text.replace(token_path, str(tmp_path / "token")), "poolgate.toml", parser, {})
+    assert [(p.model, p.backend) for p in config.pools] == [(DEFAULT_MODEL_NAME, "cuda"), (DEFAULT_MODEL_NAME, "cpu")]
+    assert config.pools[0].max_in_flight_per_worker  # without a cap the CPU pool would never see overflow
+    for pool in config.pools:
+        (url,) = pool.remotes
+        host, _, port = url.removeprefix("dns+tcp://").rpartition(":")
+        worker = deployments[f"poolgate-worker-{pool.backend}"]["spec"]["template"]["spec"]["containers"][0]
+        assert services[host]["spec"]["clusterIP"] == "None"
+        assert services[host]["spec"]["selector"]["poolgate.dev/backend"] == pool.backend
+        assert parse_address(cli_args(worker["args"]).listen).port == int(port)
+        assert cli_args(worker["args"]).model is None  # so it serves DEFAULT_MODEL_NAME, the pools' name
+    assert config.worker_security.token == "t"
