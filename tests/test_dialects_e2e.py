@@ -1,0 +1,108 @@
+"""Every dialect through its official client against a real `poolgate serve` on the bundled MiniLM (float32):
+the openai and cohere SDKs, and the parity of every dialect and encoding with the OpenAI float vectors."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import cohere
+import numpy as np
+import openai
+import pytest
+import torch
+
+from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
+from poolgate.shared.models import DEFAULT_MODEL_NAME as MODEL
+from tests.dialect_parity import EMBED_DTYPES, TEXTS, collect, table
+from tests.processes import free_port, wait_healthy
+
+FEW = TEXTS[:6]
+TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+         "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+@pytest.fixture(scope="module")
+def url():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port),
+                             "--dtype", "float32", "--max-batch-tokens", "2048"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def floats(url):
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    resp = client.embeddings.create(model=MODEL, input=FEW, encoding_format="float")
+    return np.float32([d.embedding for d in resp.data])
+
+
+def test_openai_sdk_default_base64_equals_float(url, floats):
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    resp = client.embeddings.create(model=MODEL, input=FEW)  # the SDK asks base64 and decodes it
+    assert np.array_equal(np.float32([d.embedding for d in resp.data]), floats)
+    assert floats.shape == (6, 384) and np.allclose(np.linalg.norm(floats, axis=1), 1, atol=1e-5)
+    assert resp.usage.prompt_tokens == resp.usage.total_tokens > 0
+
+
+def test_cohere_sdk_every_type_is_the_documented_quantization_of_the_float_vector(url, floats):
+    co = cohere.ClientV2(api_key="x", base_url=url)
+    types = ["float", "int8", "uint8", "binary", "ubinary", "base64"]
+    resp = co.embed(model=MODEL, texts=FEW, input_type=None, embedding_types=types)
+    e = resp.embeddings
+    assert np.array_equal(np.float32(e.float_), floats)
+    for kind in ("int8", "uint8", "binary", "ubinary"):
+        assert np.array_equal(np.asarray(getattr(e, kind)), np.stack([EMBEDDING_TYPES[kind](v) for v in floats])), kind
+    import base64
+    assert np.array_equal(np.stack([np.frombuffer(base64.b64decode(b), "<f4") for b in e.base64]), floats)
+    assert resp.id.startswith("embd-") and resp.texts == FEW and resp.meta.api_version.version == "2"
+    assert resp.meta.billed_units.input_tokens > 0
+
+
+def test_cohere_v1_sdk_floats(url, floats):
+    co = cohere.Client(api_key="x", base_url=url)
+    resp = co.embed(model=MODEL, texts=FEW, batching=False)
+    assert resp.response_type == "embeddings_floats"
+    assert np.array_equal(np.float32(resp.embeddings), floats)
+
+
+def test_cohere_sdk_errors_carry_the_message(url):
+    co = cohere.ClientV2(api_key="x", base_url=url)
+    with pytest.raises(cohere.BadRequestError) as info:
+        co.embed(model=MODEL, texts=["a"], input_type="search_query", embedding_types=["float"])
+    assert info.value.body == {"message": "Unsupported input_type 'search_query'. "
+                                          "This model does not define any input_type task instructions."}
+    with pytest.raises(cohere.NotFoundError):
+        co.embed(model="nope", texts=["a"], input_type=None, embedding_types=["float"])
+
+
+def test_every_dialect_and_encoding_is_the_same_vector(url, floats):
+    vectors = collect(url, FEW)
+    for name in ("openai base64 float32", "openai bytes float32", "cohere float", "cohere base64",
+                 "vllm /pooling float"):
+        assert np.array_equal(vectors[name], floats), name
+    for dtype in EMBED_DTYPES:
+        cast = torch.from_numpy(floats).to(TORCH[dtype]).float().numpy()
+        assert np.array_equal(vectors[f"openai base64 {dtype}"], cast), dtype
+        assert np.array_equal(vectors[f"openai bytes {dtype}"], cast), dtype
+    worst = {name: cos for name, cos, _ in table(vectors)}
+    assert worst["openai base64 float16"] > 0.99999 and worst["openai base64 fp8_e5m2"] > 0.99
+    assert worst["cohere int8"] > 0.995 and worst["cohere uint8"] > 0.995 and worst["cohere binary"] > 0.6
+
+
+def test_openapi_document_lists_the_served_routes(url):
+    with urllib.request.urlopen(f"{url}/openapi.json", timeout=10) as resp:
+        doc = json.load(resp)
+    assert {"/v1/embeddings", "/v2/embed", "/v1/embed", "/pooling"} <= set(doc["paths"])
+    assert "/classify" not in doc["paths"]  # MiniLM does not classify
+    ref = doc["paths"]["/v2/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    props = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]
+    assert {"texts", "inputs", "embedding_types", "truncate", "max_tokens", "output_dimension"} <= set(props)
