@@ -1,6 +1,7 @@
 """The contract every hardware backend fills: device, dtype choice, attention, set-up, transfers, report."""
 from __future__ import annotations
 
+import logging
 import os
 from abc import ABC, abstractmethod
 from typing import Any
@@ -10,6 +11,8 @@ import torch
 
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.packing import PackedBatch, to_device
+
+log = logging.getLogger("poolgate.worker")
 
 
 class Backend(ABC):
@@ -35,6 +38,7 @@ class Backend(ABC):
         process to ``cpu_affinity`` (the cores the gateway gave it, ``shared.backends``) when set."""
         if cpu_affinity:
             os.sched_setaffinity(0, cpu_affinity)
+            log.info("pinned to CPUs %s", ",".join(map(str, cpu_affinity)))
 
     def attention(self, dtype: torch.dtype) -> AttentionFn:
         """The packed-attention implementation for ``dtype`` on this hardware."""
