@@ -22,6 +22,7 @@ def resolve_model(model: str | None) -> tuple[str, str]:
     """(folder, default served name) for MODEL as given on the command line."""
     if model is None:
         return str(bundled_model_path()), DEFAULT_MODEL_NAME
-    if not Path(model).is_dir():
-        raise FileNotFoundError(f"model folder {model!r} does not exist (poolgate loads local folders only)")
+    if not Path(model).is_dir() and not (model.endswith(".gguf") and Path(model).is_file()):
+        raise FileNotFoundError(f"model folder {model!r} does not exist (poolgate loads local folders "
+                                "and .gguf files only)")
     return model, model

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.gguf import load_state as load_gguf_state
 from poolgate.workers.models.base import Family, strip_base
 from poolgate.workers.models.bert import BERT
 from poolgate.workers.models.distilbert import DISTILBERT
@@ -111,6 +112,9 @@ def build_model(spec: ModelSpec, attention: AttentionFn, *, allow_pickle: bool,
     if arch.family is None:
         return HfAutoEncoder(spec, allow_pickle=allow_pickle).eval(), arch
     model = arch.family.model(arch.family.config(spec.hf_config), attention)
-    state = strip_base(load_state_dict(spec.path, allow_pickle=allow_pickle), arch.family.prefixes)
-    model.load_weights(state, weights_source(spec.path))
+    if spec.gguf_file:  # dequantized by transformers' GGUF loader
+        state, source = load_gguf_state(spec.path, spec.gguf_file, spec.hf_config), str(spec.path / spec.gguf_file)
+    else:
+        state, source = load_state_dict(spec.path, allow_pickle=allow_pickle), weights_source(spec.path)
+    model.load_weights(strip_base(state, arch.family.prefixes), source)
     return model.eval(), arch

@@ -15,9 +15,9 @@ class HfAutoEncoder(nn.Module):
         super().__init__()
         from transformers import AutoModel
 
-        self.model = AutoModel.from_pretrained(
-            str(spec.path), use_safetensors=None if allow_pickle else True, torch_dtype=torch.float32
-        ).eval()
+        # a GGUF file: transformers dequantizes it (workers.gguf); else safetensors unless pickles are allowed
+        source = {"gguf_file": spec.gguf_file} if spec.gguf_file else {"use_safetensors": None if allow_pickle else True}
+        self.model = AutoModel.from_pretrained(str(spec.path), torch_dtype=torch.float32, **source).eval()
         self.pad_id = int(spec.hf_config.get("pad_token_id") or 0)
 
     @property
