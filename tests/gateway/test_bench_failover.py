@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from poolgate.gateway.bench.failover import KillPlan, format_failover, kill_and_watch, worker_pids, workers_up
+from tests.fakes import until
 from tests.processes import alive
 
 # A stand-in gateway: two "worker" children (their argv names poolgate.workers.main), each restarted 0.3 s after it dies.
@@ -50,8 +51,8 @@ def fake_gateway():
 
 async def test_kill_and_watch_times_the_recovery(fake_gateway, live_server):
     pid = fake_gateway.pid
+    await until(lambda: len(worker_pids(pid)) == 2, 5)
     first = worker_pids(pid)
-    assert len(first) == 2
 
     async def metrics(request: web.Request) -> web.Response:
         lines = [f'poolgate_worker_up{{worker="{p}"}} 1.0' for p in worker_pids(pid)]
