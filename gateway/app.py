@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from poolgate.gateway import openapi, routes_ops
+from poolgate.gateway import admin, openapi, routes_ops
 from poolgate.gateway.dialects import all_routes, register
 from poolgate.gateway.middleware import edge_middleware, openai_error_body
 from poolgate.gateway.router import Router
@@ -29,7 +29,7 @@ def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[Cle
     app[ROUTER] = router
     app[ERROR_FORMATTERS] = {"": openai_error_body}
     app[TELEMETRY] = telemetry or Telemetry()
-    routes = [*all_routes(), *routes_ops.ROUTES, *openapi.ROUTES]
+    routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES]
     app[openapi.ROUTES_KEY] = routes
     register(app, routes)
     app.cleanup_ctx.extend(cleanup_ctx)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from poolgate.shared.backends import place, placed
 from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
 from poolgate.shared.model_flags import worker_config_from_args
 from poolgate.shared.security_flags import gateway_security_from_args
@@ -53,8 +54,10 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
         return PoolConfig(model=name, backend=args.backend, remotes=entry.remotes,
                           max_in_flight_per_worker=entry.max_in_flight_per_worker)
     worker = with_worker_tracing(worker_config_from_args(args), tracing)
-    return PoolConfig(model=worker.served_model_name, backend=args.backend, workers=(worker,) * replicas,
-                      devices=entry.devices, remotes=entry.remotes,
+    placements = place(args.backend, replicas, entry.devices)  # one device / core set per worker
+    return PoolConfig(model=worker.served_model_name, backend=args.backend,
+                      workers=tuple(placed(worker, p) for p in placements),
+                      devices=tuple(p.device for p in placements if p.device is not None), remotes=entry.remotes,
                       max_in_flight_per_worker=entry.max_in_flight_per_worker)
 
 

@@ -70,3 +70,76 @@ async def resolve_host(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to (sorted, deduplicated), by the system resolver off the loop."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return sorted({str(ipaddress.ip_address(info[4][0])) for info in infos})
+
+
+class Discovery:
+    """The workers behind one ``dns+tcp://`` URL, kept in step with DNS (module doc).
+
+    ``connect(url)`` dials one worker (the gateway's token and TLS); ``resolver(host,
+    port)`` lists the addresses (injectable: tests use a fake). ``members`` maps each
+    worker URL to its client.
+    """
+
+    def __init__(self, url: str, connect: Callable[[str], Awaitable], *, resolver: Resolver = resolve_host,
+                 interval_s: float = DEFAULT_INTERVAL_S):
+        self.url, self.name = url, parse_dns_url(url)
+        self.connect, self.resolver, self.interval_s = connect, resolver, interval_s
+        self.members: dict[str, object] = {}
+
+    async def first(self, timeout_s: float) -> list:
+        """The workers that answer now; with ``timeout_s`` > 0, resolve again until one does (or time is up)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            added, _ = await self.sync(expected=None)
+            if added or loop.time() + self.interval_s > deadline:
+                return added
+            log.info("waiting for workers behind %s", self.url)
+            await asyncio.sleep(min(self.interval_s, 1.0))
+
+    async def sync(self, expected: str | None) -> tuple[list, list]:
+        """Resolve once; dial the new addresses (each must serve model ``expected`` when given) and drop
+        the gone ones from ``members``. Returns (clients added, clients gone). A failed lookup changes nothing."""
+        try:
+            addresses = await self.resolver(self.name.host, self.name.port)
+        except OSError as exc:
+            log.warning("cannot resolve %s: %s (keeping its %d workers)", self.url, exc, len(self.members))
+            return [], []
+        urls = {self.name.worker_url(a) for a in addresses}
+        gone = [self.members.pop(url) for url in sorted(set(self.members) - urls)]
+        added = []
+        for url in sorted(urls - set(self.members)):
+            client = await self._join(url, expected)
+            if client is not None:
+                self.members[url] = client
+                added.append(client)
+        return added, gone
+
+    async def _join(self, url: str, expected: str | None):
+        try:
+            client = await self.connect(url)
+        except Exception as exc:  # not up yet, refused our token, ...: tried again at the next round
+            log.info("worker %s (from %s) not joining yet: %s", url, self.url, exc)
+            return None
+        if expected is not None:
+            served = (await client.info()).served_model_name
+            if served != expected:
+                log.error("worker %s (from %s) serves '%s', not '%s': not added", url, self.url, served, expected)
+                await client.close()
+                return None
+        return client
+
+    async def run(self, pool) -> None:
+        """Forever: every ``interval_s``, add the new workers to ``pool`` and drain-and-remove the gone ones."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            added, gone = await self.sync(expected=pool.name)
+            for client in added:
+                log.info("worker %s joins %s (from %s)", client.address, pool.name, self.url)
+                pool.add(client)
+            for client in gone:
+                log.info("worker %s leaves %s (gone from %s)", client.address, pool.name, self.url)
+                if any(c is client for c in pool.clients):
+                    await pool.remove(client)
+                else:
+                    await client.close()

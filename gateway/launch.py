@@ -7,15 +7,20 @@ Start-up and shutdown, in order:
 2. ``run_app`` binds the HTTP site, then calls its ``print`` hook
    (``Lifecycle.site_listening``), which logs "listening" and lets ``_bring_up``
    go on. From here ``/health`` answers 503 until the workers are ready.
-3. ``_bring_up`` spawns the local workers (together), dials the remote ones
-   (waiting for those still loading), adds one pool per model to the router,
-   logs "ready", then probes workers marked down every
-   ``health_probe_interval_s`` so they are re-marked once they answer.
-4. SIGINT/SIGTERM: aiohttp's handler raises ``GracefulExit``; ``run_app``
-   stops the site (in-flight requests finish), then runs the cleanup_ctx
-   tear-down: cancel ``_bring_up``, close the router, stop every local worker.
+3. ``_bring_up`` has the ``Fleet`` start every pool of the config
+   (``gateway.fleet``: local workers together, each under a
+   ``gateway.supervisor.Supervisor`` that restarts it with backoff when it
+   dies; remote ones dialed, waiting for those still loading; DNS names
+   watched), which adds each model's pools to the router; it logs "ready",
+   then health-checks every worker every ``health_probe_interval_s``
+   (``gateway.health.watch``). The admin API (``gateway.admin``) loads and
+   unloads models through the same Fleet while the gateway runs.
+4. SIGINT/SIGTERM: ``gateway.drain`` drains (503 for new requests, calls in
+   flight finish, up to ``drain_timeout_s``), then raises ``GracefulExit``;
+   ``run_app`` stops the site, then runs the cleanup_ctx tear-down: cancel
+   ``_bring_up``, stop every supervisor and its worker, close the router.
 
-A start-up failure (a worker that exits or is not ready in time, a remote
+A start-up failure (no worker of some pool came up, a remote
 worker that never answers) is logged as "could not start: ..." and stops
 ``run_app`` the way a signal does: a loop callback raises ``GracefulExit``.
 A port in use makes ``run_app`` raise OSError before any worker is spawned.
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,15 +38,16 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
-from poolgate.gateway.local_worker import LocalWorker
+from poolgate.gateway import health
+from poolgate.gateway.drain import Drain
 from poolgate.gateway.metrics import GatewayMetrics
-from poolgate.gateway.pool import WorkerPool
+from poolgate.gateway.fleet import Fleet
 from poolgate.gateway.router import Router
 from poolgate.gateway.telemetry import Telemetry
 from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.transport import WorkerClient
+from poolgate.shared.errors import PoolgateError
 
 if TYPE_CHECKING:
     from poolgate.gateway.tracing import SpanTracer
@@ -59,12 +65,15 @@ def run_gateway(config: GatewayConfig) -> int:
                    telemetry=Telemetry(tracer=tracer, recorder=metrics))
     if metrics is not None and config.metrics_port is None:
         metrics.add_route(app)
+    app[FLEET] = lifecycle.fleet
     try:
         web.run_app(app, host=config.host, port=config.port, print=lifecycle.site_listening,
                     access_log=None, handler_cancellation=True)
     except OSError as exc:
         log.error("could not start: %s", exc)
         return 1
+    finally:
+        shutil.rmtree(lifecycle.folder, ignore_errors=True)
     return 1 if lifecycle.failed else 0
 
 
@@ -110,11 +119,17 @@ def _flush_spans(tracer: SpanTracer | None) -> list:
 
 
 class Lifecycle:
-    """The gateway's workers over one ``run_app``: brought up in the background, stopped at cleanup."""
+    """The gateway's workers over one ``run_app``: brought up in the background, stopped at cleanup.
 
-    def __init__(self, config: GatewayConfig, router: Router) -> None:
+    ``fleet`` (``gateway.fleet``) owns every worker: the config's pools at start-up,
+    and the models the admin API loads and unloads later.
+    """
+
+    def __init__(self, config: GatewayConfig, router: Router, *, runner_factory: str | None = None) -> None:
         self.config, self.router = config, router
-        self.local_workers: list[LocalWorker] = []
+        self.folder = Path(tempfile.mkdtemp(prefix="poolgate-"))  # local workers' sockets, owner-only
+        self.fleet = Fleet(config, router, self.folder, runner_factory=runner_factory)
+        self.drain = Drain(router, config.drain_timeout_s, _stop_run_app)
         self.listening = asyncio.Event()
         self.failed = False
 
@@ -126,89 +141,33 @@ class Lifecycle:
 
     async def workers(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx: bring the workers up in the background; at cleanup, stop them all."""
-        with tempfile.TemporaryDirectory(prefix="poolgate-") as folder:
-            bring_up = asyncio.create_task(self._bring_up(Path(folder)))
+        self.drain.install(asyncio.get_running_loop())
+        bring_up = asyncio.create_task(self._bring_up())
+        try:
             yield
+        finally:
             log.info("shutting down")
             bring_up.cancel()
             await asyncio.wait([bring_up])
+            await self.fleet.stop()
             await self.router.close()
-            await asyncio.gather(*(w.stop() for w in self.local_workers), return_exceptions=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
 
-    async def _bring_up(self, folder: Path) -> None:
+    async def _bring_up(self) -> None:
         await self.listening.wait()
         try:
-            workers = await _start_workers(self.config, folder, self.local_workers)
+            await self.fleet.start(self.config.pools)
         except Exception as exc:  # a known failure gets one line, anything else its traceback too
-            log.error("could not start: %s", exc, exc_info=not isinstance(exc, (Unavailable, OSError)))
+            log.error("could not start: %s", exc, exc_info=not isinstance(exc, (PoolgateError, OSError)))
             self.failed = True
             asyncio.get_running_loop().call_soon(_stop_run_app)
             return
-        for pool in _build_pools(self.config, workers):
-            self.router.add(pool)
-        log.info("ready: serving %s at http://%s:%d/v1", ", ".join(self.router.pools),
-                 self.config.host, self.config.port)
-        await _probe_down_workers(self.router, self.config.health_probe_interval_s)
+        log.info("ready: serving %s at http://%s:%d/v1", ", ".join(
+            f"{name} ({', '.join(model.backends)})" for name, model in self.router.pools.items()),
+            self.config.host, self.config.port)
+        await health.watch(self.router, self.config.health_probe_interval_s, self.config.health_check_timeout_s)
 
 
 def _stop_run_app() -> None:
     """A loop callback that stops ``run_app`` exactly as its SIGTERM handler does."""
     raise web.GracefulExit()
-
-
-async def _start_workers(config: GatewayConfig, folder: Path, locals_: list[LocalWorker]) -> list[tuple]:
-    """Spawn the local workers (together) and connect the remote ones; (client, info) pairs.
-
-    If one local worker fails, the others are cancelled, which stops them.
-    """
-    try:
-        async with asyncio.TaskGroup() as group:
-            for i, cfg in enumerate(config.workers):
-                locals_.append(worker := LocalWorker())
-                group.create_task(worker.start(cfg, _local_address(config.transport, folder, i),
-                                               ready_timeout=config.startup_timeout_s))
-    except ExceptionGroup as failed:
-        raise failed.exceptions[0] from None
-    remote = [await _connect_remote(url, config.startup_timeout_s) for url in config.worker_urls]
-    return [(w.client, w.info) for w in locals_] + [(c, await c.info()) for c in remote]
-
-
-def _local_address(transport: str, folder: Path, index: int) -> str:
-    if transport == "unix":
-        return f"unix:{folder / f'worker-{index}.sock'}"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
-async def _connect_remote(url: str, timeout_s: float) -> WorkerClient:
-    """Dial a remote worker until it answers (it may still be loading), up to ``timeout_s``."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    delay = 0.1
-    while True:
-        try:
-            return await WorkerClient.connect(url)
-        except Unavailable:
-            if asyncio.get_running_loop().time() + delay > deadline:
-                raise
-            log.info("waiting for worker %s", url)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-
-def _build_pools(config: GatewayConfig, workers: list[tuple]) -> list[WorkerPool]:
-    """One pool per served model name, holding every worker that serves it."""
-    by_name: dict[str, tuple] = {}
-    for client, info in workers:
-        by_name.setdefault(info.served_model_name, (info, []))[1].append(client)
-    return [WorkerPool(info, members, max_in_flight=config.max_in_flight_per_worker)
-            for info, members in by_name.values()]
-
-
-async def _probe_down_workers(router: Router, interval_s: float) -> None:
-    """Forever: give every worker marked down a health check; the pool re-marks it."""
-    while True:
-        await asyncio.sleep(interval_s)
-        for pool in list(router.pools.values()):
-            if not all(pool.is_ready(c) for c in pool.clients):
-                await pool.probe()

@@ -27,7 +27,8 @@ def model_card(info: ModelInfo, created: int) -> dict:
 
 async def list_models(request: web.Request, _body=None) -> web.Response:
     created = int(time.time())
-    cards = [model_card(info, created) for info in request.app[ROUTER].models()]
+    cards = [{**model_card(model.info, created), "backends": model.backends}  # its pools, in preference order
+             for model in list(request.app[ROUTER].pools.values())]
     return web.json_response({"object": "list", "data": cards})
 
 

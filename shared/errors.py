@@ -39,6 +39,22 @@ class Unauthorized(PoolgateError):
     code = "invalid_api_key"
 
 
+class Forbidden(PoolgateError):
+    """Authenticated, but not allowed (the admin API without an API key, a model path outside the roots)."""
+
+    status = 403
+    type = "PermissionDeniedError"
+    code = "forbidden"
+
+
+class Conflict(PoolgateError):
+    """The request clashes with the server's state (loading a model that is already served)."""
+
+    status = 409
+    type = "ConflictError"
+    code = "conflict"
+
+
 class ModelNotFound(PoolgateError):
     status = 404
     type = "NotFoundError"
@@ -92,7 +108,7 @@ class InternalError(PoolgateError):
 ERRORS: dict[str, type[PoolgateError]] = {
     cls.__name__: cls
     for cls in (
-        PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, ModelNotFound,
+        PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, Forbidden, Conflict, ModelNotFound,
         RouteNotFound, Overloaded, NotSupported, Unavailable, DeadlineExceeded, InternalError, ClientClosedRequest,
     )
 }

@@ -13,6 +13,7 @@ async def test_models_lists_every_served_model(gateway):
     first = body["data"][0]
     assert isinstance(first.pop("created"), int)
     worker = first.pop("worker")
+    assert first.pop("backends") == ["cpu"]  # the model's pools, in preference order
     assert first == {"id": "a", "object": "model", "owned_by": "poolgate", "root": "a",
                      "parent": None, "max_model_len": 16, "permission": []}
     info = fake_model(name="a").info

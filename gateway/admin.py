@@ -1,0 +1,125 @@
+"""The admin API: list pools and workers, load a model from the model roots, unload one (draining first).
+
+Routes (errors in the OpenAI error shape):
+
+- ``GET /admin/pools``: every model, its pools in preference order (backend,
+  dtype, admission cap) and each pool's workers (address, state: starting /
+  ready / down / draining, calls in flight, outstanding tokens, recoveries);
+- ``POST /admin/models``: a JSON object with the keys of a config file's
+  ``[[models]]`` table (``name``, ``model``, ``backend``, ``replicas``,
+  ``devices``, ``dtype``, ``pooler_config``, ...; no ``remote``). ``model`` is a
+  folder under one of the server's model roots (``model_roots`` /
+  ``--model-root``): relative to a root, or absolute; it is resolved (symlinks,
+  ``..``) before the check, so nothing outside the roots is ever loaded. The
+  answer (201) comes once the model's workers are ready and it is served;
+  a model already served is 409;
+- ``DELETE /admin/models/{name}``: stop routing to it (404 from then on), let
+  its calls in flight finish (up to ``drain_timeout_s``), stop its workers.
+
+Security: the admin API needs the API key (``Authorization: Bearer``, checked by
+the middleware like ``/v1``), and is OFF (403) when the server has no API key:
+it starts processes and reads folders, so it is never open to anyone who can
+reach the port. Loading is also off (403) without model roots.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from poolgate.gateway.config_build import pool_config
+from poolgate.gateway.config_file import dotted, model_entry
+from poolgate.gateway.dialects.body import JSON_MEDIA_TYPE
+from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.fleet import Fleet
+from poolgate.gateway.state import CONFIG, ROUTER
+from poolgate.shared.errors import Forbidden, InvalidRequest, Unavailable
+
+FLEET = web.AppKey("fleet", Fleet)
+NOT_LOADABLE = ("remote",)  # keys a request may not set: the gateway dials only what its config names
+
+
+class BodyErrors:
+    """``config_file.model_entry``'s error sink for a request body: a 400 naming the key."""
+
+    def error(self, path: tuple, message: str) -> InvalidRequest:
+        key = dotted(path)
+        return InvalidRequest(f"{key}: {message}" if key else message, param=key or None)
+
+
+def check_enabled(request: web.Request) -> None:
+    if not request.app[CONFIG].api_key:
+        raise Forbidden("The admin API is disabled: the server has no API key (--api-key / api_key).")
+
+
+def under_roots(model: object, roots: tuple[str, ...]) -> str:
+    """The real folder ``model`` names inside one of ``roots``; Forbidden (403) otherwise."""
+    if not roots:
+        raise Forbidden("Loading models is disabled: the server has no model roots (--model-root / model_roots).")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("model: a folder under a model root is required", param="model")
+    for root in map(Path, roots):
+        candidate = (root / model).resolve()
+        if candidate.is_relative_to(root) and candidate.is_dir():
+            return str(candidate)
+    raise Forbidden(f"model {model!r} is not a folder under the server's model roots.", param="model")
+
+
+def fleet_of(request: web.Request) -> Fleet:
+    fleet = request.app.get(FLEET)
+    if fleet is None:
+        raise Unavailable("This gateway does not manage workers; it cannot load or unload models.")
+    return fleet
+
+
+async def list_pools(request: web.Request, _body=None) -> web.Response:
+    check_enabled(request)
+    router = request.app[ROUTER]
+    data = [{"id": name, "object": "model", "default": name == router.default, "ready": model.ready,
+             "tasks": list(model.info.tasks), "pools": model.snapshot()}
+            for name, model in list(router.pools.items())]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def load_model(request: web.Request, _body=None) -> web.Response:
+    check_enabled(request)
+    config = request.app[CONFIG]
+    body = await _json_object(request)
+    for key in NOT_LOADABLE:
+        if key in body:
+            raise InvalidRequest(f"{key}: remote workers come from the server's config, not a request", param=key)
+    table = {**body, "model": under_roots(body.get("model"), config.model_roots)}
+    entry = model_entry(table, (), BodyErrors())
+    try:
+        pool = pool_config(entry, config.tracing)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    names = await fleet_of(request).start([pool])
+    model = request.app[ROUTER].pools[names[0]]
+    return web.json_response({"id": model.name, "object": "model", "pools": model.snapshot()}, status=201)
+
+
+async def unload_model(request: web.Request, _body=None) -> web.Response:
+    check_enabled(request)
+    name = request.match_info["name"]
+    await fleet_of(request).unload(name, request.app[CONFIG].drain_timeout_s)
+    return web.json_response({"id": name, "object": "model", "deleted": True})
+
+
+async def _json_object(request: web.Request) -> dict:
+    if request.content_type != JSON_MEDIA_TYPE:
+        raise InvalidRequest("Unsupported Media Type: Only 'application/json' is allowed")
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise InvalidRequest(f"Malformed JSON in request body: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The body must be a JSON object (the keys of a [[models]] table).")
+    return body
+
+
+ROUTES = (
+    Route("GET", "/admin/pools", list_pools, summary="Every model's pools and workers: state and load (admin)"),
+    Route("POST", "/admin/models", load_model, summary="Load a model from the model roots and serve it (admin)"),
+    Route("DELETE", "/admin/models/{name}", unload_model, summary="Drain and unload a model (admin)"),
+)
