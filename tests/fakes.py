@@ -239,7 +239,8 @@ async def running_worker(model: LoadedModel, address: str):
         yield engine
     finally:
         server.close()
-        model.runner.release.set()
+        if isinstance(model.runner, FakeRunner):  # let a held fake batch finish (a real runner holds none)
+            model.runner.release.set()
         await engine.stop()
 
 
@@ -308,8 +309,9 @@ async def until(predicate, timeout: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def make_tiny_tokenizer(folder) -> None:
-    """A 100-word word-level fast tokenizer ("w0".."w94" plus BERT's specials) saved into ``folder``."""
+def make_tiny_tokenizer(folder, *, pair_types: bool = False) -> None:
+    """A 100-word word-level fast tokenizer ("w0".."w94" plus BERT's specials) saved into ``folder``;
+    ``pair_types``: a pair's second text (and its [SEP]) gets token type 1, as BERT's tokenizer does."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -317,10 +319,29 @@ def make_tiny_tokenizer(folder) -> None:
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1" if pair_types else "[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )
+    names = {"model_input_names": ["input_ids", "token_type_ids", "attention_mask"]} if pair_types else {}
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+                            sep_token="[SEP]", mask_token="[MASK]", **names).save_pretrained(folder)
+
+
+def make_tiny_cross_encoder(folder, *, seed: int = 0):
+    """A tiny random BertForSequenceClassification with one label (a cross-encoder) and a tokenizer
+    that marks a pair's second text with token type 1; returns the transformers model."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = AutoConfig.for_model("bert", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64, pad_token_id=0, num_labels=1)
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(config).eval()
+    with torch.no_grad():  # segment embeddings far apart, so a lost token type id shows in every score
+        model.bert.embeddings.token_type_embeddings.weight.normal_(0, 1.0)
+    model.save_pretrained(folder, safe_serialization=True)
+    make_tiny_tokenizer(folder, pair_types=True)
+    return model
 
 
 def make_tiny_checkpoint(folder, *, model_type: str = "bert", seed: int = 0, legacy_ln_names: bool = False):
