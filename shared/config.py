@@ -59,6 +59,7 @@ class WorkerConfig:
     max_model_len: int | None = None
     max_batch_tokens: int | None = None  # None: the backend's default budget
     allow_pickle_weights: bool = False
+    trust_remote_code: bool = False  # --trust-remote-code: the fallback may run a checkpoint's own code (auto_map)
     pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
     hf_overrides: dict = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
     runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.convert)

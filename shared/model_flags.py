@@ -55,6 +55,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="alias of --pooler-config '{\"use_activation\": false}'")
     g.add_argument("--allow-pickle-weights", action="store_true",
                    help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
                    help="torch threads per worker (default: physical cores)")
 
@@ -96,6 +98,7 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
         model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
         dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
-        allow_pickle_weights=args.allow_pickle_weights, pooler=pooler_config_from_args(args),
+        allow_pickle_weights=args.allow_pickle_weights, trust_remote_code=args.trust_remote_code,
+        pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
     )

@@ -42,7 +42,8 @@ PROBE_TEXTS = (
 
 def _runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, dtype: torch.dtype) -> PoolingRunner:
     """A whole runner for ``dtype``: weights cast and moved, the backend's attention and kernels."""
-    model = build_model(spec, backend.attention(dtype), allow_pickle=cfg.allow_pickle_weights)[0]
+    model = build_model(spec, backend.attention(dtype), allow_pickle=cfg.allow_pickle_weights,
+                        trust_remote_code=cfg.trust_remote_code)[0]
     model = model.to(device=backend.device(), dtype=dtype)
     backend.optimize(model, dtype)
     pooler = poolers_for(spec, backend.device(), allow_pickle=cfg.allow_pickle_weights)
@@ -116,8 +117,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     backend.setup(cfg.num_threads, cfg.cpu_affinity)
     budget = cfg.max_batch_tokens or backend.default_batch_tokens
     arch = architecture_for(spec)
-    log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name,
-             "packed" if arch.packed else "transformers fallback, padded")
+    log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name, arch.implementation)
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
@@ -151,4 +151,5 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     _warm_up(runner, encoder, info.max_model_len, budget)
     log.info("model ready in %.1f s", time.perf_counter() - start)
     memory = backend.memory if backend.memory() else None
-    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory)
+    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory,
+                       padded=not arch.packed)

@@ -103,7 +103,7 @@ class Engine:
         self.runner = model.runner
         self._device_memory = model.device_memory
         self.inputs = InputStage(model.info, model.encoder)
-        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens)
+        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded)
         self.stats = PipelineStats()
         self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
         self._handoff: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()

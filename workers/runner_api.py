@@ -90,3 +90,4 @@ class LoadedModel:
     runner: Runner
     max_batch_tokens: int  # the engine's token budget per batch
     device_memory: Callable[[], dict[str, int]] | None = None  # bytes by kind, where the backend reports it
+    padded: bool = False  # batches run padded (transformers fallback): the budget counts count × longest

@@ -8,6 +8,10 @@ budget. The head of the queue always goes, even when it alone is over budget
 (a single input longer than the budget must still run). Items whose client
 left (``.cancelled``) are dropped wherever they sit and never returned.
 
+With ``padded=True`` (the transformers fallback, which pads every sequence
+to the batch's longest) a batch costs ``count × longest`` tokens, not the sum,
+so the budget bounds the work the device really does.
+
 ``next_batch(hold=...)`` lets the engine cut the next batch early, while the
 device still runs the last one, but only once a full budget is queued: while
 ``hold()`` is true a partial batch waits (``wake`` re-checks it).
@@ -28,12 +32,13 @@ class Schedulable(Protocol):
 
 
 class TokenBudgetScheduler:
-    """A FIFO queue that hands out batches of at most ``max_batch_tokens`` tokens."""
+    """A FIFO queue that hands out batches of at most ``max_batch_tokens`` tokens (padded ones if ``padded``)."""
 
-    def __init__(self, max_batch_tokens: int):
+    def __init__(self, max_batch_tokens: int, *, padded: bool = False):
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.max_batch_tokens = max_batch_tokens
+        self.padded = padded
         self._queue: deque[Schedulable] = deque()
         self._tokens = 0
         self._closed = False
@@ -100,18 +105,20 @@ class TokenBudgetScheduler:
             return self._tokens
 
     def _cut(self) -> list[Schedulable]:
-        """Pop, FIFO, live items up to the budget; the first live item always goes."""
+        """Pop, FIFO, live items while the batch's cost fits the budget; the first live item always goes."""
         batch: list[Schedulable] = []
-        budget = self.max_batch_tokens
+        used = longest = 0
         while self._queue:
             head = self._queue[0]
             if head.cancelled:
                 self._pop()
                 continue
-            if batch and head.num_tokens > budget:
+            longest = max(longest, head.num_tokens)
+            cost = (len(batch) + 1) * longest if self.padded else used + head.num_tokens
+            if batch and cost > self.max_batch_tokens:
                 break
             batch.append(self._pop())
-            budget -= head.num_tokens
+            used = cost
         return batch
 
     def _pop(self) -> Schedulable:

@@ -38,26 +38,33 @@ def weights_source(folder: Path) -> str:
     return str(files[0]) if len(files) == 1 else str(folder)
 
 
-def load_state_dict(folder: Path, *, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """All tensors of ``folder``'s checkpoint, on the CPU, in their stored dtype."""
+def weight_files(folder: Path, *, allow_pickle: bool = False) -> tuple[list[Path], bool]:
+    """The files ``folder``'s weights load from and whether they are pickles; the errors name what is wrong."""
+    folder = Path(folder)
     files = _safetensors_files(folder)
-    state: dict[str, torch.Tensor] = {}
     if files:
-        for i, f in enumerate(files, 1):
-            log.info("loading weights %s [%d/%d]", f.name, i, len(files))
-            state.update(load_file(str(f), device="cpu"))
-        return state
+        return files, False
     pickles = sorted(folder.glob("pytorch_model*.bin"))
     if not pickles:
         raise FileNotFoundError(f"no safetensors or pytorch_model*.bin weights in {folder}")
     if not allow_pickle:
         raise PermissionError(
-            f"{folder} has only pickle weights ({pickles[0].name}); convert them to safetensors "
-            "or pass --allow-pickle-weights to load them"
-        )
-    for i, f in enumerate(pickles, 1):
-        log.info("loading pickle weights %s [%d/%d]", f.name, i, len(pickles))
-        state.update(torch.load(f, map_location="cpu", weights_only=True))
+            f"{pickles[0]}: pickle weights (which can run code when loaded) and no safetensors in {folder}; "
+            "convert them to safetensors, or pass --allow-pickle-weights to load them")
+    return pickles, True
+
+
+def load_state_dict(folder: Path, *, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """All tensors of ``folder``'s checkpoint, on the CPU, in their stored dtype."""
+    files, pickled = weight_files(folder, allow_pickle=allow_pickle)
+    state: dict[str, torch.Tensor] = {}
+    for i, f in enumerate(files, 1):
+        log.info("loading %sweights %s [%d/%d]", "pickle " if pickled else "", f.name, i, len(files))
+        try:
+            state.update(torch.load(f, map_location="cpu", weights_only=True) if pickled
+                         else load_file(str(f), device="cpu"))
+        except Exception as exc:  # a missing shard, a truncated or corrupt file: name it
+            raise CheckpointError(f, f"cannot read the weights ({type(exc).__name__}: {exc})") from exc
     return state
 
 

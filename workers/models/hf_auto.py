@@ -6,18 +6,48 @@ from torch import nn
 
 from poolgate.workers.packing import PackedBatch
 from poolgate.workers.st_config import ModelSpec
+from poolgate.workers.weights import CheckpointError, weight_files, weights_source
+
+
+def check_supported(spec: ModelSpec, trust_remote_code: bool) -> None:
+    """Refuse, naming config.json, an architecture that neither poolgate nor transformers implements,
+    and a checkpoint's own code (``auto_map``) without ``--trust-remote-code``."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    kind = spec.hf_config.get("model_type")
+    remote = (spec.hf_config.get("auto_map") or {}).get("AutoModel")
+    if kind in MODEL_MAPPING_NAMES or (remote and trust_remote_code):
+        return
+    where = spec.path / "config.json"
+    if remote:
+        raise CheckpointError(where, f"{spec.architecture} (model_type {kind!r}) needs the checkpoint's own code "
+                                     f"({remote}); pass --trust-remote-code to run it")
+    raise CheckpointError(where, f"unknown architecture {spec.architecture} (model_type {kind!r}): poolgate has no "
+                                 "packed implementation and transformers does not know it")
 
 
 class HfAutoEncoder(nn.Module):
     """Pads the packed batch, runs AutoModel, and packs the last hidden states again."""
 
-    def __init__(self, spec: ModelSpec, *, allow_pickle: bool):
+    def __init__(self, spec: ModelSpec, *, allow_pickle: bool, trust_remote_code: bool = False):
         super().__init__()
         from transformers import AutoModel
 
+        check_supported(spec, trust_remote_code)
+        if not spec.gguf_file:
+            weight_files(spec.path, allow_pickle=allow_pickle)  # no pickle without the flag, named as for packed
         # a GGUF file: transformers dequantizes it (workers.gguf); else safetensors unless pickles are allowed
         source = {"gguf_file": spec.gguf_file} if spec.gguf_file else {"use_safetensors": None if allow_pickle else True}
-        self.model = AutoModel.from_pretrained(str(spec.path), torch_dtype=torch.float32, **source).eval()
+        self.model, info = AutoModel.from_pretrained(str(spec.path), torch_dtype=torch.float32,
+                                                     trust_remote_code=trust_remote_code, output_loading_info=True,
+                                                     **source)
+        self.model.eval()
+        # transformers leaves missing tensors randomly initialized; a missing pooler is harmless (unused here)
+        missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
+        if missing:
+            where = spec.path / spec.gguf_file if spec.gguf_file else weights_source(spec.path)
+            raise CheckpointError(where, f"missing tensors {', '.join(missing[:8])}"
+                                         + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
         self.pad_id = int(spec.hf_config.get("pad_token_id") or 0)
 
     @property
