@@ -110,7 +110,7 @@ def build_model(spec: ModelSpec, attention: AttentionFn, *, allow_pickle: bool,
     """The model for ``spec`` with its weights loaded (fp32 or the checkpoint's dtype, on the CPU)."""
     arch = architecture_for(spec)
     if arch.family is None:
-        return HfAutoEncoder(spec, allow_pickle=allow_pickle).eval(), arch
+        return HfAutoEncoder(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code).eval(), arch
     model = arch.family.model(arch.family.config(spec.hf_config), attention)
     if spec.gguf_file:  # dequantized by transformers' GGUF loader
         state, source = load_gguf_state(spec.path, spec.gguf_file, spec.hf_config), str(spec.path / spec.gguf_file)
