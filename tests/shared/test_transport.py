@@ -90,7 +90,7 @@ async def test_pool_round_trip_is_bit_exact(client, runner):
 async def test_health_reports_load(client):
     health = await client.health()
     assert {k: v for k, v in health.items() if k != "pipeline"} == {
-        "ready": True, "queued": 0, "queued_tokens": 0, "running": 0, "requests_waiting": 0, "requests_running": 0}
+        "ready": True, "draining": False, "queued": 0, "queued_tokens": 0, "running": 0, "requests_waiting": 0, "requests_running": 0}
     assert health["pipeline"]["batches"] == 0
 
 
