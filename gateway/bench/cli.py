@@ -5,6 +5,8 @@ stdout), and writes it to ``--json`` when given. Exits 0 when every timed
 request succeeded, 1 when any failed, 2 when the run could not start.
 With ``--kill-worker-after S --gateway-pid PID`` one worker of that gateway is
 SIGKILLed S seconds into the run and the recovery timed (``bench.failover``).
+With ``--model A --model B`` each model is loaded alone, then all at once, and
+their tokens/s compared (``bench.mixed``).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import aiohttp
 from poolgate.gateway.bench.corpus import read_corpus, synthetic_corpus
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
+from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
 from poolgate.shared.model_flags import positive_int as _positive_int
@@ -27,7 +30,9 @@ from poolgate.shared.models import bundled_model_path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``poolgate bench``."""
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
-    parser.add_argument("--model", default=None, help="model name (default: first id of GET /v1/models)")
+    parser.add_argument("--model", action="append", default=None,
+                        help="model name (default: first id of GET /v1/models); give it again for several models "
+                             "of one gateway: each is loaded alone, then all at once (bench.mixed)")
     parser.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
     parser.add_argument("--batch-size", type=_positive_int, default=32, help="inputs per request")
     parser.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight")
@@ -93,14 +98,33 @@ def kill_plan(args: argparse.Namespace) -> KillPlan | None:
     return KillPlan(args.gateway_pid, args.kill_worker_after, args.metrics_url or f"{args.url.rstrip('/')}/metrics")
 
 
+def mixed_main(args: argparse.Namespace, texts: list[str], corpus: str, models: list[str]) -> int:
+    """Several models: each alone, then all at once; the table, then the report as one JSON line."""
+    cfgs = per_model(load_config(args, models[0]), models)
+    print(f"poolgate bench: {len(texts):,} texts -> {cfgs[0].url} models={','.join(models)}", file=sys.stderr)
+    alone, together = asyncio.run(alone_then_together(cfgs, texts))
+    report = mixed_report(cfgs, alone, together, corpus=corpus, num_texts=len(texts))
+    print(format_mixed(report))
+    line = to_json(report)
+    print(line, flush=True)
+    if args.json:
+        Path(args.json).write_text(line + "\n", encoding="utf-8")
+    return 0 if report["errors"] == 0 else 1
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         texts, corpus = load_texts(args)
         kill_plan(args)
-        model = args.model or asyncio.run(first_model_id(args.url, args.api_key, args.timeout))
+        models = args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))]
+        if len(models) > 1 and (args.kill_worker_after is not None or args.compare_sentence_transformers):
+            raise ValueError("several --model runs take neither --kill-worker-after nor a sentence-transformers baseline")
     except (OSError, ValueError, BadResponse, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2
+    if len(models) > 1:
+        return mixed_main(args, texts, corpus, models)
+    model = models[0]
     cfg = load_config(args, model)
     print(f"poolgate bench: {len(texts):,} texts -> {cfg.url} model={model}", file=sys.stderr)
     plan = kill_plan(args)
