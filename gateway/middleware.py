@@ -8,9 +8,9 @@ Every exception a handler lets out is turned into an error body here and
 nowhere else: ``PoolgateError`` by its own status, aiohttp's HTTP exceptions
 (404 no route, 405 wrong method, 413 body too large) by theirs, anything
 else as a logged 500. The body's shape is picked by path from
-``app[ERROR_FORMATTERS]`` (the exact path, else the longest matching prefix):
-each route records its dialect's shape there when mounted
-(``dialects.route.mount``), from ``ERROR_FORMATS``.
+``app[ERROR_FORMATTERS]``: the exact path's entry (key ``"=" + path``), else
+the longest matching prefix. Each route records its dialect's shape there
+when mounted (``dialects.route.mount``), from ``ERROR_FORMATS``.
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def cohere_error_body(err: PoolgateError) -> dict:
     return {"message": err.message}
 
 
+EXACT = "="  # an ERROR_FORMATTERS key "=/path" matches that path only (what each mounted route records)
 # Error shape name (``Route.errors``) -> body builder.
 ERROR_FORMATS = {"openai": openai_error_body, "cohere": cohere_error_body}
 
@@ -144,7 +145,8 @@ def error_response(request: web.Request, err: PoolgateError) -> web.Response:
 
 
 def _formatter(formatters: dict, path: str):
-    if path in formatters:
-        return formatters[path]
-    prefix = max((p for p in formatters if path.startswith(p)), key=len, default=None)
+    exact = formatters.get(EXACT + path)
+    if exact is not None:
+        return exact
+    prefix = max((p for p in formatters if not p.startswith(EXACT) and path.startswith(p)), key=len, default=None)
     return formatters[prefix] if prefix is not None else openai_error_body

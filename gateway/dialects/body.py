@@ -13,6 +13,7 @@ Model = TypeVar("Model", bound=BaseModel)
 
 JSON_MEDIA_TYPE = "application/json"
 MAX_LISTED_ERRORS = 5
+VALIDATION_ERROR_TYPE = "Bad Request"  # vLLM answers pydantic failures with this type
 
 
 async def parse_body(request: web.Request, model: type[Model]) -> Model:
@@ -39,7 +40,14 @@ def validation_error(exc: ValidationError) -> InvalidRequest:
         lines.append(f"  {_loc(e['loc'])}: {e['msg']} [type={e['type']}]")
     if n > MAX_LISTED_ERRORS:
         lines.append(f"  ... and {n - MAX_LISTED_ERRORS} more")
-    return InvalidRequest("\n".join(lines), param=_loc(errors[0]["loc"]) if errors else None)
+    return validation_failure("\n".join(lines), param=_loc(errors[0]["loc"]) if errors else None)
+
+
+def validation_failure(message: str, *, param: str | None) -> InvalidRequest:
+    """A 400 for a body that does not validate; vLLM's ``type`` for these is "Bad Request"."""
+    err = InvalidRequest(message, param=param)
+    err.type = VALIDATION_ERROR_TYPE
+    return err
 
 
 def _loc(loc: tuple) -> str:

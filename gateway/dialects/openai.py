@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, model_validator
 
+from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs, conversations
 from poolgate.gateway.dialects.encoding import (EmbedDType, EncodingFormat, Endianness, bytes_items, dumps,
                                                 json_encoder)
@@ -52,8 +53,8 @@ class EmbeddingRequest(PoolingBody, ChatOptions):
     @classmethod
     def _input_or_messages(cls, data: Any) -> Any:
         if isinstance(data, dict) and "input" not in data and "messages" not in data:
-            raise InvalidRequest("1 validation error:\n  body.input: Field required [type=missing]",
-                                 param="body.input")
+            raise validation_failure("1 validation error:\n  body.input: Field required [type=missing]",
+                                     param="body.input")
         return data
 
 
@@ -108,8 +109,8 @@ def _chat_value(req: EmbeddingRequest):
 
 def _check_token_embed(req: EmbeddingRequest) -> None:
     if req.encoding_format != "float":
-        raise InvalidRequest("1 validation error:\n  body.encoding_format: Input should be 'float' "
-                             "[type=literal_error]", param="body.encoding_format")
+        raise validation_failure("1 validation error:\n  body.encoding_format: Input should be 'float' "
+                                 "[type=literal_error]", param="body.encoding_format")
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
 

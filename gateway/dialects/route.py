@@ -21,7 +21,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import parse_body
-from poolgate.gateway.middleware import ERROR_FORMATS
+from poolgate.gateway.middleware import ERROR_FORMATS, EXACT
 from poolgate.gateway.state import ERROR_FORMATTERS, RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.limits import unsupported_task
@@ -85,4 +85,4 @@ def mount(app: web.Application, route: Route) -> None:
 
     handle.__name__ = getattr(route.handler, "__name__", "handle")
     app.router.add_route(route.method, route.path, handle)
-    app[ERROR_FORMATTERS][route.path] = ERROR_FORMATS[route.errors]
+    app[ERROR_FORMATTERS][EXACT + route.path] = ERROR_FORMATS[route.errors]

@@ -20,7 +20,7 @@ async def test_a_long_input_is_200_with_usage_counting_every_token(gateway):
     resp = await client.post("/v1/embeddings", json={"input": ["a b", LONG]})
     assert resp.status == 200, await resp.text()
     body = await resp.json()
-    assert body["usage"] == {"prompt_tokens": 4 + 42, "total_tokens": 4 + 42}
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] == 4 + 42
     assert np.float32(body["data"][0]["embedding"]).tolist() == fake_vector(fake_ids("a b")).tolist()
     np.testing.assert_allclose(body["data"][1]["embedding"], chunked(fake_ids(LONG)), rtol=1e-6, atol=1e-7)
 

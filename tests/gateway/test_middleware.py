@@ -48,7 +48,11 @@ async def test_api_key_guards_the_api_prefixes(gateway, path, method):
         headers = {"Authorization": auth} if auth else {}
         resp = await client.request(method, path, json={"input": "x"}, headers=headers)
         assert resp.status == 401
-        err = (await resp.json())["error"]
+        body = await resp.json()
+        if path == "/v2/embed":  # a Cohere route answers in Cohere's shape
+            assert body == {"message": "Unauthorized: missing or invalid API key."}
+            continue
+        err = body["error"]
         assert err["type"] == "AuthenticationError" and err["code"] == "invalid_api_key"
 
 
@@ -123,7 +127,7 @@ async def test_error_shape_is_the_routes_own_then_the_longest_path_prefix(gatewa
     assert body["error"]["message"] == "You must pass at least one prompt"  # the route's own (exact) shape
     body = await (await client.post("/v1/embeddingz", json={})).json()
     assert body == {"message": "Not Found", "id": "cohere-ish"}
-    del client.app[ERROR_FORMATTERS]["/v1/embeddings"]
+    del client.app[ERROR_FORMATTERS]["=/v1/embeddings"]
     body = await (await client.post("/v1/embeddings", json={"input": []})).json()
     assert body == {"message": "You must pass at least one prompt", "id": "cohere-ish"}
     body = await (await client.post("/v1/models")).json()

@@ -95,12 +95,22 @@ async def test_bytes_only_is_the_same_body_without_metadata(gateway):
 
 
 @pytest.mark.parametrize("field, value", [("encoding_format", "hex"), ("embed_dtype", "int8"),
-                                          ("endianness", "middle")])
+                                          ("endianness", "middle"), ("truncation_side", "middle")])
 async def test_unknown_encoding_values_are_vllms_literal_error(gateway, field, value):
     client = await gateway()
     resp = await client.post("/v1/embeddings", json={"input": "x", field: value})
     err = (await resp.json())["error"]
     assert resp.status == 400 and err["param"] == f"body.{field}" and "literal_error" in err["message"]
+    assert err["type"] == "Bad Request"
+
+
+async def test_truncation_side_left_keeps_the_last_tokens(gateway):
+    client = await gateway()
+    body = {"input": "one two three four five six", "truncate_prompt_tokens": 4}
+    left = await (await client.post("/v1/embeddings", json={**body, "truncation_side": "left"})).json()
+    right = await (await client.post("/v1/embeddings", json=body)).json()
+    assert np.array_equal(np.float32(left["data"][0]["embedding"]), expected_vector("five six"))
+    assert np.array_equal(np.float32(right["data"][0]["embedding"]), expected_vector("one two"))
 
 
 # --- chat-style inputs -------------------------------------------------------------------------------
