@@ -66,6 +66,7 @@ class Member:
     recoveries: int = 0
     picked: int = 0  # when it was last picked (a pool-wide count): ties go to the least recent
     error: str | None = None
+    since: float = field(default_factory=time.monotonic)  # when it entered its state
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # set while down: calls on it fail over
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
 
@@ -129,6 +130,11 @@ class WorkerPool:
     def outstanding_tokens(self, client: Client) -> int:
         return self.member(client).tokens
 
+    def down_for(self, client: Client) -> float:
+        """Seconds ``client`` has been down without a break (0 when it is not down)."""
+        member = self.member(client)
+        return time.monotonic() - member.since if member.state == "down" else 0.0
+
     def add(self, client: Client, *, state: State = "ready") -> None:
         """A new member (a discovered or restarted worker); it takes calls at once when ``ready``."""
         if id(client) in self._members:
@@ -143,6 +149,8 @@ class WorkerPool:
         on it fail over; arriving at ``ready`` from ``down`` or ``starting`` counts a recovery."""
         member = self.member(client)
         before, member.state = member.state, state
+        if state != before:
+            member.since = time.monotonic()
         if state == "ready":
             member.error = None
             member.lost.clear()

@@ -11,7 +11,9 @@ the process:
   (0.5 s, doubling up to 30 s; back to 0.5 s once a worker stayed up 60 s) it
   is started again on the same kind of address;
 - it is ready again: it takes its old place in the pool (``WorkerPool.replace``),
-  or joins it (``add``) when it never came up before.
+  or joins it (``add``) when it never came up before;
+- it hangs (alive, but its pool has had it down, failing health checks, for
+  ``hung_kill_after_s``): it gets SIGKILL, and the restart above follows.
 
 The environment of each process comes from a ``WorkerEnv``: a function of the
 worker's config and its index among the pool's local workers (its device
@@ -34,6 +36,7 @@ from poolgate.shared.errors import Unavailable
 
 log = logging.getLogger("poolgate.gateway.supervisor")
 
+HUNG_KILL_AFTER_S = 30.0  # a local worker down (alive, not answering) this long is killed and restarted
 WorkerEnv = Callable[[WorkerConfig, int], Mapping[str, str]]
 
 
@@ -58,10 +61,10 @@ class Supervisor:
 
     def __init__(self, cfg: WorkerConfig, address: str, index: int = 0, *, ready_timeout: float,
                  env: WorkerEnv = no_extra_env, backoff: Backoff = Backoff(),
-                 runner_factory: str | None = None) -> None:
+                 runner_factory: str | None = None, hung_kill_after_s: float | None = HUNG_KILL_AFTER_S) -> None:
         self.cfg, self.address, self.index = cfg, address, index
         self.ready_timeout, self.env, self.backoff = ready_timeout, env, backoff
-        self.runner_factory = runner_factory
+        self.runner_factory, self.hung_kill_after_s = runner_factory, hung_kill_after_s
         self.worker: LocalWorker | None = None  # the running incarnation; None while there is none
         self.pool: WorkerPool | None = None
         self.member = None  # the client that stands for this worker in its pool
@@ -94,12 +97,28 @@ class Supervisor:
         self._task = asyncio.current_task()
         while not self.stopping:
             if self.worker is not None:
-                code = await self.worker.process.wait()
+                code = await self._exited()
                 if self.stopping:
                     return
                 self._lost(code)
             await asyncio.sleep(self.backoff.delay(self.failures))
             await self._restart()
+
+    async def _exited(self) -> int:
+        """The process's exit code once it exits; SIGKILL it first if it hangs (module doc)."""
+        process = self.worker.process
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(process.wait()), 0.5)
+            except asyncio.TimeoutError:
+                pass
+            if self.hung_kill_after_s is None or self.pool is None or self.member not in self.pool.clients:
+                continue
+            down = self.pool.down_for(self.member)
+            if down >= self.hung_kill_after_s:
+                log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
+                            self.name, process.pid, down)
+                process.kill()
 
     def _lost(self, code: int | None) -> None:
         if time.monotonic() - self._up_since >= self.backoff.reset_after_s:

@@ -207,3 +207,36 @@ async def test_a_worker_without_a_token_gets_a_random_one():
             await stranger.info()
     finally:
         await worker.stop(timeout=5)
+
+
+async def test_a_hung_worker_is_taken_out_then_killed_and_restarted(tmp_path):
+    """SIGSTOP: the connection stays open but nothing answers. Health checks take it out within a second;
+    after ``hung_kill_after_s`` down, the supervisor kills it and a fresh one takes its place."""
+    from poolgate.gateway import health
+    from poolgate.gateway.router import Router
+
+    sups = [Supervisor(CFG, f"unix:{tmp_path}/w{i}.sock", i, ready_timeout=30, backoff=FAST,
+                       runner_factory=FACTORY, hung_kill_after_s=1.0) for i in range(2)]
+    await start_all(sups)
+    pool = WorkerPool(sups[0].worker.info, [s.worker.client for s in sups])
+    for sup in sups:
+        sup.attach(pool)
+    tasks = [asyncio.create_task(s.run()) for s in sups]
+    tasks.append(asyncio.create_task(health.watch(Router([pool]), 0.1, 0.4)))
+    hung = sups[0].worker.pid
+    try:
+        os.kill(hung, signal.SIGSTOP)
+        stopped = time.monotonic()
+        await until(lambda: pool.state(pool.clients[0]) == "down", 5)
+        assert time.monotonic() - stopped < 1.0
+        assert "no health answer" in pool.snapshot()[0]["error"]
+        await until(lambda: sups[0].restarts == 1 and pool.is_ready(pool.clients[0]), 30)
+        assert sups[0].worker.pid != hung and not alive(hung)
+        assert (await pool.submit(call("a b"))).outputs.item(0).tobytes() == expected_vector("a b").tobytes()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for sup in sups:
+            await sup.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()
