@@ -13,7 +13,6 @@ Cohere's ``{"message": ...}``.
 """
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from aiohttp import web

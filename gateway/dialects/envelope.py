@@ -1,6 +1,11 @@
-"""vLLM's list-response envelope for its native routes: ``{id, object: "list", created, model, data, usage}``."""
+"""vLLM's response envelopes: the list body ``{id, object: "list", created, model, data, usage}`` and the
+``bytes`` / ``bytes_only`` answer (items' raw bytes back to back, with or without a ``metadata`` header)."""
 from __future__ import annotations
 
+import orjson
+from aiohttp import web
+
+from poolgate.gateway.dialects.encoding import bytes_items
 from poolgate.gateway.serving import Served
 
 
@@ -14,3 +19,19 @@ def list_response(prefix: str, served: Served, data: list[dict], *, created: int
     """The body around ``data``; its id is ``{prefix}-{request id}`` as vLLM makes it."""
     return {"id": f"{prefix}-{served.request_id}", "object": "list", "created": created,
             "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
+
+
+def bytes_response(prefix: str, served: Served, *, embed_dtype: str, endianness: str, created: int,
+                   with_metadata: bool) -> web.Response:
+    """``application/octet-stream``: each item's ``embed_dtype`` codes; ``bytes`` adds the ``metadata``
+    header (JSON: id, created, model, each item's index, dtype, endianness, byte range and shape, usage)."""
+    rows = served.result.outputs
+    body, items = bytes_items([rows.item(i) for i in range(len(rows))], embed_dtype, endianness)
+    headers = {}
+    if with_metadata:
+        tokens = served.result.total_tokens
+        metadata = {"id": f"{prefix}-{served.request_id}", "created": created,
+                    "model": served.info.served_model_name, "data": items,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        headers["metadata"] = orjson.dumps(metadata).decode()
+    return web.Response(body=body, headers=headers, content_type="application/octet-stream")

@@ -17,15 +17,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, model_validator
 
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs, conversations
-from poolgate.gateway.dialects.encoding import (EmbedDType, EncodingFormat, Endianness, bytes_items, dumps,
-                                                json_encoder)
-from poolgate.gateway.dialects.envelope import usage
+from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
+from poolgate.gateway.dialects.envelope import bytes_response, usage
 from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -124,19 +122,6 @@ def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: 
             "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
 
 
-def to_bytes_response(served: Served, *, embed_dtype: str, endianness: str, created: int,
-                      with_metadata: bool) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of a ``bytes`` / ``bytes_only`` answer."""
-    rows = served.result.outputs
-    body, items = bytes_items([rows.item(i) for i in range(len(rows))], embed_dtype, endianness)
-    if not with_metadata:
-        return body, {}
-    tokens = served.result.total_tokens
-    metadata = {"id": f"embd-{served.request_id}", "created": created, "model": served.info.served_model_name,
-                "data": items, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-    return body, {"metadata": orjson.dumps(metadata).decode()}
-
-
 async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.Response:
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
@@ -148,9 +133,8 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
         if len(rows):
             record.dimension_count = int(rows.item(0).shape[-1])
     if req.encoding_format in ("bytes", "bytes_only"):
-        body, headers = to_bytes_response(served, embed_dtype=req.embed_dtype, endianness=req.endianness,
-                                          created=created, with_metadata=req.encoding_format == "bytes")
-        return web.Response(body=body, headers=headers, content_type="application/octet-stream")
+        return bytes_response("embd", served, embed_dtype=req.embed_dtype, endianness=req.endianness,
+                              created=created, with_metadata=req.encoding_format == "bytes")
     body = to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
                        endianness=req.endianness, created=created)
     return web.Response(body=dumps(body), content_type="application/json")

@@ -2,11 +2,12 @@
 
 The body is vLLM's completion-style ``PoolingRequest``: ``input``, ``model``,
 ``task`` (None = the model's active task: the first of ``ModelInfo.tasks``),
-``use_activation``, ``truncate_prompt_tokens``, ``encoding_format`` (float or
-base64) and ``dimensions``, which vLLM refuses here. Each item's ``data`` is
+``use_activation``, ``truncate_prompt_tokens``, the encoding fields of
+``/v1/embeddings`` (``encoding_format`` float | base64 | bytes | bytes_only,
+``embed_dtype``, ``endianness``) and ``dimensions``, which vLLM refuses here. Each item's ``data`` is
 the task's raw output: embed ``[dim]``, classify ``[labels]``, token_embed
-``[T][dim]``, token_classify ``[T][labels]``; base64 is the little-endian
-float32 bytes of that array, row-major.
+``[T][dim]``, token_classify ``[T][labels]``; base64 and bytes are that array's
+raw ``embed_dtype`` codes, row-major.
 
 Unlike vLLM 0.33, any task the model serves is answered, not only its active
 one (vLLM answers the others with 400 "Try switching the model's pooling_task
@@ -16,12 +17,11 @@ in one batch, so there is nothing to switch.
 from __future__ import annotations
 
 import time
-from typing import Literal
 
 from aiohttp import web
 
-from poolgate.gateway.dialects.encoding import ENCODERS, dumps
-from poolgate.gateway.dialects.envelope import list_response
+from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
+from poolgate.gateway.dialects.envelope import bytes_response, list_response
 from poolgate.gateway.dialects.request import PoolingBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -32,7 +32,6 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.wire import ModelInfo
 
-EncodingFormat = Literal["float", "base64"]
 # The tasks whose output /pooling returns as it is; the others need a vLLM IO-processor plugin.
 RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
 EMBEDDING_TASKS = ("embed", "token_embed")  # whose last axis is gen_ai.embeddings.dimension.count
@@ -43,6 +42,8 @@ class PoolingRequest(PoolingBody):
 
     task: PoolingTask | None = None
     encoding_format: EncodingFormat = "float"
+    embed_dtype: EmbedDType = "float32"
+    endianness: Endianness = "native"
     dimensions: int | None = None
 
 
@@ -68,9 +69,10 @@ def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
     return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
 
 
-def to_response(served: Served, *, encoding_format: EncodingFormat, created: int) -> dict:
+def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: str = "float32",
+                endianness: str = "native", created: int) -> dict:
     """vLLM's PoolingResponse; each input's array (one row, or its block of token rows) is one item."""
-    encode, rows = ENCODERS[encoding_format], served.result.outputs
+    encode, rows = json_encoder(encoding_format, embed_dtype, endianness), served.result.outputs
     data = [{"index": i, "object": "pooling", "data": encode(rows.item(i))} for i in range(len(rows))]
     return list_response("pooling", served, data, created=created)
 
@@ -81,11 +83,16 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     info = request.app[ROUTER].lookup(req.model).info
     call = to_request(req, info)
     served = await serve(request, call)
-    body = to_response(served, encoding_format=req.encoding_format, created=int(time.time()))
+    created = int(time.time())
     if record is not None:
-        record.response_id = body["id"]
+        record.response_id = f"pooling-{served.request_id}"
         if call.params.task in EMBEDDING_TASKS and len(served.result.outputs):
             record.dimension_count = int(served.result.outputs.item(0).shape[-1])
+    if req.encoding_format in ("bytes", "bytes_only"):
+        return bytes_response("pooling", served, embed_dtype=req.embed_dtype, endianness=req.endianness,
+                              created=created, with_metadata=req.encoding_format == "bytes")
+    body = to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
+                       endianness=req.endianness, created=created)
     return web.Response(body=dumps(body), content_type="application/json")
 
 

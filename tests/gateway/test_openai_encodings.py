@@ -191,3 +191,28 @@ async def test_token_embed_takes_float_and_no_dimensions(gateway, body, message)
     client = await gateway(models=[token_model()])
     resp = await client.post("/v1/embeddings", json=body)
     assert resp.status == 400 and message in (await resp.json())["error"]["message"]
+
+
+# --- /pooling takes the same encodings ----------------------------------------------------------------------
+
+async def test_pooling_bytes_carry_each_token_blocks_shape(gateway):
+    client = await gateway(models=[token_model()])
+    resp = await client.post("/pooling", json={"input": ["a b", "c"], "task": "token_embed",
+                                               "encoding_format": "bytes", "embed_dtype": "float16"})
+    assert resp.status == 200 and resp.content_type == "application/octet-stream"
+    meta, raw = json.loads(resp.headers["metadata"]), await resp.read()
+    assert meta["id"].startswith("pooling-") and [i["shape"] for i in meta["data"]] == [[4, 8], [3, 8]]
+    assert meta["data"][1]["start"] == 4 * 8 * 2 and len(raw) == 7 * 8 * 2
+    json_out = await (await client.post("/pooling", json={"input": ["a b", "c"], "task": "token_embed"})).json()
+    for item, d in zip(meta["data"], json_out["data"]):
+        got = np.frombuffer(raw[item["start"]:item["end"]], np.float16).reshape(item["shape"])
+        assert np.array_equal(got, np.float32(d["data"]).astype(np.float16))
+
+
+@pytest.mark.parametrize("embed_dtype", ["bfloat16", "fp8_e4m3"])
+async def test_pooling_base64_takes_embed_dtype_and_endianness(gateway, embed_dtype):
+    client = await gateway()
+    out = await (await client.post("/pooling", json={"input": "a b", "encoding_format": "base64",
+                                                     "embed_dtype": embed_dtype, "endianness": "big"})).json()
+    want = torch.from_numpy(expected_vector("a b")).to(TORCH_DTYPES[embed_dtype]).float().numpy()
+    assert np.array_equal(decode(base64.b64decode(out["data"][0]["data"]), embed_dtype, "big", (8,)), want)

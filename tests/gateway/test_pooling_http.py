@@ -115,7 +115,7 @@ async def test_dimensions_is_refused(gateway):
 
 @pytest.mark.parametrize("body, message", [
     ({"input": "a", "task": "nope"}, "validation error"),
-    ({"input": "a", "encoding_format": "bytes"}, "validation error"),
+    ({"input": "a", "encoding_format": "hex"}, "validation error"),
     ({"input": "a", "normalize": False}, "Parameter `normalize` was removed"),
     ({"input": []}, "You must pass at least one prompt"),
 ])
