@@ -67,6 +67,7 @@ class Member:
     picked: int = 0  # when it was last picked (a pool-wide count): ties go to the least recent
     error: str | None = None
     since: float = field(default_factory=time.monotonic)  # when it entered its state
+    answered: float = 0.0  # when it last answered a call (monotonic): a sign of life besides health checks
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # set while down: calls on it fail over
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
 
@@ -223,6 +224,7 @@ class WorkerPool:
         try:
             done, _ = await asyncio.wait({work, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if work in done:
+                member.answered = time.monotonic()
                 return work.result()
             if lost in done:
                 raise Unavailable(f"worker {member.client.address} was lost: {member.error}")
@@ -257,12 +259,16 @@ class WorkerPool:
 
     async def probe(self, timeout_s: float | None = None) -> None:
         """Health-check every ready or down member at once (each within ``timeout_s``) and set its
-        state from the answer: no answer in time, or an error, is down."""
+        state from the answer: no answer in time, or an error, is down; except that a ready member
+        that answered a call while we asked is alive (a busy worker can be slow to answer a check)."""
+        asked = time.monotonic()
         members = [m for m in self._members.values() if m.state in ("ready", "down")]
         answers = await asyncio.gather(*(check(m.client, timeout_s) for m in members))
         for member, error in zip(members, answers):
             if member.state not in ("ready", "down") or self._members.get(id(member.client)) is not member:
                 continue  # restarted, removed or draining while we asked
+            if error and member.state == "ready" and member.answered >= asked:
+                continue
             self.set_state(member.client, "down" if error else "ready", error)
 
     def drain(self) -> None:

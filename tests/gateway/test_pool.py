@@ -275,3 +275,17 @@ async def test_a_wedged_worker_answers_504_at_the_deadline_and_stays_in_rotation
     with pytest.raises(DeadlineExceeded, match="slow"):
         await pool.submit(late)
     assert pool.in_flight(client) == 0 and pool.is_ready(client)
+
+
+async def test_a_busy_worker_that_answers_calls_is_not_taken_out_by_a_slow_health_check():
+    a, b = two_clients()
+    a.health_gate = asyncio.Event()  # its checks are slow...
+    pool = WorkerPool(a.info_, [a, b])
+    probing = asyncio.create_task(pool.probe(timeout_s=0.2))
+    await asyncio.sleep(0.05)
+    await pool.submit(call())  # ...but it answers calls meanwhile
+    await pool.submit(call())
+    await probing
+    assert pool.is_ready(a) and len(a.calls) == 1
+    await pool.probe(timeout_s=0.05)  # nothing answered during this one: down
+    assert pool.state(a) == "down"
