@@ -69,32 +69,46 @@ class Fleet:
         self.runner_factory, self.resolver, self.discovery_interval_s = runner_factory, resolver, discovery_interval_s
         self.running: dict[str, list[RunningPool]] = {}  # model name -> its pools' keepers
         self._sockets = itertools.count()
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # serializes changes to the router and ``running``
+        self._starting: set[str] = set()  # models being started (not served yet)
 
     async def start(self, pools: Sequence[PoolConfig]) -> list[str]:
-        """Bring ``pools`` up and serve them (all or none); the names of the models they serve."""
-        async with self._lock:
+        """Bring ``pools`` up and serve them (all or none); the names of the models they serve.
+        Conflict (409) for a model that is served or being started already."""
+        names = {p.model for p in pools if p.model is not None}
+        busy = sorted(names & (set(self.router.pools) | self._starting))
+        if busy:
+            raise Conflict(f"model '{busy[0]}' is already served; unload it first")
+        self._starting |= names
+        try:
             results = await asyncio.gather(*(self._start_pool(p) for p in pools), return_exceptions=True)
-            failed = [r for r in results if isinstance(r, BaseException)]
-            runs = [run for r in results if not isinstance(r, BaseException) for run in r]
-            served = sorted({run.pool.name for run in runs} & set(self.router.pools))
-            if served:
-                failed.append(Conflict(f"model '{served[0]}' is already served; unload it first"))
-            if not failed:
-                try:
-                    for run in runs:
-                        self.router.add(run.pool)
-                except ValueError as exc:
-                    failed.append(exc)
-            if failed:
+            async with self._lock:
+                return await self._serve(results)
+        finally:
+            self._starting -= names
+
+    async def _serve(self, results: list) -> list[str]:
+        """Add the started pools to the router, or stop them all if any failed."""
+        failed = [r for r in results if isinstance(r, BaseException)]
+        runs = [run for r in results if not isinstance(r, BaseException) for run in r]
+        served = sorted({run.pool.name for run in runs} & set(self.router.pools))
+        if served:
+            failed.append(Conflict(f"model '{served[0]}' is already served; unload it first"))
+        if not failed:
+            try:
                 for run in runs:
-                    self._forget(run)
-                await asyncio.gather(*(run.stop() for run in runs), *(run.pool.close() for run in runs))
-                raise failed[0]
+                    self.router.add(run.pool)
+            except ValueError as exc:
+                failed.append(exc)
+        if failed:
             for run in runs:
-                self.running.setdefault(run.pool.name, []).append(run)
-                self._watch(run)
-            return list(dict.fromkeys(run.pool.name for run in runs))
+                self._forget(run)
+            await asyncio.gather(*(run.stop() for run in runs), *(run.pool.close() for run in runs))
+            raise failed[0]
+        for run in runs:
+            self.running.setdefault(run.pool.name, []).append(run)
+            self._watch(run)
+        return list(dict.fromkeys(run.pool.name for run in runs))
 
     def _forget(self, run: RunningPool) -> None:
         model = self.router.pools.get(run.pool.name)

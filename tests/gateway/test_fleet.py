@@ -88,3 +88,12 @@ async def test_a_remote_that_never_answers_fails_after_the_start_up_timeout(tmp_
         with pytest.raises(Unavailable, match="cannot connect"):
             await f.start([PoolConfig(model="a", remotes=(f"unix:{tmp_path}/nobody.sock",))])
         assert not router.pools
+
+
+async def test_two_loads_of_one_model_at_once_start_it_once():
+    import asyncio
+
+    async with fleet() as (f, router):
+        results = await asyncio.gather(f.start([local("b")]), f.start([local("b")]), return_exceptions=True)
+        assert sorted(type(r).__name__ for r in results) == ["Conflict", "list"]
+        assert len(router.pools["b"].clients) == 1 and len(f.running["b"]) == 1
