@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs, conversations
@@ -35,12 +35,16 @@ from poolgate.shared.wire import ModelInfo
 ONE_OF = "Exactly one of `input` or `messages` must be given."
 
 
+def _no_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
 class EmbeddingRequest(PoolingBody, ChatOptions):
     """The body of ``POST /v1/embeddings``; unknown fields are allowed and ignored."""
 
-    # Either one, never null (a default is not validated, an explicit null is).
-    input: CompletionInput | Conversation | list[Conversation] = None
-    messages: Conversation | list[Conversation] = None
+    # Either one, never null (a default is not validated, an explicit null is; nor is it documented).
+    input: CompletionInput | Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
+    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
     encoding_format: EncodingFormat = "float"
     embed_dtype: EmbedDType = "float32"
     endianness: Endianness = "native"

@@ -1,6 +1,8 @@
 """The route table: routes gated per request by the served models' tasks, error shape per route, /openapi.json."""
 from __future__ import annotations
 
+from openapi_spec_validator import validate
+
 from poolgate.gateway.dialects import DIALECTS, all_routes
 from poolgate.gateway.dialects.route import Route, is_live
 from poolgate.gateway.openapi import document
@@ -87,10 +89,25 @@ async def test_openapi_lists_the_live_routes_with_their_request_schemas(gateway)
     _all_refs_resolve(doc)
 
 
-def test_openapi_document_is_built_from_the_table_alone():
+def test_openapi_document_is_built_from_the_table_alone_and_is_valid_openapi():
     doc = document([*all_routes(), *OPS_ROUTES], [fake_model().info, classifier().info])
     assert {"/classify", "/v1/classify", "/v1/embeddings", "/pooling", "/v1/models"} <= set(doc["paths"])
     _all_refs_resolve(doc)
+    validate(doc)  # the OpenAPI 3.1 schema, defaults included
+
+
+def test_openapi_documents_every_route_and_its_error_shape():
+    everything = [fake_model(tasks=("embed", "token_embed")).info, classifier(num_labels=1).info]
+    routes = [*all_routes(), *OPS_ROUTES]
+    doc = document(routes, everything)
+    validate(doc)
+    for route in routes:
+        if not is_live(route, everything):
+            continue
+        op = doc["paths"][route.path][route.method.lower()]
+        assert ("requestBody" in op) == (route.request_model is not None), route.path
+        error_ref = op["responses"]["4XX"]["content"]["application/json"]["schema"]["$ref"]
+        assert error_ref.endswith(f"{route.errors.capitalize()}Error"), route.path
 
 
 def _all_refs_resolve(doc: dict) -> None:
