@@ -123,8 +123,8 @@ def test_the_window_and_the_causal_mask_are_what_decides(tmp_path):
 
 
 def _load(folder, **kw):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
-                                   max_batch_tokens=256, **kw))
+    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", **{"dtype": "float32", **kw},
+                                   max_batch_tokens=256))
 
 
 @pytest.mark.parametrize("model_type, base", [("qwen3", "Qwen3ForCausalLM"), ("gemma2", "Gemma2ForCausalLM")])
@@ -160,6 +160,19 @@ def test_token_classifier_scores_every_token(tmp_path):
         logits = torch.cat([ref(input_ids=torch.tensor([s])).logits[0] for s in SEQS])  # (n_tokens, 5)
     got = pool_ids(model, SEQS, PoolingParams(task="token_classify"))
     np.testing.assert_allclose(got, torch.softmax(logits, -1).numpy(), atol=2e-5)
+
+
+@pytest.mark.parametrize("case", ["qwen3", "gemma2-softcap"])
+def test_bf16_on_the_cpu_stays_close_to_fp32(tmp_path, case):
+    """The CPU bf16 path (oneDNN-prepacked linears where torch has them) against the same model in fp32."""
+    from poolgate.workers.kernels.linear import PackedLinear, packed_linear_available
+
+    _case(tmp_path, case)
+    fast, exact = _load(tmp_path, dtype="bfloat16"), _load(tmp_path)
+    assert fast.runner.dtype == torch.bfloat16
+    assert isinstance(fast.runner.model.layers[0].qkv, PackedLinear) == packed_linear_available()
+    a, b = pool_ids(fast, SEQS), pool_ids(exact, SEQS)
+    assert float((a * b).sum(1).min()) >= 0.995
 
 
 def main() -> None:
