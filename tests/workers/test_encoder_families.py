@@ -37,3 +37,18 @@ def test_bert_token_type_ids_are_embedded(tmp_path):
     want = reference_hidden(ref, seqs, [t or [0] * len(s) for s, t in zip(seqs, types)])
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
     assert not torch.allclose(got, packed_hidden(tmp_path, seqs), atol=1e-3)  # the types change the result
+
+
+def test_every_registered_family_follows_the_protocol():
+    from poolgate.workers.models import ARCHITECTURES
+    from poolgate.workers.models.base import HEAD_KINDS
+    from poolgate.workers.models.hf_auto import HfAutoEncoder
+
+    import typing
+
+    for name, family in ARCHITECTURES.items():  # the model class, or what a factory says it returns
+        cls = family.model if isinstance(family.model, type) else typing.get_type_hints(family.model)["return"]
+        for method in ("load_weights", "forward", "use_packed_linears"):
+            assert callable(getattr(cls, method, None)), f"{name}: {family.name} lacks {method}"
+        assert family.heads <= HEAD_KINDS and family.default_pooling in ("CLS", "MEAN", "LAST")
+    assert callable(HfAutoEncoder.use_packed_linears)  # the fallback too: the CPU backend calls it unprobed

@@ -71,6 +71,6 @@ class CpuBackend(Backend):
         return report
 
     def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
-        """bf16: prepack linear weights for oneDNN and fuse GELU (models that support it)."""
-        if dtype == torch.bfloat16 and packed_linear_available() and hasattr(model, "use_packed_linears"):
+        """bf16: prepack linear weights for oneDNN and fuse GELU (``PackedModel.use_packed_linears``)."""
+        if dtype == torch.bfloat16 and packed_linear_available():
             model.use_packed_linears()

@@ -50,6 +50,9 @@ class HfAutoEncoder(nn.Module):
                                          + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
         self.pad_id = int(spec.hf_config.get("pad_token_id") or 0)
 
+    def use_packed_linears(self) -> None:
+        """Nothing: transformers' own modules keep their linears (``PackedModel``'s CPU hook)."""
+
     @property
     def hidden_size(self) -> int:
         return int(self.model.config.hidden_size)
