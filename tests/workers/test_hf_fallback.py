@@ -25,15 +25,15 @@ def _pool(model):
     return pool_ids(model, SEQS, PoolingParams(use_activation=False))
 
 
-@pytest.mark.parametrize("kind", ["distilbert", "llama"])
+@pytest.mark.parametrize("kind", ["distilbert", "phi3"])  # a decoder with no packed family (Llama is packed)
 def test_fallback_matches_transformers(tmp_path, kind):
     if kind == "distilbert":
         config = AutoConfig.for_model("distilbert", vocab_size=100, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
                                       max_position_embeddings=64)
     else:
-        config = AutoConfig.for_model("llama", vocab_size=100, hidden_size=32, num_hidden_layers=2,
+        config = AutoConfig.for_model("phi3", vocab_size=100, hidden_size=32, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                                      max_position_embeddings=64, architectures=["LlamaForCausalLM"])
+                                      max_position_embeddings=64, pad_token_id=0)
     ref = _save(tmp_path, config)
     runner = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
                                        max_batch_tokens=256))
@@ -41,5 +41,5 @@ def test_fallback_matches_transformers(tmp_path, kind):
     with torch.no_grad():
         for s, g in zip(SEQS, got):
             hidden = ref(input_ids=torch.tensor([s])).last_hidden_state[0]
-            want = hidden[-1] if kind == "llama" else hidden[0]  # default pooling: LAST for decoders, CLS else
+            want = hidden[-1] if kind == "phi3" else hidden[0]  # default pooling: LAST for decoders, CLS else
             np.testing.assert_allclose(g, want.numpy(), atol=2e-5, rtol=1e-4)
