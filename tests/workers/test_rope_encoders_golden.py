@@ -168,3 +168,17 @@ def test_gte_settings_transformers_cannot_run_are_refused(tmp_path, change, mess
     path.write_text(json.dumps({**hf, "architectures": ["NewModel"], "model_type": "new", **change}))
     with pytest.raises(ValueError, match=message):
         packed_model(tmp_path)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prepacked_bf16_linears_match_plain_ones(tmp_path, family):
+    """The CPU bf16 path (oneDNN-prepacked linears) computes what the plain bf16 linears do."""
+    from poolgate.workers.kernels.linear import packed_linear_available
+
+    if not packed_linear_available():
+        pytest.skip("this torch build has no oneDNN prepacked linear")
+    save(tmp_path, family, AutoModel)
+    model = packed_model(tmp_path).to(torch.bfloat16)
+    plain = packed_hidden(model).float()
+    model.use_packed_linears()
+    assert worst_cosine(packed_hidden(model).float(), plain) >= 0.999

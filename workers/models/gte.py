@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.linear import PackedLinear
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
 from poolgate.workers.packing import PackedBatch
@@ -128,7 +129,10 @@ class GteEncoder(nn.Module):
         return x
 
     def use_packed_linears(self) -> None:
-        """No CPU prepacking yet: the gated MLP is not a fused oneDNN epilogue (plain linears stay)."""
+        """CPU bf16: every layer's linears prepacked for oneDNN once (the gated MLP stays unfused)."""
+        for layer in self.layers:
+            layer.qkv, layer.attn_out, layer.up_gate, layer.down = (
+                PackedLinear(m) for m in (layer.qkv, layer.attn_out, layer.up_gate, layer.down))
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
         load_mapped(self, state, self.names.for_model(self), source, ignore=self.names.head_prefixes)

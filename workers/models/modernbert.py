@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.linear import PackedLinear
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
 from poolgate.workers.packing import PackedBatch
@@ -144,7 +145,10 @@ class ModernBertEncoder(nn.Module):
         return self.final_norm(x)
 
     def use_packed_linears(self) -> None:
-        """No CPU prepacking yet: GeGLU is not a fused oneDNN epilogue (plain linears stay)."""
+        """CPU bf16: every layer's linears prepacked for oneDNN once (the GeGLU gate stays unfused)."""
+        for layer in self.layers:
+            layer.qkv, layer.attn_out, layer.up, layer.down = (
+                PackedLinear(m) for m in (layer.qkv, layer.attn_out, layer.up, layer.down))
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
         load_mapped(self, state, self.weight_names(), source, ignore=HEAD_PREFIXES)
