@@ -162,9 +162,9 @@ class Lifecycle:
             self.failed = True
             asyncio.get_running_loop().call_soon(_stop_run_app)
             return
-        log.info("ready: serving %s at http://%s:%d/v1", ", ".join(
-            f"{name} ({', '.join(model.backends)})" for name, model in self.router.pools.items()),
-            self.config.host, self.config.port)
+        log.info("ready: serving %s at http://%s:%d/v1 (pools: %s)", ", ".join(self.router.pools),
+                 self.config.host, self.config.port,
+                 "; ".join(f"{name} on {', '.join(m.backends)}" for name, m in self.router.pools.items()))
         await health.watch(self.router, self.config.health_probe_interval_s, self.config.health_check_timeout_s)
 
 
