@@ -44,7 +44,8 @@ class PackedBatch:
 
 
 def pack(seqs: list[list[int]], *, token_types: list[list[int] | None] | None = None,
-         group_attention: bool = True, waste: float = 1.1, max_group: int = 32) -> PackedBatch:
+         group_attention: bool = True, waste: float = 1.1, max_group: int = 256,
+         group_tokens: int = 8192) -> PackedBatch:
     """Concatenate ``seqs``; with ``group_attention`` also plan length-sorted SDPA groups.
 
     ``token_types`` gives each sequence's segment ids (same length as the
@@ -64,7 +65,7 @@ def pack(seqs: list[list[int]], *, token_types: list[list[int] | None] | None = 
         seg_ids=torch.from_numpy(seg_ids),
         lengths=lengths,
         max_len=max(lengths),
-        groups=_plan_groups(lengths, cu, waste, max_group) if group_attention else None,
+        groups=_plan_groups(lengths, cu, waste, max_group, group_tokens) if group_attention else None,
         token_type_ids=_token_types(token_types, lengths),
     )
 
@@ -82,26 +83,33 @@ def _token_types(types: list[list[int] | None] | None, lengths: list[int]) -> to
     return torch.from_numpy(flat)
 
 
-def ensure_groups(batch: PackedBatch, waste: float = 1.1, max_group: int = 32) -> PackedBatch:
+def ensure_groups(batch: PackedBatch, waste: float = 1.1, max_group: int = 256, group_tokens: int = 8192) -> PackedBatch:
     """``batch`` with its SDPA group plan, planned now (and moved to its device) if it had none."""
     if batch.groups is None:
         cu = batch.cu_seqlens.cpu().numpy().astype(np.int64)
         device = batch.input_ids.device
-        groups = _plan_groups(batch.lengths, cu, waste, max_group)
+        groups = _plan_groups(batch.lengths, cu, waste, max_group, group_tokens)
         batch.groups = [AttnGroup(g.n, g.max_len, *(None if t is None else t.to(device)
                                                      for t in (g.gather, g.mask, g.valid, g.dst)))
                         for g in groups]
     return batch
 
 
-def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: int) -> list[AttnGroup]:
-    """Greedy groups over length-sorted sequences, padded cost ≤ ``waste`` × exact cost."""
+def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: int,
+                 group_tokens: int = 8192) -> list[AttnGroup]:
+    """Greedy groups over length-sorted sequences, padded cost ≤ ``waste`` × exact cost.
+
+    A group also holds at most ``max_group`` sequences and ``group_tokens``
+    padded tokens (a longer sequence goes alone): many short sequences share
+    few SDPA calls, long ones do not build huge blocks.
+    """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups, current, exact = [], [], 0
     for i in order:
         s = lengths[i]
         top = lengths[current[0]] if current else s
-        if current and (len(current) >= max_group or (len(current) + 1) * top * top > waste * (exact + s * s)):
+        if current and (len(current) >= max_group or (len(current) + 1) * top > group_tokens
+                        or (len(current) + 1) * top * top > waste * (exact + s * s)):
             groups.append(_group(current, lengths, cu))
             current, exact = [], 0
         current.append(i)

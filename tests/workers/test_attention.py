@@ -15,8 +15,9 @@ from poolgate.workers.packing import ensure_groups, pack, to_device
 LENGTHS = [5, 1, 17, 3, 40, 9, 2, 30, 33, 1, 12]
 
 
-def _batch(waste=1.1, max_group=32, group_attention=True):
-    return pack([[7] * n for n in LENGTHS], waste=waste, max_group=max_group, group_attention=group_attention)
+def _batch(waste=1.1, max_group=32, group_attention=True, group_tokens=8192):
+    return pack([[7] * n for n in LENGTHS], waste=waste, max_group=max_group, group_attention=group_attention,
+                group_tokens=group_tokens)
 
 
 def _qkv(b, heads=4, kv_heads=4, dim=8, seed=0):
@@ -61,9 +62,11 @@ def test_grouped_sdpa_matches_naive(case, heads, kv_heads):
     torch.testing.assert_close(reference_attention(q, k, v, b, scale=0.3, **case), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("waste,max_group", [(1.0, 1), (1.5, 4), (100.0, 64)])
-def test_group_plans_do_not_change_the_result(waste, max_group):
-    b = _batch(waste, max_group)
+@pytest.mark.parametrize("waste,max_group,group_tokens", [(1.0, 1, 8192), (1.5, 4, 8192), (100.0, 64, 8192),
+                                                          (100.0, 64, 64)])
+def test_group_plans_do_not_change_the_result(waste, max_group, group_tokens):
+    b = _batch(waste, max_group, group_tokens=group_tokens)
+    assert all(g.n <= max_group and (g.n == 1 or g.n * g.max_len <= group_tokens) for g in b.groups)
     q, k, v = _qkv(b, 4, 2)
     for case in CASES:
         torch.testing.assert_close(grouped_sdpa(q, k, v, b, scale=0.3, **case),
