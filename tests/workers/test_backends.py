@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from types import SimpleNamespace
 
 import pytest
@@ -115,3 +118,27 @@ def test_a_loaded_model_reports_where_it_runs():
     assert info.attention and info.device_name == cpu_model()
     assert info.device_memory["peak_rss"] > 10_000_000  # the weights are in memory
     assert type(info).from_wire(json.loads(json.dumps(info.to_wire()))) == info
+
+
+def test_a_gateway_pins_its_cpu_workers_to_disjoint_cores():
+    """``poolgate serve --backend cpu --workers 2`` on the bundled model: each worker on its own cores."""
+    from poolgate.shared.backends import available_cpus, physical_cores
+    from tests.processes import children, free_port, wait_healthy
+
+    if len(physical_cores(available_cpus())) < 2:
+        pytest.skip("needs at least 2 physical cores")
+    port = free_port()
+    gateway = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port),
+                                "--backend", "cpu", "--workers", "2", "--dtype", "float32",
+                                "--max-batch-tokens", "256", "--max-model-len", "64"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", timeout_s=240, proc=gateway)
+        sets = [os.sched_getaffinity(pid) for pid in children(gateway.pid)]
+        assert len(sets) == 2 and not sets[0] & sets[1] and sets[0] | sets[1] <= set(available_cpus())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as response:
+            assert json.load(response)["data"][0]["worker"]["device"] == "cpu"
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=60) == 0
+    assert "pinned to CPUs" in gateway.stderr.read()
