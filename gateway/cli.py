@@ -7,6 +7,7 @@ import sys
 from poolgate.gateway import serve
 from poolgate.gateway.bench import arch as bench_arch
 from poolgate.gateway.bench import cli as bench
+from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
 from poolgate.workers import inspect_cli as inspect
@@ -18,6 +19,7 @@ COMMANDS = {
     "bench": (bench, "load-test a running server"),
     "inspect": (inspect, "show what poolgate would run for a model (implementation, tasks, pooling, dtype, "
                          "attention) without loading it"),
+    "bench-rerank": (bench_rerank, "latency of reranking one query against N documents on a running server"),
     "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
 }
 
