@@ -91,6 +91,24 @@ def test_cpu_report_is_the_host():
     assert report["device_memory"]["total"] > report["device_memory"]["peak_rss"] > 0
 
 
+def test_cpuinfo_fields(tmp_path):
+    from poolgate.workers.backends.cpu import cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx512_bf16 amx_bf16\n"
+                    "\nprocessor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")
+    assert cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert cpu_flags(info) == {"fpu", "avx512_bf16", "amx_bf16"}  # the first CPU's
+    assert cpu_flags(tmp_path / "missing") == set() and cpu_model(tmp_path / "missing") == ""
+
+
+def test_the_gateway_and_worker_registries_agree():
+    from poolgate.shared.backends import DEVICE_ENV
+    from poolgate.shared.config import BACKEND_CHOICES
+
+    assert set(DEVICE_ENV) == set(BACKENDS) | {"auto"} == set(BACKEND_CHOICES)
+
+
 def test_cpu_bf16_follows_the_cpu_flags(monkeypatch):
     from poolgate.workers.backends import cpu
 

@@ -7,39 +7,31 @@ from pathlib import Path
 
 import torch
 
+from poolgate.shared.backends import available_cpus, physical_cores
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels.linear import packed_linear_available
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The feature flags the kernel reports for the first CPU (empty off Linux)."""
-    if not cpuinfo.is_file():
-        return set()
-    for line in cpuinfo.read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name as the kernel reports it (empty off Linux)."""
+def _cpuinfo(field: str, cpuinfo: Path) -> str:
+    """The first CPU's ``field`` in /proc/cpuinfo (empty off Linux or when absent)."""
     if not cpuinfo.is_file():
         return ""
     for line in cpuinfo.read_text().splitlines():
-        if line.startswith("model name"):
+        if line.split(":", 1)[0].strip() == field:
             return line.split(":", 1)[1].strip()
     return ""
 
 
-def physical_cores() -> int:
-    """Physical cores available to this process (logical CPUs halved when SMT is on)."""
-    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    smt = Path("/sys/devices/system/cpu/smt/active")
-    if smt.is_file() and smt.read_text().strip() == "1":
-        return max(1, logical // 2)
-    return logical
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The feature flags the kernel reports for the first CPU (empty off Linux)."""
+    return set(_cpuinfo("flags", cpuinfo).split())
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as the kernel reports it (empty off Linux)."""
+    return _cpuinfo("model name", cpuinfo)
 
 
 class CpuBackend(Backend):
@@ -58,7 +50,7 @@ class CpuBackend(Backend):
     def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
         """Pin first (so the default thread count is the physical cores of this worker's share)."""
         super().setup(num_threads, cpu_affinity)
-        torch.set_num_threads(num_threads or physical_cores())
+        torch.set_num_threads(num_threads or len(physical_cores(available_cpus())))
 
     def device_name(self) -> str:
         return cpu_model()
