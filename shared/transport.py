@@ -2,7 +2,8 @@
 
 Addresses, framing and the dial are ``shared.connection``'s (re-exported
 here). Every message is one ``shared.wire`` frame. A request header is ``{"id", "op", "call"?}`` with
-``op`` in ``pool | info | health | tokenize | detokenize | cancel``; a response header is
+``op`` in ``pool | info | health | tokenize | detokenize | cancel`` (and ``hello``, the
+token frame that opens a connection); a response header is
 ``{"id", "ok": true, "result"}`` (a call's outputs ride as the frame's arrays:
 one ``Rows`` block, never one array per input) or
 ``{"id", "ok": false, "error": PoolgateError.to_wire()}``. Many requests share

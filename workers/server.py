@@ -81,6 +81,11 @@ async def _health(conn: "_Connection", header: dict) -> OpResult:
     return {"ready": not draining, "draining": draining, **conn.engine.load()}, []
 
 
+async def _hello(conn: "_Connection", header: dict) -> OpResult:
+    """A client's token hello on a worker that requires none (``workers.listener`` checks it where one is set)."""
+    return {}, []
+
+
 async def _tokenize(conn: "_Connection", header: dict) -> OpResult:
     """``{"input", "add_special_tokens", "return_token_strs"}`` -> ``{"tokens", "token_strs"}`` (/tokenize)."""
     try:
@@ -107,6 +112,7 @@ OPS: dict[str, Callable[["_Connection", dict], Awaitable[OpResult]]] = {
     "health": _health,
     "tokenize": _tokenize,
     "detokenize": _detokenize,
+    "hello": _hello,
 }
 
 
