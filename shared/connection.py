@@ -94,6 +94,10 @@ class Dialer:
         if self.token is not None:
             try:
                 await asyncio.wait_for(self._hello(reader, writer), self.timeout)
+            except asyncio.TimeoutError:
+                writer.close()
+                raise Unavailable(f"worker at {self.address} did not answer the token hello "
+                                  f"within {self.timeout:g} s") from None
             except BaseException:
                 writer.close()
                 raise
@@ -108,8 +112,7 @@ class Dialer:
         except (OSError, asyncio.IncompleteReadError, FrameError, ValueError) as exc:
             raise Unavailable(f"worker at {self.address} dropped the handshake: "
                               f"{exc or type(exc).__name__}") from exc
-        except asyncio.TimeoutError:
-            raise Unavailable(f"worker at {self.address} did not answer the handshake") from None
-        if not reply.get("ok"):
-            reason = (reply.get("error") or {}).get("message", "no reason given")
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            error = reply.get("error") if isinstance(reply, dict) else None
+            reason = error.get("message", "no reason given") if isinstance(error, dict) else "no reason given"
             raise Unavailable(f"worker at {self.address} refused the connection: {reason}")

@@ -144,6 +144,18 @@ async def test_garbage_or_silence_before_the_hello_closes_the_connection(engine,
         server.close()
 
 
+async def test_a_worker_that_never_answers_the_hello_is_unavailable(sock_dir):
+    async def silent(reader, writer):
+        await reader.read()  # reads the hello, answers nothing
+
+    server = await asyncio.start_unix_server(silent, path=f"{sock_dir}/silent.sock")
+    try:
+        with pytest.raises(Unavailable, match="did not answer the token hello within 0.2 s"):
+            await WorkerClient.connect(f"unix:{sock_dir}/silent.sock", token=TOKEN, timeout=0.2)
+    finally:
+        server.close()
+
+
 async def test_a_redial_after_a_lost_connection_sends_the_token_again(engine, sock_dir):
     address = f"unix:{sock_dir}/w.sock"
     server, address = await start(engine, address, token=TOKEN)
