@@ -30,6 +30,7 @@ class TextPair:
     text_pair: str
     max_text_tokens: int = 0
     max_pair_tokens: int = 0
+    instruction: str | None = None  # for a score template that takes one (Qwen3-Reranker's <Instruct>)
 
     def estimate_tokens(self) -> int:
         return estimate_tokens(self.text) + estimate_tokens(self.text_pair)

@@ -32,11 +32,13 @@ class FakeEncoder:
 
     def __init__(self, *, chat_template: bool = True) -> None:
         self.calls: list[tuple[list[str], int | None]] = []
+        self.pair_calls: list[list[TextPair]] = []
         self.threads: set[int] = set()
         self.chat_template = chat_template
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
         """``[CLS] a [SEP] b [SEP]`` per pair (each side cut to its cap first), type 1 from ``b`` on."""
+        self.pair_calls.append(list(pairs))
         out = [fake_pair_ids(self.cut(p.text, p.max_text_tokens), self.cut(p.text_pair, p.max_pair_tokens))
                for p in pairs]
         ids, types = [x[0][:max_tokens] for x in out], [x[1][:max_tokens] for x in out]

@@ -26,6 +26,7 @@ from poolgate.workers.models import architecture_for, build_model
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.runner import PoolingRunner
 from poolgate.workers.runner_api import LoadedModel
+from poolgate.workers.score_templates import template_for
 from poolgate.workers.sequence import Sequence
 from poolgate.workers.st_config import ModelSpec, read_prompts, read_spec
 from poolgate.workers.tokenizer import TextEncoder
@@ -118,7 +119,8 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     budget = cfg.max_batch_tokens or backend.default_batch_tokens
     arch = architecture_for(spec)
     log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name, arch.implementation)
-    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file)
+    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file,
+                          score_template=template_for(spec.hf_config))
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     runner = _choose_runner(spec, cfg, backend, probes)
     if spec.pooler.enable_chunked_processing:

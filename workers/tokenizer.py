@@ -6,6 +6,7 @@ from pathlib import Path
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.wire import ChatInput, TextPair
 from poolgate.workers.runner_api import Encoded
+from poolgate.workers.score_templates import SCORE_TEMPLATES
 
 
 # vLLM's message when the tokenizer has no chat template (transformers dropped the default one in 4.44).
@@ -16,7 +17,8 @@ NO_CHAT_TEMPLATE = ("As of transformers v4.44, default chat template is no longe
 class TextEncoder:
     """Wraps a fast tokenizer; ``do_lower_case`` lower-cases texts first (sentence-transformers)."""
 
-    def __init__(self, path: Path, *, do_lower_case: bool = False, gguf_file: str | None = None):
+    def __init__(self, path: Path, *, do_lower_case: bool = False, gguf_file: str | None = None,
+                 score_template: str | None = None):
         from transformers import AutoTokenizer
 
         gguf = {"gguf_file": gguf_file} if gguf_file else {}  # the tokenizer stored in a GGUF file (workers.gguf)
@@ -30,17 +32,22 @@ class TextEncoder:
         self.backend.no_truncation()
         self.backend.no_padding()
         self.do_lower_case = do_lower_case
+        self.score_template = SCORE_TEMPLATES[score_template] if score_template else None  # workers.score_templates
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
         """Each pair as one sequence in the tokenizer's pair template (``[CLS] a [SEP] b [SEP]``), with its
         token type ids (BERT marks the second text 1). Each side is first cut to its own content-token cap
         (``TextPair.max_*_tokens``, at a character boundary, as vLLM does); with ``max_tokens``, the
-        longer side is then cut first (the tokenizer's ``longest_first``)."""
+        longer side is then cut first (the tokenizer's ``longest_first``). A model with a score template
+        (``workers.score_templates``) reads each pair as that prompt instead, with no token type ids."""
         firsts = [self.cut(p.text, p.max_text_tokens) for p in pairs]
         seconds = [self.cut(p.text_pair, p.max_pair_tokens) for p in pairs]
         if self.do_lower_case:
             firsts, seconds = [t.lower() for t in firsts], [t.lower() for t in seconds]
         kwargs = {"truncation": True, "max_length": max_tokens} if max_tokens is not None else {}
+        if self.score_template is not None:  # an LLM reranker's prompt, tokenized whole
+            prompts = [self.score_template(a, b, p.instruction) for a, b, p in zip(firsts, seconds, pairs)]
+            return Encoded(self.tokenizer(prompts, add_special_tokens=True, **kwargs)["input_ids"], [None] * len(pairs))
         out = self.tokenizer(firsts, text_pair=seconds, add_special_tokens=True, return_token_type_ids=True, **kwargs)
         types = out.get("token_type_ids") or [None] * len(pairs)
         return Encoded(out["input_ids"], [t if t is not None and any(t) else None for t in types])

@@ -8,7 +8,8 @@ N:N) and sends ONE call for the model's scorer (``shared.tasks.SCORE_TYPES``
 by its active task, the first of ``ModelInfo.tasks``):
 
 - cross-encoder (``classify``, one label): one ``TextPair`` per pair, read as
-  one sequence by the worker (its pair template, BERT token type ids);
+  one sequence by the worker (the model's score template with the request's
+  ``instruction``, else its tokenizer's pair template, BERT token type ids);
 - bi-encoder (``embed``) and late interaction (``token_embed``): each query
   and each document pooled once, then cosine / MaxSim here in numpy
   (``shared.scoring``), the query vectors reused for every document.
@@ -75,6 +76,12 @@ class ScoringBody(BaseModel):
     def _reject_removed(cls, data: Any) -> Any:
         return PoolingBody._reject_removed(data)
 
+    def instruction_text(self) -> str | None:
+        """``instruction``, else ``chat_template_kwargs`` ``instruction`` / ``instruct`` (vLLM merges them)."""
+        kwargs = self.chat_template_kwargs or {}
+        value = self.instruction or kwargs.get("instruction") or kwargs.get("instruct")
+        return value if isinstance(value, str) else None
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -117,8 +124,9 @@ def pair_inputs(kind: str, queries: list[str], documents: list[str], body: Scori
     """The call's inputs: one TextPair per pair (cross-encoder), else the queries then the documents."""
     q_cap, d_cap = body.max_tokens_per_query, body.max_tokens_per_doc
     if kind == "cross-encoder":
-        return [TextPair(queries[q], d, q_cap, d_cap) for q, d in zip(query_of(len(queries), len(documents)),
-                                                                      documents)]
+        instruction = body.instruction_text()
+        return [TextPair(queries[q], d, q_cap, d_cap, instruction)
+                for q, d in zip(query_of(len(queries), len(documents)), documents)]
     return [_capped(q, q_cap) for q in queries] + [_capped(d, d_cap) for d in documents]
 
 

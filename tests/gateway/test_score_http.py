@@ -153,3 +153,13 @@ async def test_models_that_cannot_score_have_no_score_route(gateway, model):
     for path in ("/score", "/v1/score", "/rerank", "/v2/rerank"):
         resp = await client.post(path, json={"queries": "a", "documents": "b", "query": "a"})
         assert resp.status == 404, path
+
+
+async def test_the_instruction_travels_with_each_pair(gateway):
+    model = cross_encoder()
+    client = await gateway(models=[model])
+    await score(client, {"queries": "a", "documents": ["b", "c"], "instruction": "find it"})
+    await score(client, {"queries": "a", "documents": "b", "chat_template_kwargs": {"instruct": "other"}})
+    await score(client, {"queries": "a", "documents": "b"})
+    calls = model.encoder.pair_calls
+    assert [[p.instruction for p in call] for call in calls] == [["find it", "find it"], ["other"], [None]]
