@@ -1,5 +1,9 @@
 """vLLM's chat-style request fields (``messages`` and the chat options) and their conversion to ``ChatInput``.
 
+``CompletionOrChatBody`` is the body of the routes that take either style
+(``/v1/embeddings``, ``/classify``, ``/pooling``): ``input`` as texts or token
+ids, or a conversation (list) in ``input`` or ``messages``.
+
 Messages are OpenAI chat messages, text only: ``content`` is a string or a
 list of ``{"type": "text", "text": ...}`` parts (joined with newlines, as
 vLLM's "string" content format does). The worker renders each conversation
@@ -10,14 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
+from poolgate.gateway.dialects.body import validation_failure
+from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import ChatInput
+from poolgate.shared.wire import ChatInput, Input
 
 UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
                       "Refused request with untrusted chat template.")
 BOTH_FLAGS = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+ONE_OF = "Exactly one of `input` or `messages` must be given."
 
 
 class ContentPart(BaseModel):
@@ -48,6 +55,41 @@ class ChatOptions(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
+def _no_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
+class CompletionOrChatBody(PoolingBody, ChatOptions):
+    """``input`` (texts, token ids, or conversations) or ``messages``; unknown fields are ignored."""
+
+    # Either one, never null (a default is not validated, an explicit null is; nor is it documented).
+    input: CompletionInput | Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
+    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
+    add_special_tokens: bool | None = None  # None: True for texts and ids, False for chat (vLLM's defaults)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _input_or_messages(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "input" not in data and "messages" not in data:
+            raise validation_failure("1 validation error:\n  body.input: Field required [type=missing]",
+                                     param="body.input")
+        return data
+
+    def chat(self) -> list[Conversation] | None:
+        """The conversations of a chat-style request, or None for a completion-style one."""
+        if (self.input is None) == (self.messages is None):
+            raise InvalidRequest(ONE_OF, param="input")
+        value = self.messages if self.messages is not None else self.input
+        return conversations(value) if is_chat(value) else None
+
+    def call_inputs(self) -> tuple[list[Input], bool]:
+        """The inputs to pool and whether to add special tokens (as asked, else vLLM's default per style)."""
+        chats = self.chat()
+        inputs = chat_inputs(chats, self) if chats is not None else self.inputs()
+        special = chats is None if self.add_special_tokens is None else self.add_special_tokens
+        return inputs, special
+
+
 def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list[ChatInput]:
     """One ``ChatInput`` per conversation; 400 for what vLLM refuses."""
     if options.chat_template is not None:
@@ -66,6 +108,14 @@ def conversations(value: Conversation | list[Conversation]) -> list[Conversation
     if value and isinstance(value[0], ChatMessage):
         return [value]
     return list(value)
+
+
+def is_chat(value) -> bool:
+    """Whether a parsed ``input`` is a conversation or a list of them (not texts or token ids)."""
+    first = value[0] if isinstance(value, list) and value else None
+    if isinstance(first, list):
+        first = first[0] if first else None
+    return isinstance(first, ChatMessage)
 
 
 def _message(message: ChatMessage) -> dict:

@@ -15,16 +15,14 @@ token-embedding route does.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import validation_failure
-from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs, conversations
+from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
 from poolgate.gateway.dialects.envelope import bytes_response, usage
-from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
@@ -32,32 +30,14 @@ from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo
 
-ONE_OF = "Exactly one of `input` or `messages` must be given."
 
-
-def _no_default(schema: dict) -> None:
-    schema.pop("default", None)
-
-
-class EmbeddingRequest(PoolingBody, ChatOptions):
+class EmbeddingRequest(CompletionOrChatBody):
     """The body of ``POST /v1/embeddings``; unknown fields are allowed and ignored."""
 
-    # Either one, never null (a default is not validated, an explicit null is; nor is it documented).
-    input: CompletionInput | Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
-    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
     encoding_format: EncodingFormat = "float"
     embed_dtype: EmbedDType = "float32"
     endianness: Endianness = "native"
     dimensions: int | None = None
-    add_special_tokens: bool | None = None  # None: True for texts and ids, False for chat (vLLM's defaults)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _input_or_messages(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "input" not in data and "messages" not in data:
-            raise validation_failure("1 validation error:\n  body.input: Field required [type=missing]",
-                                     param="body.input")
-        return data
 
 
 class EmbeddingData(BaseModel):
@@ -84,29 +64,12 @@ def embed_task(info: ModelInfo) -> str:
 
 def to_request(req: EmbeddingRequest, task: str = "embed") -> ServeRequest:
     """The dialect-free request for ``req`` (server policy is applied by ``serving``)."""
-    chat = _chat_value(req)
     if task == "token_embed":
         _check_token_embed(req)
-    if chat is not None:
-        inputs, special = chat_inputs(conversations(chat), req), False
-    else:
-        inputs, special = req.inputs(), True
-    special = special if req.add_special_tokens is None else req.add_special_tokens
+    inputs, special = req.call_inputs()
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
                            add_special_tokens=special, **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params)
-
-
-def _chat_value(req: EmbeddingRequest):
-    """The conversation(s) of a chat-style request, or None for a completion-style one."""
-    if (req.input is None) == (req.messages is None):
-        raise InvalidRequest(ONE_OF, param="input")
-    if req.messages is not None:
-        return req.messages
-    value = req.input
-    is_chat = isinstance(value, list) and value and not isinstance(value[0], (str, int)) and \
-        (not isinstance(value[0], list) or (value[0] and not isinstance(value[0][0], int)))
-    return value if is_chat else None
 
 
 def _check_token_embed(req: EmbeddingRequest) -> None:

@@ -1,8 +1,9 @@
 """vLLM's classification route: ``POST /classify`` (and ``/v1/classify``) and its pure conversions.
 
-The body is vLLM's completion-style ``ClassificationRequest``: ``input``,
-``model``, ``truncate_prompt_tokens``, ``use_activation`` (False = the raw
-logits) and ``user``; like vLLM it has no ``dimensions`` or
+The body is vLLM's ``ClassificationRequest``: ``input`` (or chat-style
+``messages``, rendered with the model's chat template), ``model``,
+``truncate_prompt_tokens``, ``use_activation`` (False = the raw logits) and
+``user``; like vLLM it has no ``dimensions`` or
 ``encoding_format``, so those are extra fields and ignored. Each item is the
 model's probabilities (after its activation), the label of the largest one
 (``null`` when the model names no labels) and the number of classes.
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.encoding import dumps, to_float_list
 from poolgate.gateway.dialects.envelope import list_response
-from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD
@@ -25,14 +26,15 @@ from poolgate.shared.params import PoolingParams
 PATHS = ("/classify", "/v1/classify")
 
 
-class ClassificationRequest(PoolingBody):
+class ClassificationRequest(CompletionOrChatBody):
     """The body of ``POST /classify``; unknown fields are allowed and ignored."""
 
 
 def to_request(req: ClassificationRequest) -> ServeRequest:
-    params = PoolingParams(task="classify", use_activation=req.use_activation,
-                           add_special_tokens=req.add_special_tokens, **req.truncation())
-    return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
+    inputs, special = req.call_inputs()
+    params = PoolingParams(task="classify", use_activation=req.use_activation, add_special_tokens=special,
+                           **req.truncation())
+    return ServeRequest(model=req.model, inputs=inputs, params=params)
 
 
 def to_response(served: Served, *, created: int) -> dict:

@@ -1,13 +1,14 @@
 """vLLM's raw pooling route: ``POST /pooling`` and its pure conversions.
 
-The body is vLLM's completion-style ``PoolingRequest``: ``input``, ``model``,
-``task`` (None = the model's active task: the first of ``ModelInfo.tasks``),
-``use_activation``, ``truncate_prompt_tokens``, the encoding fields of
-``/v1/embeddings`` (``encoding_format`` float | base64 | bytes | bytes_only,
-``embed_dtype``, ``endianness``) and ``dimensions``, which vLLM refuses here. Each item's ``data`` is
-the task's raw output: embed ``[dim]``, classify ``[labels]``, token_embed
-``[T][dim]``, token_classify ``[T][labels]``; base64 and bytes are that array's
-raw ``embed_dtype`` codes, row-major.
+The body is vLLM's ``PoolingRequest``: ``input`` (or chat-style
+``messages``), ``model``, ``task`` (None = the model's active task: the
+first of ``ModelInfo.tasks``), ``use_activation``, ``truncate_prompt_tokens``,
+the encoding fields of ``/v1/embeddings`` (``encoding_format`` float | base64
+| bytes | bytes_only, ``embed_dtype``, ``endianness``) and ``dimensions``,
+which vLLM refuses here. Each item's ``data`` is the task's raw output: embed
+``[dim]``, classify ``[labels]``, token_embed ``[T][dim]``, token_classify
+``[T][labels]``; base64 and bytes are that array's raw ``embed_dtype`` codes,
+row-major.
 
 Unlike vLLM 0.33, any task the model serves is answered, not only its active
 one (vLLM answers the others with 400 "Try switching the model's pooling_task
@@ -22,7 +23,7 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
 from poolgate.gateway.dialects.envelope import bytes_response, list_response
-from poolgate.gateway.dialects.request import PoolingBody
+from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
@@ -37,7 +38,7 @@ RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
 EMBEDDING_TASKS = ("embed", "token_embed")  # whose last axis is gen_ai.embeddings.dimension.count
 
 
-class PoolingRequest(PoolingBody):
+class PoolingRequest(CompletionOrChatBody):
     """The body of ``POST /pooling``; unknown fields are allowed and ignored."""
 
     task: PoolingTask | None = None
@@ -64,9 +65,10 @@ def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
     """The dialect-free request for ``req`` to the model described by ``info``."""
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
+    inputs, special = req.call_inputs()
     params = PoolingParams(task=pooling_task(info, req.task), use_activation=req.use_activation,
-                           add_special_tokens=req.add_special_tokens, **req.truncation())
-    return ServeRequest(model=req.model, inputs=req.inputs(), params=params)
+                           add_special_tokens=special, **req.truncation())
+    return ServeRequest(model=req.model, inputs=inputs, params=params)
 
 
 def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: str = "float32",

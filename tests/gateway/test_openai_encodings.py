@@ -216,3 +216,13 @@ async def test_pooling_base64_takes_embed_dtype_and_endianness(gateway, embed_dt
                                                      "embed_dtype": embed_dtype, "endianness": "big"})).json()
     want = torch.from_numpy(expected_vector("a b")).to(TORCH_DTYPES[embed_dtype]).float().numpy()
     assert np.array_equal(decode(base64.b64decode(out["data"][0]["data"]), embed_dtype, "big", (8,)), want)
+
+
+async def test_classify_and_pooling_take_chat_messages_too(gateway):
+    client = await gateway(models=[fake_model(tasks=("embed", "token_embed", "classify"))])
+    out = await (await client.post("/pooling", json={"messages": CONVO})).json()
+    assert out["data"][0]["data"] == pytest.approx(chat_vector(CONVO).tolist(), abs=1e-7)
+    resp = await client.post("/classify", json={"messages": CONVO, "add_generation_prompt": True})
+    assert resp.status == 200 and len((await resp.json())["data"]) == 1
+    resp = await client.post("/classify", json={"messages": CONVO, "chat_template": "x"})
+    assert resp.status == 400 and "untrusted chat template" in (await resp.json())["error"]["message"]
