@@ -79,8 +79,9 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
         """The conversations of a chat-style request, or None for a completion-style one."""
         if (self.input is None) == (self.messages is None):
             raise InvalidRequest(ONE_OF, param="input")
-        value = self.messages if self.messages is not None else self.input
-        return conversations(value) if is_chat(value) else None
+        if self.messages is not None:
+            return conversations(self.messages)
+        return conversations(self.input) if is_chat(self.input) else None
 
     def call_inputs(self) -> tuple[list[Input], bool]:
         """The inputs to pool and whether to add special tokens (as asked, else vLLM's default per style)."""

@@ -154,6 +154,9 @@ async def test_chat_options_reach_the_template(gateway):
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "Only text content is served; got a content part of type 'image_url'."),
     ({"messages": CONVO, "input": "x"}, "Exactly one of `input` or `messages` must be given."),
+    ({"messages": [[]]}, "a conversation needs at least one message object"),
+    ({"messages": [CONVO, []]}, "a conversation needs at least one message object"),
+    ({"messages": []}, "You must pass at least one prompt"),
 ])
 async def test_chat_requests_vllm_refuses_are_400(gateway, body, message):
     client = await gateway()
