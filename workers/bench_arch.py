@@ -7,7 +7,8 @@ packed family, once as transformers' AutoModel (the fallback every
 unregistered architecture gets, padded to each batch's longest). Both run the
 same tokenized synthetic corpus (``gateway.bench.corpus``, BERT-uncased ids)
 in the same token-budget batches through a ``PoolingRunner`` with the same
-pooler, after one untimed warm-up batch each. The result also carries the
+pooler, after one untimed warm-up batch each; batch by batch in turn, so a
+busy machine slows both alike. The result also carries the
 worst cosine between the two paths' pooled vectors on the first batch, so a
 fast but wrong packed path shows.
 
@@ -163,16 +164,22 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
     return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler), name
 
 
-def _time(runner, work: list[list[list[int]]]) -> tuple[float, np.ndarray]:
+def _interleaved(runners: list, work: list[list[list[int]]]) -> tuple[list[float], list[np.ndarray]]:
+    """Seconds per runner over all of ``work``, each batch run by every runner in turn (so load from other
+    processes falls on both alike), after one untimed warm-up batch each; and each one's batch-1 vectors."""
     from poolgate.shared.params import PoolingParams
     from poolgate.workers.sequence import Sequence
 
     params = PoolingParams(task="embed")
-    first = np.concatenate([o.rows.values for o in runner.run([Sequence(s, params) for s in work[0]])])
-    start = time.perf_counter()
+    firsts = [np.concatenate([o.rows.values for o in r.run([Sequence(s, params) for s in work[0]])])
+              for r in runners]
+    seconds = [0.0] * len(runners)
     for batch in work:
-        runner.run([Sequence(s, params) for s in batch])
-    return time.perf_counter() - start, first
+        for i, r in enumerate(runners):
+            start = time.perf_counter()
+            r.run([Sequence(s, params) for s in batch])
+            seconds[i] += time.perf_counter() - start
+    return seconds, firsts
 
 
 def run(cfg: BenchConfig) -> dict:
@@ -184,15 +191,11 @@ def run(cfg: BenchConfig) -> dict:
     ids = corpus_ids(cfg.num_texts, cfg.seed, cfg.max_len, cfg.sort)
     work = batches(ids, cfg.batch_tokens)
     tokens = sum(len(s) for s in ids)
-    results, firsts = [], []
     with tempfile.TemporaryDirectory(prefix="poolgate-bench-arch-") as tmp:
         architecture = make_checkpoint(Path(tmp), cfg.family, cfg.shape, cfg.seed)
-        for packed in (True, False):
-            runner, name = _runner(Path(tmp), dtype, packed, cfg.max_len)
-            seconds, first = _time(runner, work)
-            del runner
-            results.append(PathResult(name, seconds, tokens))
-            firsts.append(first)
+        built = [_runner(Path(tmp), dtype, packed, cfg.max_len) for packed in (True, False)]
+    seconds, firsts = _interleaved([r for r, _ in built], work)
+    results = [PathResult(name, t, tokens) for (_, name), t in zip(built, seconds)]
     a, b = firsts
     cosine = float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
     packed, fallback = results
