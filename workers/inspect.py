@@ -76,11 +76,18 @@ def _dtype(cfg: WorkerConfig, backend: Backend) -> tuple[str, torch.dtype]:
     return f"auto: {name} if the start-up probes stay at cosine >= 0.999 to float32, else float32", fast
 
 
-def _attention(arch: Architecture, backend: Backend, dtype: torch.dtype) -> str:
+def _attention(arch: Architecture, backend: Backend, dtype: torch.dtype, hf: dict) -> str:
     if not arch.packed:
         return FALLBACK_ATTENTION
     fn = backend.attention(dtype).__name__
-    return f"{fn}: {ATTENTION_PATHS.get(fn, fn)}; {'causal' if arch.family.causal else 'bidirectional'}"
+    config = arch.family.config(hf)  # decoders say per checkpoint: causal or not, windows, soft-capping
+    notes = ["causal" if getattr(config, "causal", arch.family.causal) else "bidirectional"]
+    windows = sorted({w for w in getattr(config, "windows", ()) if w is not None})
+    if windows:
+        notes.append("sliding windows (left, right) " + ", ".join(map(str, windows)))
+    if getattr(config, "softcap", None):
+        notes.append("soft-capped logits through poolgate's exact grouped path")
+    return f"{fn}: {ATTENTION_PATHS.get(fn, fn)}; {'; '.join(notes)}"
 
 
 def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | None = None) -> Plan:
@@ -95,7 +102,7 @@ def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | No
         weights=str(spec.path / spec.gguf_file) if spec.gguf_file else weights_source(spec.path),
         tasks=f"{', '.join(tasks)} (served as {spec.kind})", pooling=_pooling(spec, cfg, arch.default_pooling),
         max_length=f"{spec.max_model_len} tokens", dtype=dtype, backend=backend.name,
-        attention=_attention(arch, backend, torch_dtype),
+        attention=_attention(arch, backend, torch_dtype, spec.hf_config),
         token_budget=f"{cfg.max_batch_tokens or backend.default_batch_tokens} tokens per batch",
     )
 
@@ -103,4 +110,4 @@ def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | No
 def settled(p: Plan, spec: ModelSpec, backend: Backend, *, tasks: tuple[str, ...], dtype: torch.dtype) -> Plan:
     """The plan once loading has settled the tasks and the dtype (the start-up log's table)."""
     return replace(p, tasks=", ".join(tasks), dtype=str(dtype).removeprefix("torch."),
-                   attention=_attention(architecture_for(spec), backend, dtype))
+                   attention=_attention(architecture_for(spec), backend, dtype, spec.hf_config))

@@ -175,6 +175,17 @@ def test_bf16_on_the_cpu_stays_close_to_fp32(tmp_path, case):
     assert float((a * b).sum(1).min()) >= 0.995
 
 
+def test_inspect_says_what_each_decoder_attends(tmp_path):
+    from poolgate.workers.inspect import plan
+
+    _case(tmp_path / "g2", "gemma2-softcap")
+    _case(tmp_path / "g3", "gemma3-bidirectional")
+    g2, g3 = (plan(WorkerConfig(model_path=str(tmp_path / f), served_model_name="t")) for f in ("g2", "g3"))
+    assert g2.implementation == "packed gemma2" and g2.attention.endswith(
+        "; causal; sliding windows (left, right) (7, 0); soft-capped logits through poolgate's exact grouped path")
+    assert g3.attention.endswith("; bidirectional; sliding windows (left, right) (4, 4)")
+
+
 def main() -> None:
     import tempfile
     from pathlib import Path
