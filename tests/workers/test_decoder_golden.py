@@ -122,6 +122,30 @@ def test_the_window_and_the_causal_mask_are_what_decides(tmp_path):
     assert worst_cosine(no_window, want) < 0.999 and worst_cosine(bidirectional, want) < 0.999
 
 
+def test_a_missing_or_misshaped_tensor_names_the_file(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from poolgate.workers.weights import CheckpointError
+
+    save_tiny(tmp_path, "qwen3", "Qwen3Model", head_dim=16)
+    state = load_file(tmp_path / "model.safetensors")
+    state.pop("layers.1.self_attn.k_norm.weight")
+    state["norm.weight"] = torch.zeros(3)
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: missing tensors layers\.1\.self_attn\.k_norm\.weight"
+                                              r"; shape mismatch: norm\.weight: checkpoint \(3,\), config expects \(64,\)"):
+        packed_hidden(tmp_path, SEQS)
+
+
+def test_configs_the_packed_decoder_cannot_run_are_refused_by_name(tmp_path):
+    save_tiny(tmp_path, "gemma2", "Gemma2Model", head_dim=16)
+    with pytest.raises(ValueError, match="use_bidirectional_attention.*is_causal"):
+        packed_hidden(tmp_path, SEQS, use_bidirectional_attention=True)
+    save_tiny(tmp_path, "llama", "LlamaModel")
+    with pytest.raises(ValueError, match="rope scaling type 'dynamic' is not supported"):
+        packed_hidden(tmp_path, SEQS, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+
+
 def _load(folder, **kw):
     return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", **{"dtype": "float32", **kw},
                                    max_batch_tokens=256))
