@@ -25,55 +25,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
 
 from poolgate.gateway.health import check
+from poolgate.gateway.member import Client, Member, State, estimate_tokens, load
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
-from poolgate.shared import wire
-from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+
+__all__ = ["Client", "Member", "State", "WorkerPool", "estimate_tokens"]
 
 log = logging.getLogger("poolgate.gateway.pool")
-
-State = Literal["starting", "ready", "down", "draining"]
-
-
-class Client(Protocol):
-    """The part of ``shared.transport.WorkerClient`` a pool uses."""
-
-    address: str
-
-    async def pool(self, call: PoolingCall) -> PoolingResult: ...
-
-    async def health(self) -> dict: ...
-
-    async def close(self) -> None: ...
-
-
-def estimate_tokens(inputs: list[Input]) -> int:
-    """A call's token count as the gateway can guess it without a tokenizer (see the module doc)."""
-    return sum(wire.estimate_tokens(x) for x in inputs)
-
-
-@dataclass(eq=False)
-class Member:
-    """One client in a pool: its state, its load and a ``lost`` event the calls on it watch."""
-
-    client: Client
-    state: State
-    calls: int = 0
-    tokens: int = 0
-    recoveries: int = 0
-    picked: int = 0  # when it was last picked (a pool-wide count): ties go to the least recent
-    error: str | None = None
-    since: float = field(default_factory=time.monotonic)  # when it entered its state
-    answered: float = 0.0  # when it last answered a call (monotonic): a sign of life besides health checks
-    lost: asyncio.Event = field(default_factory=asyncio.Event)  # set while down: calls on it fail over
-    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
-
-    def __post_init__(self) -> None:
-        self.idle.set()
-
 
 class WorkerPool:
     """Sends each call to the ready member with the fewest outstanding tokens (module doc).
@@ -204,7 +164,7 @@ class WorkerPool:
             others = [m for m in self._ready() if m is not member]
             if not others or (call.deadline is not None and call.deadline <= time.time()):
                 raise
-            retry = min(others, key=_load)
+            retry = min(others, key=load)
             log.info("retrying %s on %s after: %s", call.request_id, retry.client.address, exc)
             return await self._send(retry, call)
 
@@ -255,7 +215,7 @@ class WorkerPool:
             ready = [m for m in ready if m.calls < self.max_in_flight]
             if not ready:
                 raise Overloaded(f"Every worker serving model '{self.name}' is busy; retry shortly.")
-        return min(ready, key=_load)
+        return min(ready, key=load)
 
     async def probe(self, timeout_s: float | None = None) -> None:
         """Health-check every ready or down member at once (each within ``timeout_s``) and set its
@@ -282,8 +242,4 @@ class WorkerPool:
     async def close(self) -> None:
         for member in list(self._members.values()):
             await member.client.close()
-
-
-def _load(member: Member) -> tuple[int, int, int]:
-    return member.tokens, member.calls, member.picked
 
