@@ -36,6 +36,7 @@ CASES: dict[str, tuple[str, str, dict]] = {
     "llama-linear-rope-mha": ("llama", "LlamaModel", {"rope_scaling": {"rope_type": "linear", "factor": 2.0},
                                                         "num_key_value_heads": 4}),
     "llama-bidirectional": ("llama", "LlamaModel", {"is_causal": False}),
+    "llama-dynamic-rope": ("llama", "LlamaModel", {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}),
     "mistral-sliding": ("mistral", "MistralModel", {"sliding_window": 8}),
     "qwen2-sliding": ("qwen2", "Qwen2Model", {"use_sliding_window": True, "sliding_window": 8,
                                               "max_window_layers": 1}),
@@ -142,8 +143,9 @@ def test_configs_the_packed_decoder_cannot_run_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="use_bidirectional_attention.*is_causal"):
         packed_hidden(tmp_path, SEQS, use_bidirectional_attention=True)
     save_tiny(tmp_path, "llama", "LlamaModel")
-    with pytest.raises(ValueError, match="rope scaling type 'dynamic' is not supported"):
-        packed_hidden(tmp_path, SEQS, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ValueError, match="rope scaling type 'longrope' is not supported"):
+        packed_hidden(tmp_path, SEQS, rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 8,
+                                                    "long_factor": [1.0] * 8})
 
 
 def _load(folder, **kw):

@@ -127,6 +127,10 @@ def _window(kind: str, layer_type: str, w: int | None, hf: dict) -> tuple[int, i
 
 
 def _rope(c, head_dim: int, layer_type: str | None) -> RopeConfig:
-    hf = {"rope_parameters": c.rope_parameters, "max_position_embeddings": c.max_position_embeddings,
+    params = dict(c.rope_parameters[layer_type] if layer_type else c.rope_parameters)
+    if params.get("rope_type") == "dynamic":
+        # dynamic NTK changes the frequencies only past max_position_embeddings, which caps max_model_len
+        params = {k: v for k, v in params.items() if k != "factor"} | {"rope_type": "default"}
+    hf = {"rope_parameters": params, "max_position_embeddings": c.max_position_embeddings,
           "partial_rotary_factor": getattr(c, "partial_rotary_factor", None) or 1.0}
-    return RopeConfig.from_hf(hf, head_dim, layer_type)
+    return RopeConfig.from_hf(hf, head_dim)
