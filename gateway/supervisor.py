@@ -1,8 +1,8 @@
 """Keeps local worker processes serving: start them, restart the ones that die with backoff, rejoin pools.
 
 One ``Supervisor`` per local worker. ``start_all`` starts them together; a
-worker that fails to start is logged and retried in the background (start-up
-fails only when no worker of some model came up: ``require_each_model``). Once
+worker that fails to start is logged and retried in the background (whether a
+pool can start with the workers that came up is ``gateway.fleet``'s call). Once
 the pools exist, ``attach`` hands each supervisor its pool and ``run`` watches
 the process:
 
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from poolgate.gateway.local_worker import LocalWorker
 from poolgate.gateway.pool import WorkerPool
 from poolgate.shared.config import WorkerConfig
-from poolgate.shared.errors import Unavailable
 
 log = logging.getLogger("poolgate.gateway.supervisor")
 
@@ -84,7 +83,7 @@ class Supervisor:
         worker = LocalWorker(self.env(self.cfg, self.index))
         await worker.start(self.cfg, self.address, ready_timeout=self.ready_timeout,
                            runner_factory=self.runner_factory)
-        self.worker, self._up_since = worker, time.monotonic()
+        self.worker, self._up_since, self.error = worker, time.monotonic(), None
         return worker
 
     def attach(self, pool: WorkerPool | None) -> None:
@@ -115,10 +114,13 @@ class Supervisor:
             if self.hung_kill_after_s is None or self.pool is None or self.member not in self.pool.clients:
                 continue
             down = self.pool.down_for(self.member)
-            if down >= self.hung_kill_after_s:
+            if down >= self.hung_kill_after_s and process.returncode is None:
                 log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
                             self.name, process.pid, down)
-                process.kill()
+                try:
+                    process.kill()
+                except ProcessLookupError:
+                    pass  # it exited meanwhile
 
     def _lost(self, code: int | None) -> None:
         if time.monotonic() - self._up_since >= self.backoff.reset_after_s:
@@ -135,7 +137,7 @@ class Supervisor:
         try:
             new = await self.start()
         except Exception as exc:  # Unavailable (exited, not ready in time) or a spawn error: try again later
-            self.failures += 1
+            self.failures, self.error = self.failures + 1, str(exc)
             log.warning("worker %d of %s did not come back: %s (next try in %gs)", self.index, self.name, exc,
                         self.backoff.delay(self.failures))
             return
@@ -171,16 +173,3 @@ async def start_all(supervisors: Sequence[Supervisor]) -> None:
             sup.failures, sup.error = 1, str(result)
             log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
 
-
-def require_each_model(supervisors: Sequence[Supervisor]) -> None:
-    """Unavailable when some model has no worker up; otherwise log the models running short."""
-    by_model: dict[str, list[Supervisor]] = {}
-    for sup in supervisors:
-        by_model.setdefault(sup.name, []).append(sup)
-    for name, sups in by_model.items():
-        up = sum(s.worker is not None for s in sups)
-        if not up:
-            raise Unavailable(f"{sups[0].error} (no worker of {name} came up; {len(sups)} tried)")
-        if up < len(sups):
-            log.warning("serving %s with %d of %d workers; the others keep retrying in the background",
-                        name, up, len(sups))
