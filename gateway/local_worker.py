@@ -65,27 +65,33 @@ class LocalWorker:
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]
         log.info("starting worker for %s on %s", cfg.served_model_name, address)
+        report = open(read_fd, "rb", buffering=0)
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *cmd, stdin=subprocess.PIPE, start_new_session=True, pass_fds=(write_fd,),
                 env={**os.environ, **self.env} if self.env else None)
+        except BaseException:
+            report.close()
+            raise
         finally:
             os.close(write_fd)
         # the config goes through stdin, not argv: argv is visible to every user (ps), stdin is not
         self.process.stdin.write(json.dumps(cfg.to_wire()).encode())
         self.process.stdin.close()
         try:
-            self.client, self.info = await asyncio.wait_for(self._wait_ready(read_fd, cfg), ready_timeout)
+            self.client, self.info = await asyncio.wait_for(self._wait_ready(report, cfg), ready_timeout)
         except asyncio.TimeoutError:
             await self.stop()
             raise Unavailable(f"worker for {cfg.served_model_name} was not ready after {ready_timeout}s") from None
         except BaseException:
             await self.stop()
             raise
+        finally:
+            report.close()
 
-    async def _wait_ready(self, read_fd: int, cfg: WorkerConfig) -> tuple[WorkerClient, ModelInfo]:
+    async def _wait_ready(self, report, cfg: WorkerConfig) -> tuple[WorkerClient, ModelInfo]:
         """Read the address line from the pipe (EOF: the worker exited first), then connect there."""
-        line = await _read_line(read_fd)
+        line = await _read_line(report)
         if not line:
             code = await self.process.wait()
             raise Unavailable(f"worker process exited with code {code} before it was ready")
@@ -119,12 +125,11 @@ class LocalWorker:
         return self.process.returncode if self.process is not None else None
 
 
-async def _read_line(fd: int) -> str:
-    """One line from the pipe ``fd`` (closed afterwards), without blocking the loop; "" at EOF."""
+async def _read_line(pipe) -> str:
+    """One line from the read end ``pipe`` (a file; closed afterwards), without blocking the loop; "" at EOF."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                os.fdopen(fd, "rb", buffering=0))
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
     try:
         return (await reader.readline()).decode().strip()
     finally:
