@@ -35,6 +35,7 @@ __all__ = ["Client", "Member", "State", "WorkerPool", "estimate_tokens"]
 
 log = logging.getLogger("poolgate.gateway.pool")
 
+
 class WorkerPool:
     """Sends each call to the ready member with the fewest outstanding tokens (module doc).
 
