@@ -239,3 +239,29 @@ async def test_a_hung_worker_is_taken_out_then_killed_and_restarted(tmp_path):
             await sup.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
         await pool.close()
+
+
+async def test_a_pool_serves_with_the_workers_that_came_up_and_the_other_joins_later(tmp_path, caplog):
+    """Through gateway.fleet, as `poolgate serve --workers 2` runs it: one worker fails to start; the model is
+    served by the other at once, the log says so, and the failed one is retried in the background and joins."""
+    from poolgate.gateway.fleet import Fleet
+    from poolgate.gateway.router import Router
+    from poolgate.shared.config import GatewayConfig, PoolConfig
+
+    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="sup-model", backend="cpu")
+    config = GatewayConfig(pools=(PoolConfig(model="sup-model", backend="cpu", workers=(cfg, cfg)),))
+    router = Router()
+    folder = tmp_path / "sockets"
+    folder.mkdir(mode=0o700)
+    fleet = Fleet(config, router, folder, runner_factory="tests.workers.fake_factory:fail_once")
+    try:
+        await fleet.start(config.pools)
+        model = router.pools["sup-model"]
+        assert len(model.clients) == 1 and model.ready
+        assert "failed to start: worker process exited with code 1" in caplog.text
+        assert "with 1 of 2 local workers; the others keep retrying in the background" in caplog.text
+        assert (await model.submit(call("a b"))).outputs.item(0).tobytes() == expected_vector("a b").tobytes()
+        await until(lambda: len(model.clients) == 2 and all(model.is_ready(c) for c in model.clients), 30)
+    finally:
+        await fleet.stop()
+        await router.close()

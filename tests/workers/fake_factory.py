@@ -44,3 +44,14 @@ def paced(cfg: WorkerConfig) -> LoadedModel:
     model = build(cfg)
     model.runner.execute_delay = 0.05
     return model
+
+
+def fail_once(cfg: WorkerConfig) -> LoadedModel:
+    """The first worker to load ``cfg.model_path`` (a folder) fails; every later one is ``build``."""
+    import os
+
+    try:
+        os.close(os.open(os.path.join(cfg.model_path, "failed-once"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return build(cfg)
+    raise RuntimeError("this worker fails (the first one only)")
