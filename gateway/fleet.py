@@ -184,10 +184,11 @@ class Fleet:
         return clients
 
     async def connect(self, url: str) -> WorkerClient:
-        """Dial one worker with the gateway's token and TLS (Unavailable when it does not answer)."""
+        """Dial one worker with the gateway's token, and TLS for TCP (a Unix socket is protected by its
+        permissions); Unavailable when it does not answer."""
         sec = self.config.worker_security
-        return await WorkerClient.connect(url, token=sec.token, tls=client_context(sec),
-                                          server_name=sec.tls_server_name)
+        tls = client_context(sec) if url.startswith("tcp://") else None
+        return await WorkerClient.connect(url, token=sec.token, tls=tls, server_name=sec.tls_server_name)
 
     async def _dial_until_up(self, url: str) -> WorkerClient:
         """Dial a remote worker until it answers (it may still be loading), up to the start-up timeout."""

@@ -97,3 +97,34 @@ async def test_two_loads_of_one_model_at_once_start_it_once():
         results = await asyncio.gather(f.start([local("b")]), f.start([local("b")]), return_exceptions=True)
         assert sorted(type(r).__name__ for r in results) == ["Conflict", "list"]
         assert len(router.pools["b"].clients) == 1 and len(f.running["b"]) == 1
+
+
+async def test_remote_workers_are_dialed_with_the_token_over_tls(tmp_path):
+    pytest.importorskip("cryptography")
+    from poolgate.shared.config import TransportSecurity
+    from poolgate.workers.engine import Engine
+    from poolgate.workers.server import serve
+    from tests.processes import free_port
+    from tests.tls_certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    model, port = fake_model(name="a"), free_port()
+    engine = Engine(model)
+    await engine.start()
+    server = await serve(f"tcp://127.0.0.1:{port}", engine, model.info,
+                         TransportSecurity(token="tok", tls_cert=pki["cert"], tls_key=pki["key"]))
+    try:
+        for sec, ok in ((TransportSecurity(token="tok", tls=True, tls_ca=pki["ca"]), True),
+                        (TransportSecurity(token="tok"), False),  # plain TCP to a TLS worker
+                        (TransportSecurity(token="nope", tls=True, tls_ca=pki["ca"]), False)):
+            async with fleet(worker_security=sec, startup_timeout_s=0.5) as (f, router):
+                start = f.start([PoolConfig(model="a", remotes=(f"tcp://127.0.0.1:{port}",))])
+                if ok:
+                    await start
+                    await call(router, "a")
+                else:
+                    with pytest.raises(Unavailable):
+                        await start
+    finally:
+        server.close()
+        await engine.stop()
