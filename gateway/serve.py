@@ -54,6 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds before an unfinished request gets 504 and is cancelled in the worker")
     p.add_argument("--max-in-flight-per-worker", type=positive_int, default=None,
                    help="calls in flight per worker before new ones get 429 (default: no cap)")
+    p.add_argument("--drain-timeout", type=positive_float, default=30.0,
+                   help="on SIGTERM, seconds the requests in flight may take before the gateway stops anyway")
+    p.add_argument("--health-check-interval", type=positive_float, default=0.25,
+                   help="seconds between health checks of every worker")
+    p.add_argument("--health-check-timeout", type=positive_float, default=0.75,
+                   help="a worker that does not answer a health check within this many seconds is taken out "
+                        "(its calls in flight are retried on another worker)")
     p.add_argument("--metrics-port", type=port_number, default=None,
                    help="serve Prometheus /metrics on this port instead of the API port")
     p.add_argument("--no-metrics", dest="metrics", action="store_false",

@@ -70,3 +70,21 @@ async def test_with_nothing_in_flight_it_stops_right_away(gateway):
     stopped = asyncio.Event()
     Drain(client.app[ROUTER], timeout_s=30, stop=stopped.set).begin()
     await asyncio.wait_for(stopped.wait(), 1)
+
+
+def test_drain_and_health_check_settings_from_flags_and_from_a_config_file(tmp_path):
+    import argparse
+
+    from poolgate.gateway import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    flags = serve.config_from_args(parser.parse_args(
+        ["--drain-timeout", "5", "--health-check-interval", "0.5", "--health-check-timeout", "2"]))
+    assert (flags.drain_timeout_s, flags.health_probe_interval_s, flags.health_check_timeout_s) == (5, 0.5, 2)
+    defaults = serve.config_from_args(parser.parse_args([]))
+    assert (defaults.drain_timeout_s, defaults.health_probe_interval_s, defaults.health_check_timeout_s) == (30, 0.25, 0.75)
+    path = tmp_path / "serve.toml"
+    path.write_text("drain_timeout = 12\nhealth_check_timeout = 1.5\n\n[[models]]\nname = \"m\"\n")
+    from_file = serve.config_from_args(parser.parse_args(["--config", str(path)]))
+    assert (from_file.drain_timeout_s, from_file.health_check_timeout_s) == (12, 1.5)
