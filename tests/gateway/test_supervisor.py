@@ -67,17 +67,15 @@ async def test_a_killed_worker_is_restarted_and_takes_its_place_again(tmp_path, 
     try:
         victim, first = sups[0], sups[0].worker.pid
         os.kill(first, signal.SIGKILL)
-        killed = time.monotonic()
         await until(lambda: pool.snapshot()[0]["state"] == "starting", 5)
         assert "exited with code -9" in pool.snapshot()[0]["error"]
         for _ in range(4):  # served by the other replica meanwhile
             await pool.submit(call())
         await until(lambda: pool.snapshot()[0]["state"] == "ready", 30)
-        took = time.monotonic() - killed
         assert victim.worker.pid != first and victim.restarts == 1 and not alive(first)
         assert pool.clients[0] is victim.worker.client and pool.recoveries(pool.clients[0]) == 1
         assert (await pool.submit(call("a b"))).outputs.item(0).tobytes() == expected_vector("a b").tobytes()
-        assert took < 20 and "restarting in 0.05s" in caplog.text
+        assert "restarting in 0.05s" in caplog.text
     finally:
         for sup in sups:
             await sup.stop()
