@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from poolgate.gateway.discovery import check_url
 from poolgate.shared.backends import place, placed
 from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
 from poolgate.shared.model_flags import worker_config_from_args
@@ -42,6 +43,8 @@ class ModelEntry:
 def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> PoolConfig:
     """The PoolConfig of one entry; ValueError (FileNotFoundError for a missing folder) when it is wrong."""
     args, replicas = entry.args, entry.replicas
+    for url in entry.remotes:
+        check_url(url)
     if entry.devices and replicas is not None and replicas != len(entry.devices):
         raise ValueError(f"replicas = {replicas} but {len(entry.devices)} devices are listed "
                          "(one worker per device: drop replicas or make them agree)")

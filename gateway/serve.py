@@ -44,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, default=1, help="local worker processes for the model")
     p.add_argument("--transport", choices=("unix", "tcp"), default="unix", help="gateway<->local worker transport")
     p.add_argument("--worker-url", action="append", default=[],
-                   help="a running worker (poolgate worker) to use instead of spawning one: "
-                        "tcp://host:port or unix:/path; the model flags are then ignored")
+                   help="a running worker (poolgate worker) to use instead of spawning one: tcp://host:port, "
+                        "unix:/path, or dns+tcp://name:port (every address the name resolves to, re-resolved "
+                        "every 5 s: a Kubernetes headless Service); the model flags are then ignored")
     p.add_argument("--startup-timeout", type=positive_float, default=600.0,
                    help="seconds a worker may take to load and report ready")
     p.add_argument("--max-inputs-per-request", type=positive_int, default=2048,

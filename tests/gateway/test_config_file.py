@@ -234,3 +234,10 @@ def test_worker_transport_security_keys(tmp_path):
     assert "serve.toml:1: worker_token_file: cannot read" in error('worker_token_file = "nope"\n[[models]]\n',
                                                                     tmp_path)
     assert "needs --worker-tls" in error('worker_tls_ca = "ca.pem"\n[[models]]\n', tmp_path)
+
+
+def test_a_bad_worker_url_on_the_command_line_is_refused():
+    with pytest.raises(ValueError, match="a worker URL must be"):
+        serve.config_from_args(parser().parse_args(["--worker-url", "http://w:1"]), {})
+    config = serve.config_from_args(parser().parse_args(["--worker-url", "dns+tcp://w.svc:9100"]), {})
+    assert config.pools[0].remotes == ("dns+tcp://w.svc:9100",) and config.pools[0].model is None
