@@ -106,21 +106,25 @@ class Supervisor:
     async def _exited(self) -> int:
         """The process's exit code once it exits; SIGKILL it first if it hangs (module doc)."""
         process = self.worker.process
-        while True:
+        exited = asyncio.ensure_future(process.wait())
+        try:
+            while not (await asyncio.wait({exited}, timeout=0.5))[0]:
+                self._kill_if_hung(process)
+            return exited.result()
+        finally:
+            exited.cancel()
+
+    def _kill_if_hung(self, process: asyncio.subprocess.Process) -> None:
+        if self.hung_kill_after_s is None or self.pool is None or self.member not in self.pool.clients:
+            return
+        down = self.pool.down_for(self.member)
+        if down >= self.hung_kill_after_s and process.returncode is None:
+            log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
+                        self.name, process.pid, down)
             try:
-                return await asyncio.wait_for(asyncio.shield(process.wait()), 0.5)
-            except asyncio.TimeoutError:
-                pass
-            if self.hung_kill_after_s is None or self.pool is None or self.member not in self.pool.clients:
-                continue
-            down = self.pool.down_for(self.member)
-            if down >= self.hung_kill_after_s and process.returncode is None:
-                log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
-                            self.name, process.pid, down)
-                try:
-                    process.kill()
-                except ProcessLookupError:
-                    pass  # it exited meanwhile
+                process.kill()
+            except ProcessLookupError:
+                pass  # it exited meanwhile
 
     def _lost(self, code: int | None) -> None:
         if time.monotonic() - self._up_since >= self.backoff.reset_after_s:
