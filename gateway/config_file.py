@@ -59,26 +59,29 @@ class ConfigError(ValueError):
 
 
 class KeyLines:
-    """The line (1-based) where each key path of a TOML text is written, found lazily on first use."""
+    """The line (1-based) where each key path of a TOML text is written, found lazily: the scan stops
+    at the line that introduces the path asked for (errors early in a long file cost little)."""
 
     def __init__(self, text: str):
-        self.text = text
-        self._lines: dict[Path_, int] | None = None
+        self._found: dict[Path_, int] = {}
+        self._scan = _scan(text)
 
     def line(self, path: Path_) -> int | None:
         """The line of ``path``, else of its nearest enclosing table that has one."""
-        if self._lines is None:
-            self._lines = _scan(self.text)
+        for found, line in self._scan:
+            self._found[found] = line
+            if found == path:
+                break
         while path:
-            if path in self._lines:
-                return self._lines[path]
+            if path in self._found:
+                return self._found[path]
             path = path[:-1]
         return None
 
 
-def _scan(text: str) -> dict[Path_, int]:
+def _scan(text: str):
+    """(key path, line) for every key path, in the order the lines introduce them."""
     src = text.splitlines(keepends=True)
-    found: dict[Path_, int] = {}
     known: set[Path_] = set()
     start = 0  # first line after the last prefix that parsed
     for n in range(1, len(src) + 1):
@@ -89,11 +92,11 @@ def _scan(text: str) -> dict[Path_, int]:
         except tomllib.TOMLDecodeError:
             continue
         first = next((i for i in range(start, n) if _content(src[i])), n - 1)
-        paths = set(_paths(doc, ()))
-        for path in paths - known:
-            found[path] = first + 1
-        known, start = paths, n
-    return found
+        paths = list(_paths(doc, ()))
+        for path in paths:
+            if path not in known:
+                yield path, first + 1
+        known, start = set(paths), n
 
 
 def _content(line: str) -> bool:
