@@ -24,11 +24,8 @@ flags': ``worker_token_file`` (else ``$POOLGATE_WORKER_TOKEN``), ``worker_tls``,
 ``worker_tls_ca``, ``worker_tls_server_name``.
 
 Every error names the file, the line and the key, e.g.
-``serve.toml:7: models[1].replicas: must be >= 0, got -1``. tomllib gives no
-positions, so ``KeyLines`` finds them: it parses growing prefixes of the text
-(cut at line ends) with tomllib itself and notes, for each key path that first
-appears, the first non-blank line after the previous successful parse. Multi-line
-strings, arrays and inline tables are thereby handled by the real parser.
+``serve.toml:7: models[1].replicas: must be >= 0, got -1`` (lines from
+``gateway.toml_lines``, since tomllib gives no positions).
 """
 from __future__ import annotations
 
@@ -40,11 +37,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from poolgate.gateway.config_build import ModelEntry, SettingError, build_config, pool_config
+from poolgate.gateway.toml_lines import KeyLines, Path_
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
 from poolgate.shared.tracing_flags import tracing_config_from_args
-
-Path_ = tuple[str | int, ...]
 
 # Serve flags that have no top-level key: they are per model in a file, or command-line only.
 NOT_TOP_LEVEL = frozenset({"help", "config", "workers", "worker_url", "log_level"})
@@ -56,64 +52,6 @@ MODEL_EXTRAS = frozenset({"replicas", "devices", "remote", "max_in_flight_per_wo
 
 class ConfigError(ValueError):
     """A config file problem, its message already naming the file, line and key."""
-
-
-class KeyLines:
-    """The line (1-based) where each key path of a TOML text is written, found lazily: the scan stops
-    at the line that introduces the path asked for (errors early in a long file cost little)."""
-
-    def __init__(self, text: str):
-        self._found: dict[Path_, int] = {}
-        self._scan = _scan(text)
-
-    def line(self, path: Path_) -> int | None:
-        """The line of ``path``, else of its nearest enclosing table that has one."""
-        for found, line in self._scan:
-            self._found[found] = line
-            if found == path:
-                break
-        while path:
-            if path in self._found:
-                return self._found[path]
-            path = path[:-1]
-        return None
-
-
-def _scan(text: str):
-    """(key path, line) for every key path, in the order the lines introduce them."""
-    src = text.splitlines(keepends=True)
-    known: set[Path_] = set()
-    start = 0  # first line after the last prefix that parsed
-    for n in range(1, len(src) + 1):
-        if not _content(src[n - 1]) and n < len(src):
-            continue
-        try:
-            doc = tomllib.loads("".join(src[:n]))
-        except tomllib.TOMLDecodeError:
-            continue
-        first = next((i for i in range(start, n) if _content(src[i])), n - 1)
-        paths = list(_paths(doc, ()))
-        for path in paths:
-            if path not in known:
-                yield path, first + 1
-        known, start = set(paths), n
-
-
-def _content(line: str) -> bool:
-    stripped = line.strip()
-    return bool(stripped) and not stripped.startswith("#")
-
-
-def _paths(value, prefix: Path_):
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            yield prefix + (key,)
-            yield from _paths(sub, prefix + (key,))
-    elif isinstance(value, list):
-        for i, sub in enumerate(value):
-            if isinstance(sub, dict):
-                yield prefix + (i,)
-                yield from _paths(sub, prefix + (i,))
 
 
 class Located:

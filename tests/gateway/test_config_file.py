@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from poolgate.gateway import serve
-from poolgate.gateway.config_file import ConfigError, KeyLines, config_from_toml, load_config
+from poolgate.gateway.config_file import ConfigError, config_from_toml, load_config
+from poolgate.gateway.toml_lines import KeyLines
 from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
 from poolgate.shared.pooler_config import PoolerConfig
 
