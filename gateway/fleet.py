@@ -175,7 +175,12 @@ class Fleet:
 
     async def _dial_remotes(self, pc: PoolConfig, run: RunningPool) -> list[WorkerClient]:
         static = [url for url in pc.remotes if not is_dns_url(url)]
-        clients = list(await asyncio.gather(*(self._dial_until_up(url) for url in static)))
+        dialed = await asyncio.gather(*(self._dial_until_up(url) for url in static), return_exceptions=True)
+        clients = [c for c in dialed if not isinstance(c, BaseException)]
+        failed = [c for c in dialed if isinstance(c, BaseException)]
+        if failed:
+            await asyncio.gather(*(c.close() for c in clients))
+            raise failed[0]
         for url in pc.remotes:
             if is_dns_url(url):  # wait for DNS only when nothing else serves the pool
                 run.discoveries.append(discovery := Discovery(url, self.connect, resolver=self.resolver,
