@@ -71,19 +71,18 @@ class ModelPools:
         self.pools.append(pool)
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
-        """The call's result from the first pool that takes it (module doc)."""
-        refusal: Exception | None = None
+        """The call's result from the first pool that takes it (module doc). When none does, the client
+        sees 429 if some pool was only full (worth retrying shortly), else the last pool's 503."""
+        refusals: list[Exception] = []
         for pool in self.pools:
-            if refusal is not None and call.deadline is not None and call.deadline <= time.time():
+            if refusals and call.deadline is not None and call.deadline <= time.time():
                 break
-            if not pool.ready:
-                refusal = refusal or Unavailable(f"No worker is ready to serve model '{self.name}'.")
-                continue
             try:
                 return await pool.submit(call)
             except (Overloaded, Unavailable) as exc:
-                refusal = exc
-        raise refusal or Unavailable(f"No worker is ready to serve model '{self.name}'.")
+                refusals.append(exc)
+        busy = [r for r in refusals if isinstance(r, Overloaded)]
+        raise (busy or refusals)[0 if busy else -1]
 
     @property
     def ready(self) -> bool:

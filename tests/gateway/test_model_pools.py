@@ -90,3 +90,19 @@ def test_pools_of_one_model_must_agree():
         ModelPools([pool("cuda"), WorkerPool(fake_model(name="x").info, [FakeWorkerClient()])])
     with pytest.raises(ValueError, match="at least one pool"):
         ModelPools([])
+
+
+async def test_the_refusal_a_client_sees():
+    cuda, cpu = pool("cuda", cap=1), pool("cpu")
+    model = ModelPools([cuda, cpu])
+    cuda.clients[0].gate = asyncio.Event()
+    held = asyncio.create_task(model.submit(call(1)))
+    await until(lambda: cuda.in_flight(cuda.clients[0]) == 1)
+    cpu.mark_ready(cpu.clients[0], False)
+    with pytest.raises(Overloaded):  # the first pool is only full: 429, worth retrying shortly
+        await model.submit(call(2))
+    cuda.clients[0].gate.set()
+    await held
+    model.drain()
+    with pytest.raises(Unavailable, match="shutting down"):
+        await model.submit(call(3))
