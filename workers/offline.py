@@ -188,9 +188,10 @@ class PoolingModel:
         rows = self._pool(inputs, params)
         return [rows.item(i) for i in range(len(rows))]
 
-    def score(self, queries: Inputs, documents: Inputs, *,
-              truncate_prompt_tokens: int | None = None) -> np.ndarray:
-        """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``."""
+    def score(self, queries: Inputs, documents: Inputs, *, truncate_prompt_tokens: int | None = None,
+              instruction: str | None = None) -> np.ndarray:
+        """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``;
+        ``instruction`` goes to a cross-encoder's score template (Qwen3-Reranker's ``<Instruct>``)."""
         queries, documents = _as_inputs(queries), _as_inputs(documents)
         check_pairs(len(queries), len(documents))
         task = self.info.tasks[0]
@@ -204,7 +205,8 @@ class PoolingModel:
                 raise InvalidRequest("Scoring API is only enabled for num_labels == 1.")
             if not all(isinstance(x, str) for x in inputs):
                 raise InvalidRequest(CROSS_ENCODER_TEXTS)
-            inputs = [TextPair(queries[q], d) for q, d in zip(query_of(len(queries), len(documents)), documents)]
+            inputs = [TextPair(queries[q], d, instruction=instruction)
+                      for q, d in zip(query_of(len(queries), len(documents)), documents)]
         rows = self._pool(inputs, PoolingParams(task=task, truncate_prompt_tokens=truncate_prompt_tokens))
         return SCORERS[kind](rows, len(queries))
 

@@ -37,3 +37,33 @@ def test_a_templated_pair_is_the_prompt_tokenized_whole(tmp_path):
     encoded = encoder.encode_pairs([TextPair("w1 w2 w3", "w4", max_text_tokens=2, instruction="w9")])
     assert encoded.ids == [ref(qwen3_reranker("w1 w2", "w4", "w9"))["input_ids"]]
     assert encoded.type_ids == [None]
+
+
+def test_a_qwen3_style_reranker_scores_p_yes_of_its_prompt(tmp_path):
+    """Qwen3-Reranker as vLLM serves it (sequence-classification architecture, classifier_from_token [no, yes],
+    is_original_qwen3_reranker) on a tiny random Qwen3: sigmoid(logit_yes - logit_no) at the prompt's last
+    token, as transformers' causal LM computes it on the same prompt."""
+    import numpy as np
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from poolgate.workers.offline import PoolingModel
+
+    config = AutoConfig.for_model("qwen3", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=256,
+                                  pad_token_id=0, bos_token_id=2, eos_token_id=3, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    ref = AutoModelForCausalLM.from_config(config).eval()
+    ref.save_pretrained(tmp_path, safe_serialization=True)
+    make_tiny_tokenizer(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    no, yes = tokenizer.convert_tokens_to_ids(["w10", "w11"])  # the tiny vocabulary's "no" and "yes"
+    pairs = [("w1 w2", "w3 w4 w5"), ("w1 w2", "w6"), ("w7", "w8 w9")]
+    with torch.no_grad():
+        logits = [ref(**tokenizer(qwen3_reranker(q, d, "w12"), return_tensors="pt")).logits[0, -1] for q, d in pairs]
+    want = [torch.sigmoid(x[yes] - x[no]).item() for x in logits]
+    overrides = {"architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["w10", "w11"],
+                 "is_original_qwen3_reranker": True}
+    with PoolingModel(str(tmp_path), dtype="float32", hf_overrides=overrides) as model:
+        got = model.score([q for q, _ in pairs], [d for _, d in pairs], instruction="w12")
+    np.testing.assert_allclose(got, want, atol=1e-6)
