@@ -6,7 +6,7 @@ serves text models) or ``images``; ``input_type`` picks the model's prompt
 (``ModelInfo.prompts``, from ``config_sentence_transformers.json``), which is
 a system turn when the tokenizer has a chat template and a text prefix
 otherwise; ``truncate`` END / START keeps the first / last ``max_tokens``
-(default: the model's maximum) and NONE refuses an input over ``max_tokens``;
+(at most, and by default, the model's maximum) and NONE refuses an input over ``max_tokens``;
 ``output_dimension`` is the Matryoshka ``dimensions``; ``embedding_types``
 (default float) are computed as ``dialects.quantize`` documents. Errors are
 Cohere's ``{"message": ...}``.
@@ -24,6 +24,7 @@ from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.limits import input_cap
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ChatInput, Input, ModelInfo
 
@@ -101,11 +102,18 @@ def to_request(req: CohereEmbedRequest, info: ModelInfo) -> tuple[ServeRequest, 
     """The dialect-free request, and the texts to echo."""
     texts = texts_of(req)
     inputs, chat = prompted(texts, req.input_type, info)
-    k = None if req.truncate == "NONE" else (req.max_tokens or -1)
+    k = None if req.truncate == "NONE" else _keep(req.max_tokens, input_cap(info, "embed"))
     params = PoolingParams(task="embed", dimensions=req.output_dimension, truncate_prompt_tokens=k,
                            truncation_side="left" if req.truncate == "START" else "right",
                            add_special_tokens=not chat)
     return ServeRequest(model=req.model, inputs=inputs, params=params), texts
+
+
+def _keep(max_tokens: int | None, cap: int | None) -> int:
+    """Tokens END / START keep: ``max_tokens``, at most the model's input cap (-1 = the cap itself)."""
+    if max_tokens is None or (cap is not None and max_tokens >= cap):
+        return -1
+    return max_tokens
 
 
 def check_max_tokens(req: CohereEmbedRequest, prompt_tokens: list[int]) -> None:

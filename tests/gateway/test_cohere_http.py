@@ -103,6 +103,9 @@ async def test_truncate_end_and_start_keep_max_tokens_from_each_side(gateway):
     long = " ".join(["w"] * 40)  # over the fake's 32 tokens: END without max_tokens cuts at the model's max
     out = await embed(client, {"texts": [long]})
     assert out["meta"]["billed_units"]["input_tokens"] == 32
+    for mode in ("END", "START"):  # max_tokens over the model's maximum: the maximum
+        out = await embed(client, {"texts": [long], "truncate": mode, "max_tokens": 1000})
+        assert out["meta"]["billed_units"]["input_tokens"] == 32
 
 
 async def test_output_dimension_is_matryoshka_dimensions(gateway):
