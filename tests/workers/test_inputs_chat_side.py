@@ -67,3 +67,15 @@ def test_no_template_and_a_template_error_are_400(encoder, monkeypatch):
     monkeypatch.setattr(encoder.tokenizer, "chat_template", "{{ raise_exception('roles must alternate') }}")
     with pytest.raises(InvalidRequest, match="roles must alternate"):
         stage(encoder).tokenize(call([chat]))
+
+
+def test_prompts_come_from_task_instructions_else_the_sentence_transformers_config(tmp_path):
+    import json
+
+    from poolgate.workers.st_config import read_prompts
+    assert read_prompts(tmp_path, {}) is None
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "document": "", "bad": 3}}))
+    assert read_prompts(tmp_path, {}) == {"query": "query: ", "document": ""}
+    assert read_prompts(tmp_path, {"task_instructions": {"search_query": "Q: "}}) == {"search_query": "Q: "}
+    assert read_prompts(bundled_model_path(), {}) is None  # MiniLM defines none
