@@ -49,7 +49,8 @@ CASES: dict[str, tuple[str, str, dict]] = {
                                                        "attn_logit_softcapping": None}),
     "gemma3": ("gemma3_text", "Gemma3TextModel", {"head_dim": 16, "sliding_window": 8, "sliding_window_pattern": 2,
                                                   "query_pre_attn_scalar": 24, "rope_theta": 1e5,
-                                                  "rope_local_base_freq": 100.0}),
+                                                  "rope_local_base_freq": 100.0,  # Gemma 3 4B+: global layers
+                                                  "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
     "gemma3-bidirectional": ("gemma3_text", "Gemma3TextModel", {"head_dim": 16, "sliding_window": 8,
                                                                 "sliding_window_pattern": 2,
                                                                 "use_bidirectional_attention": True}),
