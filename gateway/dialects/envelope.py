@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import orjson
 from aiohttp import web
+from pydantic import BaseModel
 
 from poolgate.gateway.dialects.encoding import bytes_items
 from poolgate.gateway.serving import Served
+
+
+class Usage(BaseModel):
+    """vLLM's ``UsageInfo`` (documents the ``usage`` of the list responses)."""
+
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int = 0
+    prompt_tokens_details: None = None
+    completion_tokens_details: None = None
 
 
 def usage(prompt_tokens: int) -> dict:

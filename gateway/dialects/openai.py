@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
-from poolgate.gateway.dialects.envelope import bytes_response, usage
+from poolgate.gateway.dialects.envelope import Usage, bytes_response, usage
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
@@ -54,7 +54,7 @@ class EmbeddingResponse(BaseModel):
     created: int
     model: str
     data: list[EmbeddingData]
-    usage: dict
+    usage: Usage
 
 
 def embed_task(info: ModelInfo) -> str:

@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 from aiohttp import web
+from pydantic import BaseModel
 
 from poolgate.gateway.dialects.encoding import dumps, to_float_list
-from poolgate.gateway.dialects.envelope import list_response
+from poolgate.gateway.dialects.envelope import Usage, list_response
 from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -28,6 +29,24 @@ PATHS = ("/classify", "/v1/classify")
 
 class ClassificationRequest(CompletionOrChatBody):
     """The body of ``POST /classify``; unknown fields are allowed and ignored."""
+
+
+class ClassificationData(BaseModel):
+    index: int
+    label: str | None
+    probs: list[float]
+    num_classes: int
+
+
+class ClassificationResponse(BaseModel):
+    """vLLM's ClassificationResponse (documents the route)."""
+
+    id: str
+    object: str = "list"
+    created: int
+    model: str
+    data: list[ClassificationData]
+    usage: Usage
 
 
 def to_request(req: ClassificationRequest) -> ServeRequest:
@@ -62,5 +81,5 @@ async def create_classify(request: web.Request, req: ClassificationRequest) -> w
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-ROUTES = tuple(Route("POST", path, create_classify, ClassificationRequest, tasks=("classify",),
-                     summary="vLLM classification") for path in PATHS)
+ROUTES = tuple(Route("POST", path, create_classify, ClassificationRequest, ClassificationResponse,
+                     tasks=("classify",), summary="vLLM classification") for path in PATHS)

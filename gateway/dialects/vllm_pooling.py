@@ -20,9 +20,10 @@ from __future__ import annotations
 import time
 
 from aiohttp import web
+from pydantic import BaseModel
 
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
-from poolgate.gateway.dialects.envelope import bytes_response, list_response
+from poolgate.gateway.dialects.envelope import Usage, bytes_response, list_response
 from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -46,6 +47,23 @@ class PoolingRequest(CompletionOrChatBody):
     embed_dtype: EmbedDType = "float32"
     endianness: Endianness = "native"
     dimensions: int | None = None
+
+
+class PoolingData(BaseModel):
+    index: int
+    object: str = "pooling"
+    data: list[float] | list[list[float]] | str
+
+
+class PoolingResponse(BaseModel):
+    """vLLM's PoolingResponse for float and base64 (documents the route)."""
+
+    id: str
+    object: str = "list"
+    created: int
+    model: str
+    data: list[PoolingData]
+    usage: Usage
 
 
 def pooling_task(info: ModelInfo, requested: str | None) -> str:
@@ -98,4 +116,5 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-ROUTES = (Route("POST", "/pooling", create_pooling, PoolingRequest, summary="vLLM raw pooling output"),)
+ROUTES = (Route("POST", "/pooling", create_pooling, PoolingRequest, PoolingResponse,
+                summary="vLLM raw pooling output"),)

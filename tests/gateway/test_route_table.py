@@ -94,6 +94,9 @@ def test_openapi_document_is_built_from_the_table_alone_and_is_valid_openapi():
     assert {"/classify", "/v1/classify", "/v1/embeddings", "/pooling", "/v1/models"} <= set(doc["paths"])
     _all_refs_resolve(doc)
     validate(doc)  # the OpenAPI 3.1 schema, defaults included
+    for path in ("/v1/embeddings", "/classify", "/pooling", "/v2/embed"):
+        ok = doc["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok["$ref"].rsplit("/", 1)[1] in doc["components"]["schemas"]
 
 
 def test_openapi_documents_every_route_and_its_error_shape():
@@ -106,6 +109,7 @@ def test_openapi_documents_every_route_and_its_error_shape():
             continue
         op = doc["paths"][route.path][route.method.lower()]
         assert ("requestBody" in op) == (route.request_model is not None), route.path
+        assert ("content" in op["responses"]["200"]) == (route.response_model is not None), route.path
         error_ref = op["responses"]["4XX"]["content"]["application/json"]["schema"]["$ref"]
         assert error_ref.endswith(f"{route.errors.capitalize()}Error"), route.path
 
@@ -136,3 +140,19 @@ def _extra_pool(model):
         async with served_router([model]) as router:
             yield next(iter(router.pools.values()))
     return pool()
+
+
+async def test_answers_match_their_documented_response_models(gateway):
+    client = await gateway(models=[fake_model(tasks=("embed", "token_embed", "classify"))])
+    bodies = {"/v1/embeddings": [{"input": ["a b"]}, {"input": "a", "encoding_format": "base64"}],
+              "/classify": [{"input": ["a b", "c"]}], "/pooling": [{"input": "a", "task": "token_embed"}],
+              "/v2/embed": [{"texts": ["a"], "embedding_types": ["float", "int8", "binary", "base64"]}],
+              "/v1/embed": [{"texts": ["a"]}]}
+    routes = {(r.method, r.path): r for r in all_routes()}
+    for path, cases in bodies.items():
+        for body in cases:
+            resp = await client.post(path, json=body)
+            assert resp.status == 200, await resp.text()
+            model, out = routes[("POST", path)].response_model, await resp.json()
+            model.model_validate(out)
+            assert set(out) == set(model.model_fields), path  # every key documented, none missing
