@@ -37,9 +37,11 @@ class PreparedBatch:
 class PoolingRunner:
     """One model on one backend in one dtype, built whole (see ``workers.build``)."""
 
-    def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype, pooler: DispatchPooler):
+    def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype, pooler: DispatchPooler,
+                 grouped: bool = False):
         self.model, self.backend, self.dtype, self.pooler = model, backend, dtype, pooler
-        self.group_attention = backend.uses_groups(dtype)
+        # the SDPA group plan is host work: made here in prepare when the backend or the model (Family.grouped) needs it
+        self.group_attention = grouped or backend.uses_groups(dtype)
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch:
         packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],

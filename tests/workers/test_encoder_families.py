@@ -52,3 +52,20 @@ def test_every_registered_family_follows_the_protocol():
             assert callable(getattr(cls, method, None)), f"{name}: {family.name} lacks {method}"
         assert family.heads <= HEAD_KINDS and family.default_pooling in ("CLS", "MEAN", "LAST")
     assert callable(HfAutoEncoder.use_packed_linears)  # the fallback too: the CPU backend calls it unprobed
+
+
+@pytest.mark.parametrize("model_type,grouped", [("mpnet", True), ("bert", False)])
+def test_runner_plans_groups_for_models_that_need_them(tmp_path, monkeypatch, model_type, grouped):
+    """On a backend without the group plan (CUDA's varlen path), MPNet's bias still gets its groups at prepare."""
+    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.params import PoolingParams
+    from poolgate.workers.backends.cpu import CpuBackend
+    from poolgate.workers.build import load_model
+    from poolgate.workers.sequence import Sequence
+
+    monkeypatch.setattr(CpuBackend, "uses_groups", lambda self, dtype: False)
+    save_tiny(tmp_path, model_type)
+    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+                                    backend="cpu", max_batch_tokens=256))
+    prepared = model.runner.prepare([Sequence(s, PoolingParams()) for s in SEQS])
+    assert (prepared.packed.groups is not None) == grouped

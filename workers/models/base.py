@@ -63,6 +63,7 @@ class Family:
     heads: frozenset[str]
     prefixes: tuple[str, ...] = ()
     causal: bool = False  # decoders: LAST pooling, causal attention
+    grouped: bool = False  # attention the varlen kernel cannot do (a bias): the runner plans SDPA groups everywhere
     pooling_for: Callable[[dict], str] | None = None  # a default read from the config (ModernBERT classifiers)
 
     def pooling(self, hf: dict) -> str:

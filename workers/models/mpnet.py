@@ -90,5 +90,5 @@ LAYER_NAMES = {"attn_out": "attention.attn.o", "attn_norm": "attention.LayerNorm
 MPNET = Family(
     name="mpnet", config=MPNetConfig.from_hf, model=MPNetEncoder, default_pooling="CLS",
     heads=frozenset({"model", "sequence_classification", "token_classification", "masked_lm"}),
-    prefixes=("mpnet.",),
+    prefixes=("mpnet.",), grouped=True,
 )
