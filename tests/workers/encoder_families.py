@@ -1,6 +1,6 @@
 """Packed encoder families vs transformers, fp32: ``python -m tests.workers.encoder_families`` prints the table.
 
-For BERT, RoBERTa, XLM-R, DistilBERT and MPNet, tiny random checkpoints
+For BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT and MPNet, tiny random checkpoints
 (``*Model``, ``*ForSequenceClassification``, ``*ForTokenClassification``) are
 made at run time. Compared on one batch of mixed lengths: the packed model's
 hidden states against transformers' ``last_hidden_state`` (each sequence run
@@ -29,7 +29,7 @@ from poolgate.workers.st_config import read_spec
 from tests.fakes import make_tiny_tokenizer
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], [2, 7, 7, 7, 7, 7, 7, 3], [2]]
-FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")
+FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet")
 HEADS = {"model": AutoModel, "sequence_classification": AutoModelForSequenceClassification,
          "token_classification": AutoModelForTokenClassification}
 

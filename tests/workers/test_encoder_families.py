@@ -1,4 +1,4 @@
-"""Packed BERT, RoBERTa, XLM-R, DistilBERT and MPNet agree with transformers (fp32, cosine ≥ 0.9999).
+"""Packed BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT and MPNet agree with transformers (fp32, cosine ≥ 0.9999).
 
 The cases (tiny random checkpoints made here, one batch of mixed lengths,
 hidden states and served outputs) are in ``tests.workers.encoder_families``,

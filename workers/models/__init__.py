@@ -39,6 +39,9 @@ ARCHITECTURES: dict[str, Family] = {
     "RobertaForTokenClassification": BERT,
     "XLMRobertaForSequenceClassification": BERT,
     "XLMRobertaForTokenClassification": BERT,
+    "CamembertModel": BERT,
+    "CamembertForSequenceClassification": BERT,
+    "CamembertForTokenClassification": BERT,
     "BertSpladeSparseEmbeddingModel": BERT,  # a BertForMaskedLM checkpoint served as SPLADE (pooling.splade)
     "BgeM3EmbeddingModel": BERT,  # an XLM-R encoder with BGE-M3's sparse and ColBERT heads (pooling.bge_m3)
     "DistilBertModel": DISTILBERT,
