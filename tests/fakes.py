@@ -303,6 +303,20 @@ class FakeWorkerClient:
         self.closed = True
 
 
+class FakeDns:
+    """A resolver for ``gateway.discovery`` (``resolver(host, port) -> addresses``): answers ``addresses``,
+    or raises OSError while ``fail`` is set; records every question in ``asked``."""
+
+    def __init__(self, *addresses: str):
+        self.addresses, self.fail, self.asked = list(addresses), False, []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append((host, port))
+        if self.fail:
+            raise OSError("Temporary failure in name resolution")
+        return list(self.addresses)
+
+
 async def until(predicate, timeout: float = 2.0) -> None:
     """Poll ``predicate`` on the event loop until it holds (fails the test after ``timeout`` s)."""
     end = time.monotonic() + timeout

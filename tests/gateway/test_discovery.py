@@ -16,7 +16,7 @@ from poolgate.shared.config import GatewayConfig, PoolConfig, TransportSecurity
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import PoolingCall
-from tests.fakes import fake_model, until
+from tests.fakes import FakeDns, fake_model, until
 from tests.processes import free_port
 
 TOKEN = "t0ken"
@@ -37,17 +37,6 @@ async def workers(port: int, hosts: dict[str, str], token: str | None = TOKEN):
             server = await serve(f"tcp://{host}:{port}", engine, model.info, TransportSecurity(token=token))
             stack.callback(server.close)
         yield
-
-
-class FakeDns:
-    def __init__(self, *addresses: str):
-        self.addresses, self.fail, self.asked = list(addresses), False, []
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        self.asked.append((host, port))
-        if self.fail:
-            raise OSError("Temporary failure in name resolution")
-        return list(self.addresses)
 
 
 def test_urls():
