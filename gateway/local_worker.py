@@ -96,7 +96,7 @@ class LocalWorker:
             code = await self.process.wait()
             raise Unavailable(f"worker process exited with code {code} before it was ready")
         self.address = line
-        # the gateway's own client presents the token the worker was given, if any
+        # the gateway's own client presents the token the worker was given
         client = await WorkerClient.connect(self.address, timeout=5.0, token=cfg.security.token)
         try:
             return client, await client.info()
