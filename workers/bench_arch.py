@@ -7,7 +7,7 @@ packed family, once as transformers' AutoModel (the fallback every
 unregistered architecture gets, padded to each batch's longest). Both run the
 same tokenized synthetic corpus (``gateway.bench.corpus``, BERT-uncased ids)
 in the same token-budget batches through a ``PoolingRunner`` with the same
-pooler, after one untimed warm-up batch each; batch by batch in turn, so a
+pooler, after an untimed warm-up on a few texts; batch by batch in turn, so a
 busy machine slows both alike. The result also carries the
 worst cosine between the two paths' pooled vectors on the first batch, so a
 fast but wrong packed path shows.
@@ -69,6 +69,9 @@ SHAPES: dict[str, dict[str, dict]] = {
                      num_attention_heads=12, intermediate_size=3072, vocab_size=30528, max_position_embeddings=2048),
     },
 }
+
+
+WARM_UP_TEXTS = 8
 
 
 @dataclass(frozen=True)
@@ -166,19 +169,21 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
 
 def _interleaved(runners: list, work: list[list[list[int]]]) -> tuple[list[float], list[np.ndarray]]:
     """Seconds per runner over all of ``work``, each batch run by every runner in turn (so load from other
-    processes falls on both alike), after one untimed warm-up batch each; and each one's batch-1 vectors."""
+    processes falls on both alike), after an untimed warm-up on a few texts; and each one's batch-1 vectors."""
     from poolgate.shared.params import PoolingParams
     from poolgate.workers.sequence import Sequence
 
     params = PoolingParams(task="embed")
-    firsts = [np.concatenate([o.rows.values for o in r.run([Sequence(s, params) for s in work[0]])])
-              for r in runners]
-    seconds = [0.0] * len(runners)
-    for batch in work:
+    for r in runners:
+        r.run([Sequence(s, params) for s in work[0][:WARM_UP_TEXTS]])
+    seconds, firsts = [0.0] * len(runners), [None] * len(runners)
+    for n, batch in enumerate(work):
         for i, r in enumerate(runners):
             start = time.perf_counter()
-            r.run([Sequence(s, params) for s in batch])
+            outputs = r.run([Sequence(s, params) for s in batch])
             seconds[i] += time.perf_counter() - start
+            if n == 0:
+                firsts[i] = np.concatenate([o.rows.values for o in outputs])
     return seconds, firsts
 
 

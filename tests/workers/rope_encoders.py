@@ -118,15 +118,19 @@ def figures(tmp: Path) -> list[tuple[str, str, float, float]]:
                   max_abs(cls_rows(got), cls_rows(want))),
                  (family, "MEAN pooled", worst_cosine(mean_rows(got), mean_rows(want)),
                   max_abs(mean_rows(got), mean_rows(want)))]
-        for auto, task, extra in ((AutoModelForSequenceClassification, "classify", {}),
-                                  (AutoModelForTokenClassification, "token_classify", {})):
-            folder = tmp / f"{family}-{task}"
+        heads = [(AutoModelForSequenceClassification, "classify", {}),
+                 (AutoModelForTokenClassification, "token_classify", {})]
+        if family == "modernbert":
+            heads.insert(1, (AutoModelForSequenceClassification, "classify", {"classifier_pooling": "mean"}))
+        for n, (auto, task, extra) in enumerate(heads):
+            folder = tmp / f"{family}-{n}"
             ref = save(folder, family, auto, num_labels=3, **extra)
             model = load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
                                             max_batch_tokens=512))
             got = pool_ids(model, SEQS, PoolingParams(task=task, use_activation=False))
             want = torch.cat([torch.atleast_2d(x) for x in reference_logits(ref)]).numpy()
-            rows.append((family, f"{task} logits", worst_cosine(got, want), max_abs(got, want)))
+            label = f"{task} logits" + (f" ({extra['classifier_pooling']})" if extra else "")
+            rows.append((family, label, worst_cosine(got, want), max_abs(got, want)))
     return rows
 
 
@@ -135,6 +139,6 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as tmp:
         table = figures(Path(tmp))
-    print(f"{'family':<12} {'output':<22} {'worst fp32 cosine':>18} {'max abs diff':>13}   (vs transformers 5.24)")
+    print(f"{'family':<12} {'output':<29} {'worst fp32 cosine':>18} {'max abs diff':>13}   (vs transformers 5.24)")
     for family, output, cos, diff in table:
-        print(f"{family:<12} {output:<22} {cos:>18.9f} {diff:>13.2e}")
+        print(f"{family:<12} {output:<29} {cos:>18.9f} {diff:>13.2e}")
