@@ -299,6 +299,19 @@ class FakeWorkerClient:
         values = np.stack([fake_vector(x, self.info_.embedding_dim) for x in ids])
         return PoolingResult(outputs=Rows(values), prompt_tokens=[len(x) for x in ids])
 
+    async def tokenize(self, x, *, add_special_tokens: bool = True,
+                       return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
+        """The fake encoder's ids for a text (the ``tokenize`` op)."""
+        if self.fail is not None:
+            raise self.fail
+        ids = FakeEncoder().encode([x], add_special_tokens=add_special_tokens)[0]
+        return ids, FakeEncoder().token_strs(ids) if return_token_strs else None
+
+    async def detokenize(self, ids: list[int]) -> str:
+        if self.fail is not None:
+            raise self.fail
+        return FakeEncoder().decode(ids)
+
     async def close(self) -> None:
         self.closed = True
 

@@ -60,3 +60,21 @@ async def test_errors(gateway, path, body, message):
     resp = await client.post(path, json=body)
     assert resp.status in (400, 404)
     assert message in (await resp.json())["error"]["message"]
+
+
+async def test_the_least_busy_ready_worker_answers():
+    from poolgate.gateway.dialects.vllm_tokenize import pick_client
+    from poolgate.gateway.model_pools import ModelPools
+    from poolgate.gateway.pool import WorkerPool
+    from poolgate.shared.errors import Unavailable
+    from tests.fakes import FakeWorkerClient
+
+    a, b = FakeWorkerClient(address="fake://a"), FakeWorkerClient(address="fake://b")
+    pool = WorkerPool(a.info_, [a, b])
+    pools = ModelPools([pool])
+    pool.mark_ready(a, False)
+    assert pick_client(pools) is b
+    assert await pick_client(pools).tokenize("x y") == (fake_ids("x y"), None)
+    pool.mark_ready(b, False)
+    with pytest.raises(Unavailable, match="No worker is ready"):
+        pick_client(pools)
