@@ -172,3 +172,20 @@ def test_varlen_flash_on_gpu(case):
     torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
     grouped = grouped_sdpa(q, k, v, gpu, scale=0.125, **case).float().cpu()
     torch.testing.assert_close(grouped, want, atol=2e-3, rtol=2e-3)
+
+
+def test_fused_qkv_views_are_gathered_once_and_exactly():
+    from poolgate.workers.kernels.attention import _fused
+
+    b = _batch()
+    qkv = torch.randn(b.n_tokens, 3 * 4 * 8).view(b.n_tokens, 3, 4, 8)
+    q, k, v = qkv.unbind(1)
+    view = _fused(q, k, v)
+    assert view is not None and torch.equal(view, qkv)
+    assert _fused(k, q, v) is None and _fused(q.clone(), k, v) is None and _fused(*_qkv(b)) is None
+    assert _fused(q, k[:, :2], v[:, :2]) is None  # GQA
+    for case in CASES:
+        got = grouped_sdpa(q, k, v, b, scale=0.3, **case)
+        torch.testing.assert_close(got, _naive(q, k, v, b, scale=0.3, **case), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got, grouped_sdpa(q.clone(), k.clone(), v.clone(), b, scale=0.3, **case),
+                                   atol=1e-6, rtol=1e-6)

@@ -84,6 +84,18 @@ def _group_mask(g: AttnGroup, causal: bool, window: tuple[int, int] | None, bias
     return mask
 
 
+def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """(n_tokens, 3, heads, d) view of q, k, v when they are the three slices of one fused QKV
+    projection (``qkv.view(n, 3, h, d).unbind(1)``), so a group is gathered in one copy; else None."""
+    step = q.shape[1] * q.shape[2]
+    if not (q.shape == k.shape == v.shape and q.stride() == k.stride() == v.stride() and q.stride(1) == q.shape[2]
+            and q.stride(2) == 1 and q.stride(0) >= 3 * step and q.device == k.device == v.device
+            and q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+            and k.storage_offset() - q.storage_offset() == step and v.storage_offset() - k.storage_offset() == step):
+        return None
+    return q.as_strided((q.shape[0], 3, q.shape[1], q.shape[2]), (q.stride(0), step, q.stride(1), 1))
+
+
 def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                  causal: bool = False, window: tuple[int, int] | None = None,
                  bias: RelativeBias | None = None) -> torch.Tensor:
@@ -91,12 +103,17 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
     n_tokens, heads, dim = q.shape
     kv_heads = k.shape[1]
     out = q.new_empty(n_tokens, heads, v.shape[-1])
+    fused = _fused(q, k, v)
     for g in ensure_groups(batch).groups:
         def block(x: torch.Tensor) -> torch.Tensor:  # (n_tokens, h, d) → (n, h, L, d)
             return x.index_select(0, g.gather).view(g.n, g.max_len, x.shape[1], x.shape[2]).transpose(1, 2)
 
+        if fused is not None:  # one gather: (n * L, 3, h, d) → 3 × (n, h, L, d)
+            qb, kb, vb = fused.index_select(0, g.gather).view(g.n, g.max_len, 3, heads, dim).permute(2, 0, 3, 1, 4)
+        else:
+            qb, kb, vb = block(q), block(k), block(v)
         mask = _group_mask(g, causal, window, bias, q.dtype)
-        o = F.scaled_dot_product_attention(block(q), block(k), block(v), attn_mask=mask, scale=scale,
+        o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale,
                                            enable_gqa=kv_heads != heads)  # (n, heads, L, d)
         o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, -1)  # (n * L, heads, d)
         out.index_copy_(0, g.dst, o if g.mask is None else o.index_select(0, g.valid))
