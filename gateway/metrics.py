@@ -75,7 +75,7 @@ class WorkerCollector:
         self.samples: list[_WorkerSample] = []
 
     async def refresh(self) -> None:
-        pairs = [(pool, client) for pool in list(self.router.pools.values()) for client in pool.clients]
+        pairs = [(pool, client) for pool in list(self.router.worker_pools()) for client in pool.clients]
         answers = await asyncio.gather(*(_health(client) for _, client in pairs))
         self.samples = [_WorkerSample(pool, client, health) for (pool, client), health in zip(pairs, answers)]
 

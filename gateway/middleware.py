@@ -29,9 +29,11 @@ log = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "X-Request-Id"
 MAX_REQUEST_ID_CHARS = 256
-# vLLM's rule (only these paths need the API key), plus its unprefixed API routes, which vLLM leaves open,
-# and the admin API (gateway.admin), which is off altogether without an API key.
-API_KEY_PREFIXES = ("/v1", "/v2", "/inference", "/cohere", "/classify", "/pooling", "/admin")
+# vLLM's rule (only these paths need the API key), plus every unprefixed API route, which vLLM leaves open,
+# and the admin API (gateway.admin), which is off altogether without an API key. Open: the ops routes
+# (/health, /ping, /version, /metrics) and /openapi.json.
+API_KEY_PREFIXES = ("/v1", "/v2", "/inference", "/cohere", "/classify", "/pooling", "/score", "/rerank",
+                    "/tokenize", "/detokenize", "/invocations", "/admin")
 RETRY_AFTER_S = "1"
 RETRY_STATUSES = (429, 503)
 QUIET_503_PATHS = frozenset({"/health", "/ping"})  # 503 there just means "still loading"

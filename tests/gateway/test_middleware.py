@@ -41,6 +41,8 @@ async def test_an_unusable_request_id_is_replaced(gateway):
     ("/v1/embeddings", "POST"), ("/v1/models", "GET"), ("/v2/embed", "POST"),
     ("/inference/x", "GET"), ("/cohere/x", "GET"),
     ("/classify", "POST"), ("/v1/classify", "POST"), ("/pooling", "POST"),  # vLLM leaves the unprefixed ones open
+    ("/score", "POST"), ("/v1/score", "POST"), ("/rerank", "POST"), ("/v2/rerank", "POST"),
+    ("/tokenize", "POST"), ("/detokenize", "POST"), ("/invocations", "POST"),
 ])
 async def test_api_key_guards_the_api_prefixes(gateway, path, method):
     client = await gateway(config=KEYED)
@@ -49,7 +51,7 @@ async def test_api_key_guards_the_api_prefixes(gateway, path, method):
         resp = await client.request(method, path, json={"input": "x"}, headers=headers)
         assert resp.status == 401
         body = await resp.json()
-        if path == "/v2/embed":  # a Cohere route answers in Cohere's shape
+        if path in ("/v2/embed", "/v2/rerank"):  # a Cohere route answers in Cohere's shape
             assert body == {"message": "Unauthorized: missing or invalid API key."}
             continue
         err = body["error"]
@@ -63,7 +65,7 @@ async def test_right_api_key_passes(gateway, path):
     assert resp.status == 200
 
 
-@pytest.mark.parametrize("path", ["/health", "/ping", "/version"])
+@pytest.mark.parametrize("path", ["/health", "/ping", "/version", "/openapi.json"])
 async def test_api_key_is_not_needed_outside_the_api_prefixes(gateway, path):
     client = await gateway(config=KEYED)
     assert (await client.get(path)).status == 200
