@@ -73,6 +73,16 @@ def test_modernbert_hub_config_keys(tmp_path):
     _agree(packed_hidden(model), reference_hidden(ref))
 
 
+def test_modernbert_hub_rope_scaling_applies_to_both_layer_types(tmp_path):
+    ref = save(tmp_path, "modernbert", AutoModel, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    to_hub_modernbert_config(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "rope_scaling": {"type": "linear", "factor": 2.0}}))
+    model = packed_model(tmp_path)
+    assert all(dict(r.config.scaling).get("factor") == 2.0 for r in model.ropes.values())
+    _agree(packed_hidden(model), reference_hidden(ref))
+
+
 def test_nomic_hub_config_keys(tmp_path):
     """nomic-embed-text's own config.json uses GPT-2 style keys (n_embd, n_layer, rotary_emb_base, ...)."""
     ref = save(tmp_path, "nomic_bert", AutoModel)

@@ -90,6 +90,8 @@ class ModernBertConfig:
 def _rope(hf: dict, kind: str, head_dim: int) -> RopeConfig:
     """The layer type's rotary settings: its ``rope_parameters`` entry, else the legacy theta key."""
     params = dict((hf.get("rope_parameters") or {}).get(kind) or {})
+    if not params:  # a Hub config: its rope_scaling applies to both layer types, as transformers reads it
+        params = dict(hf.get("rope_scaling") or {})
     key, default = LEGACY_THETA[kind]
     params.setdefault("rope_theta", float(hf.get(key) or default))
     return RopeConfig.from_hf({"rope_parameters": params,
