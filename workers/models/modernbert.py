@@ -66,6 +66,11 @@ class ModernBertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def windows(self) -> tuple[tuple[int, int] | None, ...]:
+        """Per layer, the attention window (left, right) of the contract; None = global."""
+        return tuple((self.half_window, self.half_window) if t == LOCAL else None for t in self.layer_types)
+
     @classmethod
     def from_hf(cls, hf: dict) -> "ModernBertConfig":
         n = hf["num_hidden_layers"]
@@ -107,7 +112,7 @@ class ModernBertLayer(nn.Module):
         super().__init__()
         self.heads, self.head_dim = c.num_attention_heads, c.head_dim
         self.kind = c.layer_types[index]
-        self.window = (c.half_window, c.half_window) if self.kind == LOCAL else None
+        self.window = c.windows[index]
         self.attn_norm = nn.Identity() if index == 0 else _norm(c)
         self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size, bias=c.attention_bias)
         self.attn_out = nn.Linear(c.hidden_size, c.hidden_size, bias=c.attention_bias)
