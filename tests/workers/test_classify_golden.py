@@ -83,9 +83,14 @@ def test_token_classifier(tmp_path):
         np.testing.assert_allclose(run.rows.item(i), torch.softmax(logits, -1).numpy(), atol=1e-5)
 
 
-def test_distilbert_classifier_through_the_transformers_fallback(tmp_path):
-    ref = _save(tmp_path, "distilbert", AutoModelForSequenceClassification, num_labels=2)
-    got = pool_ids(_load(tmp_path), SEQS, PoolingParams(task="classify"))
+# packed DistilBERT; ELECTRA (GELU between its head's linears) and DeBERTa-v2 (its pooler_hidden_act) fall back
+@pytest.mark.parametrize("model_type", ["distilbert", "electra", "deberta-v2"])
+def test_two_label_classifier(tmp_path, model_type):
+    extra = {"pooler_hidden_act": "relu"} if model_type == "deberta-v2" else {}
+    ref = _save(tmp_path, model_type, AutoModelForSequenceClassification, num_labels=2, **extra)
+    model = _load(tmp_path)
+    assert model.padded == (model_type != "distilbert")  # the transformers fallback runs padded batches
+    got = pool_ids(model, SEQS, PoolingParams(task="classify"))
     np.testing.assert_allclose(got, torch.softmax(torch.stack(_logits(ref, SEQS)), -1).numpy(), atol=1e-5)
 
 
@@ -235,3 +240,10 @@ def test_default_dimensions_are_refused_for_a_classifier(tmp_path):
     _save(tmp_path, "bert", AutoModelForSequenceClassification, num_labels=3)
     with pytest.raises(ValueError, match="applies to dense embeddings"):
         _load_with(tmp_path, dimensions=2)
+
+
+def test_a_head_whose_activation_is_not_known_is_refused(tmp_path):
+    # Nystromformer names its head as RoBERTa does (classifier.dense, classifier.out_proj) but uses its hidden_act
+    _save(tmp_path, "nystromformer", AutoModelForSequenceClassification, num_labels=2)
+    with pytest.raises(Exception, match="model_type 'nystromformer' is not one poolgate has verified"):
+        _load(tmp_path)

@@ -25,10 +25,11 @@ def _pool(model):
     return pool_ids(model, SEQS, PoolingParams(use_activation=False))
 
 
-@pytest.mark.parametrize("kind", ["distilbert", "phi3"])  # a decoder with no packed family (Llama is packed)
+@pytest.mark.parametrize("kind", ["electra", "phi3"])  # an encoder and a decoder with no packed family
 def test_fallback_matches_transformers(tmp_path, kind):
-    if kind == "distilbert":
-        config = AutoConfig.for_model("distilbert", vocab_size=100, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+    if kind == "electra":
+        config = AutoConfig.for_model("electra", vocab_size=100, embedding_size=32, hidden_size=32,
+                                      num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                       max_position_embeddings=64)
     else:
         config = AutoConfig.for_model("phi3", vocab_size=100, hidden_size=32, num_hidden_layers=2,

@@ -46,19 +46,46 @@ def _same(module: nn.Module) -> tuple[nn.Module, nn.Module]:
     return module, module
 
 
+# The activation between the two linears of a pooler-style head (``pooler.dense`` → act → ``classifier``,
+# or ``classifier.dense`` → act → ``classifier.out_proj``), by ``model_type``. The weight names alone do
+# not say it (ELECTRA and DeBERTa name their layers as BERT and RoBERTa do but use GELU), so a model type
+# not listed here is refused rather than scored with a guessed activation.
+TANH_HEADS = frozenset({"bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "new", "gte",
+                        "nomic_bert", "albert", "megatron-bert", "ernie", "data2vec-text", "longformer"})
+HEAD_ACTIVATIONS: dict[str, Callable[[dict], str]] = {
+    "electra": lambda hf: "gelu",  # ElectraClassificationHead
+    "deberta": lambda hf: hf.get("pooler_hidden_act", "gelu"),  # ContextPooler
+    "deberta-v2": lambda hf: hf.get("pooler_hidden_act", "gelu"),
+}
+
+
+def _head_activation(hf: dict) -> nn.Module:
+    from transformers.activations import ACT2FN
+
+    kind = hf.get("model_type", "")
+    if kind in TANH_HEADS:
+        return nn.Tanh()
+    if kind in HEAD_ACTIVATIONS:
+        return ACT2FN[HEAD_ACTIVATIONS[kind](hf)]
+    raise ValueError(f"the classifier head of model_type '{kind}' is not one poolgate has verified (its layer "
+                     "names match a BERT/RoBERTa-style head, but the activation between them differs between "
+                     "families); serve it as an embedder, or open an issue with the checkpoint's architecture")
+
+
 def _bert(state: dict[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
     classifier = _linear(state, "classifier")
-    return nn.Sequential(_linear(state, "pooler.dense"), nn.Tanh(), classifier), classifier
+    return nn.Sequential(_linear(state, "pooler.dense"), _head_activation(hf), classifier), classifier
 
 
 SCORE_LAYERS: tuple[ScoreLayer, ...] = (
     # ModernBERT: head (dense → act → norm) → classifier, on the pooled row and on every token alike
     ScoreLayer(("head.dense.weight", "head.norm.weight", "classifier.weight"),
                lambda s, hf: _same(ModernBertHead(s, hf))),
-    # RoBERTa / XLM-R: classifier.dense → tanh → classifier.out_proj (on the <s> token)
+    # RoBERTa / XLM-R: classifier.dense → tanh (GELU for ELECTRA) → classifier.out_proj (on the <s> token)
     ScoreLayer(("classifier.dense.weight", "classifier.out_proj.weight"), lambda s, hf: _same(
-        nn.Sequential(_linear(s, "classifier.dense"), nn.Tanh(), _linear(s, "classifier.out_proj")))),
-    # BERT: the pooler (dense → tanh on [CLS]) → classifier; per token, the classifier alone. Token
+        nn.Sequential(_linear(s, "classifier.dense"), _head_activation(hf), _linear(s, "classifier.out_proj")))),
+    # BERT: the pooler (dense → tanh on [CLS]; DeBERTa: its pooler_hidden_act) → classifier; per token, the
+    # classifier alone. Token
     # classifiers that still carry the unused pooler weights land here too and get the classifier.
     ScoreLayer(("pooler.dense.weight", "classifier.weight"), _bert),
     # DistilBERT: pre_classifier → relu → classifier
