@@ -37,6 +37,7 @@ class Route:
     ``tasks``: the route is served by a model that serves any of them; empty =
     always served (ops routes, ``/pooling``). ``serves`` replaces that test
     when a task list cannot say it (e.g. scoring needs a one-label classifier).
+    ``operation`` names what a ``serves`` route does in the 400 for a model without it ("score").
     ``errors``: the error body shape, a key of ``middleware.ERROR_FORMATS``.
     ``response_model`` and ``summary`` only document the route.
     """
@@ -48,6 +49,7 @@ class Route:
     response_model: type[BaseModel] | None = None
     tasks: tuple[str, ...] = ()
     serves: Callable[[ModelInfo], bool] | None = None
+    operation: str | None = None
     errors: str = "openai"
     summary: str = ""
 
@@ -79,7 +81,7 @@ def mount(app: web.Application, route: Route) -> None:
         if route.gated and body is not None:
             info = router.lookup(getattr(body, "model", None)).info
             if not route.served_by(info):
-                task = route.tasks[0] if route.tasks else None
+                task = route.tasks[0] if route.tasks else route.operation
                 raise InvalidRequest(unsupported_task(info, task), param="model")
         return await route.handler(request, body)
 

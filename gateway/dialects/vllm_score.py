@@ -85,5 +85,5 @@ async def create_score(request: web.Request, req: ScoreRequest) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-ROUTES = tuple(Route("POST", path, create_score, ScoreRequest, ScoreResponse, serves=scoring_enabled,
+ROUTES = tuple(Route("POST", path, create_score, ScoreRequest, ScoreResponse, serves=scoring_enabled, operation="score",
                      summary="vLLM score: query/document pair scores") for path in PATHS)

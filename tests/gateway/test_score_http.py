@@ -155,6 +155,18 @@ async def test_models_that_cannot_score_have_no_score_route(gateway, model):
         assert resp.status == 404, path
 
 
+async def test_a_named_model_that_cannot_score_gets_vllms_unsupported_task(gateway):
+    client = await gateway(models=[fake_model(name="emb"), fake_model(name="ner", tasks=("token_classify",))])
+    for path, body in (("/score", {"queries": "a", "documents": "b"}), ("/rerank", {"query": "a", "documents": ["b"]})):
+        resp = await client.post(path, json={**body, "model": "ner"})
+        assert resp.status == 400, path
+        operation = path.strip("/")
+        assert (await resp.json())["error"]["message"] == (
+            f"Unsupported task: '{operation}' Supported tasks: ('token_classify',)")
+        resp = await client.post(path, json={**body, "model": "emb"})
+        assert resp.status == 200, path
+
+
 async def test_the_instruction_travels_with_each_pair(gateway):
     model = cross_encoder()
     client = await gateway(models=[model])
