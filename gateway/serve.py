@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--auto-truncate", action="store_true",
                    help="truncate over-long inputs instead of rejecting them with 400")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 and /v2 routes")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API and admin route (/health, /ping, /version, /metrics and /openapi.json stay open)")
     p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from FILE")
     p.add_argument("--model-root", action="append", default=[], metavar="DIR",
                    help="a folder the admin API may load models from (repeatable; none: no loading)")

@@ -125,6 +125,20 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
     module.load_state_dict(loaded, strict=True)
 
 
+def layer_names(num_layers: int, prefix: str, qkv: tuple[str, str, str],
+                layers: Mapping[str, str]) -> dict[str, str | list[str]]:
+    """The name map of an encoder's stack of layers, ours ``layers.{i}.NAME.{weight,bias}`` → the checkpoint's
+    ``prefix.format(i) + THEIRS.{weight,bias}``: ``qkv`` (the three projections, fused in that order) and
+    each module of ``layers`` (ours → theirs). Every module has a weight and a bias."""
+    names: dict[str, str | list[str]] = {}
+    for i in range(num_layers):
+        p, ours = prefix.format(i), f"layers.{i}."
+        for kind in ("weight", "bias"):
+            names[f"{ours}qkv.{kind}"] = [f"{p}{m}.{kind}" for m in qkv]
+            names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in layers.items()})
+    return names
+
+
 def _find(state: Mapping[str, torch.Tensor], name: str) -> str | None:
     if name in state:
         return name

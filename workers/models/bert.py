@@ -15,22 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn, RelativeBias
 from poolgate.workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
-from poolgate.workers.models.base import Family, load_mapped
+from poolgate.workers.models.activations import ACTIVATIONS
+from poolgate.workers.models.base import Family, layer_names, load_mapped
 from poolgate.workers.models.positions import LearnedPositions, learned_offset
 from poolgate.workers.packing import PackedBatch
 
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-}
 BASE_PREFIXES = ("bert.", "roberta.", "xlm-roberta.", "camembert.", "model.")
 HEAD_PREFIXES = ("cls.", "lm_head.", "classifier.", "pooler.", "colbert_linear.", "sparse_linear.")
 
@@ -133,21 +126,12 @@ def weight_names(num_layers: int) -> dict[str, str | list[str]]:
         "emb_norm.weight": "embeddings.LayerNorm.weight",
         "emb_norm.bias": "embeddings.LayerNorm.bias",
     }
-    for i in range(num_layers):
-        p, ours = f"encoder.layer.{i}.", f"layers.{i}."
-        for kind in ("weight", "bias"):
-            names[f"{ours}qkv.{kind}"] = [f"{p}attention.self.{m}.{kind}" for m in ("query", "key", "value")]
-        names.update({ours + a: p + b for a, b in LAYER_NAMES.items()})
-    return names
+    qkv = ("attention.self.query", "attention.self.key", "attention.self.value")
+    return names | layer_names(num_layers, "encoder.layer.{}.", qkv, LAYER_NAMES)
 
 
-LAYER_NAMES = {
-    "attn_out.weight": "attention.output.dense.weight", "attn_out.bias": "attention.output.dense.bias",
-    "attn_norm.weight": "attention.output.LayerNorm.weight", "attn_norm.bias": "attention.output.LayerNorm.bias",
-    "up.weight": "intermediate.dense.weight", "up.bias": "intermediate.dense.bias",
-    "down.weight": "output.dense.weight", "down.bias": "output.dense.bias",
-    "out_norm.weight": "output.LayerNorm.weight", "out_norm.bias": "output.LayerNorm.bias",
-}
+LAYER_NAMES = {"attn_out": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
+               "up": "intermediate.dense", "down": "output.dense", "out_norm": "output.LayerNorm"}
 
 BERT = Family(
     name="bert", config=BertConfig.from_hf, model=BertEncoder, default_pooling="CLS",

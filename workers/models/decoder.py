@@ -20,22 +20,16 @@ Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every tensor).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn, allowed
 from poolgate.workers.kernels.linear import PackedLinear
+from poolgate.workers.models.activations import ACTIVATIONS
 from poolgate.workers.models.base import load_mapped
 from poolgate.workers.models.decoder_config import DecoderConfig
 from poolgate.workers.models.positions import Rope, apply_rope
 from poolgate.workers.packing import PackedBatch, ensure_groups
 
-ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
 HEAD_PREFIXES = ("score.", "lm_head.")  # classifier and LM head: the poolers read them
 STALE = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 

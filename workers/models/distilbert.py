@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.base import Family, load_mapped
+from poolgate.workers.models.base import Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions
 from poolgate.workers.packing import PackedBatch
@@ -87,12 +87,8 @@ def weight_names(num_layers: int) -> dict[str, str | list[str]]:
         "emb_norm.weight": "embeddings.LayerNorm.weight",
         "emb_norm.bias": "embeddings.LayerNorm.bias",
     }
-    for i in range(num_layers):
-        p, ours = f"transformer.layer.{i}.", f"layers.{i}."
-        for kind in ("weight", "bias"):
-            names[f"{ours}qkv.{kind}"] = [f"{p}attention.{m}_lin.{kind}" for m in ("q", "k", "v")]
-            names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in LAYER_NAMES.items()})
-    return names
+    qkv = ("attention.q_lin", "attention.k_lin", "attention.v_lin")
+    return names | layer_names(num_layers, "transformer.layer.{}.", qkv, LAYER_NAMES)
 
 
 LAYER_NAMES = {"attn_out": "attention.out_lin", "attn_norm": "sa_layer_norm", "up": "ffn.lin1",

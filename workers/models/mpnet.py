@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.base import Family, load_mapped
+from poolgate.workers.models.base import Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
-from poolgate.workers.models.positions import LearnedPositions, RelativeBuckets, learned_offset
+from poolgate.workers.models.positions import LearnedPositions, RelativeBuckets
 from poolgate.workers.packing import PackedBatch
 
 HEAD_PREFIXES = ("classifier.", "lm_head.", "pooler.", "qa_outputs.")
@@ -76,12 +76,8 @@ def weight_names(num_layers: int) -> dict[str, str | list[str]]:
         "emb_norm.bias": "embeddings.LayerNorm.bias",
         "relative.table.weight": "encoder.relative_attention_bias.weight",
     }
-    for i in range(num_layers):
-        p, ours = f"encoder.layer.{i}.", f"layers.{i}."
-        for kind in ("weight", "bias"):
-            names[f"{ours}qkv.{kind}"] = [f"{p}attention.attn.{m}.{kind}" for m in ("q", "k", "v")]
-            names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in LAYER_NAMES.items()})
-    return names
+    qkv = ("attention.attn.q", "attention.attn.k", "attention.attn.v")
+    return names | layer_names(num_layers, "encoder.layer.{}.", qkv, LAYER_NAMES)
 
 
 LAYER_NAMES = {"attn_out": "attention.attn.o", "attn_norm": "attention.LayerNorm", "up": "intermediate.dense",
