@@ -25,18 +25,12 @@ from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
 from poolgate.workers.kernels.linear import PackedLinear
+from poolgate.workers.models.activations import ACTIVATIONS as BASE_ACTIVATIONS
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
 from poolgate.workers.packing import PackedBatch
 
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-    "swiglu": F.silu,  # NomicBERT's name for a SiLU-gated MLP
-}
+ACTIVATIONS = {**BASE_ACTIVATIONS, "swiglu": F.silu}  # NomicBERT's name for a SiLU-gated MLP
 PREFIXES = ("new.", "gte.")
 HEAD_PREFIXES = ("pooler.", "classifier.", "lm_head.")
 UNSUPPORTED = {  # Hub NewModel settings transformers' GTE does not implement: key → the value we can run

@@ -21,22 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
 from poolgate.workers.kernels.linear import PackedLinear
+from poolgate.workers.models.activations import ACTIVATIONS
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
 from poolgate.workers.packing import PackedBatch
 
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-}
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 LEGACY_THETA = {GLOBAL: ("global_rope_theta", 160_000.0), LOCAL: ("local_rope_theta", 10_000.0)}
 POOLING = {"cls": "CLS", "mean": "MEAN"}  # classifier_pooling → poolgate's pooling method
