@@ -25,7 +25,6 @@ def _namespaces_unavailable() -> str | None:
     return None
 
 
-@pytest.mark.slow
 @pytest.mark.skipif((reason := _namespaces_unavailable()) is not None, reason=reason or "")
 def test_traffic_flows_through_a_worker_killed_and_restarted_on_another_host():
     out = subprocess.run([*UNSHARE, sys.executable, "-m", "tests.multihost", "setup", "--seconds", "6"],
