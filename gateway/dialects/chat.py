@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from poolgate.gateway.dialects.body import validation_failure
+from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness
 from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.wire import ChatInput, Input
@@ -130,3 +131,12 @@ def _message(message: ChatMessage) -> dict:
     elif message.content is None:
         body["content"] = ""
     return body
+
+
+class EncodedBody(CompletionOrChatBody):
+    """A completion-or-chat body whose arrays come back encoded as asked (``/v1/embeddings``, ``/pooling``)."""
+
+    encoding_format: EncodingFormat = "float"
+    embed_dtype: EmbedDType = "float32"
+    endianness: Endianness = "native"
+    dimensions: int | None = None

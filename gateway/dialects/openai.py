@@ -20,8 +20,8 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import validation_failure
-from poolgate.gateway.dialects.chat import CompletionOrChatBody
-from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
+from poolgate.gateway.dialects.chat import EncodedBody
+from poolgate.gateway.dialects.encoding import dumps, json_encoder
 from poolgate.gateway.dialects.envelope import Usage, bytes_response, usage
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -31,13 +31,8 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo
 
 
-class EmbeddingRequest(CompletionOrChatBody):
+class EmbeddingRequest(EncodedBody):
     """The body of ``POST /v1/embeddings``; unknown fields are allowed and ignored."""
-
-    encoding_format: EncodingFormat = "float"
-    embed_dtype: EmbedDType = "float32"
-    endianness: Endianness = "native"
-    dimensions: int | None = None
 
 
 class EmbeddingData(BaseModel):

@@ -22,9 +22,9 @@ import time
 from aiohttp import web
 from pydantic import BaseModel
 
-from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness, dumps, json_encoder
+from poolgate.gateway.dialects.encoding import dumps, json_encoder
 from poolgate.gateway.dialects.envelope import Usage, bytes_response, list_response
-from poolgate.gateway.dialects.chat import CompletionOrChatBody
+from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
@@ -39,14 +39,10 @@ RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
 EMBEDDING_TASKS = ("embed", "token_embed")  # whose last axis is gen_ai.embeddings.dimension.count
 
 
-class PoolingRequest(CompletionOrChatBody):
+class PoolingRequest(EncodedBody):
     """The body of ``POST /pooling``; unknown fields are allowed and ignored."""
 
     task: PoolingTask | None = None
-    encoding_format: EncodingFormat = "float"
-    embed_dtype: EmbedDType = "float32"
-    endianness: Endianness = "native"
-    dimensions: int | None = None
 
 
 class PoolingData(BaseModel):
