@@ -23,6 +23,7 @@ reach the port. Loading is also off (403) without model roots.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from aiohttp import web
@@ -36,7 +37,14 @@ from poolgate.gateway.state import CONFIG, ROUTER
 from poolgate.shared.errors import Forbidden, InvalidRequest, Unavailable
 
 FLEET = web.AppKey("fleet", Fleet)
-NOT_LOADABLE = ("remote",)  # keys a request may not set: the gateway dials only what its config names
+# Keys a request may not set, and why: the gateway dials only what its config names, and code execution
+# (remote code, pickles) is the operator's decision, made in the config, never a request's.
+NOT_LOADABLE = {
+    "remote": "remote workers come from the server's config, not a request",
+    "trust_remote_code": "running a checkpoint's own code can only be allowed in the server's config",
+    "allow_pickle_weights": "pickle weights can only be allowed in the server's config",
+}
+MAX_REPLICAS = os.cpu_count() or 1  # local workers one request may start
 
 
 class BodyErrors:
@@ -85,9 +93,13 @@ async def load_model(request: web.Request, _body=None) -> web.Response:
     check_enabled(request)
     config = request.app[CONFIG]
     body = await _json_object(request)
-    for key in NOT_LOADABLE:
+    for key, why in NOT_LOADABLE.items():
         if key in body:
-            raise InvalidRequest(f"{key}: remote workers come from the server's config, not a request", param=key)
+            raise InvalidRequest(f"{key}: {why}", param=key)
+    replicas = body.get("replicas")
+    if isinstance(replicas, int) and replicas > MAX_REPLICAS:
+        raise InvalidRequest(f"replicas: a request may start at most {MAX_REPLICAS} workers (this machine's "
+                             "cores); more come from the server's config", param="replicas")
     table = {**body, "model": under_roots(body.get("model"), config.model_roots)}
     entry = model_entry(table, (), BodyErrors())
     try:

@@ -85,6 +85,7 @@ class Discovery:
         self.url, self.name = url, parse_dns_url(url)
         self.connect, self.resolver, self.interval_s = connect, resolver, interval_s
         self.members: dict[str, object] = {}
+        self.leaving: set[asyncio.Task] = set()  # removals of departed workers still draining
 
     async def first(self, timeout_s: float) -> list:
         """The workers that answer now; with ``timeout_s`` > 0, resolve again until one does (or time is up)."""
@@ -122,7 +123,12 @@ class Discovery:
             log.info("worker %s (from %s) not joining yet: %s", url, self.url, exc)
             return None
         if expected is not None:
-            served = (await client.info()).served_model_name
+            try:
+                served = (await client.info()).served_model_name
+            except Exception as exc:  # dropped before it answered (restarting, a blip): the next round retries
+                log.info("worker %s (from %s) not joining yet: %s", url, self.url, exc)
+                await client.close()
+                return None
             if served != expected:
                 log.error("worker %s (from %s) serves '%s', not '%s': not added", url, self.url, served, expected)
                 await client.close()
@@ -137,9 +143,9 @@ class Discovery:
             for client in added:
                 log.info("worker %s joins %s (from %s)", client.address, pool.name, self.url)
                 pool.add(client)
-            for client in gone:
+            for client in gone:  # drained in the background: new pods do not wait behind departing ones
                 log.info("worker %s leaves %s (gone from %s)", client.address, pool.name, self.url)
-                if any(c is client for c in pool.clients):
-                    await pool.remove(client)
-                else:
-                    await client.close()
+                leaving = pool.remove(client) if any(c is client for c in pool.clients) else client.close()
+                task = asyncio.create_task(leaving)
+                self.leaving.add(task)
+                task.add_done_callback(self.leaving.discard)

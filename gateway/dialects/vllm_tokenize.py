@@ -27,6 +27,7 @@ from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.model_pools import ModelPools
 from poolgate.gateway.state import RECORD, ROUTER
 from poolgate.shared.errors import Unavailable
+from poolgate.shared.limits import check_inputs
 from poolgate.shared.wire import Input
 
 
@@ -92,6 +93,7 @@ def _pools(request: web.Request, model: str | None) -> ModelPools:
 
 async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Response:
     pools = _pools(request, req.model)
+    check_inputs(pools.info, [req.input()])  # the checks every route runs: valid Unicode, no empty conversation
     ids, strs = await pick_client(pools).tokenize(req.input(), add_special_tokens=req.special_tokens(),
                                                   return_token_strs=req.return_token_strs)
     body = {"count": len(ids), "max_model_len": pools.info.max_model_len, "tokens": ids, "token_strs": strs}

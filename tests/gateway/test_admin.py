@@ -127,6 +127,9 @@ async def test_the_api_key_is_required(admin):
     ({"name": "x", "model": "x", "colour": 1}, "colour", "unknown key"),
     ({"name": "x", "model": "x", "backend": "tpu"}, "backend", "must be one of"),
     ({"name": "x", "model": "x", "remote": [{"url": "tcp://evil:1"}]}, "remote", "config"),
+    ({"name": "x", "model": "x", "trust_remote_code": True}, "trust_remote_code", "server's config"),
+    ({"name": "x", "model": "x", "allow_pickle_weights": True}, "allow_pickle_weights", "server's config"),
+    ({"name": "x", "model": "x", "replicas": 100_000}, "replicas", "at most"),
     ({"name": "x", "model": "x", "pooler_config": {"pooling_type": "NOPE"}}, "pooler_config", ""),
 ])
 async def test_bad_bodies_are_400_naming_the_key(admin, tmp_path, body, param, message):

@@ -112,3 +112,29 @@ async def test_a_wrong_token_never_joins():
         assert await discovery.sync(expected="fake-model") == ([], [])
         with pytest.raises(Unavailable):
             await WorkerClient.connect(f"tcp://127.0.0.6:{port}", token="wrong")
+
+
+class _DropsBeforeInfo:
+    """A worker that accepts the connection, then drops it before answering ``info``."""
+
+    def __init__(self, address: str):
+        self.address, self.closed = address, False
+
+    async def info(self):
+        raise Unavailable(f"worker at {self.address}: connection lost")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_worker_that_drops_before_info_does_not_stop_discovery():
+    dropped: list[_DropsBeforeInfo] = []
+
+    async def connect(url: str):
+        dropped.append(_DropsBeforeInfo(url))
+        return dropped[-1]
+
+    discovery = Discovery("dns+tcp://workers.test:9100", connect, resolver=FakeDns("127.0.0.2"), interval_s=0.01)
+    for _ in range(2):  # every round tries it again; none raises
+        assert await discovery.sync(expected="m") == ([], [])
+    assert len(dropped) == 2 and all(c.closed for c in dropped) and discovery.members == {}

@@ -54,6 +54,8 @@ async def test_detokenize_round_trips(gateway):
     ("/detokenize", {"tokens": [1, 50_000]}, "out of vocabulary"),
     ("/detokenize", {"tokens": ["a"]}, "validation error"),
     ("/tokenize", {"model": "nope", "prompt": "a"}, "does not exist"),
+    ("/tokenize", {"prompt": "a\ud800b"}, "not valid Unicode"),  # as on every route, not a 500 in the worker
+    ("/tokenize", {"messages": []}, ""),
 ])
 async def test_errors(gateway, path, body, message):
     client = await gateway(models=[fake_model()])
