@@ -23,9 +23,10 @@ from poolgate.workers.kernels.attention import grouped_sdpa
 GIB = 1 << 30
 
 
-def fake_gpu(monkeypatch, *, hip: str | None):
+def fake_gpu(monkeypatch, *, hip: str | None, capability: tuple[int, int] = (9, 0)):
     """torch.cuda as a GPU box would show it: a ROCm build sets torch.version.hip."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
     monkeypatch.setattr(torch.version, "hip", hip)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct MI300X" if hip else "NVIDIA H200")
@@ -160,3 +161,13 @@ def test_a_gateway_pins_its_cpu_workers_to_disjoint_cores():
         gateway.send_signal(signal.SIGTERM)
         assert gateway.wait(timeout=60) == 0
     assert "pinned to CPUs" in gateway.stderr.read()
+
+
+@pytest.mark.parametrize("capability, flash", [((9, 0), True), ((8, 0), True), ((7, 5), False), ((7, 0), False)])
+def test_half_precision_takes_flash_only_on_gpus_that_run_it(monkeypatch, capability, flash):
+    from poolgate.workers.kernels.attention import has_varlen, varlen_flash
+
+    fake_gpu(monkeypatch, hip=None, capability=capability)  # T4 = 7.5, V100 = 7.0: torch's flash refuses them
+    want = varlen_flash if flash and has_varlen() else grouped_sdpa
+    assert CudaBackend().attention(torch.float16) is want
+    assert CudaBackend().attention(torch.float32) is grouped_sdpa

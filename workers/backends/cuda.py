@@ -41,9 +41,11 @@ class CudaBackend(Backend):
             torch.set_num_threads(num_threads)
 
     def attention(self, dtype: torch.dtype) -> AttentionFn:
-        """Varlen flash attention for fp16/bf16 where torch ships it (causal, windows and GQA in the
-        kernel; a relative bias falls back to grouped SDPA inside it), else grouped SDPA."""
-        return varlen_flash if dtype in HALF and has_varlen() else grouped_sdpa
+        """Varlen flash attention for fp16/bf16 where torch ships it and the GPU runs it (Ampere, SM 8.0,
+        or newer: torch's flash kernel refuses T4 and V100); causal, windows and GQA are in the kernel and
+        a relative bias falls back to grouped SDPA inside it. Else grouped SDPA."""
+        flash = dtype in HALF and has_varlen() and torch.cuda.get_device_capability(self.device())[0] >= 8
+        return varlen_flash if flash else grouped_sdpa
 
     def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
         device = self.device()
