@@ -44,13 +44,31 @@ class TextEncoder:
         seconds = [self.cut(p.text_pair, p.max_pair_tokens) for p in pairs]
         if self.do_lower_case:
             firsts, seconds = [t.lower() for t in firsts], [t.lower() for t in seconds]
-        kwargs = {"truncation": True, "max_length": max_tokens} if max_tokens is not None else {}
         if self.score_template is not None:  # an LLM reranker's prompt, tokenized whole
-            prompts = [self.score_template(a, b, p.instruction) for a, b, p in zip(firsts, seconds, pairs)]
-            return Encoded(self.tokenizer(prompts, add_special_tokens=True, **kwargs)["input_ids"], [None] * len(pairs))
+            return Encoded([self._template_ids(a, b, p.instruction, max_tokens)
+                            for a, b, p in zip(firsts, seconds, pairs)], [None] * len(pairs))
+        if max_tokens is not None and max_tokens < self.tokenizer.num_special_tokens_to_add(pair=True) + 2:
+            raise InvalidRequest(f"truncate_prompt_tokens={max_tokens} cannot hold a pair: its special tokens "
+                                 "and at least one token of each text", param="truncate_prompt_tokens")
+        kwargs = {"truncation": True, "max_length": max_tokens} if max_tokens is not None else {}
         out = self.tokenizer(firsts, text_pair=seconds, add_special_tokens=True, return_token_type_ids=True, **kwargs)
         types = out.get("token_type_ids") or [None] * len(pairs)
         return Encoded(out["input_ids"], [t if t is not None and any(t) else None for t in types])
+
+    def _template_ids(self, query: str, document: str, instruction: str | None, max_tokens: int | None) -> list[int]:
+        """The score template's prompt as ids; with ``max_tokens``, the document is cut until the prompt fits
+        (the template's own tokens, which the score is read after, are never cut)."""
+        for _ in range(3):  # a cut can merge differently at its edge: measure again
+            ids = self.tokenizer(self.score_template(query, document, instruction), add_special_tokens=True)["input_ids"]
+            if max_tokens is None or len(ids) <= max_tokens:
+                return ids
+            doc_tokens = len(self.backend.encode(document, add_special_tokens=False).ids)
+            keep = doc_tokens - (len(ids) - max_tokens)
+            if keep <= 0:
+                break
+            document = self.cut(document, keep)
+        raise InvalidRequest(f"truncate_prompt_tokens={max_tokens} cannot hold this reranker's prompt: its "
+                             "template, the query and at least one token of the document", param="truncate_prompt_tokens")
 
     def cut(self, text: str, max_tokens: int) -> str:
         """``text`` up to the end of its ``max_tokens``-th content token (0 = the whole text)."""

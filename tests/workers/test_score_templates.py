@@ -39,6 +39,27 @@ def test_a_templated_pair_is_the_prompt_tokenized_whole(tmp_path):
     assert encoded.type_ids == [None]
 
 
+def test_truncation_cuts_the_document_never_the_template(tmp_path):
+    make_tiny_tokenizer(tmp_path, pair_types=True)
+    ref = AutoTokenizer.from_pretrained(str(tmp_path))
+    encoder = TextEncoder(tmp_path, score_template="qwen3_reranker")
+    whole = ref(qwen3_reranker("w1", "w4 w5 w6 w7", None))["input_ids"]
+    (ids,) = encoder.encode_pairs([TextPair("w1", "w4 w5 w6 w7")], max_tokens=len(whole) - 2).ids
+    assert ids == ref(qwen3_reranker("w1", "w4 w5", None))["input_ids"]  # the prompt's tail (read for the score) kept
+    template_only = len(ref(qwen3_reranker("w1", "", None))["input_ids"])
+    with pytest.raises(Exception, match="cannot hold this reranker's prompt"):
+        encoder.encode_pairs([TextPair("w1", "w4 w5 w6 w7")], max_tokens=template_only)
+
+
+def test_a_pair_truncation_below_the_special_tokens_is_refused(tmp_path):
+    make_tiny_tokenizer(tmp_path, pair_types=True)
+    encoder = TextEncoder(tmp_path)
+    with pytest.raises(Exception, match="cannot hold a pair"):
+        encoder.encode_pairs([TextPair("w1 w2 w3", "w4 w5 w6")], max_tokens=2)
+    (ids,) = encoder.encode_pairs([TextPair("w1 w2 w3", "w4 w5 w6")], max_tokens=5).ids
+    assert len(ids) == 5
+
+
 def test_a_qwen3_style_reranker_scores_p_yes_of_its_prompt(tmp_path):
     """Qwen3-Reranker as vLLM serves it (sequence-classification architecture, classifier_from_token [no, yes],
     is_original_qwen3_reranker) on a tiny random Qwen3: sigmoid(logit_yes - logit_no) at the prompt's last
