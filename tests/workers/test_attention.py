@@ -7,7 +7,6 @@ written out plainly (one sequence at a time, masks from explicit (i, j) rules).
 import pytest
 import torch
 
-from poolgate.workers.kernels import attention as attn
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention, varlen_flash
 from poolgate.workers.models.positions import RelativeBuckets
 from poolgate.workers.packing import ensure_groups, pack, to_device
@@ -156,8 +155,8 @@ def test_backends_hand_out_the_contract():
     assert CpuBackend().attention(torch.float32) is grouped_sdpa
     assert RocmBackend().attention(torch.float16) is grouped_sdpa
     assert XpuBackend().attention(torch.bfloat16) is grouped_sdpa
-    assert CudaBackend().attention(torch.float16) is (varlen_flash if attn.has_varlen() else grouped_sdpa)
     assert CudaBackend().attention(torch.float32) is grouped_sdpa
+    # half precision on CUDA depends on the GPU's generation: tests/workers/test_backends.py
 
 
 @pytest.mark.cuda
