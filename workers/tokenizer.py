@@ -74,10 +74,13 @@ class TextEncoder:
         """``text`` up to the end of its ``max_tokens``-th content token (0 = the whole text)."""
         if max_tokens <= 0:
             return text
-        encoding = self.backend.encode(text.lower() if self.do_lower_case else text, add_special_tokens=False)
+        # the offsets are into the text the tokenizer sees: lower-cased first where the model lower-cases (a
+        # character can change length, "İ" → "i̇"), so that text is the one cut (it is lower-cased again later)
+        seen = text.lower() if self.do_lower_case else text
+        encoding = self.backend.encode(seen, add_special_tokens=False)
         if len(encoding.ids) <= max_tokens:
             return text
-        return text[:encoding.offsets[max_tokens - 1][1]]
+        return seen[:encoding.offsets[max_tokens - 1][1]]
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (the tokenizer's own decoding)."""

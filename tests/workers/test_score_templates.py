@@ -88,3 +88,11 @@ def test_a_qwen3_style_reranker_scores_p_yes_of_its_prompt(tmp_path):
     with PoolingModel(str(tmp_path), dtype="float32", hf_overrides=overrides) as model:
         got = model.score([q for q, _ in pairs], [d for _, d in pairs], instruction="w12")
     np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_a_cap_on_a_lower_casing_tokenizer_cuts_where_its_tokens_end():
+    from poolgate.shared.models import bundled_model_path
+
+    encoder = TextEncoder(bundled_model_path(), do_lower_case=True)  # MiniLM lower-cases; "İ" grows when it does
+    cut = encoder.cut("İİİİ hello world again", 3)
+    assert encoder.backend.encode(cut.lower(), add_special_tokens=False).tokens == ["iii", "##i", "hello"]
