@@ -6,7 +6,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
-from poolgate.gateway.dialects.encoding import bytes_items
+from poolgate.gateway.dialects.encoding import bytes_items, dumps
 from poolgate.gateway.serving import Served
 
 
@@ -46,3 +46,15 @@ def bytes_response(prefix: str, served: Served, *, embed_dtype: str, endianness:
                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         headers["metadata"] = orjson.dumps(metadata).decode()
     return web.Response(body=body, headers=headers, content_type="application/octet-stream")
+
+
+def encoded_response(prefix: str, served: Served, *, encoding_format: str, embed_dtype: str, endianness: str,
+                     created: int, to_json) -> web.Response:
+    """The answer of a route whose arrays are encoded as asked: ``bytes`` / ``bytes_only`` as above, else
+    the route's JSON body, ``to_json(served, encoding_format=, embed_dtype=, endianness=, created=)``."""
+    if encoding_format in ("bytes", "bytes_only"):
+        return bytes_response(prefix, served, embed_dtype=embed_dtype, endianness=endianness, created=created,
+                              with_metadata=encoding_format == "bytes")
+    body = to_json(served, encoding_format=encoding_format, embed_dtype=embed_dtype, endianness=endianness,
+                   created=created)
+    return web.Response(body=dumps(body), content_type="application/json")

@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import EncodedBody
-from poolgate.gateway.dialects.encoding import dumps, json_encoder
-from poolgate.gateway.dialects.envelope import Usage, bytes_response, usage
+from poolgate.gateway.dialects.encoding import json_encoder
+from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.state import RECORD, ROUTER
@@ -94,12 +94,8 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
         record.response_id = f"embd-{served.request_id}"
         if len(rows):
             record.dimension_count = int(rows.item(0).shape[-1])
-    if req.encoding_format in ("bytes", "bytes_only"):
-        return bytes_response("embd", served, embed_dtype=req.embed_dtype, endianness=req.endianness,
-                              created=created, with_metadata=req.encoding_format == "bytes")
-    body = to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
-                       endianness=req.endianness, created=created)
-    return web.Response(body=dumps(body), content_type="application/json")
+    return encoded_response("embd", served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
+                            endianness=req.endianness, created=created, to_json=to_response)
 
 
 ROUTES = (Route("POST", "/v1/embeddings", create_embeddings, EmbeddingRequest, EmbeddingResponse,

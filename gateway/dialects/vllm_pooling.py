@@ -22,8 +22,8 @@ import time
 from aiohttp import web
 from pydantic import BaseModel
 
-from poolgate.gateway.dialects.encoding import dumps, json_encoder
-from poolgate.gateway.dialects.envelope import Usage, bytes_response, list_response
+from poolgate.gateway.dialects.encoding import json_encoder
+from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -104,12 +104,8 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
         record.response_id = f"pooling-{served.request_id}"
         if call.params.task in EMBEDDING_TASKS and len(served.result.outputs):
             record.dimension_count = int(served.result.outputs.item(0).shape[-1])
-    if req.encoding_format in ("bytes", "bytes_only"):
-        return bytes_response("pooling", served, embed_dtype=req.embed_dtype, endianness=req.endianness,
-                              created=created, with_metadata=req.encoding_format == "bytes")
-    body = to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
-                       endianness=req.endianness, created=created)
-    return web.Response(body=dumps(body), content_type="application/json")
+    return encoded_response("pooling", served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
+                            endianness=req.endianness, created=created, to_json=to_response)
 
 
 ROUTES = (Route("POST", "/pooling", create_pooling, PoolingRequest, PoolingResponse,
