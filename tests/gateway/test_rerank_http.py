@@ -12,13 +12,10 @@ from poolgate.gateway.app import make_app
 from poolgate.shared.config import GatewayConfig
 from tests.fakes import fake_ids, fake_model, fake_pair_ids, fake_probs, fake_vector
 from tests.gateway.conftest import served_router
+from tests.gateway.test_score_http import cross_encoder, score
 
 QUERY = "what is the capital of france"
 DOCS = ["paris is the capital", "bananas are yellow", "the capital of france is paris", "x"]
-
-
-def cross_encoder(**kw):
-    return fake_model(tasks=("classify",), num_labels=1, dim=1, **kw)
 
 
 def cross_scores(query: str, docs: list[str]) -> list[float]:
@@ -26,12 +23,7 @@ def cross_scores(query: str, docs: list[str]) -> list[float]:
 
 
 async def rerank(client, body, path="/rerank", status=200) -> dict:
-    resp = await client.post(path, json=body)
-    assert resp.status == status, await resp.text()
-    out = await resp.json()
-    if status == 200:
-        assert out["id"] == f"score-{resp.headers['X-Request-Id']}"
-    return out
+    return await score(client, body, path, status)  # the same answer checks as /score's
 
 
 @pytest.mark.parametrize("path", ["/rerank", "/v1/rerank", "/v2/rerank"])

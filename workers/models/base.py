@@ -125,6 +125,15 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
     module.load_state_dict(loaded, strict=True)
 
 
+# Our embedding tensors → transformers' names, shared by the BERT-style encoders (BERT, DistilBERT, MPNet).
+EMBEDDING_NAMES: dict[str, str] = {
+    "word.weight": "embeddings.word_embeddings.weight",
+    "position.weight": "embeddings.position_embeddings.weight",
+    "emb_norm.weight": "embeddings.LayerNorm.weight",
+    "emb_norm.bias": "embeddings.LayerNorm.bias",
+}
+
+
 def layer_names(num_layers: int, prefix: str, qkv: tuple[str, str, str],
                 layers: Mapping[str, str]) -> dict[str, str | list[str]]:
     """The name map of an encoder's stack of layers, ours ``layers.{i}.NAME.{weight,bias}`` → the checkpoint's

@@ -20,7 +20,7 @@ from torch import nn
 from poolgate.workers.kernels.attention import AttentionFn, RelativeBias
 from poolgate.workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
 from poolgate.workers.models.activations import ACTIVATIONS
-from poolgate.workers.models.base import Family, layer_names, load_mapped
+from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.positions import LearnedPositions, learned_offset
 from poolgate.workers.packing import PackedBatch
 
@@ -119,13 +119,8 @@ class BertEncoder(nn.Module):
 
 def weight_names(num_layers: int) -> dict[str, str | list[str]]:
     """Our tensor name → transformers' ``BertModel`` name (a list = fused along dim 0)."""
-    names: dict[str, str | list[str]] = {
-        "word.weight": "embeddings.word_embeddings.weight",
-        "position.weight": "embeddings.position_embeddings.weight",
-        "token_type.weight": "embeddings.token_type_embeddings.weight",
-        "emb_norm.weight": "embeddings.LayerNorm.weight",
-        "emb_norm.bias": "embeddings.LayerNorm.bias",
-    }
+    names: dict[str, str | list[str]] = {**EMBEDDING_NAMES,
+                                         "token_type.weight": "embeddings.token_type_embeddings.weight"}
     qkv = ("attention.self.query", "attention.self.key", "attention.self.value")
     return names | layer_names(num_layers, "encoder.layer.{}.", qkv, LAYER_NAMES)
 

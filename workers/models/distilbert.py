@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.base import Family, layer_names, load_mapped
+from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions
 from poolgate.workers.packing import PackedBatch
@@ -81,14 +81,8 @@ class DistilBertEncoder(nn.Module):
 
 def weight_names(num_layers: int) -> dict[str, str | list[str]]:
     """Our tensor name → transformers' ``DistilBertModel`` name (a list = fused along dim 0)."""
-    names: dict[str, str | list[str]] = {
-        "word.weight": "embeddings.word_embeddings.weight",
-        "position.weight": "embeddings.position_embeddings.weight",
-        "emb_norm.weight": "embeddings.LayerNorm.weight",
-        "emb_norm.bias": "embeddings.LayerNorm.bias",
-    }
     qkv = ("attention.q_lin", "attention.k_lin", "attention.v_lin")
-    return names | layer_names(num_layers, "transformer.layer.{}.", qkv, LAYER_NAMES)
+    return EMBEDDING_NAMES | layer_names(num_layers, "transformer.layer.{}.", qkv, LAYER_NAMES)
 
 
 LAYER_NAMES = {"attn_out": "attention.out_lin", "attn_norm": "sa_layer_norm", "up": "ffn.lin1",

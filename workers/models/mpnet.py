@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.models.base import Family, layer_names, load_mapped
+from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions, RelativeBuckets
 from poolgate.workers.packing import PackedBatch
@@ -69,13 +69,8 @@ class MPNetEncoder(nn.Module):
 
 def weight_names(num_layers: int) -> dict[str, str | list[str]]:
     """Our tensor name → transformers' ``MPNetModel`` name (a list = fused along dim 0)."""
-    names: dict[str, str | list[str]] = {
-        "word.weight": "embeddings.word_embeddings.weight",
-        "position.weight": "embeddings.position_embeddings.weight",
-        "emb_norm.weight": "embeddings.LayerNorm.weight",
-        "emb_norm.bias": "embeddings.LayerNorm.bias",
-        "relative.table.weight": "encoder.relative_attention_bias.weight",
-    }
+    names: dict[str, str | list[str]] = {**EMBEDDING_NAMES,
+                                         "relative.table.weight": "encoder.relative_attention_bias.weight"}
     qkv = ("attention.attn.q", "attention.attn.k", "attention.attn.v")
     return names | layer_names(num_layers, "encoder.layer.{}.", qkv, LAYER_NAMES)
 
