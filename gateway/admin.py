@@ -28,12 +28,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from poolgate.gateway.config_build import pool_config
-from poolgate.gateway.config_file import dotted, model_entry
+from poolgate.gateway.config.build import pool_config
+from poolgate.gateway.config.file import dotted, model_entry
 from poolgate.gateway.dialects.body import JSON_MEDIA_TYPE
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.fleet import Fleet
-from poolgate.gateway.state import CONFIG, ROUTER
+from poolgate.gateway.pools.fleet import Fleet
+from poolgate.gateway.http.state import CONFIG, ROUTER
 from poolgate.shared.errors import Forbidden, InvalidRequest, Unavailable
 
 FLEET = web.AppKey("fleet", Fleet)

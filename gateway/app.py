@@ -5,12 +5,16 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from poolgate.gateway import admin, openapi, routes_ops
+from poolgate.gateway import admin
+
+from poolgate.gateway.http import openapi
+
+from poolgate.gateway.http import ops as routes_ops
 from poolgate.gateway.dialects import all_routes, register
-from poolgate.gateway.middleware import edge_middleware, openai_error_body
-from poolgate.gateway.router import Router
-from poolgate.gateway.state import CONFIG, ERROR_FORMATTERS, ROUTER, TELEMETRY
-from poolgate.gateway.telemetry import Telemetry
+from poolgate.gateway.http.middleware import edge_middleware, openai_error_body
+from poolgate.gateway.pools.router import Router
+from poolgate.gateway.http.state import CONFIG, ERROR_FORMATTERS, ROUTER, TELEMETRY
+from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]

@@ -10,8 +10,7 @@ from poolgate.gateway.bench import cli as bench
 from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
-from poolgate.workers import inspect_cli as inspect
-
+from poolgate.workers.tools import inspect_cli as inspect
 # name -> (module with add_arguments(parser) and main(args) -> exit code, one-line help)
 COMMANDS = {
     "serve": (serve, "serve a pooling model over HTTP"),

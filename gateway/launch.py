@@ -40,17 +40,17 @@ from aiohttp import web
 
 from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
-from poolgate.gateway import health
-from poolgate.gateway.drain import Drain
-from poolgate.gateway.metrics import GatewayMetrics
-from poolgate.gateway.fleet import Fleet
-from poolgate.gateway.router import Router
-from poolgate.gateway.telemetry import Telemetry
+from poolgate.gateway.pools import health
+from poolgate.gateway.pools.drain import Drain
+from poolgate.gateway.telemetry.metrics import GatewayMetrics
+from poolgate.gateway.pools.fleet import Fleet
+from poolgate.gateway.pools.router import Router
+from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import PoolgateError
 
 if TYPE_CHECKING:
-    from poolgate.gateway.tracing import SpanTracer
+    from poolgate.gateway.telemetry.tracing import SpanTracer
 
 log = logging.getLogger("poolgate")
 
@@ -100,7 +100,7 @@ def _tracer(config: GatewayConfig) -> SpanTracer | None:
     The OpenTelemetry SDK is imported only when tracing is on."""
     if config.tracing is None:
         return None
-    from poolgate.gateway.tracing import build_tracer
+    from poolgate.gateway.telemetry.tracing import build_tracer
 
     log.info("tracing to %s (%s)", config.tracing.endpoint, config.tracing.protocol)
     return build_tracer(config.tracing)

@@ -11,8 +11,8 @@ import logging
 import os
 from collections.abc import Mapping
 
-from poolgate.gateway.config_build import ModelEntry, config_from_entries
-from poolgate.gateway.config_file import load_config
+from poolgate.gateway.config.build import ModelEntry, config_from_entries
+from poolgate.gateway.config.file import load_config
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from poolgate.gateway.state import CONFIG, RECORD, REQUEST_ID, ROUTER
+from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs, check_params

@@ -20,8 +20,8 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import ChatInput, ModelInfo, PoolingCall, PoolingResult, TextPair
-from poolgate.workers.runner_api import Encoded, LoadedModel, RunOutput
-from poolgate.workers.sequence import Sequence, param_runs
+from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput
+from poolgate.workers.engine.sequence import Sequence, param_runs
 
 CLS, SEP = 101, 102
 FAIL_TOKEN = 666  # a sequence whose first real token is this makes the fake device fail
@@ -60,7 +60,7 @@ class FakeEncoder:
     def render_chat(self, chat: ChatInput) -> str:
         """``fake_chat_text``; a FakeEncoder built with ``chat_template=False`` refuses as the real one does."""
         if not self.chat_template:
-            from poolgate.workers.tokenizer import NO_CHAT_TEMPLATE
+            from poolgate.workers.engine.tokenizer import NO_CHAT_TEMPLATE
             raise InvalidRequest(NO_CHAT_TEMPLATE, param="messages")
         return fake_chat_text(chat.messages, chat.add_generation_prompt)
 
@@ -231,7 +231,7 @@ def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 
 @contextlib.asynccontextmanager
 async def running_worker(model: LoadedModel, address: str):
     """A real worker (transport server + Engine) serving ``model`` on ``address``; yields the engine."""
-    from poolgate.workers.engine import Engine
+    from poolgate.workers.engine.engine import Engine
     from poolgate.workers.server import serve
 
     engine = Engine(model)

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from poolgate.gateway.app import make_app
-from poolgate.gateway.metrics import GatewayMetrics
-from poolgate.gateway.telemetry import Telemetry
+from poolgate.gateway.telemetry.metrics import GatewayMetrics
+from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared import telemetry as names
 from poolgate.shared.config import GatewayConfig
 from tests.fakes import fake_model

@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Callable
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.transport import parse_address
-from poolgate.workers.engine import Engine
-from poolgate.workers.runner_api import LoadedModel
+from poolgate.workers.engine.engine import Engine
+from poolgate.workers.engine.runner_api import LoadedModel
 from poolgate.workers.server import bound_address, serve
 
 if TYPE_CHECKING:
-    from poolgate.workers.tracing import CallSpans
+    from poolgate.workers.engine.tracing import CallSpans
 
 log = logging.getLogger("poolgate.worker")
 
 PR_SET_PDEATHSIG = 1
-DEFAULT_RUNNER_FACTORY = "poolgate.workers.build:load_model"
+DEFAULT_RUNNER_FACTORY = "poolgate.workers.load.build:load_model"
 DRAIN_TIMEOUT_S = 30.0  # on SIGTERM, how long calls in flight may take to finish
 
 
@@ -178,7 +178,7 @@ def _call_spans(cfg: WorkerConfig) -> CallSpans | None:
     """With ``--collect-detailed-traces``, the tracer of each call's child spans (``workers.tracing``)."""
     if cfg.tracing is None or not cfg.tracing.detailed:
         return None
-    from poolgate.workers.tracing import CallSpans  # the OpenTelemetry SDK loads only when tracing is on
+    from poolgate.workers.engine.tracing import CallSpans  # the OpenTelemetry SDK loads only when tracing is on
 
     log.info("detailed traces to %s (%s)", cfg.tracing.endpoint, cfg.tracing.protocol)
     return CallSpans(cfg.tracing)

@@ -52,8 +52,8 @@ from poolgate.shared.rows import Rows
 from poolgate.shared.scoring import SCORERS, check_pairs, query_of
 from poolgate.shared.tasks import REMOVED_TASKS, SCORE_TYPES
 from poolgate.shared.wire import Input, PoolingCall, TextPair
-from poolgate.workers.engine import Engine
-from poolgate.workers.runner_api import LoadedModel
+from poolgate.workers.engine.engine import Engine
+from poolgate.workers.engine.runner_api import LoadedModel
 
 Inputs = str | list[int] | Iterable[str | list[int]]  # one text, one token-id list, or a list of either
 
@@ -132,7 +132,7 @@ class PoolingModel:
 
     def __init__(self, model: str | None = None, **flags: Any):
         """Load ``model`` (a local folder; None = the bundled all-MiniLM-L6-v2) with WorkerConfig ``flags``."""
-        from poolgate.workers.build import load_model  # torch loads here, not when this module is imported
+        from poolgate.workers.load.build import load_model  # torch loads here, not when this module is imported
 
         cfg = offline_config(model, flags)
         self._start(load_model(cfg), cfg.tokenizer_threads)

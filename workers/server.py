@@ -27,7 +27,7 @@ from poolgate.shared.config import TransportSecurity
 from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.transport import FrameError, read_frame
 from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame, input_from_wire
-from poolgate.workers.engine import Engine
+from poolgate.workers.engine.engine import Engine
 from poolgate.workers.listener import authenticate, error_frame, listen
 
 log = logging.getLogger("poolgate.worker.server")

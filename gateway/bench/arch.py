@@ -46,7 +46,7 @@ def format_report(r: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from poolgate.workers.bench_arch import BenchConfig, run, shape_config
+    from poolgate.workers.tools.bench_arch import BenchConfig, run, shape_config
 
     try:
         shape_config(args.family, args.shape)

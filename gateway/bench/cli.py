@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
-from poolgate.gateway.bench.corpus import read_corpus, synthetic_corpus
+from poolgate.shared.corpus import read_corpus, synthetic_corpus
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
@@ -82,7 +82,7 @@ def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
 
 def reference(args: argparse.Namespace, texts: list[str]) -> dict:
     """The sentence-transformers run; torch is imported only on this path."""
-    from poolgate.workers.st_reference import run_reference
+    from poolgate.workers.tools.st_reference import run_reference
 
     return run_reference(
         texts, model_path=args.st_model or str(bundled_model_path()), passes=args.passes,

@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from poolgate.gateway.bench.corpus import read_corpus, synthetic_corpus
+from poolgate.shared.corpus import read_corpus, synthetic_corpus
 from poolgate.gateway.bench.load import BadResponse, auth_headers, first_model_id
 from poolgate.shared.model_flags import positive_int
 

@@ -22,7 +22,7 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
-from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import input_cap
 from poolgate.shared.params import PoolingParams

@@ -22,7 +22,7 @@ from pydantic import RootModel, ValidationError
 from poolgate.gateway.dialects import openai, rerank, vllm_classify, vllm_pooling, vllm_score
 from poolgate.gateway.dialects.pairs import scoring_enabled
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.state import ROUTER
+from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.wire import ModelInfo
 

@@ -25,7 +25,7 @@ from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
-from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from poolgate.gateway.dialects.request import PoolingBody
 from poolgate.gateway.serving import ServeRequest, Served, serve
-from poolgate.gateway.state import ROUTER
+from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.scoring import SCORERS, check_pairs, query_of

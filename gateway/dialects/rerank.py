@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs, scoring_enabled
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.state import RECORD
+from poolgate.gateway.http.state import RECORD
 
 DOCUMENTS_PER_SEARCH_UNIT = 100
 

@@ -21,8 +21,8 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import parse_body
-from poolgate.gateway.middleware import ERROR_FORMATS, EXACT
-from poolgate.gateway.state import ERROR_FORMATTERS, RECORD, ROUTER
+from poolgate.gateway.http.middleware import ERROR_FORMATS, EXACT
+from poolgate.gateway.http.state import ERROR_FORMATTERS, RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.wire import ModelInfo

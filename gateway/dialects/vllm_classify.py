@@ -21,7 +21,7 @@ from poolgate.gateway.dialects.envelope import Usage, list_response
 from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
-from poolgate.gateway.state import RECORD
+from poolgate.gateway.http.state import RECORD
 from poolgate.shared.params import PoolingParams
 
 PATHS = ("/classify", "/v1/classify")

@@ -27,7 +27,7 @@ from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_res
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
-from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.params import PoolingParams

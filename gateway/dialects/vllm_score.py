@@ -20,7 +20,7 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.envelope import list_response
 from poolgate.gateway.dialects.pairs import ScoreInputs, Scored, ScoringBody, score_pairs, scoring_enabled
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.state import RECORD
+from poolgate.gateway.http.state import RECORD
 
 PATHS = ("/score", "/v1/score")
 # vLLM's pair forms, in the order its request union tries them: (first side, second side).

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.model_pools import ModelPools
-from poolgate.gateway.state import RECORD, ROUTER
+from poolgate.gateway.pools.model_pools import ModelPools
+from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.limits import check_inputs
 from poolgate.shared.wire import Input

@@ -15,8 +15,8 @@ import yaml
 
 from poolgate.gateway.app import make_app
 from poolgate.gateway.cli import build_parser
-from poolgate.gateway.metrics import GatewayMetrics
-from poolgate.gateway.router import Router
+from poolgate.gateway.telemetry.metrics import GatewayMetrics
+from poolgate.gateway.pools.router import Router
 from poolgate.shared import telemetry
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.transport import parse_address
@@ -235,7 +235,7 @@ def test_the_autoscaler_scales_the_workers_on_a_metric_we_export(backend):
 
 
 def test_the_overflow_overlay_configures_two_pools_of_one_model_by_file(tmp_path):
-    from poolgate.gateway.config_file import config_from_toml
+    from poolgate.gateway.config.file import config_from_toml
     from poolgate.gateway.serve import add_arguments
     from poolgate.shared.models import DEFAULT_MODEL_NAME
 

@@ -9,10 +9,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from poolgate.gateway.app import make_app
-from poolgate.gateway.pool import WorkerPool
-from poolgate.gateway.router import Router
+from poolgate.gateway.pools.pool import WorkerPool
+from poolgate.gateway.pools.router import Router
 from poolgate.shared.config import GatewayConfig
-from poolgate.workers.runner_api import LoadedModel
+from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import fake_model, worker_clients
 
 

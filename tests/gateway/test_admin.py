@@ -13,9 +13,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
-from poolgate.gateway.fleet import Fleet
-from poolgate.gateway.pool import WorkerPool
-from poolgate.gateway.router import Router
+from poolgate.gateway.pools.fleet import Fleet
+from poolgate.gateway.pools.pool import WorkerPool
+from poolgate.gateway.pools.router import Router
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.models import bundled_model_path
 from tests.fakes import FakeWorkerClient, fake_model, until

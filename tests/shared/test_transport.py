@@ -13,7 +13,7 @@ from poolgate.shared.errors import ContextLengthExceeded, InternalError, Invalid
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.transport import Address, WorkerClient, parse_address, read_frame
 from poolgate.shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
-from poolgate.workers.engine import Engine
+from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
 from tests.fakes import fake_ids, fake_model, fake_vector, until
 

@@ -21,7 +21,7 @@ from poolgate.shared.transport import WorkerClient, parse_address
 from poolgate.shared.transport_security import client_context, is_loopback, read_token, tokens_match
 from poolgate.shared.wire import encode_frame
 from poolgate.workers import listener
-from poolgate.workers.engine import Engine
+from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
 from tests.fakes import fake_model
 

@@ -18,8 +18,8 @@ from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModel
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.build import load_model
-from poolgate.workers.sequence import Sequence
+from poolgate.workers.load.build import load_model
+from poolgate.workers.engine.sequence import Sequence
 from tests.fakes import make_tiny_tokenizer
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3]]

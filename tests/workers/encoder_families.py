@@ -20,12 +20,12 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.build import load_model
+from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.models import architecture_for, build_model
-from poolgate.workers.packing import pack
-from poolgate.workers.sequence import Sequence
-from poolgate.workers.st_config import read_spec
+from poolgate.workers.engine.packing import pack
+from poolgate.workers.engine.sequence import Sequence
+from poolgate.workers.load.st_config import read_spec
 from tests.fakes import make_tiny_tokenizer
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], [2, 7, 7, 7, 7, 7, 7, 3], [2]]

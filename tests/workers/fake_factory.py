@@ -1,11 +1,11 @@
 """Runner factories for worker-process tests: ``--runner-factory tests.workers.fake_factory:build``
-(each returns a ``LoadedModel``, like ``poolgate.workers.build:load_model``)."""
+(each returns a ``LoadedModel``, like ``poolgate.workers.load.build:load_model``)."""
 from __future__ import annotations
 
 import time
 
 from poolgate.shared.config import WorkerConfig
-from poolgate.workers.runner_api import LoadedModel
+from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import fake_model
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.runner_api import LoadedModel
-from poolgate.workers.sequence import Sequence
+from poolgate.workers.engine.runner_api import LoadedModel
+from poolgate.workers.engine.sequence import Sequence
 
 
 def pool_ids(model: LoadedModel, ids: list[list[int]], params: PoolingParams = PoolingParams()) -> np.ndarray:

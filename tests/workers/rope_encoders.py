@@ -17,8 +17,8 @@ import torch
 from poolgate.shared.config import WorkerConfig
 from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.models import build_model
-from poolgate.workers.packing import pack
-from poolgate.workers.st_config import read_spec
+from poolgate.workers.engine.packing import pack
+from poolgate.workers.load.st_config import read_spec
 from tests.fakes import make_tiny_tokenizer
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 45)) + [3], [2, 3], [2] + [7] * 20 + [3],
@@ -106,7 +106,7 @@ def figures(tmp: Path) -> list[tuple[str, str, float, float]]:
 
     from poolgate.shared.params import PoolingParams
     from tests.workers.pooled import pool_ids
-    from poolgate.workers.build import load_model
+    from poolgate.workers.load.build import load_model
 
     rows = []
     for family in CONFIGS:

@@ -15,7 +15,7 @@ import pytest
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.wire import PoolingCall
-from poolgate.gateway.local_worker import LocalWorker
+from poolgate.gateway.pools.local_worker import LocalWorker
 from tests.fakes import expected_vector, fake_vector
 from tests.processes import alive, free_port
 
@@ -77,7 +77,7 @@ async def test_ready_timeout_kills_the_worker(sock_dir):
 
 PARENT = textwrap.dedent("""
     import asyncio, sys
-    from poolgate.gateway.local_worker import LocalWorker
+    from poolgate.gateway.pools.local_worker import LocalWorker
     from poolgate.shared.config import WorkerConfig
 
     async def main():

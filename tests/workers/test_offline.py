@@ -228,7 +228,7 @@ def test_flags_are_checked_at_the_edge():
 
 def test_a_bert_pair_carries_its_token_type_ids(tmp_path):
     from poolgate.shared.wire import TextPair
-    from poolgate.workers.tokenizer import TextEncoder
+    from poolgate.workers.engine.tokenizer import TextEncoder
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 

@@ -10,8 +10,8 @@ from poolgate.shared import telemetry as names
 from poolgate.shared.config import TracingConfig
 from poolgate.shared.errors import InternalError
 from poolgate.shared.wire import PoolingCall
-from poolgate.workers.engine import Engine
-from poolgate.workers.tracing import CallSpans
+from poolgate.workers.engine.engine import Engine
+from poolgate.workers.engine.tracing import CallSpans
 from tests.fakes import CLS, FAIL_TOKEN, fake_model
 from tests.otlp_receiver import OtlpReceiver
 

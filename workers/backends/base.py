@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
-from poolgate.workers.packing import PackedBatch, to_device
+from poolgate.workers.engine.packing import PackedBatch, to_device
 
 log = logging.getLogger("poolgate.worker")
 

@@ -26,7 +26,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from poolgate.workers.packing import AttnGroup, PackedBatch, ensure_groups
+from poolgate.workers.engine.packing import AttnGroup, PackedBatch, ensure_groups
 
 
 class RelativeBias(Protocol):

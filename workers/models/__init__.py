@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.gguf import load_state as load_gguf_state
+from poolgate.workers.load.gguf import load_state as load_gguf_state
 from poolgate.workers.models.base import Family, strip_base
 from poolgate.workers.models.bert import BERT
 from poolgate.workers.models.distilbert import DISTILBERT
@@ -24,8 +24,8 @@ from poolgate.workers.models.modernbert import MODERNBERT
 from poolgate.workers.models.mpnet import MPNET
 from poolgate.workers.models.nomic_bert import NOMIC_BERT
 from poolgate.workers.models.hf_auto import HfAutoEncoder
-from poolgate.workers.st_config import ModelSpec
-from poolgate.workers.weights import load_state_dict, weights_source
+from poolgate.workers.load.st_config import ModelSpec
+from poolgate.workers.load.weights import load_state_dict, weights_source
 
 ARCHITECTURES: dict[str, Family] = {
     "BertModel": BERT,

@@ -24,8 +24,8 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.packing import PackedBatch
-from poolgate.workers.weights import CheckpointError
+from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.load.weights import CheckpointError
 
 HEAD_KINDS = frozenset({"model", "sequence_classification", "token_classification", "masked_lm", "causal_lm"})
 LEGACY_NAMES = {".weight": ".gamma", ".bias": ".beta"}  # old TF-style LayerNorm names

@@ -28,7 +28,7 @@ from poolgate.workers.models.activations import ACTIVATIONS
 from poolgate.workers.models.base import load_mapped
 from poolgate.workers.models.decoder_config import DecoderConfig
 from poolgate.workers.models.positions import Rope, apply_rope
-from poolgate.workers.packing import PackedBatch, ensure_groups
+from poolgate.workers.engine.packing import PackedBatch, ensure_groups
 
 HEAD_PREFIXES = ("score.", "lm_head.")  # classifier and LM head: the poolers read them
 STALE = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved

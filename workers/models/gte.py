@@ -28,7 +28,7 @@ from poolgate.workers.kernels.linear import PackedLinear
 from poolgate.workers.models.activations import ACTIVATIONS as BASE_ACTIVATIONS
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
-from poolgate.workers.packing import PackedBatch
+from poolgate.workers.engine.packing import PackedBatch
 
 ACTIVATIONS = {**BASE_ACTIVATIONS, "swiglu": F.silu}  # NomicBERT's name for a SiLU-gated MLP
 PREFIXES = ("new.", "gte.")

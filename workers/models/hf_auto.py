@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from poolgate.workers.packing import PackedBatch
-from poolgate.workers.st_config import ModelSpec
-from poolgate.workers.weights import CheckpointError, weight_files, weights_source
+from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.load.st_config import ModelSpec
+from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
 
 
 def check_supported(spec: ModelSpec, trust_remote_code: bool) -> None:

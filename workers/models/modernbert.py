@@ -28,7 +28,7 @@ from poolgate.workers.kernels.linear import PackedLinear
 from poolgate.workers.models.activations import ACTIVATIONS
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
-from poolgate.workers.packing import PackedBatch
+from poolgate.workers.engine.packing import PackedBatch
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 LEGACY_THETA = {GLOBAL: ("global_rope_theta", 160_000.0), LOCAL: ("local_rope_theta", 10_000.0)}

@@ -19,7 +19,7 @@ from torch import nn
 
 from poolgate.workers.models.modernbert import ModernBertHead
 from poolgate.workers.pooling.classify import activation_for, labels_of
-from poolgate.workers.weights import strip_prefix
+from poolgate.workers.load.weights import strip_prefix
 
 BASE_PREFIXES = ("bert.", "roberta.", "distilbert.", "model.", "transformer.", "new.", "gte.", "nomic_bert.")
 LM_HEADS = ("lm_head.weight", "embed_tokens.weight", "embeddings.word_embeddings.weight")  # tied heads last

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from poolgate.workers.models import architecture_for
-from poolgate.workers.convert import KIND_TASKS
+from poolgate.workers.load.convert import KIND_TASKS
 from poolgate.workers.models.score import score_layer
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
@@ -23,8 +23,8 @@ from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
 from poolgate.workers.pooling.head import EmbedHead, RawHead, load_dense
 from poolgate.workers.pooling.rows import all_rows, step_rows
 from poolgate.workers.pooling.splade import MlmHead, SpladePool
-from poolgate.workers.st_config import ModelSpec
-from poolgate.workers.weights import load_state_dict
+from poolgate.workers.load.st_config import ModelSpec
+from poolgate.workers.load.weights import load_state_dict
 
 # the token-level twin of each sequence task, pooled over every token
 TOKEN_METHOD = "ALL"

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.st_config import DenseSpec
-from poolgate.workers.weights import load_state_dict
+from poolgate.workers.load.st_config import DenseSpec
+from poolgate.workers.load.weights import load_state_dict
 
 
 def _activation(path: str) -> nn.Module:

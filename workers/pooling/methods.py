@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from poolgate.workers.packing import PackedBatch
+from poolgate.workers.engine.packing import PackedBatch
 
 PoolingMethod = Callable[[torch.Tensor, PackedBatch], torch.Tensor]
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from poolgate.workers.packing import PackedBatch
+from poolgate.workers.engine.packing import PackedBatch
 
 RowSelector = Callable[[PackedBatch, int, int], tuple[torch.Tensor | None, list[int]]]
 

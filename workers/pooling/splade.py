@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.workers.packing import PackedBatch
-from poolgate.workers.weights import strip_prefix
+from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.load.weights import strip_prefix
 
 CHUNK_TOKENS = 512
 PREFIX = "cls.predictions."

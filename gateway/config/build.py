@@ -1,0 +1,123 @@
+"""The one builder of a GatewayConfig: from parsed serve settings and model entries (CLI or TOML).
+
+``poolgate serve MODEL --workers N`` is a one-entry config: ``serve`` turns its
+flags into one ``ModelEntry`` and calls ``build_config`` exactly as
+``config_file`` does for each ``[[models]]`` table of a ``--config`` file. Both
+parse values with the same argparse actions (the model flags of
+``shared.model_flags`` and the serve flags), so a key cannot mean two things.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from poolgate.gateway.pools.discovery import check_url
+from poolgate.shared.backends import place, placed
+from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
+from poolgate.shared.model_flags import worker_config_from_args
+from poolgate.shared.security_flags import gateway_security_from_args
+from poolgate.shared.tracing_flags import tracing_config_from_args, with_worker_tracing
+
+
+class SettingError(ValueError):
+    """A wrong setting, with the key path it comes from (e.g. ``("models", 2)``) for a config file to locate."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One pool to serve: the model flags (a Namespace of ``add_model_arguments``' dests) and its workers."""
+
+    args: argparse.Namespace
+    replicas: int | None = None  # local worker processes; None: one per device, else 0 with remotes, else 1
+    devices: tuple[str, ...] = ()  # one device per local worker; () = the backend's default
+    remotes: tuple[str, ...] = ()  # worker URLs
+    max_in_flight_per_worker: int | None = None  # None: the gateway's
+
+
+def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> PoolConfig:
+    """The PoolConfig of one entry; ValueError (FileNotFoundError for a missing folder) when it is wrong."""
+    args, replicas = entry.args, entry.replicas
+    for url in entry.remotes:
+        check_url(url)
+    if entry.devices and replicas is not None and replicas != len(entry.devices):
+        raise ValueError(f"replicas = {replicas} but {len(entry.devices)} devices are listed "
+                         "(one worker per device: drop replicas or make them agree)")
+    if replicas is None:
+        replicas = len(entry.devices) if entry.devices else 0 if entry.remotes else 1
+    if replicas == 0 and not entry.remotes:
+        raise ValueError("a model needs local replicas (replicas >= 1) or remote workers")
+    if replicas == 0:
+        name = args.served_model_name or args.model  # the folder is on the workers' hosts, not here
+        return PoolConfig(model=name, backend=args.backend, remotes=entry.remotes,
+                          max_in_flight_per_worker=entry.max_in_flight_per_worker)
+    worker = with_worker_tracing(worker_config_from_args(args), tracing)
+    placements = place(args.backend, replicas, entry.devices)  # one device / core set per worker
+    return PoolConfig(model=worker.served_model_name, backend=args.backend,
+                      workers=tuple(placed(worker, p) for p in placements),
+                      devices=tuple(p.device for p in placements if p.device is not None), remotes=entry.remotes,
+                      max_in_flight_per_worker=entry.max_in_flight_per_worker)
+
+
+def check_pools(pools: tuple[PoolConfig, ...]) -> None:
+    """Refuse two pools of one model on one backend (they would be one pool)."""
+    seen: set[tuple] = set()
+    for i, pool in enumerate(pools):
+        key = (pool.model, pool.backend)
+        if pool.model is not None and key in seen:
+            raise SettingError(("models", i), f"model '{pool.model}' has two pools on backend '{pool.backend}': "
+                             "put their workers in one entry (replicas, devices, remote)")
+        seen.add(key)
+
+
+def api_key(settings: argparse.Namespace) -> str | None:
+    """``api_key``, or the first line of ``api_key_file`` (not both)."""
+    path = getattr(settings, "api_key_file", None)
+    if path is None:
+        return settings.api_key
+    if settings.api_key is not None:
+        raise SettingError(("api_key_file",), "give api_key or api_key_file, not both")
+    try:
+        key = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SettingError(("api_key_file",), f"cannot read {path}: {exc.strerror or exc}") from None
+    if not key:
+        raise SettingError(("api_key_file",), f"api key file {path} is empty")
+    return key
+
+
+def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tracing: TracingConfig | None,
+                 environ: Mapping[str, str]) -> GatewayConfig:
+    """The GatewayConfig of the serve ``settings`` (a Namespace of the serve flags' dests) and ``pools``."""
+    check_pools(pools)
+    try:
+        security = gateway_security_from_args(settings, environ)
+    except OSError as exc:
+        raise SettingError(("worker_token_file",), f"cannot read {exc.filename}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise SettingError((), str(exc)) from None
+    roots = tuple(str(Path(root).resolve()) for root in settings.model_root or ())
+    for root in roots:
+        if not Path(root).is_dir():
+            raise SettingError(("model_roots",), f"model root {root} is not a folder")
+    return GatewayConfig(
+        host=settings.host, port=settings.port, api_key=api_key(settings), auto_truncate=settings.auto_truncate,
+        transport=settings.transport, pools=pools, model_roots=roots,
+        startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
+        request_timeout_s=settings.request_timeout, max_in_flight_per_worker=settings.max_in_flight_per_worker,
+        drain_timeout_s=settings.drain_timeout, health_probe_interval_s=settings.health_check_interval,
+        health_check_timeout_s=settings.health_check_timeout,
+        tracing=tracing, metrics=settings.metrics, metrics_port=settings.metrics_port, worker_security=security,
+    )
+
+
+def config_from_entries(settings: argparse.Namespace, entries: list[ModelEntry],
+                        environ: Mapping[str, str]) -> GatewayConfig:
+    """``build_config`` over entries whose errors need no location (the command line)."""
+    tracing = tracing_config_from_args(settings, environ)
+    return build_config(settings, tuple(pool_config(e, tracing) for e in entries), tracing, environ)

@@ -1,0 +1,72 @@
+"""``GET /openapi.json``: an OpenAPI 3.1 document built from the route table and its pydantic models.
+
+The document lists the routes the gateway answers now (a task-gated route
+only while some served model serves it; see ``dialects.route``), each with
+the JSON schema of the model its body is validated with, its response model
+when it has one, and its dialect's error body.
+"""
+from __future__ import annotations
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from poolgate.gateway.dialects.route import Route, is_live
+from poolgate.gateway.http.state import ROUTER
+from poolgate.shared.version import VERSION
+from poolgate.shared.wire import ModelInfo
+
+ROUTES_KEY = web.AppKey("routes", list)  # every mounted Route, in order
+REF = "#/components/schemas/{model}"
+ERROR_SCHEMAS = {
+    "openai": {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["message", "type"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}},
+    "cohere": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}},
+}
+
+
+def document(routes: list[Route], models: list[ModelInfo]) -> dict:
+    """The OpenAPI document of the ``routes`` live for ``models``."""
+    live = [r for r in routes if is_live(r, models)]
+    schemas = _schemas(live)
+    paths: dict[str, dict] = {}
+    for route in live:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, schemas)
+    components = dict(schemas.pop("$defs", {}))
+    components.update({f"{name.capitalize()}Error": schema for name, schema in ERROR_SCHEMAS.items()})
+    return {"openapi": "3.1.0", "info": {"title": "poolgate", "version": VERSION},
+            "paths": paths, "components": {"schemas": components}}
+
+
+def _schemas(routes: list[Route]) -> dict:
+    """``{(model, mode): schema ref}`` plus ``$defs``: each pydantic model once."""
+    pairs = {(r.request_model, "validation") for r in routes if r.request_model is not None}
+    pairs |= {(r.response_model, "serialization") for r in routes if r.response_model is not None}
+    if not pairs:
+        return {}
+    refs, defs = models_json_schema(sorted(pairs, key=lambda p: (p[0].__name__, p[1])), ref_template=REF)
+    return {**refs, "$defs": defs.get("$defs", {})}
+
+
+def _operation(route: Route, schemas: dict) -> dict:
+    op: dict = {"operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
+                "summary": route.summary or route.path}
+    if route.request_model is not None:
+        op["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": schemas[(route.request_model, "validation")]}}}
+    ok: dict = {"description": "OK"}
+    if route.response_model is not None:
+        ok["content"] = {"application/json": {"schema": schemas[(route.response_model, "serialization")]}}
+    error = {"description": "Error", "content": {"application/json": {
+        "schema": {"$ref": REF.format(model=f"{route.errors.capitalize()}Error")}}}}
+    op["responses"] = {"200": ok, "4XX": error, "5XX": error}
+    return op
+
+
+async def openapi_json(request: web.Request, _body: BaseModel | None = None) -> web.Response:
+    return web.json_response(document(request.app[ROUTES_KEY], request.app[ROUTER].models()))
+
+
+ROUTES = (Route("GET", "/openapi.json", openapi_json, summary="This document"),)

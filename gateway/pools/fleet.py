@@ -1,0 +1,236 @@
+"""Starts and stops the workers of each served model's pools, and adds and removes the models in the router.
+
+The gateway's one owner of workers: at start-up for every ``PoolConfig`` of the
+config, and later for a model the admin API loads or unloads. For one pool:
+
+- local workers: one ``Supervisor`` each (``gateway.supervisor``: restarted with
+  backoff after they die), already placed by the config (device, CPU cores),
+  with the backend's environment (``shared.backends.worker_env``); a pool runs
+  with those that came up and the rest keep retrying in the background;
+- remote workers (``tcp://``, ``unix:``): dialed with the gateway's worker token
+  and TLS (``GatewayConfig.worker_security``), waiting for those still loading;
+- ``dns+tcp://`` names: resolved now and re-resolved in the background
+  (``gateway.discovery``), workers joining and leaving the pool.
+
+A pool must have one worker up at start, else the start fails (stopping what it
+started). A worker that serves a model other than its pool's is refused. The
+pool's admission cap is its own ``max_in_flight_per_worker``, else the gateway's.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from poolgate.gateway.pools.discovery import DEFAULT_INTERVAL_S, Discovery, Resolver, is_dns_url, resolve_host
+from poolgate.gateway.pools.pool import WorkerPool
+from poolgate.gateway.pools.router import Router
+from poolgate.gateway.pools.supervisor import Supervisor
+from poolgate.shared.backends import worker_env
+from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
+from poolgate.shared.errors import Conflict, Unavailable
+from poolgate.shared.transport import WorkerClient
+from poolgate.shared.transport_security import client_context
+
+log = logging.getLogger("poolgate.gateway.pools.fleet")
+
+
+def backend_env(cfg: WorkerConfig, index: int) -> dict[str, str]:
+    """The supervisor's WorkerEnv: what the backend's placement of ``cfg`` adds to the environment."""
+    return worker_env(cfg)
+
+
+@dataclass
+class RunningPool:
+    """What keeps one pool's workers: its supervisors and its DNS watchers (background tasks)."""
+
+    config: PoolConfig
+    supervisors: list[Supervisor] = field(default_factory=list)
+    discoveries: list[Discovery] = field(default_factory=list)
+    pool: WorkerPool | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(s.stop() for s in self.supervisors), return_exceptions=True)
+
+
+class Fleet:
+    """Every served model's running pools (module doc); ``runner_factory`` is for tests (fake models)."""
+
+    def __init__(self, config: GatewayConfig, router: Router, folder: Path, *, runner_factory: str | None = None,
+                 resolver: Resolver = resolve_host, discovery_interval_s: float = DEFAULT_INTERVAL_S):
+        self.config, self.router, self.folder = config, router, folder
+        self.runner_factory, self.resolver, self.discovery_interval_s = runner_factory, resolver, discovery_interval_s
+        self.running: dict[str, list[RunningPool]] = {}  # model name -> its pools' keepers
+        self._sockets = itertools.count()
+        self._lock = asyncio.Lock()  # serializes changes to the router and ``running``
+        self._starting: set[str] = set()  # models being started (not served yet)
+
+    async def start(self, pools: Sequence[PoolConfig]) -> list[str]:
+        """Bring ``pools`` up and serve them (all or none); the names of the models they serve.
+        Conflict (409) for a model that is served or being started already."""
+        names = {p.model for p in pools if p.model is not None}
+        busy = sorted(names & (set(self.router.pools) | self._starting))
+        if busy:
+            raise Conflict(f"model '{busy[0]}' is already served; unload it first")
+        self._starting |= names
+        try:
+            results = await asyncio.gather(*(self._start_pool(p) for p in pools), return_exceptions=True)
+            async with self._lock:
+                return await self._serve(results)
+        finally:
+            self._starting -= names
+
+    async def _serve(self, results: list) -> list[str]:
+        """Add the started pools to the router, or stop them all if any failed."""
+        failed = [r for r in results if isinstance(r, BaseException)]
+        runs = [run for r in results if not isinstance(r, BaseException) for run in r]
+        served = sorted({run.pool.name for run in runs} & set(self.router.pools))
+        if served:
+            failed.append(Conflict(f"model '{served[0]}' is already served; unload it first"))
+        if not failed:
+            try:
+                for run in runs:
+                    self.router.add(run.pool)
+            except ValueError as exc:
+                failed.append(exc)
+        if failed:
+            for run in runs:
+                self._forget(run)
+            await asyncio.gather(*(run.stop() for run in runs), *(run.pool.close() for run in runs))
+            raise failed[0]
+        for run in runs:
+            self.running.setdefault(run.pool.name, []).append(run)
+            self._watch(run)
+        return list(dict.fromkeys(run.pool.name for run in runs))
+
+    def _forget(self, run: RunningPool) -> None:
+        model = self.router.pools.get(run.pool.name)
+        if model is not None and run.pool in model.pools:
+            self.router.remove(run.pool.name)
+
+    async def unload(self, name: str, drain_timeout_s: float) -> None:
+        """Stop serving model ``name``: no new calls (404), the calls in flight finish (up to
+        ``drain_timeout_s``), then its workers stop. ModelNotFound if it is not served."""
+        async with self._lock:
+            model = self.router.remove(name)
+            runs = self.running.pop(name, [])
+        log.info("unloading %s: draining", name)
+        model.drain()
+        try:
+            await asyncio.wait_for(model.idle(), drain_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("unloading %s: calls still in flight after %gs; stopping anyway", name, drain_timeout_s)
+        await asyncio.gather(*(run.stop() for run in runs))
+        await model.close()
+        log.info("unloaded %s", name)
+
+    async def stop(self) -> None:
+        """Stop every supervisor and watcher (the router closes the clients)."""
+        runs = [run for model in self.running.values() for run in model]
+        self.running.clear()
+        await asyncio.gather(*(run.stop() for run in runs))
+
+    async def _start_pool(self, pc: PoolConfig) -> list[RunningPool]:
+        run = RunningPool(pc)
+        try:
+            clients = await self._start_locals(pc, run) + await self._dial_remotes(pc, run)
+            return await self._make_pools(pc, run, clients)
+        except BaseException:
+            await run.stop()
+            raise
+
+    async def _start_locals(self, pc: PoolConfig, run: RunningPool) -> list[WorkerClient]:
+        for i, cfg in enumerate(pc.workers):
+            run.supervisors.append(Supervisor(cfg, self._address(), i, ready_timeout=self.config.startup_timeout_s,
+                                              env=backend_env, runner_factory=self.runner_factory))
+        results = await asyncio.gather(*(s.start() for s in run.supervisors), return_exceptions=True)
+        for sup, result in zip(run.supervisors, results):
+            if isinstance(result, Exception):  # ``run`` retries it in the background, as start_all does
+                sup.failures = 1
+                log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        up = [s.worker.client for s in run.supervisors if s.worker is not None]
+        if errors and not up and not pc.remotes:
+            if len(errors) == 1:
+                raise errors[0]
+            raise Unavailable(f"no worker of {pc.model} came up ({len(errors)} tried): {errors[0]}") from errors[0]
+        if run.supervisors and len(up) < len(run.supervisors):
+            log.warning("serving %s (%s) with %d of %d local workers; the others keep retrying in the background",
+                        pc.model, pc.backend, len(up), len(run.supervisors))
+        return up
+
+    def _address(self) -> str:
+        """Where the next local worker listens: a socket in the gateway's private folder, or a TCP port the
+        worker binds itself and reports (``gateway.local_worker``: no race for the port)."""
+        if self.config.transport == "unix":
+            return f"unix:{self.folder / f'worker-{next(self._sockets)}.sock'}"
+        return "tcp://127.0.0.1:0"
+
+    async def _dial_remotes(self, pc: PoolConfig, run: RunningPool) -> list[WorkerClient]:
+        static = [url for url in pc.remotes if not is_dns_url(url)]
+        dialed = await asyncio.gather(*(self._dial_until_up(url) for url in static), return_exceptions=True)
+        clients = [c for c in dialed if not isinstance(c, BaseException)]
+        failed = [c for c in dialed if isinstance(c, BaseException)]
+        if failed:
+            await asyncio.gather(*(c.close() for c in clients))
+            raise failed[0]
+        for url in pc.remotes:
+            if is_dns_url(url):  # wait for DNS only when nothing else serves the pool
+                run.discoveries.append(discovery := Discovery(url, self.connect, resolver=self.resolver,
+                                                                interval_s=self.discovery_interval_s))
+                clients += await discovery.first(0 if clients or pc.workers else self.config.startup_timeout_s)
+        return clients
+
+    async def connect(self, url: str) -> WorkerClient:
+        """Dial one worker with the gateway's token, and TLS for TCP (a Unix socket is protected by its
+        permissions); Unavailable when it does not answer."""
+        sec = self.config.worker_security
+        tls = client_context(sec) if url.startswith("tcp://") else None
+        return await WorkerClient.connect(url, token=sec.token, tls=tls, server_name=sec.tls_server_name)
+
+    async def _dial_until_up(self, url: str) -> WorkerClient:
+        """Dial a remote worker until it answers (it may still be loading), up to the start-up timeout."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self.config.startup_timeout_s, 0.1
+        while True:
+            try:
+                return await self.connect(url)
+            except Unavailable:
+                if loop.time() + delay > deadline:
+                    raise
+                log.info("waiting for worker %s", url)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _make_pools(self, pc: PoolConfig, run: RunningPool, clients: list[WorkerClient]) -> list[RunningPool]:
+        """One pool of ``clients`` (several when the config left the model to the workers: ``--worker-url``)."""
+        by_name: dict[str, tuple] = {}
+        for client, info in zip(clients, await asyncio.gather(*(c.info() for c in clients))):
+            if pc.model is not None and info.served_model_name != pc.model:
+                await asyncio.gather(*(c.close() for c in clients))
+                raise Unavailable(f"worker {client.address} serves '{info.served_model_name}', not '{pc.model}'")
+            by_name.setdefault(info.served_model_name, (info, []))[1].append(client)
+        if not by_name:
+            raise Unavailable(f"no worker of {pc.model or 'the remote workers'} came up (see the log above)")
+        cap = pc.max_in_flight_per_worker or self.config.max_in_flight_per_worker
+        runs = []
+        for info, members in by_name.values():
+            keeper = run if not runs else RunningPool(pc)
+            keeper.pool = WorkerPool(info, members, max_in_flight=cap)
+            runs.append(keeper)
+        return runs
+
+    def _watch(self, run: RunningPool) -> None:
+        """Start the pool's background work: restarting local workers, re-resolving DNS names."""
+        for sup in run.supervisors:
+            sup.attach(run.pool)
+            run.tasks.append(asyncio.create_task(sup.run(), name=f"supervise {sup.name}/{sup.index}"))
+        for discovery in run.discoveries:
+            run.tasks.append(asyncio.create_task(discovery.run(run.pool), name=f"discover {discovery.url}"))

@@ -1,0 +1,70 @@
+"""One worker's place in a pool: the client protocol, the member's state and load, the token estimate."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from poolgate.shared import wire
+from poolgate.shared.errors import Unavailable
+from poolgate.shared.wire import Input, PoolingCall, PoolingResult
+
+State = Literal["starting", "ready", "down", "draining"]
+
+
+class Client(Protocol):
+    """The part of ``shared.transport.WorkerClient`` a pool uses."""
+
+    address: str
+
+    async def pool(self, call: PoolingCall) -> PoolingResult: ...
+
+    async def health(self) -> dict: ...
+
+    async def close(self) -> None: ...
+
+
+async def check(client, timeout_s: float | None) -> str | None:
+    """None when ``client`` answers its health check in time and says it is ready, else why not."""
+    try:
+        answer = await asyncio.wait_for(client.health(), timeout_s)
+    except asyncio.TimeoutError:
+        return f"no health answer within {timeout_s}s"
+    except Unavailable as exc:
+        return str(exc)
+    except Exception as exc:  # an error answer from the worker counts as not healthy
+        return f"health check failed: {exc}"
+    if isinstance(answer, dict) and answer.get("ready") is False:
+        return "the worker says it is not ready" + (" (draining)" if answer.get("draining") else "")
+    return None
+
+
+def estimate_tokens(inputs: list[Input]) -> int:
+    """A call's token count as the gateway can guess it without a tokenizer (``gateway.pool``'s doc)."""
+    return sum(wire.estimate_tokens(x) for x in inputs)
+
+
+@dataclass(eq=False)
+class Member:
+    """One client in a pool: its state, its load and a ``lost`` event the calls on it watch."""
+
+    client: Client
+    state: State
+    calls: int = 0
+    tokens: int = 0
+    recoveries: int = 0
+    picked: int = 0  # when it was last picked (a pool-wide count): ties go to the least recent
+    error: str | None = None
+    since: float = field(default_factory=time.monotonic)  # when it entered its state
+    answered: float = 0.0  # when it last answered a call (monotonic): a sign of life besides health checks
+    lost: asyncio.Event = field(default_factory=asyncio.Event)  # set while down: calls on it fail over
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+def load(member: Member) -> tuple[int, int, int]:
+    """The pick order: fewest outstanding tokens, then fewest calls, then least recently picked."""
+    return member.tokens, member.calls, member.picked

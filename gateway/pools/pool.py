@@ -1,0 +1,245 @@
+"""A pool of workers serving one model: least-loaded pick by outstanding tokens, member states, failover.
+
+Each member (one worker's client) has a state:
+
+- ``starting``: its process is (re)starting; no calls, no health checks (the supervisor owns it);
+- ``ready``: in rotation;
+- ``down``: lost or not answering; health checks (``probe``) bring it back when it answers;
+- ``draining``: leaving the pool (``remove``); no new calls, its calls in flight finish.
+
+Load is the member's OUTSTANDING TOKENS: the sum of ``estimate_tokens`` over its
+calls in flight, counted here when a call is picked (so concurrent picks see each
+other) and released when it ends. The estimate is cheap and gateway-side:
+``len(ids)`` for token ids, ``len(text) // 4 + 2`` for text (about four characters
+per token for English subwords, plus two special tokens). It only has to rank
+workers, not bill anyone.
+
+Failover: a call whose worker is lost (``Unavailable``: connection lost, worker
+shutting down, or marked down by a health check while the call was on it) is
+retried ONCE on another ready member, within the call's deadline. A request's own
+fault (4xx), an internal error and a passed deadline are never retried. The
+retry ignores ``max_in_flight``: the call was admitted already.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from poolgate.gateway.pools.member import Client, Member, State, check, estimate_tokens, load
+from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+
+__all__ = ["Client", "Member", "State", "WorkerPool", "estimate_tokens"]
+
+log = logging.getLogger("poolgate.gateway.pools.pool")
+
+
+class WorkerPool:
+    """Sends each call to the ready member with the fewest outstanding tokens (module doc).
+
+    ``max_in_flight`` caps calls per worker; when every ready worker is at the
+    cap the call is refused with ``Overloaded`` (429). ``ready=False`` starts the
+    given clients ``down`` (a probe or ``mark_ready`` brings them in).
+    """
+
+    def __init__(self, model_info: ModelInfo, clients: list[Client], *,
+                 max_in_flight: int | None = None, ready: bool = True):
+        if not clients:
+            raise ValueError("a WorkerPool needs at least one client")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.info = model_info
+        self.max_in_flight = max_in_flight
+        self.draining = False  # set by ``drain``: the gateway is shutting down
+        self._calls = 0
+        self._picks = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._members: dict[int, Member] = {}
+        for client in clients:
+            self.add(client, state="ready" if ready else "down")
+
+    @property
+    def name(self) -> str:
+        return self.info.served_model_name
+
+    @property
+    def clients(self) -> list[Client]:
+        return [m.client for m in self._members.values()]
+
+    @property
+    def ready(self) -> bool:
+        return not self.draining and any(m.state == "ready" for m in self._members.values())
+
+    def member(self, client: Client) -> Member:
+        return self._members[id(client)]
+
+    def state(self, client: Client) -> State:
+        return self.member(client).state
+
+    def is_ready(self, client: Client) -> bool:
+        return self.member(client).state == "ready"
+
+    def recoveries(self, client: Client) -> int:
+        """How often ``client`` came back after being down or restarted (or not ready at start)."""
+        return self.member(client).recoveries
+
+    def in_flight(self, client: Client) -> int:
+        return self.member(client).calls
+
+    def outstanding_tokens(self, client: Client) -> int:
+        return self.member(client).tokens
+
+    def down_for(self, client: Client) -> float:
+        """Seconds ``client`` has been down without a break (0 when it is not down)."""
+        member = self.member(client)
+        return time.monotonic() - member.since if member.state == "down" else 0.0
+
+    def add(self, client: Client, *, state: State = "ready") -> None:
+        """A new member (a discovered or restarted worker); it takes calls at once when ``ready``."""
+        if id(client) in self._members:
+            raise ValueError(f"worker {client.address} is already in pool '{self.name}'")
+        self._members[id(client)] = member = Member(client, state)
+        if state != "ready":
+            member.lost.set()
+            member.error = "not ready yet"
+
+    def set_state(self, client: Client, state: State, error: str | None = None) -> None:
+        """Move a member to ``state``. Leaving ``ready`` for ``down`` or ``starting`` makes the calls
+        on it fail over; arriving at ``ready`` from ``down`` or ``starting`` counts a recovery."""
+        member = self.member(client)
+        before, member.state = member.state, state
+        if state != before:
+            member.since = time.monotonic()
+        if state == "ready":
+            member.error = None
+            member.lost.clear()
+            if before in ("down", "starting"):
+                member.recoveries += 1
+        elif state in ("down", "starting"):
+            member.error = error or member.error
+            member.lost.set()
+            if before == "ready":
+                log.warning("worker %s of '%s' is %s: %s", client.address, self.name, state, member.error)
+
+    def mark_ready(self, client: Client, ready: bool = True) -> None:
+        self.set_state(client, "ready" if ready else "down")
+
+    def replace(self, old: Client, new: Client) -> None:
+        """Put ``new`` in ``old``'s place (a restarted local worker), keeping its recovery count;
+        ``new`` is ready. The caller closes ``old``."""
+        member = self._members[id(old)]
+        member.client = new
+        self._members = {id(m.client): m for m in self._members.values()}
+        self.set_state(new, "ready")
+
+    async def remove(self, client: Client, *, drain_timeout_s: float = 30.0) -> None:
+        """Take ``client`` out: no new calls, wait (up to ``drain_timeout_s``) for its calls, then close it."""
+        member = self.member(client)
+        member.state = "draining"
+        try:
+            await asyncio.wait_for(member.idle.wait(), drain_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("worker %s still had %d calls after %ss of draining", client.address,
+                        member.calls, drain_timeout_s)
+        self._members.pop(id(client), None)
+        await client.close()
+
+    def snapshot(self) -> list[dict]:
+        """Every member's state and load, for the admin API."""
+        return [{"address": m.client.address, "state": m.state, "calls_in_flight": m.calls,
+                 "outstanding_tokens": m.tokens, "recoveries": m.recoveries, "error": m.error}
+                for m in self._members.values()]
+
+    async def submit(self, call: PoolingCall) -> PoolingResult:
+        """The call's result from the least-loaded ready worker; on a lost worker, once more on another
+        one; a 504 once its deadline passes (the transport then cancels it in the worker)."""
+        if self.draining:
+            raise Unavailable("The server is shutting down; retry on another instance.")
+        member = self._pick()
+        try:
+            return await self._send(member, call)
+        except Unavailable as exc:
+            others = [m for m in self._ready() if m is not member]
+            if not others or (call.deadline is not None and call.deadline <= time.time()):
+                raise
+            retry = min(others, key=load)
+            log.info("retrying %s on %s after: %s", call.request_id, retry.client.address, exc)
+            return await self._send(retry, call)
+
+    async def _send(self, member: Member, call: PoolingCall) -> PoolingResult:
+        """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""
+        tokens = estimate_tokens(call.inputs)
+        self._picks += 1
+        member.picked = self._picks
+        member.calls += 1
+        member.tokens += tokens
+        member.idle.clear()
+        self._calls += 1
+        self._idle.clear()
+        work = asyncio.ensure_future(member.client.pool(call))
+        lost = asyncio.ensure_future(member.lost.wait())
+        timeout = None if call.deadline is None else max(call.deadline - time.time(), 0.0)
+        try:
+            done, _ = await asyncio.wait({work, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                member.answered = time.monotonic()
+                return work.result()
+            if lost in done:
+                raise Unavailable(f"worker {member.client.address} was lost: {member.error}")
+            raise DeadlineExceeded(f"Request {call.request_id} did not finish before its deadline.")
+        except Unavailable as exc:
+            if member.state == "ready":
+                self.set_state(member.client, "down", str(exc))
+            raise
+        finally:
+            for future in (work, lost):
+                future.cancel()
+            member.calls -= 1
+            member.tokens -= tokens
+            if not member.calls:
+                member.idle.set()
+            self._calls -= 1
+            if not self._calls:
+                self._idle.set()
+
+    def _ready(self) -> list[Member]:
+        return [m for m in self._members.values() if m.state == "ready"]
+
+    def _pick(self) -> Member:
+        ready = self._ready()
+        if not ready:
+            raise Unavailable(f"No worker is ready to serve model '{self.name}'.")
+        if self.max_in_flight is not None:
+            ready = [m for m in ready if m.calls < self.max_in_flight]
+            if not ready:
+                raise Overloaded(f"Every worker serving model '{self.name}' is busy; retry shortly.")
+        return min(ready, key=load)
+
+    async def probe(self, timeout_s: float | None = None) -> None:
+        """Health-check every ready or down member at once (each within ``timeout_s``) and set its
+        state from the answer: no answer in time, or an error, is down; except that a ready member
+        that answered a call while we asked is alive (a busy worker can be slow to answer a check)."""
+        asked = time.monotonic()
+        members = [m for m in self._members.values() if m.state in ("ready", "down")]
+        answers = await asyncio.gather(*(check(m.client, timeout_s) for m in members))
+        for member, error in zip(members, answers):
+            if member.state not in ("ready", "down") or self._members.get(id(member.client)) is not member:
+                continue  # restarted, removed or draining while we asked
+            if error and member.state == "ready" and member.answered >= asked:
+                continue
+            self.set_state(member.client, "down" if error else "ready", error)
+
+    def drain(self) -> None:
+        """Refuse new calls from now on (503); the calls in flight go on."""
+        self.draining = True
+
+    async def idle(self) -> None:
+        """Return once no call is in flight on any member."""
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        for member in list(self._members.values()):
+            await member.client.close()
+

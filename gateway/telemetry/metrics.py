@@ -1,0 +1,179 @@
+"""The gateway's Prometheus metrics: request series recorded here, worker series pulled at each scrape.
+
+Every name is a constant in ``shared.telemetry``. Request series (count by
+route, model and status; latency; errors by type; prompt tokens; the
+worker's queue and inference time; admission rejections) are recorded from
+each finished request's ``RequestRecord``: ``GatewayMetrics`` is the
+``Recorder`` of ``gateway.telemetry``. Worker series live in the worker
+processes: each ``GET /metrics`` first asks every worker for its stats over
+the transport (the ``health`` op, at most ``WORKER_STATS_TIMEOUT_S``), and
+``WorkerCollector`` turns the answers into gauges and histograms labelled by
+model, backend and worker, so one scrape of the gateway sees everything. A
+worker that does not answer reports ``poolgate_worker_up 0`` and nothing else.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from aiohttp import web
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
+                               disable_created_metrics, generate_latest)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from poolgate.gateway.pools.pool import WorkerPool
+from poolgate.gateway.pools.router import Router
+from poolgate.gateway.telemetry.record import RequestRecord
+from poolgate.shared import telemetry as names
+from poolgate.shared.errors import PoolgateError
+from poolgate.shared.histogram import Histogram as Counts
+from poolgate.shared.transport import parse_address
+
+WORKER_STATS_TIMEOUT_S = 1.0
+NO_MODEL = "none"  # the model label of a request that never reached a model (bad body, unknown model)
+WORKER_LABELS = [names.MODEL, names.BACKEND, names.WORKER]
+
+
+def worker_label(address: str) -> str:
+    """A stable worker name: the socket file for local Unix workers, host:port for TCP ones."""
+    try:
+        addr = parse_address(address)
+    except ValueError:
+        return address
+    return PurePath(addr.path).name if addr.kind == "unix" else f"{addr.host}:{addr.port}"
+
+
+# the worker's ``health`` answer key -> (metric name, help), one gauge each
+LOAD_GAUGES: dict[str, tuple[str, str]] = {
+    "requests_running": (names.REQUESTS_RUNNING, "Calls with a batch on the device."),
+    "requests_waiting": (names.REQUESTS_WAITING, "Calls queued, no batch started yet."),
+    "running": (names.SEQUENCES_RUNNING, "Sequences in the batch on the device."),
+    "queued": (names.SEQUENCES_WAITING, "Sequences queued for a batch."),
+    "queued_tokens": (names.TOKENS_WAITING, "Tokens queued for a batch."),
+}
+# the worker's pipeline stats key -> (metric name, help), one histogram each
+BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "batch_size": (names.BATCH_SIZE, "Sequences per batch."),
+    "batch_tokens": (names.BATCH_TOKENS, "Tokens per batch."),
+    "batch_fill": (names.BATCH_FILL, "Batch tokens over the token budget."),
+}
+
+
+@dataclass
+class _WorkerSample:
+    pool: WorkerPool
+    client: object
+    health: dict | None  # None: the worker did not answer
+
+
+class WorkerCollector:
+    """Worker series from the last ``refresh``: up, recoveries, queue, batch shapes, device memory."""
+
+    def __init__(self, router: Router):
+        self.router = router
+        self.samples: list[_WorkerSample] = []
+
+    async def refresh(self) -> None:
+        pairs = [(pool, client) for pool in list(self.router.worker_pools()) for client in pool.clients]
+        answers = await asyncio.gather(*(_health(client) for _, client in pairs))
+        self.samples = [_WorkerSample(pool, client, health) for (pool, client), health in zip(pairs, answers)]
+
+    def describe(self):
+        return []  # collected only at scrape time, after refresh
+
+    def collect(self):
+        gauges = {key: GaugeMetricFamily(name, doc, labels=WORKER_LABELS) for key, (name, doc) in LOAD_GAUGES.items()}
+        batches = {key: HistogramMetricFamily(name, doc, labels=WORKER_LABELS)
+                   for key, (name, doc) in BATCH_HISTOGRAMS.items()}
+        up = GaugeMetricFamily(names.WORKER_UP, "1 if the worker answers and is in rotation.", labels=WORKER_LABELS)
+        recoveries = CounterMetricFamily(names.WORKER_RECOVERIES, "Times the worker came back into rotation.",
+                                         labels=WORKER_LABELS)
+        memory = GaugeMetricFamily(names.DEVICE_MEMORY, "Device memory of the worker's model.",
+                                   labels=[*WORKER_LABELS, "kind"])
+        for s in self.samples:
+            labels = [s.pool.name, s.pool.info.backend, worker_label(s.client.address)]
+            up.add_metric(labels, 1.0 if s.health is not None and s.pool.is_ready(s.client) else 0.0)
+            recoveries.add_metric(labels, s.pool.recoveries(s.client))
+            if s.health is None:
+                continue
+            for key, family in gauges.items():
+                family.add_metric(labels, float(s.health.get(key, 0)))
+            for kind, value in (s.health.get("device_memory") or {}).items():
+                memory.add_metric([*labels, kind], float(value))
+            pipeline = s.health.get("pipeline") or {}
+            for key, family in batches.items():
+                if key in pipeline:
+                    counts = Counts.from_wire(pipeline[key])
+                    family.add_metric(labels, counts.cumulative(), counts.total)
+        yield from (up, recoveries, *gauges.values(), memory, *batches.values())
+        yield from self._in_flight()
+
+    def _in_flight(self):
+        fam = GaugeMetricFamily(names.REQUESTS_IN_FLIGHT, "Calls sent to the model's workers and not yet answered.",
+                                labels=[names.MODEL])
+        for pool in list(self.router.pools.values()):
+            fam.add_metric([pool.name], float(sum(pool.in_flight(c) for c in pool.clients)))
+        yield fam
+
+
+async def _health(client) -> dict | None:
+    try:
+        return await asyncio.wait_for(client.health(), WORKER_STATS_TIMEOUT_S)
+    except (PoolgateError, asyncio.TimeoutError):  # lost, wedged or answering with an error: down
+        return None
+
+
+class GatewayMetrics:
+    """One registry: the request series, and the workers' series through ``WorkerCollector``."""
+
+    def __init__(self, router: Router):
+        disable_created_metrics()  # no *_created series: they only double what a scrape stores
+        self.registry = CollectorRegistry()
+        r, lat, tok = self.registry, names.LATENCY_BUCKETS, names.TOKEN_BUCKETS
+        self.requests = Counter(names.REQUESTS, "API requests by route, model and HTTP status.",
+                                [names.ROUTE, names.MODEL, names.STATUS], registry=r)
+        self.duration = Histogram(names.REQUEST_DURATION, "Arrival until the response is written.",
+                                  [names.ROUTE, names.MODEL], buckets=lat, registry=r)
+        self.errors = Counter(names.REQUEST_ERRORS, "Failed API requests by error type.",
+                              [names.ROUTE, names.MODEL, names.ERROR_TYPE], registry=r)
+        self.prompt_tokens = Counter(names.PROMPT_TOKENS, "Prompt tokens pooled.",
+                                     [names.MODEL, names.TASK], registry=r)
+        self.request_tokens = Histogram(names.REQUEST_PROMPT_TOKENS, "Prompt tokens per request.",
+                                        [names.MODEL, names.TASK], buckets=tok, registry=r)
+        self.queue = Histogram(names.QUEUE_TIME, "Time a request's inputs waited in the worker's queue.",
+                               [names.MODEL, names.TASK, names.BACKEND], buckets=lat, registry=r)
+        self.inference = Histogram(names.INFERENCE_TIME, "First batch start until the request's last output.",
+                                   [names.MODEL, names.TASK, names.BACKEND], buckets=lat, registry=r)
+        self.rejections = Counter(names.ADMISSION_REJECTIONS, "Requests refused with 429 by admission control.",
+                                  [names.MODEL, names.REASON], registry=r)
+        self.workers = WorkerCollector(router)
+        r.register(self.workers)
+
+    def observe(self, record: RequestRecord) -> None:
+        model = record.model or NO_MODEL
+        self.requests.labels(record.route, model, str(record.status)).inc()
+        self.duration.labels(record.route, model).observe(record.duration_s)
+        if record.error_type is not None:
+            self.errors.labels(record.route, model, record.error_type).inc()
+            if record.status == 429:
+                self.rejections.labels(model, record.error_type).inc()
+        if record.prompt_tokens is not None and record.task is not None:
+            self.prompt_tokens.labels(model, record.task).inc(record.prompt_tokens)
+            self.request_tokens.labels(model, record.task).observe(record.prompt_tokens)
+        if record.queue_s is not None and record.task is not None:
+            self.queue.labels(model, record.task, record.backend).observe(record.queue_s)
+        if record.inference_s is not None and record.task is not None:
+            self.inference.labels(model, record.task, record.backend).observe(record.inference_s)
+
+    async def render(self) -> bytes:
+        """The exposition text, with fresh worker stats."""
+        await self.workers.refresh()
+        return generate_latest(self.registry)
+
+    def add_route(self, app: web.Application) -> None:
+        """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port)."""
+        async def scrape(request: web.Request) -> web.Response:
+            return web.Response(body=await self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app.router.add_get("/metrics", scrape)

@@ -1,0 +1,244 @@
+"""``serve --config FILE``: a good file, the CLI as a one-entry config, and every error kind with its line."""
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+import pytest
+
+from poolgate.gateway import serve
+from poolgate.gateway.config.file import ConfigError, config_from_toml, load_config
+from poolgate.gateway.config.toml_lines import KeyLines
+from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
+from poolgate.shared.pooler_config import PoolerConfig
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    serve.add_arguments(p)
+    return p
+
+
+def load(text: str, tmp_path, name: str = "serve.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return load_config(str(path), parser(), {})
+
+
+def error(text: str, tmp_path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(text, tmp_path)
+    return str(info.value)
+
+
+GOOD = """\
+host = "0.0.0.0"
+port = 9000
+api_key = "sk-test"
+transport = "tcp"
+request_timeout = 30
+max_in_flight_per_worker = 16
+model_roots = ["models"]
+
+[[models]]
+name = "minilm"
+backend = "cuda"
+devices = [0, 1]
+dtype = "float16"
+max_batch_tokens = 4096
+max_in_flight_per_worker = 64
+[models.pooler_config]
+pooling_type = "MEAN"
+use_activation = false
+
+[[models]]
+name = "minilm"          # the CPU overflow pool of the same model
+backend = "cpu"
+replicas = 2
+[[models.remote]]
+url = "tcp://gpu-host-3:9100"
+[[models.remote]]
+url = "dns+tcp://poolgate-workers.default.svc:9100"
+
+[[models]]
+name = "tiny"
+model = "models/tiny"
+runner = "pooling"
+convert = "embed"
+hf_overrides = { matryoshka_dimensions = [4, 8] }
+allow_pickle_weights = true
+normalize = false
+"""
+
+
+def test_a_good_file(tmp_path):
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    config = load(GOOD, tmp_path)
+    assert (config.host, config.port, config.api_key, config.transport) == ("0.0.0.0", 9000, "sk-test", "tcp")
+    assert config.request_timeout_s == 30 and config.max_in_flight_per_worker == 16
+    assert config.model_roots == (str((tmp_path / "models").resolve()),)
+    cuda, cpu, tiny = config.pools
+    assert (cuda.model, cuda.backend, cuda.devices, len(cuda.workers)) == ("minilm", "cuda", ("0", "1"), 2)
+    assert cuda.max_in_flight_per_worker == 64 and cpu.max_in_flight_per_worker is None
+    w = cuda.workers[0]
+    assert w.model_path == str(bundled_model_path()) and w.served_model_name == "minilm"
+    assert (w.backend, w.dtype, w.max_batch_tokens) == ("cuda", "float16", 4096)
+    assert w.pooler == PoolerConfig(pooling_type="MEAN", use_activation=False)
+    assert (cpu.backend, len(cpu.workers), cpu.devices) == ("cpu", 2, ())
+    assert cpu.remotes == ("tcp://gpu-host-3:9100", "dns+tcp://poolgate-workers.default.svc:9100")
+    t = tiny.workers[0]
+    assert t.model_path == str(tmp_path / "models" / "tiny") and t.served_model_name == "tiny"
+    assert (t.runner, t.convert, t.allow_pickle_weights) == ("pooling", "embed", True)
+    assert t.hf_overrides == {"matryoshka_dimensions": [4, 8]} and t.pooler.use_activation is False
+    assert config.workers == (*cuda.workers, *cpu.workers, *tiny.workers)
+    assert config.worker_urls == cpu.remotes
+
+
+def test_the_command_line_is_a_one_entry_config(tmp_path):
+    (tmp_path / "m").mkdir()
+    flags = [str(tmp_path / "m"), "--served-model-name", "x", "--workers", "2", "--backend", "cpu",
+             "--max-batch-tokens", "512", "--pooling-type", "cls", "--port", "8100"]
+    from_flags = serve.config_from_args(parser().parse_args(flags), {})
+    from_file = load(f"""\
+        port = 8100
+        [[models]]
+        model = "{tmp_path / 'm'}"
+        name = "x"
+        replicas = 2
+        backend = "cpu"
+        max_batch_tokens = 512
+        pooling_type = "cls"
+        """, tmp_path)
+    assert from_flags == from_file
+
+
+def test_defaults_a_bare_model_and_remote_only_entries(tmp_path):
+    config = load("""\
+        [[models]]
+        [[models]]
+        name = "far"
+        [[models.remote]]
+        url = "unix:/tmp/w.sock"
+        """, tmp_path)
+    local, far = config.pools
+    assert local.model == DEFAULT_MODEL_NAME and len(local.workers) == 1 and config.port == 8000
+    assert (far.model, far.workers, far.remotes) == ("far", (), ("unix:/tmp/w.sock",))
+
+
+def test_api_key_file(tmp_path):
+    (tmp_path / "key").write_text("sk-from-file\n")
+    assert load('api_key_file = "key"\n[[models]]\n', tmp_path).api_key == "sk-from-file"
+    assert "api_key_file: give api_key or api_key_file" in error(
+        'api_key = "a"\napi_key_file = "key"\n[[models]]\n', tmp_path)
+    assert "serve.toml:1: api_key_file: cannot read" in error('api_key_file = "nope"\n[[models]]\n', tmp_path)
+
+
+@pytest.mark.parametrize("text, where, message", [
+    ("port = 70000\n[[models]]\n", "serve.toml:1: port", "must be a TCP port"),
+    ('port = "80"\n[[models]]\n', "serve.toml:1: port", "must be an integer"),
+    ("colour = 1\n[[models]]\n", "serve.toml:1: colour", "unknown key"),
+    ("transport = 'udp'\n[[models]]\n", "serve.toml:1: transport", "must be one of unix, tcp"),
+    ("workers = 2\n[[models]]\n", "serve.toml:1: workers", "unknown key"),
+    ("request_timeout = -1\n[[models]]\n", "serve.toml:1: request_timeout", "positive number"),
+    ("auto_truncate = 1\n[[models]]\n", "serve.toml:1: auto_truncate", "true or false"),
+    ('model_roots = "x"\n[[models]]\n', "serve.toml:1: model_roots", "must be a list"),
+    ('model_roots = ["missing"]\n[[models]]\n', "serve.toml:1: model_roots", "is not a folder"),
+    ('port = 1\n', "serve.toml", "at least one [[models]] table"),
+    ('models = 3\n', "serve.toml:1: models", "at least one [[models]] table"),
+    ('[[models]]\n\n[[models]]\nreplicas = -1\n', "serve.toml:4: models[1].replicas", "must be >= 0"),
+    ('[[models]]\nreplicas = 1.5\n', "serve.toml:2: models[0].replicas", "must be an integer"),
+    ('[[models]]\nbackend = "tpu"\n', "serve.toml:2: models[0].backend", "must be one of auto, cpu"),
+    ('[[models]]\ndtype = "int4"\n', "serve.toml:2: models[0].dtype", "must be one of"),
+    ('[[models]]\nmax_batch_tokens = 0\n', "serve.toml:2: models[0].max_batch_tokens", "positive integer"),
+    ('[[models]]\nserved_model_name = "x"\n', "serve.toml:2: models[0].served_model_name", "unknown key"),
+    ('[[models]]\nmodel = "nowhere"\n', "serve.toml:2: models[0].model", "does not exist"),
+    ('[[models]]\n[models.pooler_config]\npooling_type = "NOPE"\n', "serve.toml:2: models[0].pooler_config", ""),
+    ('[[models]]\npooler_config = {colour = 1}\n', "serve.toml:2: models[0].pooler_config", "colour"),
+    ('[[models]]\nhf_overrides = [1]\n', "serve.toml:2: models[0].hf_overrides", "must be a table"),
+    ('[[models]]\ndevices = [0, 0]\n', "serve.toml:2: models[0].devices", "twice"),
+    ('[[models]]\ndevices = [true]\n', "serve.toml:2: models[0].devices", "must be a list"),
+    ('[[models]]\ndevices = [0, 1]\nreplicas = 3\n', "serve.toml:1: models[0]", "2 devices are listed"),
+    ('[[models]]\nreplicas = 0\n', "serve.toml:1: models[0]", "needs local replicas"),
+    ('[[models]]\n[[models.remote]]\nport = 1\n', "serve.toml:3: models[0].remote[0].port", "unknown key"),
+    ('[[models]]\n[[models.remote]]\n', "serve.toml:2: models[0].remote[0]", "url is required"),
+    ('[[models]]\n[[models.remote]]\nurl = "http://x"\n', "serve.toml:3: models[0].remote[0].url",
+     "must be tcp://host:port"),
+    ('[[models]]\nremote = "tcp://a:1"\n', "serve.toml:2: models[0].remote", "array of tables"),
+    ('[[models]]\n[[models.remote]]\nurl = "dns+tcp://svc"\n', "serve.toml:3: models[0].remote[0].url",
+     "dns+tcp://name:port"),
+    ('[[models]]\nname = "a"\n\n[[models]]\nname = "a"\n', "serve.toml:4: models[1]", "two pools on backend"),
+    ('[[models]]\npooling_type = "cls"\npooler_config = {pooling_type = "MEAN"}\n', "serve.toml:1: models[0]",
+     "both given"),
+    ("port = \n", "serve.toml: not valid TOML", "line 1"),
+    ("collect_detailed_traces = true\n[[models]]\n", "serve.toml:", "needs --otlp-traces-endpoint"),
+])
+def test_every_error_names_the_file_line_and_key(tmp_path, text, where, message):
+    got = error(text, tmp_path)
+    assert got.startswith(str(tmp_path / where)), got
+    assert message in got
+
+
+def test_key_lines_survive_multiline_values_comments_and_inline_tables():
+    text = textwrap.dedent('''\
+        # a comment with key = "value"
+        host = "x"
+        note = """
+        port = 1
+        """
+
+        [[models]]   # first
+        name = "a"
+        devices = [
+          0,
+          1,
+        ]
+        pooler_config = { pooling_type = "MEAN", dimensions = 4 }
+
+        [[models]]
+        [models.hf_overrides]
+        a.b = 1
+        [[models.remote]]
+        url = "tcp://h:1"
+        ''')
+    lines = KeyLines(text)
+    assert lines.line(("host",)) == 2 and lines.line(("note",)) == 3 and lines.line(("port",)) is None
+    assert lines.line(("models", 0)) == 7 and lines.line(("models", 0, "name")) == 8
+    assert lines.line(("models", 0, "devices")) == 9
+    assert lines.line(("models", 0, "pooler_config", "dimensions")) == 13
+    assert lines.line(("models", 1)) == 15 and lines.line(("models", 1, "hf_overrides")) == 16
+    assert lines.line(("models", 1, "hf_overrides", "a", "b")) == 17
+    assert lines.line(("models", 1, "remote", 0, "url")) == 19
+    assert lines.line(("models", 1, "nope")) == 15  # a missing key: its table's line
+
+
+def test_unreadable_file_and_flags_beside_config(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(str(tmp_path / "missing.toml"), parser(), {})
+    (tmp_path / "c.toml").write_text("[[models]]\n")
+    args = parser().parse_args(["--config", str(tmp_path / "c.toml"), "--port", "9"])
+    with pytest.raises(ValueError, match="settings go in the file: port"):
+        serve.config_from_args(args, {})
+    assert serve.main(args) == 2
+
+
+def test_text_without_a_file(tmp_path):
+    config = config_from_toml("[[models]]\nname = 'a'\n", str(tmp_path / "inline.toml"), parser(), {})
+    assert config.pools[0].model == "a"
+
+
+def test_worker_transport_security_keys(tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    config = load('worker_token_file = "token"\nworker_tls = true\nworker_tls_server_name = "w"\n[[models]]\n',
+                  tmp_path)
+    sec = config.worker_security
+    assert (sec.token, sec.tls, sec.tls_server_name) == ("s3cret", True, "w")
+    assert "serve.toml:1: worker_token_file: cannot read" in error('worker_token_file = "nope"\n[[models]]\n',
+                                                                    tmp_path)
+    assert "needs --worker-tls" in error('worker_tls_ca = "ca.pem"\n[[models]]\n', tmp_path)
+
+
+def test_a_bad_worker_url_on_the_command_line_is_refused():
+    with pytest.raises(ValueError, match="a worker URL must be"):
+        serve.config_from_args(parser().parse_args(["--worker-url", "http://w:1"]), {})
+    config = serve.config_from_args(parser().parse_args(["--worker-url", "dns+tcp://w.svc:9100"]), {})
+    assert config.pools[0].remotes == ("dns+tcp://w.svc:9100",) and config.pools[0].model is None

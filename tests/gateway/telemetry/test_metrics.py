@@ -1,0 +1,188 @@
+"""GET /metrics over real workers (fake model): request series, worker series pulled over the transport."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from poolgate.gateway.app import make_app
+from poolgate.gateway.telemetry.metrics import GatewayMetrics, worker_label
+from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.telemetry.record import Telemetry
+from poolgate.shared import telemetry as names
+from poolgate.shared.config import GatewayConfig
+from tests.fakes import fake_model
+from tests.gateway.conftest import served_router
+
+EMBED = "/v1/embeddings"
+LONG = " ".join(["word"] * 40)  # 42 tokens > the fake's 32
+
+
+@pytest.fixture
+async def scraped():
+    """``await scraped(models=..., max_in_flight=...)`` -> a TestClient whose app records metrics."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(models=None, max_in_flight=None, routes=()) -> TestClient:
+            router = await stack.enter_async_context(served_router(models or [fake_model()],
+                                                                   max_in_flight=max_in_flight))
+            metrics = GatewayMetrics(router)
+            app = make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=metrics))
+            metrics.add_route(app)
+            for path, handler in routes:
+                app.router.add_get(path, handler)
+            client = TestClient(TestServer(app, handler_cancellation=True))
+            await client.start_server()
+            stack.push_async_callback(client.close)
+            return client
+
+        yield start
+
+
+async def samples(client) -> dict[tuple[str, frozenset], float]:
+    resp = await client.get("/metrics")
+    assert resp.status == 200 and resp.content_type == "text/plain"
+    out = {}
+    for family in text_string_to_metric_families(await resp.text()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(got: dict, name: str, **labels) -> float:
+    return got[(name, frozenset(labels.items()))]
+
+
+def total(got: dict, name: str, **labels) -> float:
+    """Sum over every series of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in got.items() if n == name and want <= ls)
+
+
+async def test_request_series(scraped):
+    client = await scraped()
+    tokens = 0
+    for text in ("hello world", "a b c", "x"):
+        body = await (await client.post(EMBED, json={"input": [text, text]})).json()
+        tokens += body["usage"]["prompt_tokens"]
+    assert (await client.post(EMBED, json={"input": LONG})).status == 400
+    assert (await client.post(EMBED, json={"model": "nope", "input": "x"})).status == 404
+    assert (await client.get("/no/such/path")).status == 404
+    assert (await client.get("/health")).status == 200
+    got = await samples(client)
+    m = "fake-model"
+    assert value(got, f"{names.REQUESTS}_total", route=EMBED, model=m, status="200") == 3
+    assert value(got, f"{names.REQUESTS}_total", route=EMBED, model=m, status="400") == 1
+    assert value(got, f"{names.REQUESTS}_total", route=EMBED, model="none", status="404") == 1
+    assert value(got, f"{names.REQUESTS}_total", route="unmatched", model="none", status="404") == 1
+    assert total(got, f"{names.REQUESTS}_total") == 6  # /health and /metrics are not counted
+    assert value(got, f"{names.REQUEST_ERRORS}_total", route=EMBED, model=m,
+                 error_type="context_length_exceeded") == 1
+    assert value(got, f"{names.REQUEST_ERRORS}_total", route=EMBED, model="none", error_type="model_not_found") == 1
+    assert value(got, f"{names.PROMPT_TOKENS}_total", model=m, task="embed") == tokens
+    assert value(got, f"{names.REQUEST_PROMPT_TOKENS}_sum", model=m, task="embed") == tokens
+    assert value(got, f"{names.REQUEST_DURATION}_count", route=EMBED, model=m) == 4
+    assert value(got, f"{names.REQUEST_DURATION}_bucket", route=EMBED, model=m, le="0.001") <= 4
+    for name in (names.QUEUE_TIME, names.INFERENCE_TIME):
+        assert value(got, f"{name}_count", model=m, task="embed", backend="cpu") == 3
+    assert value(got, names.REQUESTS_IN_FLIGHT, model=m) == 0
+
+
+async def test_worker_series_come_from_the_worker(scraped):
+    client = await scraped()
+    for _ in range(3):
+        assert (await client.post(EMBED, json={"input": ["a b", "c d e"]})).status == 200
+    got = await samples(client)
+    pool = client.app[ROUTER].pools["fake-model"]
+    labels = {"model": "fake-model", "backend": "cpu", "worker": worker_label(pool.clients[0].address)}
+    assert labels["worker"] == "w0.sock"
+    assert value(got, names.WORKER_UP, **labels) == 1
+    assert value(got, f"{names.WORKER_RECOVERIES}_total", **labels) == 0
+    assert value(got, names.SEQUENCES_WAITING, **labels) == 0
+    assert value(got, names.SEQUENCES_RUNNING, **labels) == 0
+    assert value(got, f"{names.BATCH_SIZE}_sum", **labels) == 6  # every sequence in some batch
+    assert value(got, f"{names.BATCH_TOKENS}_sum", **labels) == 3 * (4 + 5)
+    batches = value(got, f"{names.BATCH_SIZE}_count", **labels)
+    assert 1 <= batches <= 3 and value(got, f"{names.BATCH_FILL}_count", **labels) == batches
+    assert value(got, f"{names.BATCH_SIZE}_bucket", **labels, le="+Inf") == batches
+    assert not any(n == names.DEVICE_MEMORY for n, _ in got)  # the CPU reports no device memory
+
+
+async def test_device_memory_where_the_backend_reports_it(scraped):
+    model = dataclasses.replace(fake_model(), device_memory=lambda: {"allocated": 1234, "reserved": 4096})
+    client = await scraped(models=[model])
+    got = await samples(client)
+    assert value(got, names.DEVICE_MEMORY, model="fake-model", backend="cpu", worker="w0.sock", kind="reserved") == 4096
+
+
+async def test_a_worker_that_does_not_answer_is_down(scraped):
+    client = await scraped()
+    pool = client.app[ROUTER].pools["fake-model"]
+    await pool.clients[0].close()
+    got = await samples(client)
+    assert value(got, names.WORKER_UP, model="fake-model", backend="cpu", worker="w0.sock") == 0
+    assert total(got, names.SEQUENCES_WAITING) == 0 and (names.SEQUENCES_WAITING, frozenset()) not in got
+
+
+async def test_admission_rejections_and_in_flight(scraped):
+    model = fake_model()
+    model.runner.release.clear()  # hold the first batch on the "device"
+    client = await scraped(models=[model], max_in_flight=1)
+    held = asyncio.create_task(client.post(EMBED, json={"input": "x"}))
+    await asyncio.to_thread(model.runner.entered.wait, 2)
+    assert (await client.post(EMBED, json={"input": "y"})).status == 429
+    got = await samples(client)
+    assert value(got, names.REQUESTS_IN_FLIGHT, model="fake-model") == 1
+    assert value(got, names.SEQUENCES_RUNNING, model="fake-model", backend="cpu", worker="w0.sock") == 1
+    assert value(got, names.REQUESTS_RUNNING, model="fake-model", backend="cpu", worker="w0.sock") == 1
+    assert value(got, names.REQUESTS_WAITING, model="fake-model", backend="cpu", worker="w0.sock") == 0
+    assert value(got, f"{names.ADMISSION_REJECTIONS}_total", model="fake-model", reason="overloaded") == 1
+    model.runner.release.set()
+    assert (await held).status == 200
+
+
+async def test_no_metrics_when_off(gateway):
+    client = await gateway()
+    assert (await client.get("/metrics")).status == 404
+
+
+async def test_a_client_that_leaves_is_counted_as_499(scraped):
+    model = fake_model()
+    model.runner.release.clear()
+    client = await scraped(models=[model])
+    leaving = asyncio.create_task(client.post(EMBED, json={"input": "x"}))
+    await asyncio.to_thread(model.runner.entered.wait, 2)
+    leaving.cancel()  # drops the connection; aiohttp cancels the handler
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    model.runner.release.set()
+    for _ in range(100):
+        got = await samples(client)
+        if total(got, f"{names.REQUESTS}_total", status="499"):
+            break
+        await asyncio.sleep(0.02)
+    assert value(got, f"{names.REQUESTS}_total", route=EMBED, model="fake-model", status="499") == 1
+    assert value(got, f"{names.REQUEST_ERRORS}_total", route=EMBED, model="fake-model",
+                 error_type="client_closed_request") == 1
+
+
+async def test_a_client_that_leaves_while_the_body_is_written_is_counted(scraped):
+    """The handler finished; writing its body is cancelled (the client left): still recorded, as 499."""
+    from aiohttp import web
+
+    class CancelledWhileWriting(web.Response):
+        async def write_eof(self, data=b""):
+            raise asyncio.CancelledError()
+
+    async def big(request):
+        return CancelledWhileWriting(text="x" * 1000)
+
+    client = await scraped(routes=[("/v1/big", big)])
+    with contextlib.suppress(Exception):
+        await client.get("/v1/big")
+    got = await samples(client)
+    assert value(got, f"{names.REQUESTS}_total", route="/v1/big", model="none", status="499") == 1

@@ -1,0 +1,173 @@
+"""workers.backends: detection (ROCm and XPU through monkeypatched torch), device reports, CPU pinning."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.models import bundled_model_path
+from poolgate.workers.backends import BACKENDS, get_backend
+from poolgate.workers.backends.cpu import CpuBackend, cpu_model
+from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
+from poolgate.workers.backends.xpu import XpuBackend
+from poolgate.workers.kernels.attention import grouped_sdpa
+
+GIB = 1 << 30
+
+
+def fake_gpu(monkeypatch, *, hip: str | None, capability: tuple[int, int] = (9, 0)):
+    """torch.cuda as a GPU box would show it: a ROCm build sets torch.version.hip."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct MI300X" if hip else "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 3 * GIB)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: 4 * GIB)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: SimpleNamespace(total_memory=141 * GIB))
+
+
+def fake_xpu(monkeypatch, available: bool = True):
+    xpu = SimpleNamespace(
+        is_available=lambda: available, current_device=lambda: 0,
+        get_device_name=lambda d=None: "Intel Data Center GPU Max 1550",
+        memory_allocated=lambda d=None: GIB, memory_reserved=lambda d=None: 2 * GIB,
+        get_device_properties=lambda d=None: SimpleNamespace(total_memory=64 * GIB),
+        synchronize=lambda: None, empty_cache=lambda: None)
+    monkeypatch.setattr(torch, "xpu", xpu, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_the_registry_has_every_backend():
+    assert set(BACKENDS) == {"cuda", "rocm", "xpu", "cpu"}
+    assert all(cls.name == name for name, cls in BACKENDS.items())
+
+
+def test_rocm_is_detected_from_the_torch_build(monkeypatch):
+    fake_gpu(monkeypatch, hip="6.2.41133")
+    assert isinstance(get_backend("auto"), RocmBackend)
+    assert not CudaBackend().available()
+    with pytest.raises(RuntimeError, match="not available"):
+        get_backend("cuda")
+    report = get_backend("rocm").report(torch.float16, device="2")
+    assert report == {"device": "rocm:2", "device_name": "AMD Instinct MI300X", "attention": "grouped_sdpa",
+                      "device_memory": {"allocated": 3 * GIB, "reserved": 4 * GIB, "total": 141 * GIB}}
+
+
+def test_cuda_is_detected_when_the_build_is_not_hip(monkeypatch):
+    fake_gpu(monkeypatch, hip=None)
+    backend = get_backend("auto")
+    assert type(backend) is CudaBackend and not RocmBackend().available()
+    report = backend.report(torch.float32)
+    assert report["device"] == "cuda:0" and report["device_name"] == "NVIDIA H200"
+    assert report["attention"] == "grouped_sdpa"  # fp32 never takes the half-precision flash path
+    assert report["device_memory"]["total"] == 141 * GIB
+
+
+def test_xpu_is_detected_through_torch_xpu(monkeypatch):
+    fake_xpu(monkeypatch)
+    backend = get_backend("auto")
+    assert isinstance(backend, XpuBackend) and backend.fast_dtype() == torch.bfloat16
+    assert backend.report(torch.bfloat16, device="1") == {
+        "device": "xpu:1", "device_name": "Intel Data Center GPU Max 1550", "attention": "grouped_sdpa",
+        "device_memory": {"allocated": GIB, "reserved": 2 * GIB, "total": 64 * GIB}}
+    fake_xpu(monkeypatch, available=False)
+    assert isinstance(get_backend("auto"), CpuBackend)
+    with pytest.raises(RuntimeError, match="'xpu' is not available"):
+        get_backend("xpu")
+
+
+def test_cpu_report_is_the_host():
+    report = CpuBackend().report(torch.float32)
+    assert report["device"] == "cpu" and report["device_name"] == cpu_model()
+    assert report["attention"] == grouped_sdpa.__name__
+    assert report["device_memory"]["total"] > report["device_memory"]["peak_rss"] > 0
+
+
+def test_cpuinfo_fields(tmp_path):
+    from poolgate.workers.backends.cpu import cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx512_bf16 amx_bf16\n"
+                    "\nprocessor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")
+    assert cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert cpu_flags(info) == {"fpu", "avx512_bf16", "amx_bf16"}  # the first CPU's
+    assert cpu_flags(tmp_path / "missing") == set() and cpu_model(tmp_path / "missing") == ""
+
+
+def test_the_gateway_and_worker_registries_agree():
+    from poolgate.shared.backends import DEVICE_ENV
+    from poolgate.shared.config import BACKEND_CHOICES
+
+    assert set(DEVICE_ENV) == set(BACKENDS) | {"auto"} == set(BACKEND_CHOICES)
+
+
+def test_cpu_bf16_follows_the_cpu_flags(monkeypatch):
+    from poolgate.workers.backends import cpu
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: {"avx2", "amx_bf16"})
+    assert CpuBackend().fast_dtype() == torch.bfloat16
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: {"avx2", "avx512f"})
+    assert CpuBackend().fast_dtype() == torch.float32
+
+
+def test_a_pinned_cpu_worker_uses_its_cores_only():
+    code = ("import json, os, torch; from poolgate.workers.backends.cpu import CpuBackend; "
+            "CpuBackend().setup(None, (0,)); "
+            "print(json.dumps([sorted(os.sched_getaffinity(0)), torch.get_num_threads()]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == [[0], 1]
+
+
+def test_a_loaded_model_reports_where_it_runs():
+    from poolgate.workers.load.build import load_model
+
+    cfg = WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", backend="cpu",
+                       dtype="float32", max_batch_tokens=256)
+    info = load_model(cfg).info
+    assert (info.backend, info.device, info.dtype) == ("cpu", "cpu", "float32")
+    assert info.attention and info.device_name == cpu_model()
+    assert info.device_memory["peak_rss"] > 10_000_000  # the weights are in memory
+    assert type(info).from_wire(json.loads(json.dumps(info.to_wire()))) == info
+
+
+def test_a_gateway_pins_its_cpu_workers_to_disjoint_cores():
+    """``poolgate serve --backend cpu --workers 2`` on the bundled model: each worker on its own cores."""
+    from poolgate.shared.backends import available_cpus, physical_cores
+    from tests.processes import children, free_port, wait_healthy
+
+    if len(physical_cores(available_cpus())) < 2:
+        pytest.skip("needs at least 2 physical cores")
+    port = free_port()
+    gateway = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port),
+                                "--backend", "cpu", "--workers", "2", "--dtype", "float32",
+                                "--max-batch-tokens", "256", "--max-model-len", "64"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", timeout_s=240, proc=gateway)
+        sets = [os.sched_getaffinity(pid) for pid in children(gateway.pid)]
+        assert len(sets) == 2 and not sets[0] & sets[1] and sets[0] | sets[1] <= set(available_cpus())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as response:
+            assert json.load(response)["data"][0]["worker"]["device"] == "cpu"
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=60) == 0
+    assert "pinned to CPUs" in gateway.stderr.read()
+
+
+@pytest.mark.parametrize("capability, flash", [((9, 0), True), ((8, 0), True), ((7, 5), False), ((7, 0), False)])
+def test_half_precision_takes_flash_only_on_gpus_that_run_it(monkeypatch, capability, flash):
+    from poolgate.workers.kernels.attention import has_varlen, varlen_flash
+
+    fake_gpu(monkeypatch, hip=None, capability=capability)  # T4 = 7.5, V100 = 7.0: torch's flash refuses them
+    want = varlen_flash if flash and has_varlen() else grouped_sdpa
+    assert CudaBackend().attention(torch.float16) is want
+    assert CudaBackend().attention(torch.float32) is grouped_sdpa

@@ -1,0 +1,110 @@
+"""``poolgate inspect`` and the start-up table: the builder's decisions for a folder, without loading it."""
+import json
+import logging
+
+import pytest
+from transformers import AutoModel, AutoModelForSequenceClassification
+
+from poolgate.gateway.cli import main as poolgate
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.models import bundled_model_path
+from poolgate.workers.backends.cpu import CpuBackend
+from poolgate.workers.load.build import load_model
+from poolgate.workers.load.inspect import FALLBACK_ATTENTION, plan
+from tests.workers.rope_encoders import save
+
+
+def _plan(folder, **cfg):
+    return plan(WorkerConfig(model_path=str(folder), served_model_name="m", **cfg), CpuBackend())
+
+
+def test_packed_family(tmp_path):
+    save(tmp_path, "modernbert", AutoModel)
+    p = _plan(tmp_path, dtype="float32", max_batch_tokens=1024)
+    assert p.architecture == "ModernBertModel" and p.implementation == "packed modernbert"
+    assert p.weights == str(tmp_path / "model.safetensors")
+    assert p.tasks == "embed, token_embed (served as embed)"
+    assert p.pooling == "CLS (architecture default), normalized; token tasks ALL"
+    assert p.max_length == "128 tokens" and p.dtype == "float32" and p.backend == "cpu"
+    assert p.attention.startswith("grouped_sdpa: ") and p.attention.endswith(
+        "; bidirectional; sliding windows (left, right) (4, 4)")
+    assert p.token_budget == "1024 tokens per batch"
+
+
+def test_classifier_pooling_and_tasks(tmp_path):
+    save(tmp_path, "modernbert", AutoModelForSequenceClassification, num_labels=2, classifier_pooling="mean")
+    p = _plan(tmp_path)
+    assert p.tasks == "classify, token_classify (served as classify)"
+    assert p.pooling == "MEAN (architecture default); token tasks ALL"
+
+
+def test_sentence_transformers_folder_and_flags():
+    p = _plan(bundled_model_path())
+    assert p.implementation == "packed bert" and p.pooling.startswith("MEAN (sentence-transformers config)")
+    assert p.max_length == "256 tokens"
+    from poolgate.shared.pooler_config import PoolerConfig
+
+    p = _plan(bundled_model_path(), pooler=PoolerConfig(seq_pooling_type="CLS"), max_model_len=128)
+    assert p.pooling.startswith("CLS (--pooler-config)") and p.max_length == "128 tokens"
+
+
+def test_auto_dtype_names_the_candidate(tmp_path, monkeypatch):
+    import torch
+
+    save(tmp_path, "gte", AutoModel)
+    monkeypatch.setattr(CpuBackend, "fast_dtype", lambda self: torch.bfloat16)
+    assert _plan(tmp_path).dtype.startswith("auto: bfloat16 if the start-up probes stay at cosine >= 0.999")
+    monkeypatch.setattr(CpuBackend, "fast_dtype", lambda self: torch.float32)
+    assert _plan(tmp_path).dtype == "float32 (auto: no faster dtype on this hardware)"
+
+
+def test_fallback_architecture(tmp_path):
+    """An architecture without a packed family (ELECTRA): transformers' AutoModel, padded; no weights read."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["ElectraModel"], "model_type": "electra", "vocab_size": 100, "hidden_size": 32,
+        "embedding_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 64,
+        "max_position_embeddings": 64}))
+    p = _plan(tmp_path, dtype="float32")
+    assert p.implementation == "transformers fallback (padded)" and p.attention == FALLBACK_ATTENTION
+    assert p.pooling.startswith("CLS (architecture default)")
+
+
+def test_cli_prints_the_table(tmp_path, capsys):
+    save(tmp_path, "nomic_bert", AutoModel)
+    assert poolgate(["inspect", str(tmp_path), "--dtype", "float32", "--backend", "cpu"]) == 0
+    rows = {line[:14].strip(): line[16:] for line in capsys.readouterr().out.splitlines()}  # key column: 14 wide
+    assert rows["implementation"] == "packed nomic_bert" and rows["dtype"] == "float32"
+    assert rows["architecture"] == "NomicBertModel" and rows["max length"] == "128 tokens"
+
+
+def test_cli_error_is_exit_2(tmp_path, capsys):
+    assert poolgate(["inspect", str(tmp_path / "missing")]) == 2
+    assert "poolgate inspect: error:" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["ModernBertModel"], "model_type": "modernbert", "vocab_size": 10, "hidden_size": 8,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8, "max_position_embeddings": 4096}))
+    assert poolgate(["inspect", str(tmp_path), "--max-model-len", "100000"]) == 2
+    assert "exceeds" in capsys.readouterr().err
+
+
+def test_start_up_log_has_the_same_table(tmp_path, caplog):
+    save(tmp_path, "modernbert", AutoModel)
+    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="m", dtype="float32", backend="cpu",
+                       max_batch_tokens=256)
+    with caplog.at_level(logging.INFO, logger="poolgate.worker"):
+        model = load_model(cfg)
+    logged = [r.getMessage() for r in caplog.records if r.name == "poolgate.worker"]
+    want = plan(cfg).table().splitlines()
+    assert want[1].startswith("architecture") and want[1] in logged and want[2] in logged  # architecture, family
+    assert "tasks           embed, token_embed" in logged
+    assert any(line.startswith("dtype") and line.endswith("float32") for line in logged)
+    assert model.info.tasks == ("embed", "token_embed")
+
+
+@pytest.mark.parametrize("family", ["gte", "modernbert"])
+def test_inspect_loads_no_weights(tmp_path, family, monkeypatch):
+    save(tmp_path, family, AutoModel)
+    import poolgate.workers.load.weights as weights
+
+    monkeypatch.setattr(weights, "load_file", lambda *a, **k: pytest.fail("inspect read the weights"))
+    assert _plan(tmp_path).implementation == f"packed {family}"

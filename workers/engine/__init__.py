@@ -1,0 +1,1 @@
+"""The worker's engine: inputs and tokenization, the scheduler, packing, the runner and its pipeline."""

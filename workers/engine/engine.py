@@ -1,0 +1,363 @@
+"""The worker's engine: a PoolingCall in, its outputs as one block out, batches run as a pipeline.
+
+``submit`` (on the event loop) checks the call, tokenizes it in a thread pool
+(``InputStage``) and queues one ``Sequence`` per input (per chunk, for an
+embed input cut by chunked processing: ``workers.chunking``). Two threads then
+run batches as a two-stage pipeline:
+
+- the *prepare* thread cuts the next batch from the scheduler, drops
+  sequences whose call's deadline has passed, and has the runner ``prepare``
+  it (packing, host buffers, the copy to the device);
+- the *execute* thread has the runner ``execute`` each prepared batch and
+  hands every call its rows.
+
+At most one prepared batch waits. While batch N executes, batch N+1 is cut
+and prepared only once the queue holds a full token budget, so under load the
+host work hides behind the device, and at low load a batch is still
+everything that queued while the last one ran. A batch's outputs are sliced
+per call (views); a call's pieces are joined once, when its last sequence is
+done (chunked inputs folded back to one row each, vectorized over the call),
+and its future is resolved on the loop once. A client that leaves cancels its
+sequences and the scheduler drops them.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
+from poolgate.shared.limits import chunks_inputs
+from poolgate.shared.rows import Rows
+from poolgate.shared.wire import PoolingCall, PoolingResult
+from poolgate.workers.engine.chunking import Chunks, fold, split
+from poolgate.workers.engine.inputs import InputStage
+from poolgate.workers.engine.runner_api import LoadedModel, RunOutput, Step
+from poolgate.workers.engine.scheduler import TokenBudgetScheduler
+from poolgate.workers.engine.sequence import Sequence
+from poolgate.workers.engine.stats import PipelineStats
+
+log = logging.getLogger("poolgate.worker.engine")
+
+
+@dataclass(eq=False)
+class _Call:
+    """One call inside the engine: its future, deadline, sequences and the rows gathered so far."""
+
+    future: asyncio.Future
+    deadline: float | None
+    seqs: list[Sequence] = field(default_factory=list)
+    pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
+    chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
+    done: int = 0
+    failed: bool = False
+    tokenize_s: float = 0.0
+    queued_at: float = 0.0  # perf_counter when its sequences were queued
+    started: float | None = None  # perf_counter when its first batch began executing
+    finished: float = 0.0  # perf_counter when its last batch finished
+    steps: list[Step] = field(default_factory=list)  # the runner's forward/pool steps, for detailed traces
+
+    def timings(self) -> dict[str, float]:
+        """vLLM's split: time in queue (queued → first execute), in inference (first execute → done)."""
+        started = self.queued_at if self.started is None else self.started
+        return {"tokenize_s": self.tokenize_s, "queue_s": started - self.queued_at,
+                "inference_s": self.finished - started}
+
+    def rows(self) -> Rows:
+        """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
+        rows = Rows.concat(self.pieces)
+        return rows if self.chunks is None else fold(rows, self.chunks)
+
+    def abandon(self) -> None:
+        """Never run what is left of this call (it failed, or its client left)."""
+        self.failed = True
+        for seq in self.seqs:
+            seq.cancelled = True
+
+
+class CallTracer(Protocol):
+    """``workers.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
+
+    def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
+              steps: list[Step]) -> None: ...
+
+
+@dataclass
+class _Prepared:
+    seqs: list[Sequence]
+    segments: list[tuple[int, int, _Call]]  # consecutive sequences of one call: [start, stop)
+    batch: Any
+    tokens: int
+
+
+class Engine:
+    """Owns the input stage, the scheduler, the tokenizer pool and the two pipeline threads."""
+
+    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None):
+        self.info = model.info
+        self.runner = model.runner
+        self._device_memory = model.device_memory
+        self.inputs = InputStage(model.info, model.encoder)
+        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded)
+        self.stats = PipelineStats()
+        self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
+        self._handoff: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()
+        self._slot = threading.Semaphore(1)  # one prepared batch may wait for the executor
+        self._executing_since: float | None = None
+        self._running = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+        self._submits = 0  # submit() calls not yet returned
+        self._live: set[_Call] = set()  # queued or running calls (touched on the loop only)
+        self._idle = asyncio.Event()
+        self._tracer = tracer  # None: tracing off
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._threads = [
+            threading.Thread(target=self._prepare_loop, name="poolgate-prepare", daemon=True),
+            threading.Thread(target=self._execute_loop, name="poolgate-execute", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def stop(self, drain_timeout: float = 5.0) -> None:
+        """Fail what is still queued or prepared, finish the running batch, join the threads."""
+        left = self.scheduler.close()
+        _settle(_calls_of(left), error=Unavailable("worker is shutting down"))
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join)
+        if self._submits:
+            self._idle.clear()
+            try:
+                await asyncio.wait_for(self._idle.wait(), drain_timeout)
+            except asyncio.TimeoutError:
+                log.warning("%d calls still pending after engine stop", self._submits)
+        self._tokenizer.shutdown(wait=False)
+
+    def load(self) -> dict:
+        """Queue and pipeline figures for the ``health`` op (and the gateway's /metrics)."""
+        waiting = sum(1 for call in self._live if call.started is None)
+        load = {"queued": self.scheduler.queued, "queued_tokens": self.scheduler.queued_tokens,
+                "running": self._running, "requests_waiting": waiting,
+                "requests_running": len(self._live) - waiting, "pipeline": self.stats.to_wire()}
+        if self._device_memory is not None:
+            load["device_memory"] = self._device_memory()
+        return load
+
+    async def submit(self, call: PoolingCall) -> PoolingResult:
+        """Check, tokenize and queue every input of ``call``; resolve when all have run."""
+        if not self._threads or self.scheduler.closed:
+            raise Unavailable("worker engine is not running")
+        self._submits += 1
+        try:
+            return await self._submit(call)
+        finally:
+            self._submits -= 1
+            if not self._submits:
+                self._idle.set()
+
+    async def _submit(self, call: PoolingCall) -> PoolingResult:
+        self.inputs.check(call)
+        start = time.perf_counter()
+        encoded = await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
+        _check_deadline(call.deadline)
+        token_lists, types = encoded.ids, encoded.type_ids
+        prompt_tokens = [len(ids) for ids in token_lists]
+        state = _Call(self._loop.create_future(), call.deadline)
+        if chunks_inputs(self.info, call.params.task):  # embed: no text pairs, so no token types
+            token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
+            types = [None] * len(token_lists)
+        state.seqs = [Sequence(ids, call.params, handle=state, token_type_ids=t) for ids, t in zip(token_lists, types)]
+        state.queued_at = time.perf_counter()
+        state.tokenize_s = state.queued_at - start
+        self._live.add(state)
+        try:
+            for seq in state.seqs:
+                self.scheduler.add(seq)
+            rows = await state.future
+        except BaseException:  # client left, the call failed or shutdown: never run the rest
+            state.abandon()
+            state.future.cancel()
+            raise
+        finally:
+            self._live.discard(state)
+        if self._tracer is not None:
+            started = state.queued_at if state.started is None else state.started
+            self._tracer.trace(call, start, state.queued_at, started, state.steps)
+        return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
+                             timings=state.timings())
+
+    # --- the prepare thread -------------------------------------------------
+
+    def _prepare_loop(self) -> None:
+        while True:
+            self._slot.acquire()
+            seqs = self.scheduler.next_batch(hold=self._is_executing)
+            if not seqs:  # closed
+                self._handoff.put(None)
+                return
+            try:
+                prepared = self._prepare(seqs)
+            except Exception as exc:  # never let the thread die with calls waiting on it
+                log.exception("preparing a batch of %d sequences failed", len(seqs))
+                self._fail(_calls_of(seqs), InternalError(f"worker failed to prepare a batch: {exc}"))
+                prepared = None
+            if prepared is None:
+                self._slot.release()
+            else:
+                self._handoff.put(prepared)
+
+    def _is_executing(self) -> bool:
+        return self._executing_since is not None
+
+    def _prepare(self, seqs: list[Sequence]) -> _Prepared | None:
+        """Drop sequences of late calls, then have the runner prepare the rest."""
+        now, live, late = time.time(), [], set()
+        for seq in seqs:
+            call = seq.handle
+            if call.deadline is not None and call.deadline < now:
+                late.add(call)
+            elif not call.failed:
+                live.append(seq)
+        if late:
+            self._fail(late, DeadlineExceeded("deadline exceeded before the request was scheduled"))
+            live = [seq for seq in live if seq.handle not in late]
+        if not live:
+            return None
+        segments = _segments(live)
+        start = time.perf_counter()
+        try:
+            batch = self.runner.prepare(live)
+        except Exception as exc:
+            log.exception("runner failed to prepare a batch of %d sequences", len(live))
+            self._fail({c for _, _, c in segments}, InternalError(f"runner failed: {exc}"))
+            return None
+        end = time.perf_counter()
+        self.stats.prepare_s += end - start
+        since = self._executing_since
+        if since is not None and since < end:
+            self.stats.prepare_overlapped_s += end - max(start, since)
+        return _Prepared(live, segments, batch, sum(seq.num_tokens for seq in live))
+
+    # --- the execute thread -------------------------------------------------
+
+    def _execute_loop(self) -> None:
+        while (prepared := self._handoff.get()) is not None:
+            self._executing_since = time.perf_counter()  # busy before the slot opens: no early partial cut
+            self._slot.release()
+            calls = {c for _, _, c in prepared.segments}
+            try:
+                self._execute(prepared, calls)
+            except Exception as exc:  # never let the thread die with calls waiting on it
+                log.exception("delivering a batch of %d sequences failed", len(prepared.seqs))
+                self._fail(calls, InternalError(f"worker failed on a batch: {exc}"))
+            finally:
+                self._executing_since, self._running = None, 0
+                self.scheduler.wake()
+
+    def _execute(self, prepared: _Prepared, calls: set[_Call]) -> None:
+        """Run one prepared batch and hand each call its rows (or the batch's error)."""
+        if self.scheduler.closed:
+            self._fail(calls, Unavailable("worker is shutting down"))
+            return
+        self._running = len(prepared.seqs)
+        start = time.perf_counter()
+        for call in calls:  # from now on the call is running, not waiting
+            call.started = start if call.started is None else call.started
+        steps: list[Step] | None = [] if self._tracer is not None else None
+        try:
+            outputs = self.runner.execute(prepared.batch, steps)
+            _check_cover(outputs, len(prepared.seqs))
+        except PoolgateError as exc:
+            self._fail(calls, exc)
+            return
+        except Exception as exc:
+            log.exception("runner failed on a batch of %d sequences", len(prepared.seqs))
+            self._fail(calls, InternalError(f"runner failed: {exc}"))
+            return
+        finally:
+            end = time.perf_counter()
+            self.stats.execute_s += end - start
+            self._running = 0  # before any call is resolved: a caller never sees its own batch running
+        self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
+        for call in calls:
+            call.finished = end
+            if steps:
+                call.steps += steps
+        self._deliver(prepared.segments, outputs)
+
+    def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:
+        """Give each call its slice of every run; resolve the calls that are now complete."""
+        finished = []
+        for run in outputs:
+            for lo, hi, call in segments:
+                a, b = max(lo, run.start), min(hi, run.stop)
+                if a >= b or call.failed:
+                    continue
+                call.pieces.append(run.rows.slice(a - run.start, b - run.start))
+                call.done += b - a
+                if call.done == len(call.seqs):
+                    finished.append((call, call.rows()))
+        if finished:
+            self._call_soon(_resolve, finished)
+
+    def _fail(self, calls, error: PoolgateError) -> None:
+        for call in calls:
+            call.abandon()
+        self._call_soon(_settle, list(calls), error)
+
+    def _call_soon(self, fn, *args) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _segments(seqs: list[Sequence]) -> list[tuple[int, int, _Call]]:
+    """Runs of consecutive sequences that belong to one call."""
+    out, start = [], 0
+    for i in range(1, len(seqs) + 1):
+        if i == len(seqs) or seqs[i].handle is not seqs[start].handle:
+            out.append((start, i, seqs[start].handle))
+            start = i
+    return out
+
+
+def _check_cover(outputs: list[RunOutput], n: int) -> None:
+    """The runner's outputs must cover sequences 0..n in order, with one output each."""
+    at = 0
+    for run in outputs:
+        if run.start != at or run.stop <= run.start or len(run.rows) != run.stop - run.start:
+            raise InternalError(f"runner outputs do not cover the batch (at {at}: {run.start}..{run.stop})")
+        at = run.stop
+    if at != n:
+        raise InternalError(f"runner returned outputs for {at} of {n} sequences")
+
+
+def _calls_of(seqs: list[Sequence]) -> list[_Call]:
+    return list({id(seq.handle): seq.handle for seq in seqs}.values())
+
+
+def _resolve(finished: list[tuple[_Call, Rows]]) -> None:
+    """On the loop: hand each complete call its rows."""
+    for call, rows in finished:
+        if not call.future.done():
+            call.future.set_result(rows)
+
+
+def _settle(calls: list[_Call], error: PoolgateError) -> None:
+    """On the loop: fail each still-pending call with its own copy of ``error``."""
+    for call in calls:
+        if not call.future.done():
+            call.future.set_exception(type(error)(error.message, param=error.param))
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and deadline < time.time():
+        raise DeadlineExceeded("deadline exceeded before the request was scheduled")

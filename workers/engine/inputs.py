@@ -1,0 +1,90 @@
+"""The worker's input stage: check a call, tokenize and truncate its inputs, check their lengths.
+
+This runs before the scheduler, outside the runner: ``check`` on the event
+loop (cheap, no tokenizer), ``tokenize`` in the engine's tokenizer thread. A
+call's texts go through the tokenizer in one batched ``encode``; texts over
+the truncation length are encoded again with the tokenizer's own truncation,
+as sentence-transformers does, so truncated ids match it exactly. Lengths are
+checked against the input cap (``shared.limits.input_cap``): with chunked
+processing an embed input may be longer than ``max_model_len``, and the engine
+splits it (``workers.chunking``). A ``CappedText`` is cut to its content-token
+cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
+through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
+its token type ids.
+"""
+from __future__ import annotations
+
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.limits import check_call, check_length, check_token_ids, truncation_length
+from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
+from poolgate.workers.engine.runner_api import Encoded, TextEncoder
+
+
+class InputStage:
+    """Turns a call's inputs into checked token-id lists for one model."""
+
+    def __init__(self, info: ModelInfo, encoder: TextEncoder):
+        self.info, self.encoder = info, encoder
+
+    def check(self, call: PoolingCall) -> None:
+        """Task, params and input types: raises the 4xx before any tokenizing."""
+        check_call(self.info, call)
+
+    def tokenize(self, call: PoolingCall) -> list[list[int]]:
+        """Token ids per input, in order, truncated as asked and checked against the model."""
+        return self.encode(call).ids
+
+    def encode(self, call: PoolingCall) -> Encoded:
+        """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs)."""
+        k = truncation_length(self.info, call.params)
+        inputs = render_chats(self.encoder, call.inputs)
+        inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in inputs]
+        pairs = [i for i, x in enumerate(inputs) if isinstance(x, TextPair)]
+        ids = self._encode([x if not isinstance(x, TextPair) else [] for x in inputs], k,
+                           call.params.add_special_tokens, call.params.truncation_side)
+        types: list[list[int] | None] = [None] * len(ids)
+        if pairs:
+            encoded = self.encoder.encode_pairs([inputs[i] for i in pairs], k)
+            for i, pair_ids, pair_types in zip(pairs, encoded.ids, encoded.type_ids):
+                ids[i], types[i] = pair_ids, pair_types
+        for x in ids:
+            check_length(self.info, len(x), call.params.task)
+        return Encoded(ids, types)
+
+    def tokenize_one(self, x: Input, *, add_special_tokens: bool = True) -> list[int]:
+        """One text's (or rendered chat's) ids as /tokenize reports them: untruncated, lengths unchecked."""
+        text = render_chats(self.encoder, [x])[0]
+        if not isinstance(text, str):
+            raise InvalidRequest("/tokenize takes a prompt text or chat messages", param="prompt")
+        return self.encoder.encode([text], add_special_tokens=add_special_tokens)[0]
+
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of ``ids`` (special tokens kept, as vLLM's /detokenize); 400 for ids out of vocabulary."""
+        check_token_ids(self.info, ids)
+        return self.encoder.decode(ids)
+
+    def _encode(self, inputs: list[Input], k: int | None, special: bool = True,
+                side: str = "right") -> list[list[int]]:
+        ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
+        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+        if texts:
+            for i, encoded in zip(texts, self.encoder.encode([inputs[i] for i in texts], add_special_tokens=special)):
+                ids[i] = encoded
+        if k is None:
+            return ids
+        too_long = [i for i in texts if len(ids[i]) > k]
+        if too_long:
+            left = {"side": "left"} if side == "left" else {}  # keep the last tokens (special tokens stay)
+            encoded = self.encoder.encode([inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special,
+                                          **left)
+            for i, truncated in zip(too_long, encoded):
+                ids[i] = truncated
+        # k below a tokenizer's special-token count still keeps k
+        return [x[-k:] if side == "left" else x[:k] for x in ids]
+
+
+def render_chats(encoder: TextEncoder, inputs: list[Input]) -> list[Input]:
+    """Each ``ChatInput`` rendered to its text with the model's chat template (the tokenizer's
+    ``apply_chat_template``, as vLLM does); the text is then tokenized like any other, with the
+    call's ``add_special_tokens`` (False by default for chat requests, since templates add their own)."""
+    return [encoder.render_chat(x) if isinstance(x, ChatInput) else x for x in inputs]

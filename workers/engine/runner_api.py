@@ -1,0 +1,93 @@
+"""The contract between the worker's engine and a model (torch-free): encoder, runner, loaded model.
+
+Like text-embeddings-inference's queue/backend split, the engine owns
+everything about requests (tokenizing, checking, queueing, batching) and a
+runner only turns a batch of token-id sequences into outputs, in two steps
+the engine overlaps: ``prepare`` (host work: packing, buffers, the copy to the
+device) for batch N+1 runs while ``execute`` (forward + pooling) runs batch N.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from poolgate.shared.rows import Rows
+from poolgate.shared.wire import ModelInfo, TextPair
+from poolgate.workers.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Token ids per input, and per input its token type ids (None: all segment 0)."""
+
+    ids: list[list[int]]
+    type_ids: list[list[int] | None]
+
+
+class TextEncoder(Protocol):
+    """Texts to token ids and back; the real one is ``workers.tokenizer.TextEncoder``."""
+
+    def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
+        """Each pair as one sequence in the tokenizer's pair template, with its token type ids (cross-encoders)."""
+        ...
+
+    def cut(self, text: str, max_tokens: int) -> str:
+        """``text`` up to the end of its ``max_tokens``-th content token (0 = the whole text)."""
+        ...
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        ...
+
+    def token_strs(self, ids: list[int]) -> list[str | None]:
+        ...
+
+    def encode(self, texts: list[str], max_tokens: int | None = None, *,
+               add_special_tokens: bool = True) -> list[list[int]]:
+        """Ids (with the special tokens unless told not to); with ``max_tokens``, truncated as
+        sentence-transformers does."""
+        ...
+
+
+Step = tuple[str, float, float]  # (name, perf_counter start, end) of one runner step, for detailed traces
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """The outputs of the batch's sequences ``start..stop`` (one run of equal params)."""
+
+    start: int
+    stop: int
+    rows: Rows
+
+
+class Runner(Protocol):
+    """Runs batches for the engine; the real one is ``workers.runner.PoolingRunner``.
+
+    ``prepare`` and ``execute`` are called from two different threads, one
+    batch at a time each; ``execute`` gets batches in the order they were prepared.
+    """
+
+    def prepare(self, seqs: list[Sequence]) -> Any:
+        """Everything before the forward: pack ``seqs`` and move them to the device."""
+        ...
+
+    def execute(self, batch: Any, steps: list[Step] | None = None) -> list[RunOutput]:
+        """Forward + pooling for a prepared batch; outputs cover every sequence, in order.
+
+        With ``steps`` (detailed tracing), append ``("forward", start, end)`` and
+        ``("pool", start, end)`` perf_counter readings, waiting for the device
+        between them so each step's time is its own."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What a worker serves: built once, at start-up, by the runner factory."""
+
+    info: ModelInfo
+    encoder: TextEncoder
+    runner: Runner
+    max_batch_tokens: int  # the engine's token budget per batch
+    device_memory: Callable[[], dict[str, int]] | None = None  # bytes by kind, where the backend reports it
+    padded: bool = False  # batches run padded (transformers fallback): the budget counts count × longest

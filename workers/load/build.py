@@ -1,0 +1,158 @@
+"""Loads one model for serving: spec, backend, token budget, dtype, then the runner, built once.
+
+Every choice is made before the runner exists: the backend and its token
+budget, then the dtype. ``--dtype auto`` runs the probe texts through an fp32
+runner and through one in the backend's fast dtype (with its final kernels)
+and keeps the fast one only if every probe vector stays at cosine ≥ 0.999;
+the runner that is kept is used as it was built, nothing in it is rewritten.
+Chunked processing of long embed inputs (``--pooler-config``) is checked
+against the built poolers: it needs the embed task pooled with MEAN.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import ModelInfo
+from poolgate.workers.backends import get_backend
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.load.inspect import plan, settled
+from poolgate.workers.models import architecture_for, build_model
+from poolgate.workers.pooling.for_model import poolers_for
+from poolgate.workers.engine.runner import PoolingRunner
+from poolgate.workers.engine.runner_api import LoadedModel
+from poolgate.workers.engine.score_templates import template_for
+from poolgate.workers.engine.sequence import Sequence
+from poolgate.workers.load.st_config import ModelSpec, read_prompts, read_spec
+from poolgate.workers.engine.tokenizer import TextEncoder
+
+log = logging.getLogger("poolgate.worker")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+AUTO_MIN_COSINE = 0.999
+PROBE_TEXTS = (
+    "a", "Hello world!", "The quick brown fox jumps over the lazy dog.",
+    "Pooling models turn the hidden states of a whole prompt into one vector. " * 6,
+    "12345 67890 !!! ??? ... ---", "Zürich, München, São Paulo, Kraków, Ångström",
+)
+
+
+def _runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, dtype: torch.dtype) -> PoolingRunner:
+    """A whole runner for ``dtype``: weights cast and moved, the backend's attention and kernels."""
+    model, arch = build_model(spec, backend.attention(dtype), allow_pickle=cfg.allow_pickle_weights,
+                              trust_remote_code=cfg.trust_remote_code)
+    model = model.to(device=backend.device(), dtype=dtype)
+    backend.optimize(model, dtype)
+    pooler = poolers_for(spec, backend.device(), allow_pickle=cfg.allow_pickle_weights)
+    return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler,
+                         grouped=arch.packed and arch.family.grouped)
+
+
+def _vectors(runner: PoolingRunner, ids: list[list[int]]) -> np.ndarray:
+    """(rows, dim) outputs of the model's active task for ``ids``."""
+    params = PoolingParams(task=runner.pooler.tasks[0])
+    outputs = runner.run([Sequence(x, params) for x in ids])
+    return np.concatenate([o.rows.values for o in outputs])
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, probes: list[list[int]]) -> PoolingRunner:
+    """The runner in the requested dtype, or for ``auto`` the fast one if the probes allow it."""
+    if cfg.dtype != "auto":
+        return _runner(spec, cfg, backend, DTYPES[cfg.dtype])
+    reference = _runner(spec, cfg, backend, torch.float32)
+    fast = backend.fast_dtype()
+    if fast == torch.float32:
+        return reference
+    want = _vectors(reference, probes)
+    del reference  # never two copies of the model on the device at once
+    backend.release_memory()
+    candidate = _runner(spec, cfg, backend, fast)
+    worst = float(_cosines(_vectors(candidate, probes), want).min())
+    name = str(fast).removeprefix("torch.")
+    if worst >= AUTO_MIN_COSINE:
+        log.info("dtype auto: %s (worst probe cosine to float32 %.6f)", name, worst)
+        return candidate
+    log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", name, worst)
+    del candidate
+    backend.release_memory()
+    return _runner(spec, cfg, backend, torch.float32)
+
+
+def _check_chunking(pooler) -> None:
+    """Refuse ``enable_chunked_processing`` unless embed pools with MEAN (``workers.chunking``)."""
+    embed = pooler.poolers.get("embed")
+    if embed is None:
+        raise ValueError("--pooler-config enable_chunked_processing applies to the embed task, which this "
+                         f"model does not serve (it serves {', '.join(pooler.tasks)})")
+    if embed.pool is not None or embed.method != "MEAN":
+        raise ValueError(
+            f"--pooler-config enable_chunked_processing needs MEAN pooling, but this model pools embed "
+            f"with {embed.method}: the token-weighted mean of chunk embeddings only equals the embedding of "
+            "the whole input for MEAN. Set \"pooling_type\": \"MEAN\" in --pooler-config if the model "
+            "suits it, or leave chunked processing off.")
+
+
+def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: int) -> None:
+    """Run a few batch shapes once so kernels are chosen before the first request."""
+    ids = encoder.encode([" ".join(["warm up"] * longest)], max_tokens=longest)[0]
+    shapes = [(1, 8), (8, 64), (max(1, budget // longest), longest)]
+    params = PoolingParams(task=runner.pooler.tasks[0])
+    for i, (n, length) in enumerate(shapes, 1):
+        log.info("warming up [%d/%d]: %d x %d tokens", i, len(shapes), n, min(length, len(ids)))
+        runner.run([Sequence(ids[:length], params) for _ in range(n)])
+    runner.backend.synchronize()
+
+
+def load_model(cfg: WorkerConfig) -> LoadedModel:
+    """Everything the worker needs before it reports ready; logs each step."""
+    start = time.perf_counter()
+    spec = read_spec(cfg)
+    backend = get_backend(cfg.backend)
+    backend.setup(cfg.num_threads, cfg.cpu_affinity)
+    budget = cfg.max_batch_tokens or backend.default_batch_tokens
+    arch = architecture_for(spec)
+    log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name, arch.implementation)
+    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file,
+                          score_template=template_for(spec.hf_config))
+    probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
+    runner = _choose_runner(spec, cfg, backend, probes)
+    if spec.pooler.enable_chunked_processing:
+        _check_chunking(runner.pooler)
+    labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
+    dim = out_dim or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
+    if spec.pooler.dimensions is not None and (spec.kind != "embed" or out_dim):
+        raise ValueError("pooler config dimensions applies to dense embeddings; this model's outputs "
+                         "(classes, or SPLADE's vocabulary weights) cannot be sliced")
+    if spec.pooler.dimensions is not None:
+        if not spec.is_matryoshka or spec.pooler.dimensions > dim:
+            raise ValueError(f"pooler config dimensions={spec.pooler.dimensions} needs a Matryoshka model "
+                             f"(is_matryoshka or matryoshka_dimensions) of at least that size")
+        dim = spec.pooler.dimensions
+    info = ModelInfo(
+        served_model_name=cfg.served_model_name, architecture=spec.architecture, tasks=runner.pooler.tasks,
+        max_model_len=spec.max_model_len, embedding_dim=dim, backend=backend.name,
+        dtype=str(runner.dtype).removeprefix("torch."), is_matryoshka=spec.is_matryoshka,
+        matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
+        labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
+        max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
+        prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.tokenizer.chat_template),
+    )
+    table = settled(plan(cfg, backend, spec), spec, backend, tasks=info.tasks, dtype=runner.dtype).table()
+    for line in table.splitlines():  # the table `poolgate inspect` prints, as loading settled it
+        log.info("%s", line)
+    if info.chunked_processing:
+        log.info("chunked processing: embed inputs over %d tokens run in chunks (input cap: %s)",
+                 info.max_model_len, info.max_embed_len or "none")
+    _warm_up(runner, encoder, info.max_model_len, budget)
+    log.info("model ready in %.1f s", time.perf_counter() - start)
+    memory = backend.memory if backend.memory() else None
+    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory,
+                       padded=not arch.packed)

@@ -1,0 +1,113 @@
+"""What poolgate runs for a model folder, decided from its files and the flags: a ``Plan`` and its table.
+
+``poolgate inspect MODEL`` prints the plan without loading weights or starting
+anything; the worker logs the same table at start-up, with what only loading
+settles filled in (the tasks the poolers serve, the dtype ``--dtype auto``
+kept). The decisions are the builder's own (``workers.models.architecture_for``,
+``workers.st_config.read_spec``, the backend's ``attention`` and token
+budget), called here, not restated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from poolgate.shared.config import WorkerConfig
+from poolgate.workers.backends import get_backend
+from poolgate.workers.backends.base import Backend
+from poolgate.workers.load.convert import KIND_TASKS
+from poolgate.workers.models import Architecture, architecture_for
+from poolgate.workers.pooling.bge_m3 import ARCHITECTURE as BGE_M3
+from poolgate.workers.pooling.for_model import SPARSE_ARCHITECTURES, TOKEN_METHOD
+from poolgate.workers.load.st_config import ModelSpec, read_spec
+from poolgate.workers.load.weights import weights_source
+
+SPECIAL_TASKS = {**{a: ("embed",) for a in SPARSE_ARCHITECTURES},
+                 BGE_M3: ("embed", "token_embed", "token_classify")}  # as workers.pooling.for_model serves them
+ATTENTION_PATHS = {
+    "grouped_sdpa": "SDPA per group of similar lengths (padding only inside a group)",
+    "varlen_flash": "varlen flash attention (no padding)",
+}
+FALLBACK_ATTENTION = "transformers' own, over a batch padded to its longest sequence"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One model's serving decisions, as ``table`` prints them (field order = row order)."""
+
+    model: str
+    architecture: str
+    implementation: str
+    weights: str
+    tasks: str
+    pooling: str
+    max_length: str
+    dtype: str
+    backend: str
+    attention: str
+    token_budget: str
+
+    def table(self) -> str:
+        width = max(len(f.name) for f in fields(self))
+        return "\n".join(f"{f.name.replace('_', ' '):<{width}}  {getattr(self, f.name)}" for f in fields(self))
+
+
+def _pooling(spec: ModelSpec, cfg: WorkerConfig, default: str) -> str:
+    if cfg.pooler.sequence_pooling:
+        seq = f"{cfg.pooler.sequence_pooling} (--pooler-config)"
+    elif spec.pooling_type:
+        seq = f"{spec.pooling_type} (sentence-transformers config)"
+    else:
+        seq = f"{default} (architecture default)"
+    normalize = "" if spec.kind != "embed" else (
+        ", normalized" if spec.normalize in (None, True) else ", not normalized")
+    return f"{seq}{normalize}; token tasks {cfg.pooler.token_pooling or TOKEN_METHOD}"
+
+
+def _dtype(cfg: WorkerConfig, backend: Backend) -> tuple[str, torch.dtype]:
+    """(what the plan says, the dtype whose attention path applies)."""
+    if cfg.dtype != "auto":
+        return cfg.dtype, getattr(torch, cfg.dtype)
+    fast = backend.fast_dtype()
+    name = str(fast).removeprefix("torch.")
+    if fast == torch.float32:
+        return "float32 (auto: no faster dtype on this hardware)", fast
+    return f"auto: {name} if the start-up probes stay at cosine >= 0.999 to float32, else float32", fast
+
+
+def _attention(arch: Architecture, backend: Backend, dtype: torch.dtype, hf: dict) -> str:
+    if not arch.packed:
+        return FALLBACK_ATTENTION
+    fn = backend.attention(dtype).__name__
+    config = arch.family.config(hf)  # decoders say per checkpoint: causal or not, windows, soft-capping
+    notes = ["causal" if getattr(config, "causal", arch.family.causal) else "bidirectional"]
+    windows = sorted({w for w in getattr(config, "windows", ()) if w is not None})
+    if windows:
+        notes.append("sliding windows (left, right) " + ", ".join(map(str, windows)))
+    if getattr(config, "softcap", None):
+        notes.append("soft-capped logits through poolgate's exact grouped path")
+    return f"{fn}: {ATTENTION_PATHS.get(fn, fn)}; {'; '.join(notes)}"
+
+
+def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | None = None) -> Plan:
+    """The plan for ``cfg``'s model on ``backend`` (default: the one ``cfg.backend`` picks)."""
+    spec = spec or read_spec(cfg)
+    backend = backend or get_backend(cfg.backend)
+    arch = architecture_for(spec)
+    dtype, torch_dtype = _dtype(cfg, backend)
+    tasks = SPECIAL_TASKS.get(spec.architecture, KIND_TASKS[spec.kind])
+    return Plan(
+        model=str(spec.path), architecture=spec.architecture, implementation=arch.implementation,
+        weights=str(spec.path / spec.gguf_file) if spec.gguf_file else weights_source(spec.path),
+        tasks=f"{', '.join(tasks)} (served as {spec.kind})", pooling=_pooling(spec, cfg, arch.default_pooling),
+        max_length=f"{spec.max_model_len} tokens", dtype=dtype, backend=backend.name,
+        attention=_attention(arch, backend, torch_dtype, spec.hf_config),
+        token_budget=f"{cfg.max_batch_tokens or backend.default_batch_tokens} tokens per batch",
+    )
+
+
+def settled(p: Plan, spec: ModelSpec, backend: Backend, *, tasks: tuple[str, ...], dtype: torch.dtype) -> Plan:
+    """The plan once loading has settled the tasks and the dtype (the start-up log's table)."""
+    return replace(p, tasks=", ".join(tasks), dtype=str(dtype).removeprefix("torch."),
+                   attention=_attention(architecture_for(spec), backend, dtype, spec.hf_config))

@@ -1,0 +1,1 @@
+"""Worker-side tools: ``poolgate inspect``, ``bench-arch`` and the sentence-transformers baseline."""
