@@ -142,4 +142,4 @@ def test_float_body_round_trips_the_float32_values():
 
 def test_gateway_imports_without_torch():
     code = "import sys, poolgate.gateway.app; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])

