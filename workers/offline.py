@@ -27,11 +27,17 @@ fields (``dtype``, ``backend``, ``max_model_len``, ``max_batch_tokens``,
 ``pooling_type`` and ``normalize``; they are checked here, at this edge.
 ``num_threads`` sets torch's threads for the whole process. ``close()`` (or
 leaving a ``with`` block, or garbage collection, or interpreter exit) stops
-the engine and the loop thread.
+the engine and the loop thread. At exit, the models still open are closed by
+a hook registered with ``threading._register_atexit`` when this module loads:
+such hooks run last-registered first, so ours runs before
+``concurrent.futures`` forbids new executor work (which ``Engine.stop`` needs:
+a plain ``atexit`` or ``weakref.finalize`` hook runs too late and ends every
+script with "cannot schedule new futures after interpreter shutdown").
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread  # noqa: F401  (its exit hook is registered before ours, so ours runs first)
 import itertools
 import threading
 import weakref
@@ -127,6 +133,19 @@ def _shut_down(loop: _LoopThread, engine: Engine) -> None:
         loop.close()
 
 
+_OPEN: list[weakref.finalize] = []  # the closers of models not yet closed (dead ones pruned on each start)
+
+
+def _close_open_models() -> None:
+    """Close every model still open, while executors still take work (the interpreter is exiting)."""
+    for closer in reversed(_OPEN):
+        closer()
+    _OPEN.clear()
+
+
+threading._register_atexit(_close_open_models)
+
+
 class PoolingModel:
     """A pooling model served in-process: ``embed``, ``classify``, ``encode``, ``score``; numpy out."""
 
@@ -155,6 +174,8 @@ class PoolingModel:
             raise
         self._engine = engine
         self._closer = weakref.finalize(self, _shut_down, loop, engine)
+        self._closer.atexit = False  # _close_open_models closes it at exit, before the executors stop
+        _OPEN[:] = [c for c in _OPEN if c.alive] + [self._closer]
         self._loop = loop
 
     @property

@@ -1,7 +1,12 @@
 """The offline API (``workers.offline``) against sentence-transformers, transformers and the fake runner."""
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,6 +206,27 @@ def test_a_model_nobody_holds_shuts_itself_down():
     del model
     gc.collect()
     assert not _new_threads(before)
+
+
+EXIT_SCRIPT = textwrap.dedent("""
+    from poolgate.workers.offline import PoolingModel
+    from tests.fakes import fake_model
+
+    kept = PoolingModel.from_loaded(fake_model())  # never closed: interpreter exit closes it
+    assert kept.embed(["a b"]).shape == (1, 8)
+    with PoolingModel.from_loaded(fake_model()) as model:
+        assert model.embed("c").shape == (1, 8)
+    model.close()  # already closed by the with block: a no-op
+    print("done")
+""")
+
+
+def test_a_script_that_never_closes_its_model_exits_cleanly():
+    """Interpreter exit closes open models before the executors stop: exit 0, nothing on stderr."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (0, "", "done\n")
 
 
 def test_pooler_flags_fold_into_the_pooler_config_as_on_the_command_line(minilm):
