@@ -16,8 +16,8 @@ Routes (errors in the OpenAI error shape):
 - ``DELETE /admin/models/{name}``: stop routing to it (404 from then on), let
   its calls in flight finish (up to ``drain_timeout_s``), stop its workers.
 
-Security: the admin API needs the API key (``Authorization: Bearer``, checked by
-the middleware like ``/v1``), and is OFF (403) when the server has no API key:
+Security: the admin API needs the API key (``Authorization: Bearer``; its routes
+are not ``public``, so the middleware checks it as on every API route), and is OFF (403) when the server has no API key:
 it starts processes and reads folders, so it is never open to anyone who can
 reach the port. Loading is also off (403) without model roots.
 """

@@ -11,9 +11,9 @@ from poolgate.gateway.http import openapi
 
 from poolgate.gateway.http import ops as routes_ops
 from poolgate.gateway.dialects import all_routes, register
-from poolgate.gateway.http.middleware import edge_middleware, openai_error_body
+from poolgate.gateway.http.middleware import edge_middleware
 from poolgate.gateway.pools.router import Router
-from poolgate.gateway.http.state import CONFIG, ERROR_FORMATTERS, ROUTER, TELEMETRY
+from poolgate.gateway.http.state import CONFIG, ROUTE_OF, ROUTER, TELEMETRY
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
 
@@ -31,7 +31,7 @@ def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[Cle
     app = web.Application(middlewares=[edge_middleware], client_max_size=config.max_request_bytes)
     app[CONFIG] = config
     app[ROUTER] = router
-    app[ERROR_FORMATTERS] = {"": openai_error_body}
+    app[ROUTE_OF] = {}
     app[TELEMETRY] = telemetry or Telemetry()
     routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES]
     app[openapi.ROUTES_KEY] = routes

@@ -19,10 +19,11 @@ How to add routes (a new dialect, or new routes of one):
    gets vLLM's 400 "Unsupported task"; ``serves=`` takes a predicate on
    ``ModelInfo`` instead when tasks cannot say it. ``errors="cohere"`` makes
    the route's error bodies ``{"message": ...}`` (default: OpenAI's
-   ``{"error": {...}}``).
-3. Add the tuple to ``DIALECTS`` below. ``register`` mounts every route and
-   records each route's error shape; ``gateway.openapi`` documents the same
-   routes from the same models.
+   ``{"error": {...}}``). A route needs the API key unless ``public=True``
+   and is counted and traced unless ``recorded=False``; the middleware reads
+   these from the matched route, never from a list of paths.
+3. Add the tuple to ``DIALECTS`` below. ``register`` mounts every route;
+   ``gateway.openapi`` documents the same routes from the same models.
 """
 from __future__ import annotations
 

@@ -1,7 +1,13 @@
-"""One HTTP route as data (``Route``), and how a route is mounted: body parsing, task gating, error shape.
+"""One HTTP route as data (``Route``: its handler and its rules), and how a route is mounted and found again.
 
 A dialect module lists its routes in a ``ROUTES`` tuple; ``mount`` adds one
-to an app. The same ``Route`` values build ``/openapi.json``
+to an app and records it under the aiohttp route it became, so the edge
+middleware reads a request's rules from the route it matched (``route_of``):
+whether it needs the API key (``public``), whether it is counted and traced
+(``recorded``), its error body shape (``errors``) and whether a 503 there is
+routine (``quiet_503``). No list of paths elsewhere decides any of these, so
+a new route is guarded, recorded and answered in the OpenAI shape unless it
+says otherwise. The same ``Route`` values build ``/openapi.json``
 (``gateway.openapi``), so what is validated is what is documented.
 
 Gating happens per request, from the router's current models (models can be
@@ -15,14 +21,14 @@ loaded and unloaded while the gateway runs):
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import parse_body
-from poolgate.gateway.http.middleware import ERROR_FORMATS, EXACT
-from poolgate.gateway.http.state import ERROR_FORMATTERS, RECORD, ROUTER
+from poolgate.gateway.http.errors import ERROR_FORMATS
+from poolgate.gateway.http.state import RECORD, ROUTE_OF, ROUTER
 from poolgate.shared.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.wire import ModelInfo
@@ -38,7 +44,10 @@ class Route:
     always served (ops routes, ``/pooling``). ``serves`` replaces that test
     when a task list cannot say it (e.g. scoring needs a one-label classifier).
     ``operation`` names what a ``serves`` route does in the 400 for a model without it ("score").
-    ``errors``: the error body shape, a key of ``middleware.ERROR_FORMATS``.
+    ``errors``: the error body shape, a key of ``http.errors.ERROR_FORMATS``.
+    ``public``: served without the API key (ops routes, the API document); every other route needs it.
+    ``recorded``: counted in the metrics and traced (ops routes are not, as in vLLM).
+    ``quiet_503``: a 503 here is routine ("still loading"), not logged as a failure.
     ``response_model`` and ``summary`` only document the route.
     """
 
@@ -52,6 +61,13 @@ class Route:
     operation: str | None = None
     errors: str = "openai"
     summary: str = ""
+    public: bool = False
+    recorded: bool = True
+    quiet_503: bool = False
+
+    def __post_init__(self):
+        if self.errors not in ERROR_FORMATS:
+            raise ValueError(f"{self.method} {self.path}: unknown error shape {self.errors!r}")
 
     def served_by(self, info: ModelInfo) -> bool:
         if self.serves is not None:
@@ -72,8 +88,8 @@ def mount(app: web.Application, route: Route) -> None:
     """Add ``route`` to ``app`` behind its parser and its gates."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        router = request.app[ROUTER]
-        if not is_live(route, router.models()):
+        router = request.app[ROUTER] if route.gated else None
+        if router is not None and not is_live(route, router.models()):
             raise RouteNotFound("Not Found")
         if route.tasks and (record := request.get(RECORD)) is not None:
             record.task = route.tasks[0]  # the operation is known before the model is (serve refines it)
@@ -86,5 +102,23 @@ def mount(app: web.Application, route: Route) -> None:
         return await route.handler(request, body)
 
     handle.__name__ = getattr(route.handler, "__name__", "handle")
-    app.router.add_route(route.method, route.path, handle)
-    app[ERROR_FORMATTERS][EXACT + route.path] = ERROR_FORMATS[route.errors]
+    mounted = app.router.add_route(route.method, route.path, handle)
+    app.setdefault(ROUTE_OF, {})[mounted] = route
+
+
+# The rules of a request that matched no route (404): it needs the key, is recorded, answers in OpenAI's shape.
+UNMATCHED = Route("*", "", None)
+
+
+async def route_of(request: web.Request) -> Route:
+    """The Route ``request`` matched; for a 405 (known path, wrong method) that path's first route, public
+    only if all of the path's routes are; else ``UNMATCHED``."""
+    table = request.app.get(ROUTE_OF, {})
+    matched = table.get(request.match_info.route)
+    if matched is not None:
+        return matched
+    same_path = [route for mounted, route in table.items()
+                 if mounted.resource is not None and (await mounted.resource.resolve(request))[1]]
+    if not same_path:
+        return UNMATCHED
+    return replace(same_path[0], public=all(route.public for route in same_path))

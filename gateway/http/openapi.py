@@ -69,4 +69,4 @@ async def openapi_json(request: web.Request, _body: BaseModel | None = None) -> 
     return web.json_response(document(request.app[ROUTES_KEY], request.app[ROUTER].models()))
 
 
-ROUTES = (Route("GET", "/openapi.json", openapi_json, summary="This document"),)
+ROUTES = (Route("GET", "/openapi.json", openapi_json, summary="This document", public=True),)

@@ -43,10 +43,13 @@ async def version(request: web.Request, _body=None) -> web.Response:
     return web.json_response({"version": VERSION})
 
 
+# Not recorded, as vLLM does not record them; /v1/models needs the API key like the rest of /v1, the probes do not.
 ROUTES = (
-    Route("GET", "/v1/models", list_models, summary="The served models"),
-    Route("GET", "/health", health, summary="200 once every model has a ready worker, else 503"),
-    Route("GET", "/ping", health, summary="Same as /health (SageMaker)"),
-    Route("POST", "/ping", health, summary="Same as /health (SageMaker)"),
-    Route("GET", "/version", version, summary="The poolgate version"),
+    Route("GET", "/v1/models", list_models, summary="The served models", recorded=False),
+    Route("GET", "/health", health, summary="200 once every model has a ready worker, else 503",
+          public=True, recorded=False, quiet_503=True),
+    Route("GET", "/ping", health, summary="Same as /health (SageMaker)", public=True, recorded=False, quiet_503=True),
+    Route("POST", "/ping", health, summary="Same as /health (SageMaker)", public=True, recorded=False,
+          quiet_503=True),
+    Route("GET", "/version", version, summary="The poolgate version", public=True, recorded=False),
 )

@@ -22,6 +22,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                disable_created_metrics, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from poolgate.gateway.dialects.route import Route, mount
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import RequestRecord
@@ -172,8 +173,8 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
     def add_route(self, app: web.Application) -> None:
-        """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port)."""
-        async def scrape(request: web.Request) -> web.Response:
+        """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port): public, not recorded."""
+        async def scrape(request: web.Request, _body=None) -> web.Response:
             return web.Response(body=await self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-        app.router.add_get("/metrics", scrape)
+        mount(app, Route("GET", "/metrics", scrape, summary="Prometheus metrics", public=True, recorded=False))

@@ -6,8 +6,9 @@ and the dialect fill the record (model, task, backend, tokens, the worker's
 queue and inference times, encoding formats, dimensions). ``end`` hands the
 record to the metrics (``gateway.metrics``) and to the tracer
 (``gateway.tracing``); either may be off, and with both off a request costs
-one small object. Ops routes (health, metrics, version, model list) are not
-recorded, as vLLM does not record them.
+one small object. The middleware begins a record only for a route marked
+``recorded`` (``dialects.route.Route``): ops routes (health, metrics, version,
+model list) are not, as vLLM does not record them.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from aiohttp import web
 
 from poolgate.shared.errors import PoolgateError
 
-UNRECORDED_PATHS = frozenset({"/metrics", "/health", "/ping", "/version", "/v1/models", "/load"})
 UNMATCHED_ROUTE = "unmatched"  # the route label of a 404, so unknown paths add no label values
 
 
@@ -74,8 +74,8 @@ class Telemetry:
         return self.tracer is not None or self.recorder is not None
 
     def begin(self, request: web.Request, request_id: str) -> RequestRecord | None:
-        """A record for an API request (None for ops routes or when telemetry is off)."""
-        if not self.active or request.path in UNRECORDED_PATHS:
+        """A record for a recorded route's request (None when telemetry is off)."""
+        if not self.active:
             return None
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else UNMATCHED_ROUTE

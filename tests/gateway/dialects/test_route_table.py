@@ -56,7 +56,7 @@ async def test_an_unknown_model_is_404_before_the_task_gate(gateway):
 
 
 def test_every_route_is_data_with_a_known_error_shape():
-    from poolgate.gateway.http.middleware import ERROR_FORMATS
+    from poolgate.gateway.http.errors import ERROR_FORMATS
     routes = [*all_routes(), *OPS_ROUTES]
     assert all(isinstance(r, Route) and r.errors in ERROR_FORMATS for r in routes)
     assert len({(r.method, r.path) for r in routes}) == len(routes)

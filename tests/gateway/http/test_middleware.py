@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from poolgate.gateway.http.state import ERROR_FORMATTERS, ROUTER
+from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Overloaded, Unavailable
 from tests.fakes import fake_model
@@ -122,15 +122,22 @@ async def test_admission_limit_is_429_over_http(gateway):
     assert (await held).status == 200
 
 
-async def test_error_shape_is_the_routes_own_then_the_longest_path_prefix(gateway):
+async def test_error_shape_is_the_routes_own_and_openais_for_unknown_paths(gateway):
     client = await gateway()
-    client.app[ERROR_FORMATTERS]["/v1/emb"] = lambda err: {"message": err.message, "id": "cohere-ish"}
-    body = await (await client.post("/v1/embeddings", json={"input": []})).json()
-    assert body["error"]["message"] == "You must pass at least one prompt"  # the route's own (exact) shape
-    body = await (await client.post("/v1/embeddingz", json={})).json()
-    assert body == {"message": "Not Found", "id": "cohere-ish"}
-    del client.app[ERROR_FORMATTERS]["=/v1/embeddings"]
-    body = await (await client.post("/v1/embeddings", json={"input": []})).json()
-    assert body == {"message": "You must pass at least one prompt", "id": "cohere-ish"}
+    body = await (await client.post("/v2/embed", json={"texts": []})).json()
+    assert set(body) == {"message"}  # a Cohere route's own shape
+    body = await (await client.get("/v2/embed")).json()  # 405: the path's shape
+    assert body == {"message": "Method Not Allowed"}
+    body = await (await client.post("/v2/embedz", json={})).json()  # no route: OpenAI's
+    assert body["error"]["type"] == "NotFoundError"
     body = await (await client.post("/v1/models")).json()
     assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_an_unknown_path_needs_the_key_and_a_wrong_method_takes_the_paths_rules(gateway):
+    client = await gateway(config=KEYED)
+    assert (await client.get("/nothing/here")).status == 401  # guarded by default (was 404 outside /v1 etc.)
+    assert (await client.get("/nothing/here", headers={"Authorization": "Bearer sekrit"})).status == 404
+    assert (await client.post("/health")).status == 405  # a public path stays public on a wrong method
+    resp = await client.get("/v2/embed")
+    assert resp.status == 401 and await resp.json() == {"message": "Unauthorized: missing or invalid API key."}

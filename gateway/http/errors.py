@@ -1,0 +1,36 @@
+"""Error bodies by shape name: what ``Route.errors`` names, and aiohttp's own HTTP exceptions as PoolgateErrors."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from http import HTTPStatus
+
+from aiohttp import web
+
+from poolgate.shared.errors import PoolgateError
+
+
+def openai_error_body(err: PoolgateError) -> dict:
+    """The OpenAI (and vLLM) error envelope."""
+    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+def cohere_error_body(err: PoolgateError) -> dict:
+    """Cohere's documented error body."""
+    return {"message": err.message}
+
+
+# Error shape name (``Route.errors``) -> body builder.
+ERROR_FORMATS: dict[str, Callable[[PoolgateError], dict]] = {"openai": openai_error_body, "cohere": cohere_error_body}
+
+
+class HTTPError(PoolgateError):
+    """One of aiohttp's own HTTP exceptions (404 no route, 405 wrong method, 413 body too large) as a PoolgateError."""
+
+    def __init__(self, exc: web.HTTPException):
+        phrase = HTTPStatus(exc.status).phrase
+        text = exc.text or ""
+        super().__init__(phrase if not text or text.startswith(f"{exc.status}:") else text)
+        self.status = exc.status
+        self.type = phrase.replace(" ", "").replace("-", "") + "Error"
+        self.code = phrase.lower().replace(" ", "_").replace("-", "_")
+        self.allow = exc.headers.get("Allow")
