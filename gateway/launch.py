@@ -8,14 +8,14 @@ Start-up and shutdown, in order:
    (``Lifecycle.site_listening``), which logs "listening" and lets ``_bring_up``
    go on. From here ``/health`` answers 503 until the workers are ready.
 3. ``_bring_up`` has the ``Fleet`` start every pool of the config
-   (``gateway.fleet``: local workers together, each under a
-   ``gateway.supervisor.Supervisor`` that restarts it with backoff when it
+   (``gateway.pools.fleet``: local workers together, each under a
+   ``gateway.pools.supervisor.Supervisor`` that restarts it with backoff when it
    dies; remote ones dialed, waiting for those still loading; DNS names
    watched), which adds each model's pools to the router; it logs "ready",
    then health-checks every worker every ``health_probe_interval_s``
-   (``gateway.health.watch``). The admin API (``gateway.admin``) loads and
+   (``gateway.pools.health.watch``). The admin API (``gateway.admin``) loads and
    unloads models through the same Fleet while the gateway runs.
-4. SIGINT/SIGTERM: ``gateway.drain`` drains (503 for new requests, calls in
+4. SIGINT/SIGTERM: ``gateway.pools.drain`` drains (503 for new requests, calls in
    flight finish, up to ``drain_timeout_s``), then raises ``GracefulExit``;
    ``run_app`` stops the site, then runs the cleanup_ctx tear-down: cancel
    ``_bring_up``, stop every supervisor and its worker, close the router.
@@ -121,7 +121,7 @@ def _flush_spans(tracer: SpanTracer | None) -> list:
 class Lifecycle:
     """The gateway's workers over one ``run_app``: brought up in the background, stopped at cleanup.
 
-    ``fleet`` (``gateway.fleet``) owns every worker: the config's pools at start-up,
+    ``fleet`` (``gateway.pools.fleet``) owns every worker: the config's pools at start-up,
     and the models the admin API loads and unloads later.
     """
 

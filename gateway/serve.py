@@ -1,8 +1,8 @@
 """``poolgate serve``: its flags (or ``--config FILE``), parsed once into a frozen GatewayConfig, then ``run_gateway``.
 
 The flags describe one model (a one-entry config); ``--config`` reads a TOML file
-with any number of models (``gateway.config_file``). Both go through
-``gateway.config_build``.
+with any number of models (``gateway.config.file``). Both go through
+``gateway.config.build``.
 """
 from __future__ import annotations
 

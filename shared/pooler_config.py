@@ -6,7 +6,7 @@ or ``tok_pooling_type`` (ALL, STEP). The removed ``normalize`` and task names
 fail with vLLM's messages, unknown keys name themselves, ``logit_sigma`` 0 is
 refused, and ``step_tag_id`` / ``returned_token_ids`` need STEP pooling.
 ``enable_chunked_processing`` turns on vLLM's chunked processing of long embed
-inputs (``workers.chunking``); ``max_embed_len`` is then the embed input cap
+inputs (``workers.engine.chunking``); ``max_embed_len`` is then the embed input cap
 (None: no cap) and means nothing without it, so it is refused alone. Nothing
 is accepted and ignored. Precedence when the worker applies it: this config >
 sentence-transformers files > the architecture's default.

@@ -1,7 +1,7 @@
 """An OpenTelemetry tracer on a provider of our own, exporting over OTLP, built from one TracingConfig.
 
-The gateway (the ``llm_request`` spans, ``gateway.tracing``) and a worker
-(the detailed child spans, ``workers.tracing``) each build one: both are
+The gateway (the ``llm_request`` spans, ``gateway.telemetry.tracing``) and a worker
+(the detailed child spans, ``workers.engine.tracing``) each build one: both are
 ``ExportingTracer``s. It is never made the global
 provider, so nothing else in the process (a library's own instrumentation)
 exports through it by accident. Everything comes from the config, which the

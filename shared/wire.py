@@ -51,7 +51,7 @@ class CappedText:
 @dataclass(frozen=True)
 class ChatInput:
     """One conversation (OpenAI-style ``{"role", "content"}`` messages, text only), which the worker renders
-    to text with the model's chat template (``workers.inputs.render_chats``) and then tokenizes."""
+    to text with the model's chat template (``workers.engine.inputs.render_chats``) and then tokenizes."""
 
     messages: list[dict]
     add_generation_prompt: bool = False

@@ -317,7 +317,7 @@ class FakeWorkerClient:
 
 
 class FakeDns:
-    """A resolver for ``gateway.discovery`` (``resolver(host, port) -> addresses``): answers ``addresses``,
+    """A resolver for ``gateway.pools.discovery`` (``resolver(host, port) -> addresses``): answers ``addresses``,
     or raises OSError while ``fail`` is set; records every question in ``asked``."""
 
     def __init__(self, *addresses: str):

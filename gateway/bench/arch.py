@@ -1,6 +1,6 @@
 """``poolgate bench-arch``: packed vs transformers-fallback throughput of one model shape, in-process.
 
-No server: ``workers.bench_arch`` builds a random-weight checkpoint of the
+No server: ``workers.tools.bench_arch`` builds a random-weight checkpoint of the
 named shape, runs the synthetic corpus through poolgate's packed family and
 through transformers' AutoModel on the same batches, and this module prints
 tokens/s for both, their ratio, and the report as one JSON line (the last line

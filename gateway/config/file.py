@@ -14,10 +14,10 @@ table takes the model flags (``model``, ``backend``, ``dtype``,
   remote workers are listed, else 1); ``devices``: one worker per device;
 - ``max_in_flight_per_worker``: this pool's admission cap;
 - ``[[models.remote]]`` tables with ``url`` (``tcp://host:port``, ``unix:/path``,
-  or ``dns+tcp://service:port``, re-resolved, see ``gateway.discovery``).
+  or ``dns+tcp://service:port``, re-resolved, see ``gateway.pools.discovery``).
 
 Several ``[[models]]`` tables with one ``name`` are one model's pools, one per
-backend, tried in file order (``gateway.model_pools``). Relative paths
+backend, tried in file order (``gateway.pools.model_pools``). Relative paths
 (``model``, ``model_roots``, ``api_key_file``, ``worker_token_file``,
 ``worker_tls_ca``) are relative to the file. The worker transport keys are the
 flags': ``worker_token_file`` (else ``$POOLGATE_WORKER_TOKEN``), ``worker_tls``,
@@ -25,7 +25,7 @@ flags': ``worker_token_file`` (else ``$POOLGATE_WORKER_TOKEN``), ``worker_tls``,
 
 Every error names the file, the line and the key, e.g.
 ``serve.toml:7: models[1].replicas: must be >= 0, got -1`` (lines from
-``gateway.toml_lines``, since tomllib gives no positions).
+``gateway.config.toml_lines``, since tomllib gives no positions).
 """
 from __future__ import annotations
 

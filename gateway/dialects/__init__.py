@@ -23,7 +23,7 @@ How to add routes (a new dialect, or new routes of one):
    and is counted and traced unless ``recorded=False``; the middleware reads
    these from the matched route, never from a list of paths.
 3. Add the tuple to ``DIALECTS`` below. ``register`` mounts every route;
-   ``gateway.openapi`` documents the same routes from the same models.
+   ``gateway.http.openapi`` documents the same routes from the same models.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ whether it needs the API key (``public``), whether it is counted and traced
 routine (``quiet_503``). No list of paths elsewhere decides any of these, so
 a new route is guarded, recorded and answered in the OpenAI shape unless it
 says otherwise. The same ``Route`` values build ``/openapi.json``
-(``gateway.openapi``), so what is validated is what is documented.
+(``gateway.http.openapi``), so what is validated is what is documented.
 
 Gating happens per request, from the router's current models (models can be
 loaded and unloaded while the gateway runs):

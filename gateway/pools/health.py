@@ -2,7 +2,7 @@
 
 A worker that is lost (its connection refused or reset) fails its check at once;
 one that is hung (connection open, no answers) fails it when the timeout passes;
-either way its pool marks it down and the calls on it fail over (``gateway.pool``).
+either way its pool marks it down and the calls on it fail over (``gateway.pools.pool``).
 With the defaults (every 0.25 s, 0.75 s to answer) a dead or hung worker is out
 within a second. A worker that answers again is back in rotation at the next round.
 Workers a supervisor is restarting (``starting``) and those draining are skipped.

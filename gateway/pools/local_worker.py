@@ -43,7 +43,7 @@ class LocalWorker:
     """One spawned worker process and the transport client connected to it.
 
     ``env``: variables added to the gateway's environment for this process (the
-    backend's device selection and CPU pinning, from ``gateway.supervisor.WorkerEnv``).
+    backend's device selection and CPU pinning, from ``gateway.pools.supervisor.WorkerEnv``).
     """
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:

@@ -2,7 +2,7 @@
 
 One ``Supervisor`` per local worker. ``start_all`` starts them together; a
 worker that fails to start is logged and retried in the background (whether a
-pool can start with the workers that came up is ``gateway.fleet``'s call). Once
+pool can start with the workers that came up is ``gateway.pools.fleet``'s call). Once
 the pools exist, ``attach`` hands each supervisor its pool and ``run`` watches
 the process:
 

@@ -4,8 +4,8 @@ The middleware calls ``Telemetry.begin`` when a request arrives and
 ``Telemetry.end`` after its response is written. In between, the serving path
 and the dialect fill the record (model, task, backend, tokens, the worker's
 queue and inference times, encoding formats, dimensions). ``end`` hands the
-record to the metrics (``gateway.metrics``) and to the tracer
-(``gateway.tracing``); either may be off, and with both off a request costs
+record to the metrics (``gateway.telemetry.metrics``) and to the tracer
+(``gateway.telemetry.tracing``); either may be off, and with both off a request costs
 one small object. The middleware begins a record only for a route marked
 ``recorded`` (``dialects.route.Route``): ops routes (health, metrics, version,
 model list) are not, as vLLM does not record them.
@@ -50,7 +50,7 @@ class RequestRecord:
 
 
 class Tracer(Protocol):
-    """``gateway.tracing``: the llm_request span of a record."""
+    """``gateway.telemetry.tracing``: the llm_request span of a record."""
 
     def start(self, record: RequestRecord, headers: Mapping[str, str]) -> None: ...
 
@@ -58,7 +58,7 @@ class Tracer(Protocol):
 
 
 class Recorder(Protocol):
-    """``gateway.metrics``: what a finished request adds to the Prometheus metrics."""
+    """``gateway.telemetry.metrics``: what a finished request adds to the Prometheus metrics."""
 
     def observe(self, record: RequestRecord) -> None: ...
 

@@ -5,7 +5,7 @@ vLLM's span (``vllm/v1/engine/output_processor.py::do_tracing``): named
 taken from the incoming W3C ``traceparent``/``tracestate`` headers. ``start``
 also writes the span's own context into ``record.trace_context``, which the
 serving path sends to the worker inside the ``PoolingCall``, so the worker's
-detailed child spans (``workers.tracing``) join the same trace.
+detailed child spans (``workers.engine.tracing``) join the same trace.
 
 ``end`` sets vLLM's attributes (request id, prompt tokens, e2e / queue /
 inference latency) and the GenAI semantic conventions for embeddings

@@ -1,4 +1,4 @@
-"""A real worker process (fake runner) spawned and stopped through gateway.local_worker.LocalWorker."""
+"""A real worker process (fake runner) spawned and stopped through gateway.pools.local_worker.LocalWorker."""
 from __future__ import annotations
 
 import os

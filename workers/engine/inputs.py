@@ -7,7 +7,7 @@ the truncation length are encoded again with the tokenizer's own truncation,
 as sentence-transformers does, so truncated ids match it exactly. Lengths are
 checked against the input cap (``shared.limits.input_cap``): with chunked
 processing an embed input may be longer than ``max_model_len``, and the engine
-splits it (``workers.chunking``). A ``CappedText`` is cut to its content-token
+splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-token
 cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
 through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
 its token type ids.

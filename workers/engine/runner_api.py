@@ -26,7 +26,7 @@ class Encoded:
 
 
 class TextEncoder(Protocol):
-    """Texts to token ids and back; the real one is ``workers.tokenizer.TextEncoder``."""
+    """Texts to token ids and back; the real one is ``workers.engine.tokenizer.TextEncoder``."""
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
         """Each pair as one sequence in the tokenizer's pair template, with its token type ids (cross-encoders)."""
@@ -62,7 +62,7 @@ class RunOutput:
 
 
 class Runner(Protocol):
-    """Runs batches for the engine; the real one is ``workers.runner.PoolingRunner``.
+    """Runs batches for the engine; the real one is ``workers.engine.runner.PoolingRunner``.
 
     ``prepare`` and ``execute`` are called from two different threads, one
     batch at a time each; ``execute`` gets batches in the order they were prepared.

@@ -21,7 +21,7 @@ class TextEncoder:
                  score_template: str | None = None):
         from transformers import AutoTokenizer
 
-        gguf = {"gguf_file": gguf_file} if gguf_file else {}  # the tokenizer stored in a GGUF file (workers.gguf)
+        gguf = {"gguf_file": gguf_file} if gguf_file else {}  # the tokenizer stored in a GGUF file (workers.load.gguf)
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True, **gguf)
         if not self.tokenizer.is_fast:
             raise ValueError(f"{path} has no fast tokenizer (tokenizer.json)")
@@ -32,14 +32,14 @@ class TextEncoder:
         self.backend.no_truncation()
         self.backend.no_padding()
         self.do_lower_case = do_lower_case
-        self.score_template = SCORE_TEMPLATES[score_template] if score_template else None  # workers.score_templates
+        self.score_template = SCORE_TEMPLATES[score_template] if score_template else None  # workers.engine.score_templates
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
         """Each pair as one sequence in the tokenizer's pair template (``[CLS] a [SEP] b [SEP]``), with its
         token type ids (BERT marks the second text 1). Each side is first cut to its own content-token cap
         (``TextPair.max_*_tokens``, at a character boundary, as vLLM does); with ``max_tokens``, the
         longer side is then cut first (the tokenizer's ``longest_first``). A model with a score template
-        (``workers.score_templates``) reads each pair as that prompt instead, with no token type ids."""
+        (``workers.engine.score_templates``) reads each pair as that prompt instead, with no token type ids."""
         firsts = [self.cut(p.text, p.max_text_tokens) for p in pairs]
         seconds = [self.cut(p.text_pair, p.max_pair_tokens) for p in pairs]
         if self.do_lower_case:

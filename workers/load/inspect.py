@@ -4,7 +4,7 @@
 anything; the worker logs the same table at start-up, with what only loading
 settles filled in (the tasks the poolers serve, the dtype ``--dtype auto``
 kept). The decisions are the builder's own (``workers.models.architecture_for``,
-``workers.st_config.read_spec``, the backend's ``attention`` and token
+``workers.load.st_config.read_spec``, the backend's ``attention`` and token
 budget), called here, not restated.
 """
 from __future__ import annotations

@@ -53,7 +53,7 @@ class ModelSpec:
     is_matryoshka: bool
     matryoshka_dimensions: tuple[int, ...] | None
     pooler: PoolerConfig = PoolerConfig()  # the user's --pooler-config (task, calibration, default dims, ...)
-    kind: str = "embed"  # embed | classify | token_classify (workers.convert, from --runner / --convert)
+    kind: str = "embed"  # embed | classify | token_classify (workers.load.convert, from --runner / --convert)
     gguf_file: str | None = None  # the GGUF file in ``path`` that holds config, tokenizer and weights
 
 

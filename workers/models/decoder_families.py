@@ -5,7 +5,7 @@ own traits (``workers.models.decoder_config.TRAITS``) and pools LAST unless
 the model says otherwise. Heads: the plain ``*Model``, ``*ForSequenceClassification``
 and ``*ForTokenClassification`` (their ``score`` layer is read by
 ``workers.models.score``), and ``*ForCausalLM`` under ``--convert embed`` /
-``--convert classify`` (``workers.convert``; the LM head stays in the checkpoint
+``--convert classify`` (``workers.load.convert``; the LM head stays in the checkpoint
 for ``classifier_from_token``). Checkpoints of the ``*For*`` classes keep the
 body under ``model.``.
 """

@@ -1,6 +1,6 @@
 """Which poolers a model gets: embedders embed (and token_embed); classifiers classify with their score layer.
 
-The model's kind (``workers.convert``: embed, classify, token_classify) says
+The model's kind (``workers.load.convert``: embed, classify, token_classify) says
 which tasks it serves. An embedding model serves ``embed`` with its pooling (flag > sentence-transformers
 > architecture default) and its sentence-transformers Dense projector and
 normalization, and ``token_embed`` (every token through the same projector, as ColBERT-style

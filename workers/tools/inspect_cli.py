@@ -1,7 +1,7 @@
 """``poolgate inspect MODEL [model flags]``: print what poolgate would run for a model, without loading it.
 
 Takes the model flags of ``poolgate serve`` (``shared.model_flags``) and prints
-``workers.inspect``'s table: implementation (packed family or transformers
+``workers.load.inspect``'s table: implementation (packed family or transformers
 fallback), tasks, pooling, max length, dtype, backend and attention path. This
 module imports without torch; torch loads when the command runs. Exit 0, or
 2 with the reason when the folder cannot be served.

@@ -240,7 +240,7 @@ async def test_a_hung_worker_is_taken_out_then_killed_and_restarted(tmp_path):
 
 
 async def test_a_pool_serves_with_the_workers_that_came_up_and_the_other_joins_later(tmp_path, caplog):
-    """Through gateway.fleet, as `poolgate serve --workers 2` runs it: one worker fails to start; the model is
+    """Through gateway.pools.fleet, as `poolgate serve --workers 2` runs it: one worker fails to start; the model is
     served by the other at once, the log says so, and the failed one is retried in the background and joins."""
     from poolgate.gateway.pools.fleet import Fleet
     from poolgate.gateway.pools.router import Router
