@@ -15,6 +15,7 @@ from poolgate.shared.tasks import TASK_PARAMS
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
 
 PAIR_TASKS = ("classify",)  # the tasks that read a TextPair as one sequence (a cross-encoder)
+CHUNKED_TASKS = ("embed",)  # the tasks chunked processing splits (each folds back by workers.chunking.FOLDS)
 
 
 def check_call(info: ModelInfo, call: PoolingCall) -> None:
@@ -89,7 +90,7 @@ def _check_dimensions(info: ModelInfo, dimensions: int | None) -> None:
 
 def chunks_inputs(info: ModelInfo, task: str | None) -> bool:
     """Whether inputs of ``task`` over ``max_model_len`` run in chunks (vLLM: embed, with chunked processing)."""
-    return info.chunked_processing and task == "embed"
+    return info.chunked_processing and task in CHUNKED_TASKS
 
 
 def input_cap(info: ModelInfo, task: str | None) -> int | None:

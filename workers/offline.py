@@ -13,12 +13,13 @@ vLLM's messages.
 
 - ``embed`` → ``(n, dim)``; ``classify`` → ``(n, num_labels)`` (names in ``labels``);
 - ``encode(pooling_task=...)`` → one array per input (``(T, dim)`` for token tasks);
-- ``score(queries, documents)`` pairs 1:1, 1:N or N:N (pairwise by index) as
-  vLLM does: cosine of the ``embed`` vectors for a bi-encoder, MaxSim of the
-  ``token_embed`` vectors for late interaction (each query and document
-  pooled once), and for a one-label cross-encoder (``classify``) one forward
-  per pair, the pair read as one sequence (``shared.wire.TextPair``: the
-  tokenizer's pair template, with BERT's token type ids); see ``shared.scoring``.
+- ``score(queries, documents)`` runs the score routes' own plan
+  (``shared.score_plan``): pairs 1:1, 1:N or N:N (pairwise by index) as
+  vLLM does, per-side caps, and the active task's scorer: cosine of the
+  ``embed`` vectors for a bi-encoder, MaxSim of the ``token_embed`` vectors
+  for late interaction (each query and document pooled once), and for a
+  one-label cross-encoder (``classify``) one forward per pair, the pair read
+  as one sequence (``shared.wire.TextPair``).
 
 Constructor flags are the CLI's model flags as keywords: ``WorkerConfig``'s
 fields (``dtype``, ``backend``, ``max_model_len``, ``max_batch_tokens``,
@@ -55,9 +56,9 @@ from poolgate.shared.models import resolve_model
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.rows import Rows
-from poolgate.shared.scoring import SCORERS, check_pairs, query_of
-from poolgate.shared.tasks import REMOVED_TASKS, SCORE_TYPES
-from poolgate.shared.wire import Input, PoolingCall, TextPair
+from poolgate.shared.score_plan import SideCaps, plan_scores
+from poolgate.shared.tasks import REMOVED_TASKS
+from poolgate.shared.wire import Input, PoolingCall
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.runner_api import LoadedModel
 
@@ -72,7 +73,6 @@ CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKEND_CHOICES, "dtype": DTYP
 POSITIVE = ("max_model_len", "max_batch_tokens", "num_threads", "tokenizer_threads")
 NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
            "(or use embed(), classify() or score())")
-CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 
 
 def offline_config(model: str | None, flags: dict[str, Any]) -> WorkerConfig:
@@ -210,26 +210,15 @@ class PoolingModel:
         return [rows.item(i) for i in range(len(rows))]
 
     def score(self, queries: Inputs, documents: Inputs, *, truncate_prompt_tokens: int | None = None,
-              instruction: str | None = None) -> np.ndarray:
-        """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``;
-        ``instruction`` goes to a cross-encoder's score template (Qwen3-Reranker's ``<Instruct>``)."""
-        queries, documents = _as_inputs(queries), _as_inputs(documents)
-        check_pairs(len(queries), len(documents))
-        task = self.info.tasks[0]
-        kind = SCORE_TYPES.get(task)
-        if kind is None:
-            raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
-                                 "score() needs an embed, token_embed or classify model.")
-        inputs = queries + documents  # each query and document pooled once
-        if kind == "cross-encoder":
-            if self.info.embedding_dim != 1:
-                raise InvalidRequest("Scoring API is only enabled for num_labels == 1.")
-            if not all(isinstance(x, str) for x in inputs):
-                raise InvalidRequest(CROSS_ENCODER_TEXTS)
-            inputs = [TextPair(queries[q], d, instruction=instruction)
-                      for q, d in zip(query_of(len(queries), len(documents)), documents)]
-        rows = self._pool(inputs, PoolingParams(task=task, truncate_prompt_tokens=truncate_prompt_tokens))
-        return SCORERS[kind](rows, len(queries))
+              instruction: str | None = None, max_tokens_per_query: int = 0,
+              max_tokens_per_doc: int = 0) -> np.ndarray:
+        """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``
+        and the score routes (``shared.score_plan``); ``instruction`` goes to a cross-encoder's score
+        template (Qwen3-Reranker's ``<Instruct>``); ``max_tokens_per_*`` cut each side's texts (0 = off)."""
+        plan = plan_scores(self.info, _as_inputs(queries), _as_inputs(documents),
+                           SideCaps(max_tokens_per_query, max_tokens_per_doc), instruction)
+        rows = self._pool(plan.inputs, plan.params(truncate_prompt_tokens=truncate_prompt_tokens))
+        return plan.scores(rows)
 
     def close(self) -> None:
         """Stop the engine and the loop thread; safe to call more than once."""

@@ -20,10 +20,10 @@ from aiohttp import web
 from pydantic import RootModel, ValidationError
 
 from poolgate.gateway.dialects import openai, rerank, vllm_classify, vllm_pooling, vllm_score
-from poolgate.gateway.dialects.pairs import scoring_enabled
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.score_plan import scoring_enabled
 from poolgate.shared.wire import ModelInfo
 
 

@@ -3,9 +3,9 @@
 ``/score`` and the rerank routes share this: their request base (``ScoringBody``:
 vLLM's common fields plus ``use_activation``, ``max_tokens_per_query``,
 ``max_tokens_per_doc``, ``instruction``, ``chat_template_kwargs``) and
-``score_pairs``, which pairs queries with documents as vLLM does (1:1, 1:N,
-N:N) and sends ONE call for the model's scorer (``shared.tasks.SCORE_TYPES``
-by its active task, the first of ``ModelInfo.tasks``):
+``score_pairs``, which reads the body's texts and sends ONE call made by the
+score plan (``shared.score_plan``, which the offline API uses too): pairs as
+vLLM makes them (1:1, 1:N, N:N), for the scorer of the model's active task:
 
 - cross-encoder (``classify``, one label): one ``TextPair`` per pair, read as
   one sequence by the worker (the model's score template with the request's
@@ -32,10 +32,9 @@ from poolgate.gateway.dialects.request import PoolingBody
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.scoring import SCORERS, check_pairs, query_of
-from poolgate.shared.tasks import SCORE_TYPES
-from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair
+from poolgate.shared.score_plan import SideCaps, plan_scores
+from poolgate.shared.scoring import check_pairs
+from poolgate.shared.wire import ModelInfo
 
 
 class ContentInput(BaseModel):
@@ -91,14 +90,6 @@ class Scored:
     served: Served
 
 
-def scoring_enabled(info: ModelInfo) -> bool:
-    """vLLM's enable_scoring_api: the active task scores pairs (a classifier only with one label)."""
-    task = info.tasks[0] if info.tasks else None
-    if task not in SCORE_TYPES:
-        return False
-    return task != "classify" or info.embedding_dim == 1
-
-
 def as_text(item: StrictStr | TextObject | ContentInput, info: ModelInfo) -> str:
     if isinstance(item, str):
         return item
@@ -111,41 +102,15 @@ def as_list(value: ScoreInputs) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def check_token_caps(info: ModelInfo, body: ScoringBody) -> None:
-    """vLLM's rule: a per-side cap must be below max_model_len (0 = off)."""
-    for name in ("max_tokens_per_query", "max_tokens_per_doc"):
-        value = getattr(body, name)
-        if value and value >= info.max_model_len:
-            raise InvalidRequest(f"{name} ({value}) must be less than max_model_len ({info.max_model_len}).",
-                                 param=name)
-
-
-def pair_inputs(kind: str, queries: list[str], documents: list[str], body: ScoringBody) -> list[Input]:
-    """The call's inputs: one TextPair per pair (cross-encoder), else the queries then the documents."""
-    q_cap, d_cap = body.max_tokens_per_query, body.max_tokens_per_doc
-    if kind == "cross-encoder":
-        instruction = body.instruction_text()
-        return [TextPair(queries[q], d, q_cap, d_cap, instruction)
-                for q, d in zip(query_of(len(queries), len(documents)), documents)]
-    return [_capped(q, q_cap) for q in queries] + [_capped(d, d_cap) for d in documents]
-
-
-def _capped(text: str, cap: int) -> Input:
-    return CappedText(text, cap) if cap else text
-
-
 async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInputs,
                       documents: ScoreInputs) -> Scored:
     """Score every (query, document) pair of ``body`` with the model's own scorer, in one call."""
     info = request.app[ROUTER].lookup(body.model).info
     qs, ds = as_list(queries), as_list(documents)
-    check_pairs(len(qs), len(ds))
+    check_pairs(len(qs), len(ds))  # before the texts are read: vLLM's order of messages
     qs, ds = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
-    check_token_caps(info, body)
-    task = info.tasks[0]
-    kind = SCORE_TYPES[task]
-    params = PoolingParams(task=task, use_activation=body.use_activation,
-                           truncate_prompt_tokens=body.truncate_prompt_tokens)
-    served = await serve(request, ServeRequest(model=body.model, inputs=pair_inputs(kind, qs, ds, body),
-                                               params=params))
-    return Scored(SCORERS[kind](served.result.outputs, len(qs)), served)
+    plan = plan_scores(info, qs, ds, SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
+                       body.instruction_text())
+    params = plan.params(use_activation=body.use_activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
+    served = await serve(request, ServeRequest(model=body.model, inputs=plan.inputs, params=params))
+    return Scored(plan.scores(served.result.outputs), served)

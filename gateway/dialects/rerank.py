@@ -25,9 +25,10 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects.encoding import dumps
-from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs, scoring_enabled
+from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import RECORD
+from poolgate.shared.score_plan import scoring_enabled
 
 DOCUMENTS_PER_SEARCH_UNIT = 100
 

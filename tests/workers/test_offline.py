@@ -126,6 +126,17 @@ def test_bi_encoder_score_is_the_cosine_of_embeddings(minilm):
         model.score(query, [])
 
 
+def test_score_caps_each_side_as_the_score_routes_do(minilm):
+    model, st = minilm
+    doc = TEXTS[2]
+    offsets = st.tokenizer(doc, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    cut = doc[:offsets[2][1]]  # its first 3 content tokens
+    np.testing.assert_allclose(model.score("fox", doc, max_tokens_per_doc=3), model.score("fox", cut), rtol=1e-6)
+    assert model.score("fox", doc, max_tokens_per_doc=3)[0] != pytest.approx(model.score("fox", doc)[0])
+    with pytest.raises(InvalidRequest, match=r"max_tokens_per_doc \(256\) must be less than max_model_len"):
+        model.score("fox", doc, max_tokens_per_doc=256)
+
+
 def test_classify_matches_transformers_and_names_labels(tmp_path):
     ref = _classifier(tmp_path, 3)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)

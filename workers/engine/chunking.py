@@ -11,9 +11,14 @@ token-weighted mean of its chunk embeddings, re-normalized (vLLM's rule) when
 out unit norm. An input that fits in one chunk keeps its row exactly. The
 weighted mean of per-chunk means is the mean over all tokens only for MEAN
 pooling, so the worker refuses chunking for any other (``workers.build``).
+How a task's chunk rows fold back is ``FOLDS`` (by task; the tasks that run in
+chunks are ``shared.limits.CHUNKED_TASKS``). A long document scored against a
+query folds its windows' *scores* instead (max or mean, ``shared.score_plan``),
+since a bi-encoder's window vectors must be scored before they can be folded.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +36,7 @@ class Chunks:
     counts: np.ndarray  # (n_inputs,) int64, chunks per input
     weights: np.ndarray  # (n_chunks,) float64, tokens per chunk
     renormalize: bool  # use_activation is not off
+    task: str = "embed"  # whose fold (FOLDS) joins the chunks back
 
 
 def split(token_lists: list[list[int]], size: int, params: PoolingParams) -> tuple[list[list[int]], Chunks | None]:
@@ -41,13 +47,18 @@ def split(token_lists: list[list[int]], size: int, params: PoolingParams) -> tup
     seqs = [chunk for chunks in pieces for chunk in chunks]
     counts = np.array([len(chunks) for chunks in pieces], dtype=np.int64)
     weights = np.array([len(chunk) for chunk in seqs], dtype=np.float64)
-    return seqs, Chunks(counts, weights, renormalize=params.use_activation is not False)
+    return seqs, Chunks(counts, weights, renormalize=params.use_activation is not False, task=params.task)
 
 
 def fold(rows: Rows, chunks: Chunks) -> Rows:
-    """One row per input from one row per chunk (vectorized over the whole call)."""
+    """One row per input from one row per chunk, by the task's fold (vectorized over the whole call)."""
     if rows.offsets is not None or len(rows) != len(chunks.weights):
         raise ValueError(f"cannot fold {len(rows)} rows into {len(chunks.counts)} chunked inputs")
+    return FOLDS[chunks.task](rows, chunks)
+
+
+def mean_fold(rows: Rows, chunks: Chunks) -> Rows:
+    """vLLM's embed fold: the token-weighted mean of an input's chunk rows, re-normalized when they were."""
     values = rows.values  # (n_chunks, dim)
     starts = np.cumsum(chunks.counts) - chunks.counts  # (n_inputs,) first chunk of each input
     weighted = values.astype(np.float64) * chunks.weights[:, None]  # (n_chunks, dim)
@@ -59,3 +70,9 @@ def fold(rows: Rows, chunks: Chunks) -> Rows:
         norms = np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)  # (n_inputs, 1)
         means = np.where(renorm[:, None], means / norms, means)
     return Rows(np.where(many[:, None], means, values[starts]).astype(values.dtype))  # (n_inputs, dim)
+
+
+# How each chunked task's chunk rows become one row per input.
+FOLDS: dict[str, Callable[[Rows, Chunks], Rows]] = {
+    "embed": mean_fold,
+}
