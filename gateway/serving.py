@@ -9,23 +9,30 @@ request and for every dialect alike:
 2. server policy fills what the request left open: ``--auto-truncate`` turns
    "no truncation" into -1, ``--request-timeout`` becomes the call's deadline;
 3. limits the gateway can check from the pool's ``ModelInfo`` alone run before
-   anything crosses the transport: the input count cap, ``dimensions``,
-   ``truncate_prompt_tokens``, input types and token ids (``shared.limits``,
-   the same functions a worker runs at its own boundary);
-4. the pool submits the call to its least-loaded worker, with the request's
-   trace context; the request's telemetry record gets the model, task,
-   backend, token count and the worker's queue and inference times.
+   anything crosses the transport: ``dimensions``, ``truncate_prompt_tokens``,
+   input types and token ids (``shared.limits``, the same functions a worker
+   runs at its own boundary);
+4. the pools run the call (with its priority, deadline and the request's trace
+   context) through their one submit: pick → admission (the input cap, caps,
+   queued tokens: ``gateway.pools.admission``) → send → retry → accounting;
+   the request's telemetry record gets the model, task, backend, token count
+   and the worker's queue and inference times.
+
+Ops that are not pooling calls (``/tokenize``, ``/detokenize``) take the same
+road: ``lookup`` the model, then ``run`` a ``Job`` with the request's deadline.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER
+from poolgate.gateway.pools.job import Job
+from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs, check_params
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
@@ -33,11 +40,13 @@ from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
 
 @dataclass(frozen=True)
 class ServeRequest:
-    """What a dialect asks for, in no dialect's terms; ``model`` None = the default model."""
+    """What a dialect asks for, in no dialect's terms; ``model`` None = the default model; ``priority``
+    as vLLM's (lower runs earlier, default 0)."""
 
     model: str | None
     inputs: list[Input]
     params: PoolingParams
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,12 +65,6 @@ def with_policy(config: GatewayConfig, params: PoolingParams) -> PoolingParams:
     return params
 
 
-def check_input_count(config: GatewayConfig, inputs: list[Input]) -> None:
-    if len(inputs) > config.max_inputs_per_request:
-        raise InvalidRequest(f"Too many inputs: {len(inputs)} in one request; "
-                             f"the limit is {config.max_inputs_per_request}.", param="input")
-
-
 def deadline(config: GatewayConfig, now: float) -> float | None:
     return None if config.request_timeout_s is None else now + config.request_timeout_s
 
@@ -75,12 +78,11 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     if record is not None:
         record.model, record.backend = pool.name, pool.info.backend
     params = with_policy(config, req.params)
-    check_input_count(config, req.inputs)
     check_params(pool.info, params)
     check_inputs(pool.info, req.inputs)
     request_id = request[REQUEST_ID]
     call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
-                       deadline=deadline(config, time.time()),
+                       deadline=deadline(config, time.time()), priority=req.priority,
                        trace_context=record.trace_context if record is not None else {})
     result = await pool.submit(call)
     if record is not None:
@@ -89,3 +91,17 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
         record.queue_s = result.timings.get("queue_s")
         record.inference_s = result.timings.get("inference_s")
     return Served(request_id, pool.info, result)
+
+
+def lookup(request: web.Request, model: str | None) -> ModelPools:
+    """The pools of ``model`` (None = the default), whatever its tasks; recorded on the request."""
+    pools = request.app[ROUTER].lookup(model)
+    if (record := request.get(RECORD)) is not None:
+        record.model = pools.name
+    return pools
+
+
+async def run(request: web.Request, pools: ModelPools, make: Callable[[str, float | None], Job]):
+    """The answer to the job ``make(request_id, deadline)`` builds, through the pools' one submit."""
+    job = make(request[REQUEST_ID], deadline(request.app[CONFIG], time.time()))
+    return await pools.run(job)

@@ -1,8 +1,9 @@
 """vLLM's tokenizer routes: ``POST /tokenize`` (a prompt, or chat messages) and ``POST /detokenize``.
 
-The gateway has no tokenizer: each request goes to one ready worker of the
-model (the least busy) as a ``tokenize`` / ``detokenize`` transport op, and
-the worker uses the model's own tokenizer (``workers.inputs.InputStage``).
+The gateway has no tokenizer: each request is a ``tokenize`` / ``detokenize``
+job that runs through the model's pools like every op a worker answers
+(``gateway.serving.run``: pool order, admission, drain, retry, load), and the
+worker uses the model's own tokenizer (``workers.inputs.InputStage``).
 
 - ``/tokenize``, completion form ``{model, prompt, add_special_tokens=true,
   return_token_strs=false}``, or chat form ``{model, messages,
@@ -24,9 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.pools.model_pools import ModelPools
-from poolgate.gateway.http.state import RECORD, ROUTER
-from poolgate.shared.errors import Unavailable
+from poolgate.gateway.pools.job import detokenize_job, tokenize_job
+from poolgate.gateway.serving import lookup, run
 from poolgate.shared.limits import check_inputs
 from poolgate.shared.wire import Input
 
@@ -76,33 +76,19 @@ class DetokenizeResponse(BaseModel):
     prompt: str
 
 
-def pick_client(pools: ModelPools):
-    """The least busy ready worker of the model."""
-    ready = [c for c in pools.clients if pools.is_ready(c)]
-    if not ready:
-        raise Unavailable(f"No worker is ready to serve model '{pools.name}'.")
-    return min(ready, key=pools.in_flight)
-
-
-def _pools(request: web.Request, model: str | None) -> ModelPools:
-    pools = request.app[ROUTER].lookup(model)
-    if (record := request.get(RECORD)) is not None:
-        record.model = pools.name
-    return pools
-
-
 async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Response:
-    pools = _pools(request, req.model)
-    check_inputs(pools.info, [req.input()])  # the checks every route runs: valid Unicode, no empty conversation
-    ids, strs = await pick_client(pools).tokenize(req.input(), add_special_tokens=req.special_tokens(),
-                                                  return_token_strs=req.return_token_strs)
+    pools = lookup(request, req.model)
+    x = req.input()
+    check_inputs(pools.info, [x])  # the checks every route runs: valid Unicode, no empty conversation
+    ids, strs = await run(request, pools, lambda rid, deadline: tokenize_job(
+        rid, x, deadline=deadline, add_special_tokens=req.special_tokens(), return_token_strs=req.return_token_strs))
     body = {"count": len(ids), "max_model_len": pools.info.max_model_len, "tokens": ids, "token_strs": strs}
     return web.Response(body=dumps(body), content_type="application/json")
 
 
 async def create_detokenize(request: web.Request, req: DetokenizeRequest) -> web.Response:
-    pools = _pools(request, req.model)
-    prompt = await pick_client(pools).detokenize(req.tokens)
+    pools = lookup(request, req.model)
+    prompt = await run(request, pools, lambda rid, deadline: detokenize_job(rid, req.tokens, deadline=deadline))
     return web.Response(body=dumps({"prompt": prompt}), content_type="application/json")
 
 

@@ -14,7 +14,8 @@ config, and later for a model the admin API loads or unloads. For one pool:
 
 A pool must have one worker up at start, else the start fails (stopping what it
 started). A worker that serves a model other than its pool's is refused. The
-pool's admission cap is its own ``max_in_flight_per_worker``, else the gateway's.
+pool's admission (``admission_limits``): the gateway's input cap, and its own
+``max_in_flight_per_worker``, else the gateway's.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from poolgate.gateway.pools.admission import AdmissionLimits
 from poolgate.gateway.pools.discovery import DEFAULT_INTERVAL_S, Discovery, Resolver, is_dns_url, resolve_host
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
@@ -41,6 +43,12 @@ log = logging.getLogger("poolgate.gateway.pools.fleet")
 def backend_env(cfg: WorkerConfig, index: int) -> dict[str, str]:
     """The supervisor's WorkerEnv: what the backend's placement of ``cfg`` adds to the environment."""
     return worker_env(cfg)
+
+
+def admission_limits(config: GatewayConfig, pc: PoolConfig) -> AdmissionLimits:
+    """The pool's admission limits from the gateway's config and the pool's own table."""
+    return AdmissionLimits(max_inputs_per_request=config.max_inputs_per_request,
+                           max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker)
 
 
 @dataclass
@@ -219,11 +227,11 @@ class Fleet:
             by_name.setdefault(info.served_model_name, (info, []))[1].append(client)
         if not by_name:
             raise Unavailable(f"no worker of {pc.model or 'the remote workers'} came up (see the log above)")
-        cap = pc.max_in_flight_per_worker or self.config.max_in_flight_per_worker
+        limits = admission_limits(self.config, pc)
         runs = []
         for info, members in by_name.values():
             keeper = run if not runs else RunningPool(pc)
-            keeper.pool = WorkerPool(info, members, max_in_flight=cap)
+            keeper.pool = WorkerPool(info, members, limits=limits)
             runs.append(keeper)
         return runs
 

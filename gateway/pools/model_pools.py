@@ -2,11 +2,12 @@
 
 A model is served by one or more ``WorkerPool``s, e.g. CUDA replicas and a CPU
 overflow pool, kept in the order they were configured (``[[models]]`` tables in
-file order). A call goes to the FIRST pool that has a ready worker below its
-admission cap (``max_in_flight_per_worker``); when that pool refuses it before
-sending (``Overloaded``: every ready worker at its cap) or cannot serve it
-(``Unavailable``: no ready worker, or its worker was lost and the pool's own
-retry failed too), it goes to the next pool, within the call's deadline. Only
+file order). A job (a pooling call or a tokenizer op, ``gateway.pools.job``)
+goes to the FIRST pool that admits it (its ``Admission``: a ready worker below
+the per-worker cap, room in its queued tokens); when that pool refuses it
+(``Overloaded``: the pool is full, or its workers' queues are) or cannot serve
+it (``Unavailable``: no ready worker, or its worker was lost and the pool's own
+retry failed too), it goes to the next pool, within the job's deadline. Only
 when every pool refused does the client see the last refusal (429 or 503).
 Pooling is idempotent, so a call that is tried again elsewhere is harmless.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.pool import Client, WorkerPool
 from poolgate.shared.errors import Overloaded, Unavailable
 from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
@@ -71,14 +73,20 @@ class ModelPools:
         self.pools.append(pool)
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
-        """The call's result from the first pool that takes it (module doc). When none does, the client
-        sees 429 if some pool was only full (worth retrying shortly), else the last pool's 503."""
+        """The call's result (``run`` of its pooling job)."""
+        return await self.run(pooling_job(call))
+
+    async def run(self, job: Job):
+        """The job's answer from the first pool that takes it (module doc). When none does, the client
+        sees 429 if some pool was only full (worth retrying shortly), else the last pool's 503. A job
+        over a request limit (400) is refused before any pool is tried."""
+        self.pools[0].check(job)
         refusals: list[Exception] = []
         for pool in self.pools:
-            if refusals and call.deadline is not None and call.deadline <= time.time():
+            if refusals and job.deadline is not None and job.deadline <= time.time():
                 break
             try:
-                return await pool.submit(call)
+                return await pool.run(job)
             except (Overloaded, Unavailable) as exc:
                 refusals.append(exc)
         busy = [r for r in refusals if isinstance(r, Overloaded)]

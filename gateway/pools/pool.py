@@ -14,11 +14,17 @@ other) and released when it ends. The estimate is cheap and gateway-side:
 per token for English subwords, plus two special tokens). It only has to rank
 workers, not bill anyone.
 
-Failover: a call whose worker is lost (``Unavailable``: connection lost, worker
-shutting down, or marked down by a health check while the call was on it) is
-retried ONCE on another ready member, within the call's deadline. A request's own
-fault (4xx), an internal error and a passed deadline are never retried. The
-retry ignores ``max_in_flight``: the call was admitted already.
+Every op a worker answers (a pooling call, ``/tokenize``, ``/detokenize``) is a
+``Job`` (``gateway.pools.job``) and goes through the one ``run``: pick →
+admission (``gateway.pools.admission``: the input cap, the per-worker call cap,
+the pool's queued tokens) → send → retry → accounting.
+
+Failover: a job whose worker is lost (``Unavailable``: connection lost, worker
+shutting down, or marked down by a health check while the job was on it) is
+retried ONCE on another ready member, within the job's deadline; so is a job the
+worker itself refused because its queue is full (``Overloaded``, the member stays
+ready). A request's own fault (4xx), an internal error and a passed deadline are
+never retried. The retry ignores the per-worker cap: the job was admitted already.
 """
 from __future__ import annotations
 
@@ -26,31 +32,35 @@ import asyncio
 import logging
 import time
 
+from poolgate.gateway.pools.admission import Admission, AdmissionLimits
+from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.member import Client, Member, State, check, estimate_tokens, load
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
 from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
 
-__all__ = ["Client", "Member", "State", "WorkerPool", "estimate_tokens"]
+__all__ = ["AdmissionLimits", "Client", "Job", "Member", "State", "WorkerPool", "estimate_tokens"]
 
 log = logging.getLogger("poolgate.gateway.pools.pool")
 
 
 class WorkerPool:
-    """Sends each call to the ready member with the fewest outstanding tokens (module doc).
+    """Sends each job to the ready member with the fewest outstanding tokens (module doc).
 
-    ``max_in_flight`` caps calls per worker; when every ready worker is at the
-    cap the call is refused with ``Overloaded`` (429). ``ready=False`` starts the
-    given clients ``down`` (a probe or ``mark_ready`` brings them in).
+    ``limits`` are its admission (``gateway.pools.admission``); ``max_in_flight``
+    is a shorthand for ``AdmissionLimits(max_calls_per_worker=...)``. ``ready=False``
+    starts the given clients ``down`` (a probe or ``mark_ready`` brings them in).
     """
 
-    def __init__(self, model_info: ModelInfo, clients: list[Client], *,
+    def __init__(self, model_info: ModelInfo, clients: list[Client], *, limits: AdmissionLimits | None = None,
                  max_in_flight: int | None = None, ready: bool = True):
         if not clients:
             raise ValueError("a WorkerPool needs at least one client")
-        if max_in_flight is not None and max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
+        if max_in_flight is not None:
+            if limits is not None:
+                raise ValueError("give either limits or max_in_flight")
+            limits = AdmissionLimits(max_calls_per_worker=max_in_flight)
         self.info = model_info
-        self.max_in_flight = max_in_flight
+        self.admission = Admission(limits, model=model_info.served_model_name)
         self.draining = False  # set by ``drain``: the gateway is shutting down
         self._calls = 0
         self._picks = 0
@@ -59,6 +69,10 @@ class WorkerPool:
         self._members: dict[int, Member] = {}
         for client in clients:
             self.add(client, state="ready" if ready else "down")
+
+    @property
+    def max_in_flight(self) -> int | None:
+        return self.admission.limits.max_calls_per_worker
 
     @property
     def name(self) -> str:
@@ -153,24 +167,38 @@ class WorkerPool:
                 for m in self._members.values()]
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
-        """The call's result from the least-loaded ready worker; on a lost worker, once more on another
-        one; a 504 once its deadline passes (the transport then cancels it in the worker)."""
+        """The call's result (``run`` of its pooling job)."""
+        return await self.run(pooling_job(call))
+
+    def check(self, job: Job) -> None:
+        """The request's own limits (400), before any pool is tried."""
+        self.admission.check(job.inputs)
+
+    async def run(self, job: Job):
+        """The job's answer from the least-loaded ready worker that may take it; on a lost worker (or one
+        whose queue is full), once more on another one; a 504 once its deadline passes (the transport
+        then cancels it in the worker)."""
         if self.draining:
             raise Unavailable("The server is shutting down; retry on another instance.")
+        self.check(job)
         member = self._pick()
+        self.admission.admit(job.tokens)
         try:
-            return await self._send(member, call)
-        except Unavailable as exc:
-            others = [m for m in self._ready() if m is not member]
-            if not others or (call.deadline is not None and call.deadline <= time.time()):
-                raise
-            retry = min(others, key=load)
-            log.info("retrying %s on %s after: %s", call.request_id, retry.client.address, exc)
-            return await self._send(retry, call)
+            try:
+                return await self._send(member, job)
+            except (Unavailable, Overloaded) as exc:
+                others = [m for m in self._ready() if m is not member]
+                if not others or (job.deadline is not None and job.deadline <= time.time()):
+                    raise
+                retry = min(others, key=load)
+                log.info("retrying %s on %s after: %s", job.request_id, retry.client.address, exc)
+                return await self._send(retry, job)
+        finally:
+            self.admission.release(job.tokens)
 
-    async def _send(self, member: Member, call: PoolingCall) -> PoolingResult:
+    async def _send(self, member: Member, job: Job):
         """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""
-        tokens = estimate_tokens(call.inputs)
+        tokens = job.tokens
         self._picks += 1
         member.picked = self._picks
         member.calls += 1
@@ -178,9 +206,9 @@ class WorkerPool:
         member.idle.clear()
         self._calls += 1
         self._idle.clear()
-        work = asyncio.ensure_future(member.client.pool(call))
+        work = asyncio.ensure_future(job.send(member.client))
         lost = asyncio.ensure_future(member.lost.wait())
-        timeout = None if call.deadline is None else max(call.deadline - time.time(), 0.0)
+        timeout = None if job.deadline is None else max(job.deadline - time.time(), 0.0)
         try:
             done, _ = await asyncio.wait({work, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if work in done:
@@ -188,7 +216,7 @@ class WorkerPool:
                 return work.result()
             if lost in done:
                 raise Unavailable(f"worker {member.client.address} was lost: {member.error}")
-            raise DeadlineExceeded(f"Request {call.request_id} did not finish before its deadline.")
+            raise DeadlineExceeded(f"Request {job.request_id} did not finish before its deadline.")
         except Unavailable as exc:
             if member.state == "ready":
                 self.set_state(member.client, "down", str(exc))
@@ -211,11 +239,7 @@ class WorkerPool:
         ready = self._ready()
         if not ready:
             raise Unavailable(f"No worker is ready to serve model '{self.name}'.")
-        if self.max_in_flight is not None:
-            ready = [m for m in ready if m.calls < self.max_in_flight]
-            if not ready:
-                raise Overloaded(f"Every worker serving model '{self.name}' is busy; retry shortly.")
-        return min(ready, key=load)
+        return min(self.admission.candidates(ready, lambda m: m.calls), key=load)
 
     async def probe(self, timeout_s: float | None = None) -> None:
         """Health-check every ready or down member at once (each within ``timeout_s``) and set its

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from poolgate.gateway.dialects.envelope import usage
 from poolgate.gateway.dialects.body import validation_error
 from poolgate.gateway.dialects.openai import EmbeddingRequest, to_request, to_response
-from poolgate.gateway.serving import Served, check_input_count, deadline, with_policy
+from poolgate.gateway.serving import Served, deadline, with_policy
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs
@@ -58,12 +58,6 @@ def test_strings_of_digits_stay_texts():
 def test_empty_input_is_vllms_400():
     with pytest.raises(InvalidRequest, match="You must pass at least one prompt"):
         check_inputs(INFO, convert({"input": []}).inputs)
-
-
-def test_input_count_cap():
-    check_input_count(GatewayConfig(max_inputs_per_request=2), ["a", "b"])
-    with pytest.raises(InvalidRequest, match="Too many inputs: 3 in one request; the limit is 2."):
-        check_input_count(GatewayConfig(max_inputs_per_request=2), ["a", "b", "c"])
 
 
 def test_request_timeout_becomes_the_deadline():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes import CLS, SEP, fake_chat_text, fake_ids, fake_model
+from tests.fakes import CLS, SEP, FakeEncoder, fake_chat_text, fake_ids, fake_model
 
 
 async def post(client, path, body, status=200) -> dict:
@@ -64,8 +64,9 @@ async def test_errors(gateway, path, body, message):
     assert message in (await resp.json())["error"]["message"]
 
 
-async def test_the_least_busy_ready_worker_answers():
-    from poolgate.gateway.dialects.vllm_tokenize import pick_client
+async def test_tokenize_goes_through_the_pools_one_submit():
+    """Pool order, readiness, admission and the retry apply to tokenizer ops as to pooling calls."""
+    from poolgate.gateway.pools.job import detokenize_job, tokenize_job
     from poolgate.gateway.pools.model_pools import ModelPools
     from poolgate.gateway.pools.pool import WorkerPool
     from poolgate.shared.errors import Unavailable
@@ -74,9 +75,10 @@ async def test_the_least_busy_ready_worker_answers():
     a, b = FakeWorkerClient(address="fake://a"), FakeWorkerClient(address="fake://b")
     pool = WorkerPool(a.info_, [a, b])
     pools = ModelPools([pool])
-    pool.mark_ready(a, False)
-    assert pick_client(pools) is b
-    assert await pick_client(pools).tokenize("x y") == (fake_ids("x y"), None)
+    a.fail = Unavailable("connection lost")  # a is picked first (a tie), lost, and the op retried on b
+    assert await pools.run(tokenize_job("r", "x y")) == (fake_ids("x y"), None)
+    assert pool.state(a) == "down" and pool.in_flight(b) == 0
+    assert await pools.run(detokenize_job("r", fake_ids("x y"))) == FakeEncoder().decode(fake_ids("x y"))
     pool.mark_ready(b, False)
     with pytest.raises(Unavailable, match="No worker is ready"):
-        pick_client(pools)
+        await pools.run(tokenize_job("r", "x y"))

@@ -1,0 +1,45 @@
+"""One piece of work a pool sends to one of its workers: a pooling call or a tokenizer op.
+
+Every op a worker answers goes through the pool's one submit (pick → admission
+→ send → retry → accounting, ``gateway.pools.pool``) as a ``Job``: what to send
+to the chosen client, and what admission, the pick and the retry need to know
+(its estimated tokens, input count, deadline, priority).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from poolgate.shared import wire
+from poolgate.shared.wire import Input, PoolingCall
+
+
+@dataclass(frozen=True)
+class Job:
+    """``send(client)`` runs the job on one worker; the rest describes it (module doc)."""
+
+    request_id: str
+    send: Callable[[Any], Awaitable[Any]]
+    tokens: int  # estimated (``wire.estimate_tokens``): the pick's load and admission's count
+    inputs: int = 1
+    deadline: float | None = None  # unix time; None = no deadline
+    priority: int = 0
+
+
+def pooling_job(call: PoolingCall) -> Job:
+    """A pooling call (every pooling route)."""
+    return Job(call.request_id, lambda client: client.pool(call), sum(wire.estimate_tokens(x) for x in call.inputs),
+               len(call.inputs), call.deadline, call.priority)
+
+
+def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, add_special_tokens: bool = True,
+                 return_token_strs: bool = False) -> Job:
+    """One input's token ids (and token strings) from the model's tokenizer (``/tokenize``)."""
+    async def send(client):
+        return await client.tokenize(x, add_special_tokens=add_special_tokens, return_token_strs=return_token_strs)
+    return Job(request_id, send, wire.estimate_tokens(x), 1, deadline)
+
+
+def detokenize_job(request_id: str, ids: list[int], *, deadline: float | None = None) -> Job:
+    """The text of ``ids`` (``/detokenize``)."""
+    return Job(request_id, lambda client: client.detokenize(ids), len(ids), 1, deadline)

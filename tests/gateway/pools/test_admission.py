@@ -1,0 +1,111 @@
+"""Admission: one per pool, the input cap, calls per worker, queued tokens; refusals go to the next pool."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from poolgate.gateway.pools.admission import REASON_QUEUE_FULL, REASON_WORKERS_BUSY, Admission, AdmissionLimits
+from poolgate.gateway.pools.fleet import admission_limits
+from poolgate.gateway.pools.model_pools import ModelPools
+from poolgate.gateway.pools.pool import WorkerPool
+from poolgate.shared.config import GatewayConfig, PoolConfig
+from poolgate.shared.errors import InvalidRequest, Overloaded
+from poolgate.shared.wire import PoolingCall
+from tests.fakes import FakeWorkerClient, fake_model, until
+
+
+def call(*inputs: str, rid: str = "r", priority: int = 0) -> PoolingCall:
+    return PoolingCall(request_id=rid, model="m", inputs=list(inputs) or ["a b"], priority=priority)
+
+
+def pool(backend: str = "cpu", n: int = 1, **limits) -> WorkerPool:
+    info = dataclasses.replace(fake_model(name="m").info, backend=backend)
+    return WorkerPool(info, [FakeWorkerClient(info, address=f"{backend}-{i}") for i in range(n)],
+                      limits=AdmissionLimits(**limits))
+
+
+def test_the_input_cap_is_the_requests_own_400():
+    admission = Admission(AdmissionLimits(max_inputs_per_request=2))
+    admission.check(2)
+    with pytest.raises(InvalidRequest, match="Too many inputs: 3 in one request; the limit is 2."):
+        admission.check(3)
+
+
+def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
+    admission = Admission(AdmissionLimits(max_queued_tokens=10), model="m")
+    admission.admit(50)  # nothing admitted yet: even a job over the limit runs
+    with pytest.raises(Overloaded, match="Model 'm' has 50 tokens of work queued"):
+        admission.admit(1)
+    admission.release(50)
+    admission.admit(6)
+    admission.admit(4)
+    with pytest.raises(Overloaded):
+        admission.admit(1)
+    assert admission.refused == {REASON_QUEUE_FULL: 2} and (admission.tokens, admission.jobs) == (10, 2)
+
+
+@pytest.mark.parametrize("limits", [{"max_inputs_per_request": 0}, {"max_calls_per_worker": 0},
+                                    {"max_queued_tokens": -1}])
+def test_limits_below_one_are_refused(limits):
+    with pytest.raises(ValueError, match="must be >= 1"):
+        AdmissionLimits(**limits)
+
+
+def test_a_pools_limits_come_from_the_gateway_and_its_own_table():
+    config = GatewayConfig(max_inputs_per_request=7, max_in_flight_per_worker=3)
+    assert admission_limits(config, PoolConfig(model="m")) == AdmissionLimits(7, 3)
+    assert admission_limits(config, PoolConfig(model="m", max_in_flight_per_worker=9)) == AdmissionLimits(7, 9)
+
+
+async def test_a_pool_over_its_queued_tokens_refuses_and_the_next_pool_takes_the_call():
+    first, second = pool("cuda", max_queued_tokens=8), pool("cpu")
+    first.clients[0].gate = asyncio.Event()
+    model = ModelPools([first, second])
+    held = asyncio.create_task(model.submit(call("x" * 20, rid="held")))  # 7 estimated tokens
+    await until(lambda: first.clients[0].calls)
+    await model.submit(call("y" * 20, rid="over"))  # 7 + 7 > 8: the cpu pool answers
+    assert [c.request_id for c in second.clients[0].calls] == ["over"]
+    assert first.admission.refused == {REASON_QUEUE_FULL: 1}
+    first.clients[0].gate.set()
+    await held
+    assert (first.admission.tokens, first.admission.jobs) == (0, 0)
+
+
+async def test_calls_per_worker_is_counted_as_a_refusal_reason():
+    busy = pool(max_calls_per_worker=1)
+    busy.clients[0].gate = asyncio.Event()
+    held = asyncio.create_task(busy.submit(call()))
+    await until(lambda: busy.clients[0].calls)
+    with pytest.raises(Overloaded, match="is busy"):
+        await busy.submit(call())
+    assert busy.admission.refused == {REASON_WORKERS_BUSY: 1}
+    busy.clients[0].gate.set()
+    await held
+
+
+async def test_too_many_inputs_is_a_400_before_any_pool_is_tried():
+    first, second = pool("cuda", max_inputs_per_request=2), pool("cpu", max_inputs_per_request=2)
+    with pytest.raises(InvalidRequest, match="Too many inputs"):
+        await ModelPools([first, second]).submit(call("a", "b", "c"))
+    assert not first.clients[0].calls and not second.clients[0].calls
+
+
+async def test_a_worker_whose_queue_is_full_is_skipped_then_the_next_pool():
+    first, second = pool("cuda", n=2), pool("cpu")
+    for client in first.clients:
+        client.fail = Overloaded("The worker's queue is full")
+    model = ModelPools([first, second])
+    result = await model.submit(call(rid="x"))
+    assert result.prompt_tokens == [4]
+    assert [len(c.calls) for c in first.clients] == [1, 1]  # each worker of the first pool asked once
+    assert all(first.is_ready(c) for c in first.clients)  # a full queue is not a lost worker
+    assert [c.request_id for c in second.clients[0].calls] == ["x"]
+
+
+async def test_priority_and_deadline_go_to_the_worker_unchanged():
+    only = pool()
+    await only.submit(dataclasses.replace(call(priority=4), deadline=2e9))
+    sent = only.clients[0].calls[-1]
+    assert (sent.priority, sent.deadline) == (4, 2e9)
