@@ -66,6 +66,7 @@ class WorkerConfig:
     convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.convert)
     num_threads: int | None = None
     tokenizer_threads: int = 1
+    max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
     device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default

@@ -131,7 +131,7 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, rep
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     spans = _call_spans(cfg)
-    engine = Engine(model, cfg.tokenizer_threads, tracer=spans)
+    engine = Engine(model, cfg.tokenizer_threads, tracer=spans, max_queued_tokens=cfg.max_queued_tokens)
     await engine.start()
     draining = asyncio.Event()
     server = await serve(address, engine, model.info, cfg.security, draining=draining)

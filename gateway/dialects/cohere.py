@@ -8,7 +8,8 @@ a system turn when the tokenizer has a chat template and a text prefix
 otherwise; ``truncate`` END / START keeps the first / last ``max_tokens``
 (at most, and by default, the model's maximum) and NONE refuses an input over ``max_tokens``;
 ``output_dimension`` is the Matryoshka ``dimensions``; ``embedding_types``
-(default float) are computed as ``dialects.quantize`` documents. Errors are
+(default float) are computed as ``dialects.quantize`` documents; ``priority``
+(lower runs earlier, default 0) is the call's scheduling priority. Errors are
 Cohere's ``{"message": ...}``.
 """
 from __future__ import annotations
@@ -106,7 +107,7 @@ def to_request(req: CohereEmbedRequest, info: ModelInfo) -> tuple[ServeRequest, 
     params = PoolingParams(task="embed", dimensions=req.output_dimension, truncate_prompt_tokens=k,
                            truncation_side="left" if req.truncate == "START" else "right",
                            add_special_tokens=not chat)
-    return ServeRequest(model=req.model, inputs=inputs, params=params), texts
+    return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority), texts
 
 
 def _keep(max_tokens: int | None, cap: int | None) -> int:

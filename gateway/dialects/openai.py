@@ -64,7 +64,7 @@ def to_request(req: EmbeddingRequest, task: str = "embed") -> ServeRequest:
     inputs, special = req.call_inputs()
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
                            add_special_tokens=special, **req.truncation())
-    return ServeRequest(model=req.model, inputs=inputs, params=params)
+    return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
 def _check_token_embed(req: EmbeddingRequest) -> None:

@@ -67,6 +67,7 @@ class ScoringBody(BaseModel):
     use_activation: bool | None = None
     max_tokens_per_query: Annotated[int, Field(ge=0)] = 0
     max_tokens_per_doc: Annotated[int, Field(ge=0)] = 0
+    priority: int = 0  # vLLM's (and Cohere's): lower runs earlier
     instruction: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -112,5 +113,6 @@ async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInp
     plan = plan_scores(info, qs, ds, SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
                        body.instruction_text())
     params = plan.params(use_activation=body.use_activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
-    served = await serve(request, ServeRequest(model=body.model, inputs=plan.inputs, params=params))
+    served = await serve(request, ServeRequest(model=body.model, inputs=plan.inputs, params=params,
+                                               priority=body.priority))
     return Scored(plan.scores(served.result.outputs), served)

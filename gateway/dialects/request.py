@@ -26,7 +26,7 @@ REMOVED_PARAMS: dict[str, str] = {
 
 class PoolingBody(BaseModel):
     """``model``, ``input``, ``user``, ``truncate_prompt_tokens``, ``use_activation``,
-    ``add_special_tokens``, ``truncation_side``; extras ignored."""
+    ``add_special_tokens``, ``truncation_side``, ``priority``; extras ignored."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -37,6 +37,7 @@ class PoolingBody(BaseModel):
     use_activation: bool | None = None
     add_special_tokens: bool = True
     truncation_side: Literal["left", "right"] | None = None  # None: right (keep the first tokens)
+    priority: int = 0  # vLLM's: lower runs earlier
 
     @model_validator(mode="before")
     @classmethod

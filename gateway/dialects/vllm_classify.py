@@ -53,7 +53,7 @@ def to_request(req: ClassificationRequest) -> ServeRequest:
     inputs, special = req.call_inputs()
     params = PoolingParams(task="classify", use_activation=req.use_activation, add_special_tokens=special,
                            **req.truncation())
-    return ServeRequest(model=req.model, inputs=inputs, params=params)
+    return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
 def to_response(served: Served, *, created: int) -> dict:

@@ -82,7 +82,7 @@ def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
     inputs, special = req.call_inputs()
     params = PoolingParams(task=pooling_task(info, req.task), use_activation=req.use_activation,
                            add_special_tokens=special, **req.truncation())
-    return ServeRequest(model=req.model, inputs=inputs, params=params)
+    return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
 def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: str = "float32",

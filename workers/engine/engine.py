@@ -2,8 +2,11 @@
 
 ``submit`` (on the event loop) checks the call, tokenizes it in a thread pool
 (``InputStage``) and queues one ``Sequence`` per input (per chunk, for an
-embed input cut by chunked processing: ``workers.chunking``). Two threads then
-run batches as a two-stage pipeline:
+embed input cut by chunked processing: ``workers.chunking``), each carrying its
+call's priority, deadline and arrival, all at once into the bounded scheduler
+(a full queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the
+batch cut is the scheduler's policy object). Two threads then run batches as a
+two-stage pipeline:
 
 - the *prepare* thread cuts the next batch from the scheduler, drops
   sequences whose call's deadline has passed, and has the runner ``prepare``
@@ -37,6 +40,7 @@ from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from poolgate.workers.engine.inputs import InputStage
+from poolgate.workers.engine.policy import BatchPolicy
 from poolgate.workers.engine.runner_api import LoadedModel, RunOutput, Step
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 from poolgate.workers.engine.sequence import Sequence
@@ -44,13 +48,14 @@ from poolgate.workers.engine.stats import PipelineStats
 
 log = logging.getLogger("poolgate.worker.engine")
 
+QUEUE_BUDGETS = 128  # the default queue bound, in token budgets (a backstop: the gateway admits less)
+
 
 @dataclass(eq=False)
 class _Call:
-    """One call inside the engine: its future, deadline, sequences and the rows gathered so far."""
+    """One call inside the engine: its future, its sequences and the rows gathered so far."""
 
     future: asyncio.Future
-    deadline: float | None
     seqs: list[Sequence] = field(default_factory=list)
     pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
     chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
@@ -98,12 +103,15 @@ class _Prepared:
 class Engine:
     """Owns the input stage, the scheduler, the tokenizer pool and the two pipeline threads."""
 
-    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None):
+    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None,
+                 policy: BatchPolicy | None = None, max_queued_tokens: int | None = None):
         self.info = model.info
         self.runner = model.runner
         self._device_memory = model.device_memory
         self.inputs = InputStage(model.info, model.encoder)
-        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded)
+        bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
+        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded, policy=policy,
+                                              max_queued_tokens=bound)
         self.stats = PipelineStats()
         self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
         self._handoff: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()
@@ -169,17 +177,19 @@ class Engine:
         _check_deadline(call.deadline)
         token_lists, types = encoded.ids, encoded.type_ids
         prompt_tokens = [len(ids) for ids in token_lists]
-        state = _Call(self._loop.create_future(), call.deadline)
+        state = _Call(self._loop.create_future())
         if chunks_inputs(self.info, call.params.task):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
             types = [None] * len(token_lists)
-        state.seqs = [Sequence(ids, call.params, handle=state, token_type_ids=t) for ids, t in zip(token_lists, types)]
+        arrival = time.monotonic()
+        state.seqs = [Sequence(ids, call.params, arrival=arrival, handle=state, token_type_ids=t,
+                               priority=call.priority, deadline=call.deadline)
+                      for ids, t in zip(token_lists, types)]
         state.queued_at = time.perf_counter()
         state.tokenize_s = state.queued_at - start
         self._live.add(state)
         try:
-            for seq in state.seqs:
-                self.scheduler.add(seq)
+            self.scheduler.add_all(state.seqs)  # whole or not at all: Overloaded when the queue is full
             rows = await state.future
         except BaseException:  # client left, the call failed or shutdown: never run the rest
             state.abandon()
@@ -221,7 +231,7 @@ class Engine:
         now, live, late = time.time(), [], set()
         for seq in seqs:
             call = seq.handle
-            if call.deadline is not None and call.deadline < now:
+            if seq.deadline is not None and seq.deadline < now:
                 late.add(call)
             elif not call.failed:
                 live.append(seq)

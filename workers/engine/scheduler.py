@@ -3,14 +3,20 @@
 Pure Python and thread-safe: the event loop ``add``s tokenized sequences, the
 engine thread blocks in ``next_batch``. There is no wait timer: at low load a
 lone request runs at once; under load the queue fills while the device works
-and the next batch takes, first in first out, everything that fits the token
-budget. The head of the queue always goes, even when it alone is over budget
-(a single input longer than the budget must still run). Items whose client
-left (``.cancelled``) are dropped wherever they sit and never returned.
+and the next batch takes everything that fits the token budget, in the order
+the batch policy chooses (``workers.engine.policy``: FIFO by default). The
+first item always goes, even when it alone is over budget (a single input
+longer than the budget must still run). Items whose client left
+(``.cancelled``) are dropped wherever they sit and never returned.
 
 With ``padded=True`` (the transformers fallback, which pads every sequence
 to the batch's longest) a batch costs ``count × longest`` tokens, not the sum,
 so the budget bounds the work the device really does.
+
+The queue is bounded: ``add_all`` refuses a call's sequences with ``Overloaded``
+(429; the gateway tries another worker, then the next pool) when they would take
+the queued tokens past ``max_queued_tokens``, unless the queue is empty (a lone
+call bigger than the bound still runs). A call is queued whole or not at all.
 
 ``next_batch(hold=...)`` lets the engine cut the next batch early, while the
 device still runs the last one, but only once a full budget is queued: while
@@ -20,37 +26,51 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from typing import Callable, Protocol
+from typing import Callable
 
-from poolgate.shared.errors import Unavailable
+from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.workers.engine.policy import BatchCut, BatchPolicy, FifoPolicy, Schedulable
 
-
-class Schedulable(Protocol):
-    num_tokens: int
-    cancelled: bool
+__all__ = ["Schedulable", "TokenBudgetScheduler"]
 
 
 class TokenBudgetScheduler:
-    """A FIFO queue that hands out batches of at most ``max_batch_tokens`` tokens (padded ones if ``padded``)."""
+    """A bounded queue that hands out batches of at most ``max_batch_tokens`` tokens (padded ones if
+    ``padded``), in ``policy``'s order (default FIFO); ``max_queued_tokens`` None = unbounded."""
 
-    def __init__(self, max_batch_tokens: int, *, padded: bool = False):
+    def __init__(self, max_batch_tokens: int, *, padded: bool = False, policy: BatchPolicy | None = None,
+                 max_queued_tokens: int | None = None):
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        if max_queued_tokens is not None and max_queued_tokens < 1:
+            raise ValueError(f"max_queued_tokens must be >= 1, got {max_queued_tokens}")
         self.max_batch_tokens = max_batch_tokens
+        self.max_queued_tokens = max_queued_tokens
         self.padded = padded
-        self._queue: deque[Schedulable] = deque()
+        self._policy: BatchPolicy = policy if policy is not None else FifoPolicy()
         self._tokens = 0
         self._closed = False
         self._cond = threading.Condition()
 
     def add(self, item: Schedulable) -> None:
         """Queue one item and wake a waiting ``next_batch``."""
+        self.add_all([item])
+
+    def add_all(self, items: list[Schedulable]) -> None:
+        """Queue a call's items together, or none of them (``Overloaded`` past the bound; module doc)."""
+        tokens = sum(item.num_tokens for item in items)
         with self._cond:
             if self._closed:
                 raise Unavailable("worker is shutting down")
-            self._queue.append(item)
-            self._tokens += item.num_tokens
+            bound = self.max_queued_tokens
+            if bound is not None and self._tokens and self._tokens + tokens > bound:
+                self._purge()
+                if self._tokens and self._tokens + tokens > bound:
+                    raise Overloaded(f"The worker's queue is full ({self._tokens} tokens queued, the limit is "
+                                     f"{bound}); retry shortly.")
+            for item in items:
+                self._policy.add(item)
+            self._tokens += tokens
             self._cond.notify()
 
     def next_batch(self, timeout: float | None = None, *,
@@ -80,8 +100,7 @@ class TokenBudgetScheduler:
         """Stop handing out batches, wake every waiter; returns what was still queued."""
         with self._cond:
             self._closed = True
-            left = [item for item in self._queue if not item.cancelled]
-            self._queue.clear()
+            left = [item for item in self._policy.remove(lambda item: True) if not item.cancelled]
             self._tokens = 0
             self._cond.notify_all()
             return left
@@ -95,7 +114,7 @@ class TokenBudgetScheduler:
         """Items waiting (cancelled ones are purged first)."""
         with self._cond:
             self._purge()
-            return len(self._queue)
+            return len(self._policy)
 
     @property
     def queued_tokens(self) -> int:
@@ -105,28 +124,12 @@ class TokenBudgetScheduler:
             return self._tokens
 
     def _cut(self) -> list[Schedulable]:
-        """Pop, FIFO, live items while the batch's cost fits the budget; the first live item always goes."""
-        batch: list[Schedulable] = []
-        used = longest = 0
-        while self._queue:
-            head = self._queue[0]
-            if head.cancelled:
-                self._pop()
-                continue
-            longest = max(longest, head.num_tokens)
-            cost = (len(batch) + 1) * longest if self.padded else used + head.num_tokens
-            if batch and cost > self.max_batch_tokens:
-                break
-            batch.append(self._pop())
-            used = cost
-        return batch
-
-    def _pop(self) -> Schedulable:
-        item = self._queue.popleft()
-        self._tokens -= item.num_tokens
-        return item
+        """The policy's next batch within the budget; cancelled items it met are gone from the count."""
+        batch = BatchCut(self.max_batch_tokens, padded=self.padded)
+        self._policy.cut(batch)
+        self._tokens -= sum(item.num_tokens for item in (*batch.items, *batch.dropped))
+        return batch.items
 
     def _purge(self) -> None:
-        if any(item.cancelled for item in self._queue):
-            self._queue = deque(item for item in self._queue if not item.cancelled)
-            self._tokens = sum(item.num_tokens for item in self._queue)
+        gone = self._policy.remove(lambda item: item.cancelled)
+        self._tokens -= sum(item.num_tokens for item in gone)

@@ -10,10 +10,12 @@ from poolgate.shared.params import PoolingParams
 
 @dataclass(eq=False)
 class Sequence:
-    """Token ids plus the params its pooler needs; ``handle`` is the engine's.
+    """Token ids plus the params its pooler needs; ``handle`` is the engine's (its call).
 
     ``token_type_ids``: the segment of each token (a BERT cross-encoder pair marks its second text
-    with 1), or None when every token is segment 0 (all other inputs)."""
+    with 1), or None when every token is segment 0 (all other inputs). ``priority`` (lower runs
+    earlier), ``deadline`` (unix time, None = none) and ``arrival`` (monotonic, when its call was
+    queued) come from its call and are what a batch policy (``workers.engine.policy``) orders by."""
 
     token_ids: list[int]
     params: PoolingParams
@@ -21,6 +23,8 @@ class Sequence:
     cancelled: bool = False
     handle: Any = None
     token_type_ids: list[int] | None = None
+    priority: int = 0
+    deadline: float | None = None
 
     @property
     def num_tokens(self) -> int:

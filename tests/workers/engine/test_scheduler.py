@@ -1,4 +1,4 @@
-"""TokenBudgetScheduler: FIFO batches by token budget, cancellation, blocking, close."""
+"""TokenBudgetScheduler: FIFO batches by token budget, the policy object, the queue bound, cancellation, blocking, close."""
 from __future__ import annotations
 
 import threading
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from poolgate.shared.errors import Unavailable
+from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.workers.engine.policy import BatchCut, FifoPolicy
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 
 
@@ -158,3 +159,52 @@ def test_close_hands_back_queued_items_and_refuses_new_ones():
 def test_budget_must_be_positive():
     with pytest.raises(ValueError):
         TokenBudgetScheduler(0)
+
+
+def test_the_queue_bound_refuses_a_call_whole_unless_the_queue_is_empty():
+    s = TokenBudgetScheduler(10, max_queued_tokens=8)
+    s.add_all([Item("big", 20)])  # an empty queue takes even a call over the bound
+    with pytest.raises(Overloaded, match="queue is full"):
+        s.add_all([Item("a", 1)])
+    assert names(s.next_batch(0)) == ["big"]
+    s.add_all([Item("a", 3), Item("b", 3)])
+    with pytest.raises(Overloaded):
+        s.add_all([Item("c", 1), Item("d", 2)])  # 6 + 3 > 8: neither c nor d is queued
+    s.add_all([Item("e", 2)])  # 6 + 2 fits exactly
+    assert s.queued == 3 and s.queued_tokens == 8
+    assert names(s.next_batch(0)) == ["a", "b", "e"]
+
+
+def test_cancelled_items_make_room_under_the_bound():
+    s = TokenBudgetScheduler(10, max_queued_tokens=4)
+    a = Item("a", 4)
+    s.add(a)
+    a.cancelled = True
+    s.add(Item("b", 4))
+    assert names(s.next_batch(0)) == ["b"]
+
+
+def test_fifo_is_the_default_policy_and_a_given_one_is_used():
+    class ShortestFirst(FifoPolicy):
+        def cut(self, batch):
+            for item in sorted(self._queue, key=lambda i: i.num_tokens):
+                if not batch.fits(item):
+                    break
+                self._queue.remove(item)
+                batch.take(item)
+
+    s = TokenBudgetScheduler(5, policy=ShortestFirst())
+    for name, n in [("long", 4), ("short", 1), ("mid", 2)]:
+        s.add(Item(name, n))
+    assert names(s.next_batch(0)) == ["short", "mid"]
+    assert names(s.next_batch(0)) == ["long"]
+
+
+def test_a_batch_cut_is_always_true_for_its_first_item_and_padded_costs_count_times_longest():
+    cut = BatchCut(6, padded=True)
+    assert cut.fits(Item("huge", 100))
+    cut = BatchCut(6, padded=True)
+    cut.take(Item("a", 1))
+    assert cut.fits(Item("b", 3))  # 2 x 3 = 6
+    cut.take(Item("b", 3))
+    assert not cut.fits(Item("c", 1))  # 3 x 3 = 9 > 6

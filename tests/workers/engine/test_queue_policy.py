@@ -1,0 +1,91 @@
+"""The engine's homes for policy: a call's priority and deadline on each Sequence, the batch policy object,
+the bounded queue answering Overloaded."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from poolgate.shared.errors import Overloaded
+from poolgate.shared.wire import PoolingCall
+from poolgate.workers.engine.engine import QUEUE_BUDGETS, Engine
+from poolgate.workers.engine.policy import BatchCut, FifoPolicy
+from tests.fakes import fake_model
+
+
+def call(*inputs, priority: int = 0, deadline: float | None = None) -> PoolingCall:
+    return PoolingCall(request_id="r", model="fake-model", inputs=list(inputs), priority=priority, deadline=deadline)
+
+
+class LastInFirstOut(FifoPolicy):
+    """A policy unlike FIFO, to show the scheduler cuts batches with the policy it is given."""
+
+    def cut(self, batch: BatchCut) -> None:
+        while self._queue and batch.fits(self._queue[-1]):
+            batch.take(self._queue.pop())
+
+
+async def hold_first(engine: Engine, runner) -> asyncio.Task:
+    runner.release.clear()
+    first = asyncio.create_task(engine.submit(call([1])))
+    await asyncio.to_thread(runner.entered.wait, 2)
+    return first
+
+
+async def test_each_sequence_carries_its_calls_priority_deadline_and_arrival():
+    model = fake_model(max_batch_tokens=64)
+    engine = Engine(model)
+    await engine.start()
+    try:
+        before = time.monotonic()
+        deadline = time.time() + 60
+        await engine.submit(call([5, 6], [7], priority=7, deadline=deadline))
+        seqs = model.runner.batches[-1]
+        assert [(s.priority, s.deadline) for s in seqs] == [(7, deadline), (7, deadline)]
+        assert seqs[0].arrival == seqs[1].arrival and before <= seqs[0].arrival <= time.monotonic()
+    finally:
+        await engine.stop()
+
+
+async def test_the_batch_cut_is_the_policy_objects():
+    model = fake_model(max_batch_tokens=64)
+    engine = Engine(model, policy=LastInFirstOut())
+    await engine.start()
+    try:
+        first = await hold_first(engine, model.runner)
+        older = asyncio.create_task(engine.submit(call([2])))
+        await asyncio.sleep(0.05)
+        newer = asyncio.create_task(engine.submit(call([3])))
+        await asyncio.sleep(0.05)
+        model.runner.release.set()
+        await asyncio.gather(first, older, newer)
+        assert [[s.token_ids for s in b] for b in model.runner.batches[1:]] == [[[3], [2]]]
+    finally:
+        await engine.stop()
+
+
+async def test_a_full_queue_answers_overloaded_and_queues_nothing_of_the_call():
+    model = fake_model(max_batch_tokens=64)
+    engine = Engine(model, max_queued_tokens=4)
+    await engine.start()
+    try:
+        first = await hold_first(engine, model.runner)
+        queued = asyncio.create_task(engine.submit(call([2, 3, 4])))  # 3 tokens: fits the bound of 4
+        await asyncio.sleep(0.05)
+        assert engine.scheduler.queued_tokens == 3
+        with pytest.raises(Overloaded, match="queue is full"):
+            await engine.submit(call([5], [6]))  # 2 more tokens would be 5 > 4
+        assert engine.scheduler.queued_tokens == 3  # whole or not at all
+        model.runner.release.set()
+        await asyncio.gather(first, queued)
+        big = await engine.submit(call(list(range(10, 20))))  # an empty queue takes a call over the bound
+        assert big.prompt_tokens == [10]
+    finally:
+        await engine.stop()
+
+
+def test_the_default_queue_bound_is_a_number_of_token_budgets():
+    engine = Engine(fake_model(max_batch_tokens=64))
+    assert engine.scheduler.max_queued_tokens == QUEUE_BUDGETS * 64
+    assert Engine(fake_model(max_batch_tokens=64), max_queued_tokens=100).scheduler.max_queued_tokens == 100

@@ -1,0 +1,104 @@
+"""The scheduler's batch cut as a policy object: which queued sequences make the next batch.
+
+A policy holds the queue (``add``, ``remove``, iteration, ``len``) and fills one
+``BatchCut`` at a time from it; the scheduler (``workers.engine.scheduler``)
+owns the lock, the token count, blocking and closing. ``BatchCut`` is the
+budget: ``fits(item)`` says whether one more item keeps the batch's cost within
+``max_batch_tokens`` (packed: the sum of lengths; padded: count × longest), and
+is always true for the first item (an input longer than the budget still runs,
+alone). A policy ``take``s what goes in and ``drop``s cancelled items it meets.
+
+Policies (``POLICIES``, by name):
+
+- ``fifo``: first in, first out; an item that does not fit ends the batch
+  (nothing jumps the queue).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Iterator, Protocol
+
+
+class Schedulable(Protocol):
+    """What the scheduler needs of a queued item (``workers.engine.sequence.Sequence``)."""
+
+    num_tokens: int
+    cancelled: bool
+
+
+class BatchCut:
+    """One batch being cut: its items and its cost against the token budget (module doc)."""
+
+    def __init__(self, max_batch_tokens: int, *, padded: bool = False):
+        self.max_batch_tokens = max_batch_tokens
+        self.padded = padded
+        self.items: list[Schedulable] = []
+        self.dropped: list[Schedulable] = []
+        self._used = 0
+        self._longest = 0
+
+    def cost_with(self, item: Schedulable) -> int:
+        longest = max(self._longest, item.num_tokens)
+        return (len(self.items) + 1) * longest if self.padded else self._used + item.num_tokens
+
+    def fits(self, item: Schedulable) -> bool:
+        return not self.items or self.cost_with(item) <= self.max_batch_tokens
+
+    def take(self, item: Schedulable) -> None:
+        self._used = self.cost_with(item)
+        self._longest = max(self._longest, item.num_tokens)
+        self.items.append(item)
+
+    def drop(self, item: Schedulable) -> None:
+        """A cancelled item the policy took off its queue (never handed out)."""
+        self.dropped.append(item)
+
+
+class BatchPolicy(Protocol):
+    """A queue that cuts batches (module doc). Not thread-safe: the scheduler holds its lock."""
+
+    def add(self, item: Schedulable) -> None: ...
+
+    def cut(self, batch: BatchCut) -> None: ...
+
+    def remove(self, doomed: Callable[[Schedulable], bool]) -> list[Schedulable]: ...
+
+    def __iter__(self) -> Iterator[Schedulable]: ...
+
+    def __len__(self) -> int: ...
+
+
+class FifoPolicy:
+    """First in, first out, up to the budget (module doc)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Schedulable] = deque()
+
+    def add(self, item: Schedulable) -> None:
+        self._queue.append(item)
+
+    def cut(self, batch: BatchCut) -> None:
+        while self._queue:
+            head = self._queue[0]
+            if head.cancelled:
+                batch.drop(self._queue.popleft())
+            elif batch.fits(head):
+                batch.take(self._queue.popleft())
+            else:
+                return
+
+    def remove(self, doomed: Callable[[Schedulable], bool]) -> list[Schedulable]:
+        """Take every item ``doomed`` says out of the queue; returns them."""
+        gone = [item for item in self._queue if doomed(item)]
+        if gone:
+            self._queue = deque(item for item in self._queue if not doomed(item))
+        return gone
+
+    def __iter__(self) -> Iterator[Schedulable]:
+        return iter(self._queue)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+
+POLICIES: dict[str, Callable[[], BatchPolicy]] = {"fifo": FifoPolicy}
