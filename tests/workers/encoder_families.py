@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
-from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import architecture_for, build_model
 from poolgate.workers.engine.packing import pack
 from poolgate.workers.engine.sequence import Sequence
@@ -57,7 +57,7 @@ def save_tiny(folder: Path, model_type: str, head: str = "model", seed: int = 0,
 def packed_hidden(folder: Path, seqs=SEQS, token_types=None) -> torch.Tensor:
     """(n_tokens, hidden) from poolgate's packed model, all of ``seqs`` in one batch."""
     spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
-    model, arch = build_model(spec, grouped_sdpa, allow_pickle=False)
+    model, arch = build_model(spec, REFERENCE, allow_pickle=False)
     assert arch.packed, f"{spec.architecture} is not packed"
     with torch.no_grad():
         return model(pack(seqs, token_types=token_types))

@@ -16,6 +16,7 @@ import torch
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models import build_model
 from poolgate.workers.engine.packing import pack
 from poolgate.workers.load.st_config import read_spec
@@ -60,7 +61,7 @@ def to_hub_modernbert_config(folder: Path) -> None:
 
 def packed_model(folder: Path, attention=grouped_sdpa):
     spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
-    model, arch = build_model(spec, attention, allow_pickle=False)
+    model, arch = build_model(spec, Ops(attention=attention), allow_pickle=False)
     assert arch.packed, spec.architecture
     return model
 

@@ -1,4 +1,4 @@
-"""The contract every hardware backend fills: device, dtype choice, attention, set-up, transfers, report."""
+"""The contract every hardware backend fills: device, dtype choice, the ops bundle, set-up, transfers, report."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.engine.packing import PackedBatch, to_device
 
 log = logging.getLogger("poolgate.worker")
@@ -48,8 +49,14 @@ class Backend(ABC):
         """Whether packed batches need the grouped-SDPA plan (host-side work)."""
         return self.attention(dtype) is grouped_sdpa
 
+    def ops(self, dtype: torch.dtype) -> Ops:
+        """The kernels a packed model is built with for ``dtype`` here (``workers.kernels.ops``):
+        the torch references around this backend's attention, unless a backend says otherwise."""
+        return Ops(attention=self.attention(dtype), plans_groups=self.uses_groups(dtype))
+
     def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
-        """Last, hardware-specific changes once weights and dtype are final (e.g. prepacking)."""
+        """Last, hardware-specific changes once weights and dtype are final: the ops bundle's ``finalize``."""
+        self.ops(dtype).finalize(model)
 
     def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
         """Start moving a packed batch to the device (prepare thread); returns it and a ready marker."""

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import os
 import resource
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from poolgate.shared.backends import available_cpus, physical_cores
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.kernels.linear import packed_linear_available
+from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
+from poolgate.workers.kernels.ops import Ops
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -62,7 +64,9 @@ class CpuBackend(Backend):
             report["total"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return report
 
-    def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
-        """bf16: prepack linear weights for oneDNN and fuse GELU (``PackedModel.use_packed_linears``)."""
+    def ops(self, dtype: torch.dtype) -> Ops:
+        """bf16: the references, then every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""
+        ops = super().ops(dtype)
         if dtype == torch.bfloat16 and packed_linear_available():
-            model.use_packed_linears()
+            return replace(ops, finalize=prepack_linears)
+        return ops

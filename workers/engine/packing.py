@@ -37,6 +37,7 @@ class PackedBatch:
     max_len: int
     groups: list[AttnGroup] | None = None
     token_type_ids: torch.Tensor | None = None
+    run_rows: list[torch.Tensor | None] | None = None  # per run, the token rows its pooler keeps (planned in prepare)
 
     @property
     def n_tokens(self) -> int:
@@ -81,18 +82,6 @@ def _token_types(types: list[list[int] | None] | None, lengths: list[int]) -> to
     flat = np.fromiter((x for t, n in zip(types, lengths) for x in (t if t is not None else [0] * n)),
                        dtype=np.int64, count=sum(lengths))
     return torch.from_numpy(flat)
-
-
-def ensure_groups(batch: PackedBatch, waste: float = 1.1, max_group: int = 256, group_tokens: int = 8192) -> PackedBatch:
-    """``batch`` with its SDPA group plan, planned now (and moved to its device) if it had none."""
-    if batch.groups is None:
-        cu = batch.cu_seqlens.cpu().numpy().astype(np.int64)
-        device = batch.input_ids.device
-        groups = _plan_groups(batch.lengths, cu, waste, max_group, group_tokens)
-        batch.groups = [AttnGroup(g.n, g.max_len, *(None if t is None else t.to(device)
-                                                     for t in (g.gather, g.mask, g.valid, g.dst)))
-                        for g in groups]
-    return batch
 
 
 def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: int,
@@ -142,8 +131,9 @@ def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
         for g in batch.groups
     ]
     types = None if batch.token_type_ids is None else fn(batch.token_type_ids)
+    rows = None if batch.run_rows is None else [None if r is None else fn(r) for r in batch.run_rows]
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups, types)
+                       batch.lengths, batch.max_len, groups, types, rows)
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:
@@ -153,7 +143,7 @@ def tensors(batch: PackedBatch) -> list[torch.Tensor]:
         out.append(batch.token_type_ids)
     for g in batch.groups or ():
         out += [t for t in (g.gather, g.mask, g.valid, g.dst) if t is not None]
-    return out
+    return out + [r for r in batch.run_rows or () if r is not None]
 
 
 def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:

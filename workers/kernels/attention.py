@@ -2,7 +2,7 @@
 
 Every backend returns a function with the signature of ``AttentionFn``::
 
-    attention(q, k, v, batch, *, scale, causal=False, window=None, bias=None)
+    attention(q, k, v, batch, *, scale, causal=False, window=None, bias=None, softcap=None)
 
 q is (n_tokens, heads, head_dim); k and v are (n_tokens, kv_heads, head_dim)
 with ``heads % kv_heads == 0`` (grouped-query attention); the result is
@@ -10,14 +10,16 @@ with ``heads % kv_heads == 0`` (grouped-query attention); the result is
 sequence; ``causal`` keeps keys at or before it; ``window=(left, right)``
 keeps key j for query i only if ``i - left <= j <= i + right`` (positions
 within the sequence); ``bias`` adds a relative-position bias (MPNet) that
-depends only on ``j - i``.
+depends only on ``j - i``; ``softcap`` turns the scaled scores ``s`` into
+``cap * tanh(s / cap)`` before the softmax (Gemma 2), in fp32.
 
-``grouped_sdpa`` gathers each planned group of similar-length sequences
-(``packing.AttnGroup``) into a padded block, builds the group's mask once
-(padding keys, causal, window, bias) and runs one SDPA call per group.
+``grouped_sdpa`` reads the batch's plan of similar-length groups
+(``packing.AttnGroup``, made when the batch is packed in the runner's
+``prepare``, never here), gathers each group into a padded block, builds the
+group's mask once (padding keys, causal, window, bias) and runs one SDPA call
+per group (soft-capped groups: one explicit fp32 softmax per group).
 ``varlen_flash`` runs without any padding; it expresses causal, windows and
-GQA, and hands calls with a bias to ``grouped_sdpa`` (planning the groups on
-first use).
+GQA, and hands calls with a bias or a soft cap to ``grouped_sdpa``.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from poolgate.workers.engine.packing import AttnGroup, PackedBatch, ensure_groups
+from poolgate.workers.engine.packing import AttnGroup, PackedBatch
 
 
 class RelativeBias(Protocol):
@@ -39,7 +41,7 @@ class RelativeBias(Protocol):
 class AttentionFn(Protocol):
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *,
                  scale: float, causal: bool = False, window: tuple[int, int] | None = None,
-                 bias: RelativeBias | None = None) -> torch.Tensor: ...
+                 bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor: ...
 
 
 def allowed(length: int, *, causal: bool, window: tuple[int, int] | None,
@@ -96,15 +98,35 @@ def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | 
     return q.as_strided((q.shape[0], 3, q.shape[1], q.shape[2]), (q.stride(0), step, q.stride(1), 1))
 
 
+def planned_groups(batch: PackedBatch) -> list[AttnGroup]:
+    """The batch's SDPA group plan; a batch packed without one is a bug in the caller (the runner plans it)."""
+    if batch.groups is None:
+        raise RuntimeError("grouped attention needs the batch's group plan, made when it is packed "
+                           "(pack(..., group_attention=True), as the runner's prepare does)")
+    return batch.groups
+
+
+def _softcapped(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, mask: torch.Tensor | None, *,
+                scale: float, cap: float) -> torch.Tensor:
+    """SDPA with ``cap * tanh(s / cap)`` on the scaled scores, fp32 inside; (n, h, L, d) blocks, k/v GQA-repeated."""
+    group = qb.shape[1] // kb.shape[1]
+    kb, vb = kb.repeat_interleave(group, dim=1), vb.repeat_interleave(group, dim=1)
+    scores = (qb.float() @ kb.float().transpose(-1, -2)) * scale  # (n, heads, L, L)
+    scores = torch.tanh(scores / cap) * cap
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+    return scores.softmax(-1).to(vb.dtype) @ vb  # (n, heads, L, d)
+
+
 def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                  causal: bool = False, window: tuple[int, int] | None = None,
-                 bias: RelativeBias | None = None) -> torch.Tensor:
+                 bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
     """Exact attention by SDPA per length group; padding stays within the plan's waste factor."""
     n_tokens, heads, dim = q.shape
     kv_heads = k.shape[1]
     out = q.new_empty(n_tokens, heads, v.shape[-1])
     fused = _fused(q, k, v)
-    for g in ensure_groups(batch).groups:
+    for g in planned_groups(batch):
         def block(x: torch.Tensor) -> torch.Tensor:  # (n_tokens, h, d) → (n, h, L, d)
             return x.index_select(0, g.gather).view(g.n, g.max_len, x.shape[1], x.shape[2]).transpose(1, 2)
 
@@ -113,8 +135,11 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
         else:
             qb, kb, vb = block(q), block(k), block(v)
         mask = _group_mask(g, causal, window, bias, q.dtype)
-        o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale,
-                                           enable_gqa=kv_heads != heads)  # (n, heads, L, d)
+        if softcap is not None:
+            o = _softcapped(qb, kb, vb, mask, scale=scale, cap=softcap)
+        else:
+            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale,
+                                               enable_gqa=kv_heads != heads)  # (n, heads, L, d)
         o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, -1)  # (n * L, heads, d)
         out.index_copy_(0, g.dst, o if g.mask is None else o.index_select(0, g.valid))
     return out
@@ -122,10 +147,10 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
 
 def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                  causal: bool = False, window: tuple[int, int] | None = None,
-                 bias: RelativeBias | None = None) -> torch.Tensor:
-    """fp16/bf16 on a GPU, no padding; a bias goes through ``grouped_sdpa`` instead."""
-    if bias is not None:
-        return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias)
+                 bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
+    """fp16/bf16 on a GPU, no padding; a bias or a soft cap goes through ``grouped_sdpa`` instead."""
+    if bias is not None or softcap is not None:
+        return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias, softcap=softcap)
     from torch.nn.attention.varlen import varlen_attn
 
     left, right = (-1, -1) if window is None else window
@@ -138,7 +163,7 @@ def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *,
                         scale: float, causal: bool = False, window: tuple[int, int] | None = None,
-                        bias: RelativeBias | None = None) -> torch.Tensor:
+                        bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
     """The contract written plainly, one sequence at a time in fp32 (tests and agreement checks only)."""
     out = []
     group = q.shape[1] // k.shape[1]
@@ -147,6 +172,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch
         ks = k[s:e].float().repeat_interleave(group, 1).transpose(0, 1)
         vs = v[s:e].float().repeat_interleave(group, 1).transpose(0, 1)
         scores = qs @ ks.transpose(1, 2) * scale  # (heads, len, len)
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         if bias is not None:
             scores = scores + bias.block(e - s).float()
         rule = allowed(e - s, causal=causal, window=window, device=q.device)

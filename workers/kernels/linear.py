@@ -1,13 +1,20 @@
-"""oneDNN linear for CPUs: the weight reordered once at load, GELU fused into the matmul epilogue.
+"""Linear layers of the ops bundle: the torch reference (``Linear``) and oneDNN's prepacked CPU one.
 
-``torch.nn.Linear`` on a bf16 CPU tensor reorders its weight into oneDNN's
-blocked layout on every call; ``PackedLinear`` does it once. Its reference is
-``F.linear`` followed by the activation (tested against it).
+A model builds every projection with ``ops.linear(in, out, bias, activation)``:
+``Linear`` is ``act(F.linear(x, W, b))`` with its activation named, so a
+backend can fuse it. ``torch.nn.Linear`` on a bf16 CPU tensor reorders its
+weight into oneDNN's blocked layout on every call; ``PackedLinear`` does it
+once and fuses GELU/ReLU into the matmul epilogue, and ``prepack_linears``
+swaps it in for every ``Linear`` of a model whose weights and dtype are final
+(the CPU backend's bf16 ``finalize``). Both are tested against ``Linear``.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from poolgate.workers.kernels.activations import ACTIVATIONS
 
 # HF hidden_act -> oneDNN post-op (attr, algorithm)
 FUSED_ACTIVATIONS: dict[str, tuple[str, str | None]] = {
@@ -26,15 +33,43 @@ def packed_linear_available() -> bool:
         hasattr(ops, name) for name in ("_linear_pointwise", "_reorder_linear_weight"))
 
 
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+class Linear(nn.Linear):
+    """``act(x @ W.T + b)``, x: (n, in) → (n, out); ``activation`` is a name of ``ACTIVATIONS`` or "none"."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str = "none"):
+        super().__init__(in_features, out_features, bias=bias)
+        self.activation = activation
+        self.act = _identity if activation == "none" else ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(F.linear(x, self.weight, self.bias))
+
+
 class PackedLinear(nn.Module):
-    """``act(x @ W.T + b)`` with W prepacked for oneDNN; x: (n, in) → (n, out)."""
+    """``act(x @ W.T + b)`` with W prepacked for oneDNN; x: (n, in) → (n, out). An activation oneDNN
+    cannot fuse (SiLU …) runs after the matmul."""
 
     def __init__(self, linear: nn.Linear, activation: str = "none"):
         super().__init__()
-        self.attr, self.algorithm = FUSED_ACTIVATIONS[activation]
+        fused = activation if activation in FUSED_ACTIVATIONS else "none"
+        self.attr, self.algorithm = FUSED_ACTIVATIONS[fused]
+        self.after = _identity if fused == activation else ACTIVATIONS[activation]
         self.out_features = linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, self.attr, [], self.algorithm)
+        return self.after(torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, self.attr, [],
+                                                             self.algorithm))
+
+
+def prepack_linears(model: nn.Module) -> None:
+    """Replace every ``Linear`` in ``model`` by a ``PackedLinear`` with the same activation (weights final)."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, Linear):
+                setattr(module, name, PackedLinear(child, child.activation))

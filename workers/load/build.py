@@ -43,13 +43,13 @@ PROBE_TEXTS = (
 
 def _runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, dtype: torch.dtype) -> PoolingRunner:
     """A whole runner for ``dtype``: weights cast and moved, the backend's attention and kernels."""
-    model, arch = build_model(spec, backend.attention(dtype), allow_pickle=cfg.allow_pickle_weights,
+    model, arch = build_model(spec, backend.ops(dtype), allow_pickle=cfg.allow_pickle_weights,
                               trust_remote_code=cfg.trust_remote_code)
     model = model.to(device=backend.device(), dtype=dtype)
     backend.optimize(model, dtype)
     pooler = poolers_for(spec, backend.device(), allow_pickle=cfg.allow_pickle_weights)
     return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler,
-                         grouped=arch.packed and arch.family.grouped)
+                         grouped=bool(getattr(model, "needs_groups", False)))
 
 
 def _vectors(runner: PoolingRunner, ids: list[list[int]]) -> np.ndarray:

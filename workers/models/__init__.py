@@ -4,7 +4,7 @@
 (``workers.models.base``); one family file per model family adds its names
 here. Any other architecture runs through transformers' AutoModel, padded
 (``workers.models.hf_auto``). ``architecture_for`` says which, and
-``build_model`` builds it with the backend's attention function.
+``build_model`` builds it with the backend's ops bundle (``kernels.ops``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.load.gguf import load_state as load_gguf_state
 from poolgate.workers.models.base import Family, strip_base
 from poolgate.workers.models.bert import BERT
@@ -108,13 +108,13 @@ def architecture_for(spec: ModelSpec) -> Architecture:
 
 
 @torch.no_grad()
-def build_model(spec: ModelSpec, attention: AttentionFn, *, allow_pickle: bool,
+def build_model(spec: ModelSpec, ops: Ops, *, allow_pickle: bool,
                 trust_remote_code: bool = False) -> tuple[nn.Module, Architecture]:
     """The model for ``spec`` with its weights loaded (fp32 or the checkpoint's dtype, on the CPU)."""
     arch = architecture_for(spec)
     if arch.family is None:
         return HfAutoEncoder(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code).eval(), arch
-    model = arch.family.model(arch.family.config(spec.hf_config), attention)
+    model = arch.family.model(arch.family.config(spec.hf_config), ops)
     if spec.gguf_file:  # dequantized by transformers' GGUF loader
         state, source = load_gguf_state(spec.path, spec.gguf_file, spec.hf_config), str(spec.path / spec.gguf_file)
     else:

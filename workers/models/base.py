@@ -2,8 +2,9 @@
 
 A packed family is one file under ``workers/models/`` with a frozen config
 dataclass (``from_hf(hf_config: dict)``) and an ``nn.Module`` that follows
-``PackedModel``: built from that config and the backend's attention
-function, filled by ``load_weights(state, source)`` through an explicit name
+``PackedModel``: built from that config and the backend's ops bundle
+(``kernels.ops``: its linears, norms, RoPE and attention; no kernel choice in
+the model), filled by ``load_weights(state, source)`` through an explicit name
 map, and run as ``forward(batch) → (n_tokens, hidden)`` (after the final
 norm, for decoders too). ``workers.models.ARCHITECTURES`` maps Hugging Face
 architecture names to ``Family`` entries.
@@ -23,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.engine.packing import PackedBatch
 from poolgate.workers.load.weights import CheckpointError
 
@@ -44,8 +45,10 @@ class PackedModel(Protocol):
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """Packed batch → (n_tokens, hidden) final hidden states."""
 
-    def use_packed_linears(self) -> None:
-        """Swap in CPU-prepacked linears once weights and dtype are final (may do nothing)."""
+    @property
+    def needs_groups(self) -> bool:
+        """Whether its attention takes a relative bias or soft-capping, which only the grouped path runs
+        (the runner then plans SDPA groups in ``prepare`` on every backend)."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,11 @@ class Family:
 
     name: str
     config: Callable[[dict], object]  # the family's ConfigClass.from_hf
-    model: Callable[[object, AttentionFn], PackedModel]
+    model: Callable[[object, Ops], PackedModel]  # (config, the backend's ops bundle) → the model
     default_pooling: str
     heads: frozenset[str]
     prefixes: tuple[str, ...] = ()
     causal: bool = False  # decoders: LAST pooling, causal attention
-    grouped: bool = False  # attention the varlen kernel cannot do (a bias): the runner plans SDPA groups everywhere
     pooling_for: Callable[[dict], str] | None = None  # a default read from the config (ModernBERT classifiers)
 
     def pooling(self, hf: dict) -> str:

@@ -6,6 +6,7 @@ Learned absolute positions (with RoBERTa's pad offset) come from
 ``models.positions``; token type ids are embedded when the batch has them
 (cross-encoder pairs), else segment 0. Weight names follow transformers'
 ``BertModel``; the map in ``weight_names`` is explicit and Q/K/V are fused.
+Linears, norms and attention come from the backend's ops bundle (``kernels.ops``).
 The heads (pooler + classifier, RoBERTa's classifier, the MLM head for
 SPLADE) are loaded by the poolers (``models.score``, ``pooling.splade``).
 """
@@ -17,9 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn, RelativeBias
-from poolgate.workers.kernels.linear import FUSED_ACTIVATIONS, PackedLinear
-from poolgate.workers.models.activations import ACTIVATIONS
+from poolgate.workers.kernels.attention import RelativeBias
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.positions import LearnedPositions, learned_offset
 from poolgate.workers.engine.packing import PackedBatch
@@ -55,62 +55,48 @@ class BertConfig:
 class BertLayer(nn.Module):
     """Post-norm layer: ``x = norm(x + attn(x)); x = norm(x + down(act(up(x))))`` (BERT, DistilBERT, MPNet)."""
 
-    def __init__(self, c: BertConfig):
+    def __init__(self, c: BertConfig, ops: Ops):
         super().__init__()
-        self.heads, self.head_dim = c.num_attention_heads, c.hidden_size // c.num_attention_heads
-        self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size)
-        self.attn_out = nn.Linear(c.hidden_size, c.hidden_size)
-        self.attn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.up = nn.Linear(c.hidden_size, c.intermediate_size)
-        self.down = nn.Linear(c.intermediate_size, c.hidden_size)
-        self.out_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.act = ACTIVATIONS[c.hidden_act]
-        self.act_name = c.hidden_act
+        self.heads, self.head_dim, self.attention = c.num_attention_heads, c.hidden_size // c.num_attention_heads, ops.attention
+        self.qkv = ops.linear(c.hidden_size, 3 * c.hidden_size)
+        self.attn_out = ops.linear(c.hidden_size, c.hidden_size)
+        self.attn_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
+        self.up = ops.linear(c.hidden_size, c.intermediate_size, activation=c.hidden_act)
+        self.down = ops.linear(c.intermediate_size, c.hidden_size)
+        self.out_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
 
-    def use_packed_linears(self) -> None:
-        """Swap in oneDNN-prepacked linears (CPU), with the activation fused into ``up``."""
-        self.qkv, self.attn_out, self.down = (PackedLinear(m) for m in (self.qkv, self.attn_out, self.down))
-        if self.act_name in FUSED_ACTIVATIONS:
-            self.up, self.act = PackedLinear(self.up, self.act_name), nn.Identity()
-        else:
-            self.up = PackedLinear(self.up)
-
-    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
-                bias: RelativeBias | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: PackedBatch, bias: RelativeBias | None = None) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
-        a = attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias).reshape(n, -1)  # (n, hidden)
+        a = self.attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias).reshape(n, -1)  # (n, hidden)
         x = self.attn_norm(x + self.attn_out(a))
-        return self.out_norm(x + self.down(self.act(self.up(x))))  # (n, hidden)
+        return self.out_norm(x + self.down(self.up(x)))  # (n, hidden)
 
 
 class BertEncoder(nn.Module):
     """Packed BERT: ``forward(batch) → (n_tokens, hidden)`` last hidden states (a ``PackedModel``)."""
 
-    def __init__(self, c: BertConfig, attention: AttentionFn):
+    needs_groups = False
+
+    def __init__(self, c: BertConfig, ops: Ops):
         super().__init__()
-        self.config, self.attention = c, attention
+        self.config = c
         self.word = nn.Embedding(c.vocab_size, c.hidden_size)
         self.position = LearnedPositions(c.max_position_embeddings, c.hidden_size, c.position_offset)
         self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size)
-        self.emb_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.layers = nn.ModuleList(BertLayer(c) for _ in range(c.num_hidden_layers))
+        self.emb_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
+        self.layers = nn.ModuleList(BertLayer(c, ops) for _ in range(c.num_hidden_layers))
 
     @property
     def hidden_size(self) -> int:
         return self.config.hidden_size
-
-    def use_packed_linears(self) -> None:
-        """CPU fast path for every layer (see ``workers.kernels.linear``); weights must be final."""
-        for layer in self.layers:
-            layer.use_packed_linears()
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         types = batch.token_type_ids
         segment = self.token_type.weight[0] if types is None else self.token_type(types)
         x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions) + segment)  # (n, hidden)
         for layer in self.layers:
-            x = layer(x, batch, self.attention)
+            x = layer(x, batch)
         return x
 
     def load_weights(self, state: Mapping[str, torch.Tensor], source: str) -> None:

@@ -12,106 +12,63 @@ sequence's end. Checked against transformers 5.24's modeling files:
 - Qwen3 and Gemma 3 normalize each head's q and k before RoPE;
 - Gemma 2/3 add norms after attention and after the MLP (``sandwich``) and use
   ``query_pre_attn_scalar ** -0.5``; Gemma 2 soft-caps the attention logits
-  (``cap * tanh(s / cap)``), which SDPA and flash cannot express, so those
-  layers run ``softcap_attention`` here: exact, grouped like the CPU path.
+  (``cap * tanh(s / cap)``), which the ops bundle's attention takes as ``softcap``
+  (SDPA and flash cannot express it, so such a model ``needs_groups``).
 
-Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every tensor).
+Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every tensor). Linears,
+RMSNorm, RoPE and attention come from the backend's ops bundle (``kernels.ops``).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn, allowed
-from poolgate.workers.kernels.linear import PackedLinear
-from poolgate.workers.models.activations import ACTIVATIONS
+from poolgate.workers.kernels.activations import ACTIVATIONS
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import load_mapped
 from poolgate.workers.models.decoder_config import DecoderConfig
-from poolgate.workers.models.positions import Rope, apply_rope
-from poolgate.workers.engine.packing import PackedBatch, ensure_groups
+from poolgate.workers.models.positions import Rope
+from poolgate.workers.engine.packing import PackedBatch
 
 HEAD_PREFIXES = ("score.", "lm_head.")  # classifier and LM head: the poolers read them
 STALE = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 
 
-class RMSNorm(nn.Module):
-    """x: (..., dim) → the same; fp32 inside; ``gemma`` = weight stored as an offset from 1."""
-
-    def __init__(self, dim: int, eps: float, gemma: bool):
-        super().__init__()
-        self.eps, self.gemma = eps, gemma
-        self.weight = nn.Parameter(torch.zeros(dim) if gemma else torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.gemma:
-            return (h * (1.0 + self.weight.float())).type_as(x)
-        return self.weight * h.to(x.dtype)
-
-
-def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
-                      cap: float, causal: bool, window: tuple[int, int] | None) -> torch.Tensor:
-    """The attention contract plus ``cap * tanh(scores / cap)`` before the softmax (fp32 scores).
-
-    q: (n_tokens, heads, d), k/v: (n_tokens, kv_heads, d) → (n_tokens, heads, d); one
-    padded block per length group of ``batch`` (no loop over sequences)."""
-    n_tokens, heads, dim = q.shape
-    out = q.new_empty(n_tokens, heads, v.shape[-1])
-    for g in ensure_groups(batch).groups:
-        def block(x: torch.Tensor) -> torch.Tensor:  # (n_tokens, h, d) → (n, heads, L, d)
-            x = x.index_select(0, g.gather).view(g.n, g.max_len, x.shape[1], x.shape[2]).transpose(1, 2)
-            return x.repeat_interleave(heads // x.shape[1], dim=1)
-
-        scores = (block(q).float() @ block(k).float().transpose(-1, -2)) * scale  # (n, heads, L, L)
-        scores = torch.tanh(scores / cap) * cap
-        keep = allowed(g.max_len, causal=causal, window=window, device=q.device)  # (L, L) or None
-        keys = None if g.mask is None else g.mask | torch.eye(g.max_len, dtype=torch.bool, device=q.device)
-        for m in (keep, keys):
-            if m is not None:
-                scores = scores.masked_fill(~m, float("-inf"))
-        o = scores.softmax(-1).to(v.dtype) @ block(v)  # (n, heads, L, d)
-        o = o.transpose(1, 2).reshape(g.n * g.max_len, heads, -1)
-        out.index_copy_(0, g.dst, o if g.mask is None else o.index_select(0, g.valid))
-    return out
-
-
 class DecoderLayer(nn.Module):
-    def __init__(self, c: DecoderConfig, index: int):
+    def __init__(self, c: DecoderConfig, index: int, ops: Ops):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        self.scale, self.softcap, self.causal = c.scale, c.softcap, c.causal
+        self.scale, self.softcap, self.causal = c.scale, c.softcap or None, c.causal
         self.window, self.rope = c.windows[index], c.layer_rope[index]
+        self.attention, self.apply_rope = ops.attention, ops.rope
         q_out, kv_out = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         self.split = (q_out, kv_out, kv_out)
-        self.attn_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
-        self.qkv = nn.Linear(c.hidden_size, q_out + 2 * kv_out, bias=c.qkv_bias)
-        self.o = nn.Linear(q_out, c.hidden_size, bias=c.o_bias)
+
+        def norm(dim: int) -> nn.Module:
+            return ops.rms_norm(dim, c.rms_norm_eps, c.gemma)
+
+        self.attn_norm = norm(c.hidden_size)
+        self.qkv = ops.linear(c.hidden_size, q_out + 2 * kv_out, bias=c.qkv_bias)
+        self.o = ops.linear(q_out, c.hidden_size, bias=c.o_bias)
         if c.qk_norm:
-            self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.gemma)
-            self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.gemma)
+            self.q_norm, self.k_norm = norm(c.head_dim), norm(c.head_dim)
         if c.sandwich:
-            self.attn_post_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
-            self.mlp_post_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
-        self.mlp_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
-        self.gate_up = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
-        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+            self.attn_post_norm, self.mlp_post_norm = norm(c.hidden_size), norm(c.hidden_size)
+        self.mlp_norm = norm(c.hidden_size)
+        self.gate_up = ops.linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
+        self.down = ops.linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
         self.act = ACTIVATIONS[c.activation]
 
-    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
-                rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: PackedBatch, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = self.qkv(self.attn_norm(x)).split(self.split, dim=-1)
         q = q.view(n, self.heads, self.head_dim)  # (n, heads, d)
         k, v = k.view(n, self.kv_heads, self.head_dim), v.view(n, self.kv_heads, self.head_dim)  # (n, kv, d)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if self.softcap:
-            a = softcap_attention(q, k, v, batch, scale=self.scale, cap=self.softcap, causal=self.causal,
-                                  window=self.window)
-        else:
-            a = attention(q, k, v, batch, scale=self.scale, causal=self.causal, window=self.window)
+        q, k = self.apply_rope(q, *rope), self.apply_rope(k, *rope)
+        a = self.attention(q, k, v, batch, scale=self.scale, causal=self.causal, window=self.window,
+                           softcap=self.softcap)  # (n, heads, d)
         a = self.o(a.reshape(n, -1))  # (n, hidden)
         x = x + (self.attn_post_norm(a) if hasattr(self, "attn_post_norm") else a)
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)  # 2 × (n, intermediate)
@@ -122,12 +79,13 @@ class DecoderLayer(nn.Module):
 class PackedDecoder(nn.Module):
     """``PackedModel`` for every decoder family: ``forward(batch) → (n_tokens, hidden)`` after the final norm."""
 
-    def __init__(self, c: DecoderConfig, attention: AttentionFn):
+    def __init__(self, c: DecoderConfig, ops: Ops):
         super().__init__()
-        self.config, self.attention, self.hidden_size = c, attention, c.hidden_size
+        self.config, self.hidden_size = c, c.hidden_size
+        self.needs_groups = bool(c.softcap)  # soft-capped logits: attention the varlen kernel cannot do
         self.embed = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
-        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
+        self.layers = nn.ModuleList(DecoderLayer(c, i, ops) for i in range(c.num_hidden_layers))
+        self.norm = ops.rms_norm(c.hidden_size, c.rms_norm_eps, c.gemma)
         self.ropes = nn.ModuleDict({key: Rope(rc) for key, rc in c.ropes})
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
@@ -136,14 +94,8 @@ class PackedDecoder(nn.Module):
             x = x * torch.tensor(self.config.hidden_size ** 0.5, dtype=x.dtype)
         rope = {key: r.cos_sin(batch.positions) for key, r in self.ropes.items()}  # (n_tokens, 1, rotary)
         for layer in self.layers:
-            x = layer(x, batch, self.attention, rope[layer.rope])
+            x = layer(x, batch, rope[layer.rope])
         return self.norm(x)
-
-    def use_packed_linears(self) -> None:
-        """CPU bf16: prepack every linear for oneDNN (the gated MLP keeps its activation unfused)."""
-        for layer in self.layers:
-            layer.qkv, layer.o, layer.gate_up, layer.down = (
-                PackedLinear(m) for m in (layer.qkv, layer.o, layer.gate_up, layer.down))
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
         state = {k: v for k, v in state.items() if not k.endswith(STALE)}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions
@@ -53,26 +53,24 @@ class DistilBertConfig:
 class DistilBertEncoder(nn.Module):
     """Packed DistilBERT: ``forward(batch) → (n_tokens, dim)`` last hidden states (a ``PackedModel``)."""
 
-    def __init__(self, c: DistilBertConfig, attention: AttentionFn):
+    needs_groups = False
+
+    def __init__(self, c: DistilBertConfig, ops: Ops):
         super().__init__()
-        self.config, self.attention = c, attention
+        self.config = c
         self.word = nn.Embedding(c.vocab_size, c.dim)
         self.position = LearnedPositions(c.max_position_embeddings, c.dim)
-        self.emb_norm = nn.LayerNorm(c.dim, eps=LAYER_NORM_EPS)
-        self.layers = nn.ModuleList(BertLayer(c.layer()) for _ in range(c.n_layers))
+        self.emb_norm = ops.layer_norm(c.dim, LAYER_NORM_EPS)
+        self.layers = nn.ModuleList(BertLayer(c.layer(), ops) for _ in range(c.n_layers))
 
     @property
     def hidden_size(self) -> int:
         return self.config.dim
 
-    def use_packed_linears(self) -> None:
-        for layer in self.layers:
-            layer.use_packed_linears()
-
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions))  # (n_tokens, dim)
         for layer in self.layers:
-            x = layer(x, batch, self.attention)
+            x = layer(x, batch)
         return x
 
     def load_weights(self, state: Mapping[str, torch.Tensor], source: str) -> None:

@@ -23,11 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.kernels.linear import PackedLinear
-from poolgate.workers.models.activations import ACTIVATIONS as BASE_ACTIVATIONS
+from poolgate.workers.kernels.activations import ACTIVATIONS as BASE_ACTIVATIONS
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import Family, load_mapped
-from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
+from poolgate.workers.models.positions import Rope, RopeConfig
 from poolgate.workers.engine.packing import PackedBatch
 
 ACTIVATIONS = {**BASE_ACTIVATIONS, "swiglu": F.silu}  # NomicBERT's name for a SiLU-gated MLP
@@ -76,22 +75,22 @@ class GteConfig:
 
 
 class GteLayer(nn.Module):
-    def __init__(self, c: GteConfig):
+    def __init__(self, c: GteConfig, ops: Ops):
         super().__init__()
         self.heads, self.head_dim = c.num_attention_heads, c.head_dim
-        self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size, bias=c.qkv_bias)
-        self.attn_out = nn.Linear(c.hidden_size, c.hidden_size, bias=c.qkv_bias)
-        self.attn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.up_gate = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_up_bias)
-        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_down_bias)
-        self.mlp_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.attention, self.rope = ops.attention, ops.rope
+        self.qkv = ops.linear(c.hidden_size, 3 * c.hidden_size, bias=c.qkv_bias)
+        self.attn_out = ops.linear(c.hidden_size, c.hidden_size, bias=c.qkv_bias)
+        self.attn_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
+        self.up_gate = ops.linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_up_bias)
+        self.down = ops.linear(c.intermediate_size, c.hidden_size, bias=c.mlp_down_bias)
+        self.mlp_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
         self.act = ACTIVATIONS[c.hidden_act]
 
-    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
-                rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: PackedBatch, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # (n, heads, dim)
-        a = attention(apply_rope(q, *rope), apply_rope(k, *rope), v, batch, scale=self.head_dim ** -0.5)
+        a = self.attention(self.rope(q, *rope), self.rope(k, *rope), v, batch, scale=self.head_dim ** -0.5)
         x = self.attn_norm(x + self.attn_out(a.reshape(n, -1)))  # (n, hidden)
         up, gate = self.up_gate(x).chunk(2, dim=-1)  # 2 × (n, intermediate)
         return self.mlp_norm(x + self.down(self.act(gate) * up))  # (n, hidden)
@@ -101,14 +100,16 @@ class GteEncoder(nn.Module):
     """Packed GTE (``PackedModel``): ``forward(batch) → (n_tokens, hidden)``; ``names`` is the checkpoint's
     naming (``GTE_NAMES`` here, NomicBERT's in its file)."""
 
-    def __init__(self, c: GteConfig, attention: AttentionFn, names: "WeightNames | None" = None):
+    needs_groups = False
+
+    def __init__(self, c: GteConfig, ops: Ops, names: "WeightNames | None" = None):
         super().__init__()
-        self.config, self.attention, self.hidden_size = c, attention, c.hidden_size
+        self.config, self.hidden_size = c, c.hidden_size
         self.names = names or GTE_NAMES
         self.word = nn.Embedding(c.vocab_size, c.hidden_size)
         self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size) if c.type_vocab_size else None
-        self.emb_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.layers = nn.ModuleList(GteLayer(c) for _ in range(c.num_hidden_layers))
+        self.emb_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
+        self.layers = nn.ModuleList(GteLayer(c, ops) for _ in range(c.num_hidden_layers))
         self.rope = Rope(c.rope)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
@@ -119,14 +120,8 @@ class GteEncoder(nn.Module):
         x = self.emb_norm(x)
         rope = self.rope.cos_sin(batch.positions)  # 2 × (n_tokens, 1, head_dim)
         for layer in self.layers:
-            x = layer(x, batch, self.attention, rope)
+            x = layer(x, batch, rope)
         return x
-
-    def use_packed_linears(self) -> None:
-        """CPU bf16: every layer's linears prepacked for oneDNN once (the gated MLP stays unfused)."""
-        for layer in self.layers:
-            layer.qkv, layer.attn_out, layer.up_gate, layer.down = (
-                PackedLinear(m) for m in (layer.qkv, layer.attn_out, layer.up_gate, layer.down))
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
         load_mapped(self, state, self.names.for_model(self), source, ignore=self.names.head_prefixes)

@@ -29,6 +29,8 @@ def check_supported(spec: ModelSpec, trust_remote_code: bool) -> None:
 class HfAutoEncoder(nn.Module):
     """Pads the packed batch, runs AutoModel, and packs the last hidden states again."""
 
+    needs_groups = False  # transformers' own attention: no group plan
+
     def __init__(self, spec: ModelSpec, *, allow_pickle: bool, trust_remote_code: bool = False):
         super().__init__()
         from transformers import AutoModel
@@ -49,9 +51,6 @@ class HfAutoEncoder(nn.Module):
             raise CheckpointError(where, f"missing tensors {', '.join(missing[:8])}"
                                          + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
         self.pad_id = int(spec.hf_config.get("pad_token_id") or 0)
-
-    def use_packed_linears(self) -> None:
-        """Nothing: transformers' own modules keep their linears (``PackedModel``'s CPU hook)."""
 
     @property
     def hidden_size(self) -> int:

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn
-from poolgate.workers.kernels.linear import PackedLinear
-from poolgate.workers.models.activations import ACTIVATIONS
+from poolgate.workers.kernels.activations import ACTIVATIONS
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import Family, load_mapped
-from poolgate.workers.models.positions import Rope, RopeConfig, apply_rope
+from poolgate.workers.models.positions import Rope, RopeConfig
 from poolgate.workers.engine.packing import PackedBatch
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
@@ -96,30 +95,30 @@ def _rope(hf: dict, kind: str, head_dim: int) -> RopeConfig:
                                "max_position_embeddings": hf.get("max_position_embeddings")}, head_dim)
 
 
-def _norm(c: ModernBertConfig) -> nn.LayerNorm:
-    return nn.LayerNorm(c.hidden_size, eps=c.norm_eps, bias=c.norm_bias)
+def _norm(c: ModernBertConfig, ops: Ops) -> nn.Module:
+    return ops.layer_norm(c.hidden_size, c.norm_eps, bias=c.norm_bias)
 
 
 class ModernBertLayer(nn.Module):
-    def __init__(self, c: ModernBertConfig, index: int):
+    def __init__(self, c: ModernBertConfig, index: int, ops: Ops):
         super().__init__()
         self.heads, self.head_dim = c.num_attention_heads, c.head_dim
+        self.attention, self.rope = ops.attention, ops.rope
         self.kind = c.layer_types[index]
         self.window = c.windows[index]
-        self.attn_norm = nn.Identity() if index == 0 else _norm(c)
-        self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size, bias=c.attention_bias)
-        self.attn_out = nn.Linear(c.hidden_size, c.hidden_size, bias=c.attention_bias)
-        self.mlp_norm = _norm(c)
-        self.up = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
-        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+        self.attn_norm = nn.Identity() if index == 0 else _norm(c, ops)
+        self.qkv = ops.linear(c.hidden_size, 3 * c.hidden_size, bias=c.attention_bias)
+        self.attn_out = ops.linear(c.hidden_size, c.hidden_size, bias=c.attention_bias)
+        self.mlp_norm = _norm(c, ops)
+        self.up = ops.linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
+        self.down = ops.linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
         self.act = ACTIVATIONS[c.hidden_activation]
 
-    def forward(self, x: torch.Tensor, batch: PackedBatch, attention: AttentionFn,
-                rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: PackedBatch, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = self.qkv(self.attn_norm(x)).view(n, 3, self.heads, self.head_dim).unbind(1)  # (n, heads, dim)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        a = attention(q, k, v, batch, scale=self.head_dim ** -0.5, window=self.window)  # (n, heads, dim)
+        q, k = self.rope(q, *rope), self.rope(k, *rope)
+        a = self.attention(q, k, v, batch, scale=self.head_dim ** -0.5, window=self.window)  # (n, heads, dim)
         x = x + self.attn_out(a.reshape(n, -1))
         value, gate = self.up(self.mlp_norm(x)).chunk(2, dim=-1)  # 2 × (n, intermediate)
         return x + self.down(self.act(value) * gate)  # (n, hidden)
@@ -128,27 +127,23 @@ class ModernBertLayer(nn.Module):
 class ModernBertEncoder(nn.Module):
     """Packed ModernBERT (``PackedModel``): ``forward(batch) → (n_tokens, hidden)`` after the final norm."""
 
-    def __init__(self, c: ModernBertConfig, attention: AttentionFn):
+    needs_groups = False
+
+    def __init__(self, c: ModernBertConfig, ops: Ops):
         super().__init__()
-        self.config, self.attention, self.hidden_size = c, attention, c.hidden_size
+        self.config, self.hidden_size = c, c.hidden_size
         self.embed = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.emb_norm = _norm(c)
-        self.layers = nn.ModuleList(ModernBertLayer(c, i) for i in range(c.num_hidden_layers))
-        self.final_norm = _norm(c)
+        self.emb_norm = _norm(c, ops)
+        self.layers = nn.ModuleList(ModernBertLayer(c, i, ops) for i in range(c.num_hidden_layers))
+        self.final_norm = _norm(c, ops)
         self.ropes = nn.ModuleDict({kind: Rope(rc) for kind, rc in c.rope})
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         x = self.emb_norm(self.embed(batch.input_ids))  # (n_tokens, hidden)
         rope = {kind: r.cos_sin(batch.positions) for kind, r in self.ropes.items()}  # (n_tokens, 1, head_dim)
         for layer in self.layers:
-            x = layer(x, batch, self.attention, rope[layer.kind])
+            x = layer(x, batch, rope[layer.kind])
         return self.final_norm(x)
-
-    def use_packed_linears(self) -> None:
-        """CPU bf16: every layer's linears prepacked for oneDNN once (the GeGLU gate stays unfused)."""
-        for layer in self.layers:
-            layer.qkv, layer.attn_out, layer.up, layer.down = (
-                PackedLinear(m) for m in (layer.qkv, layer.attn_out, layer.up, layer.down))
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
         load_mapped(self, state, self.weight_names(), source, ignore=HEAD_PREFIXES)

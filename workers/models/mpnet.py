@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions, RelativeBuckets
@@ -38,29 +38,27 @@ class MPNetConfig:
 class MPNetEncoder(nn.Module):
     """Packed MPNet: ``forward(batch) → (n_tokens, hidden)`` last hidden states (a ``PackedModel``)."""
 
-    def __init__(self, c: MPNetConfig, attention: AttentionFn):
+    needs_groups = True  # the relative bias: attention the varlen kernel cannot do
+
+    def __init__(self, c: MPNetConfig, ops: Ops):
         super().__init__()
         b = c.bert
-        self.config, self.attention = c, attention
+        self.config = c
         self.word = nn.Embedding(b.vocab_size, b.hidden_size)
         self.position = LearnedPositions(b.max_position_embeddings, b.hidden_size, b.position_offset)
-        self.emb_norm = nn.LayerNorm(b.hidden_size, eps=b.layer_norm_eps)
-        self.layers = nn.ModuleList(BertLayer(b) for _ in range(b.num_hidden_layers))
+        self.emb_norm = ops.layer_norm(b.hidden_size, b.layer_norm_eps)
+        self.layers = nn.ModuleList(BertLayer(b, ops) for _ in range(b.num_hidden_layers))
         self.relative = RelativeBuckets(b.num_attention_heads, table_size=c.relative_attention_num_buckets)
 
     @property
     def hidden_size(self) -> int:
         return self.config.bert.hidden_size
 
-    def use_packed_linears(self) -> None:
-        for layer in self.layers:
-            layer.use_packed_linears()
-
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions))  # (n_tokens, hidden)
         bias = self.relative.for_length(batch.max_len)  # (heads, max_len, max_len), shared by every layer
         for layer in self.layers:
-            x = layer(x, batch, self.attention, bias)
+            x = layer(x, batch, bias)
         return x
 
     def load_weights(self, state: Mapping[str, torch.Tensor], source: str) -> None:
@@ -81,5 +79,5 @@ LAYER_NAMES = {"attn_out": "attention.attn.o", "attn_norm": "attention.LayerNorm
 MPNET = Family(
     name="mpnet", config=MPNetConfig.from_hf, model=MPNetEncoder, default_pooling="CLS",
     heads=frozenset({"model", "sequence_classification", "token_classification", "masked_lm"}),
-    prefixes=("mpnet.",), grouped=True,
+    prefixes=("mpnet.",),
 )

@@ -10,7 +10,7 @@ ones; both are read. Pre-norm and interleaved-rotary variants are refused.
 """
 from __future__ import annotations
 
-from poolgate.workers.kernels.attention import AttentionFn
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import Family
 from poolgate.workers.models.gte import ACTIVATIONS, GteConfig, GteEncoder, WeightNames
 from poolgate.workers.models.positions import RopeConfig
@@ -67,9 +67,9 @@ NOMIC_NAMES = WeightNames(
 )
 
 
-def nomic_encoder(c: GteConfig, attention: AttentionFn) -> GteEncoder:
+def nomic_encoder(c: GteConfig, ops: Ops) -> GteEncoder:
     """The packed NomicBERT: GTE's encoder under NomicBERT's tensor names."""
-    return GteEncoder(c, attention, NOMIC_NAMES)
+    return GteEncoder(c, ops, NOMIC_NAMES)
 
 
 NOMIC_BERT = Family(

@@ -10,8 +10,9 @@ sequence, and each scheme turns that into what its family needs.
   bias, shared by every layer; ``for_length`` gives the ``RelativeBias`` the
   attention contract takes.
 - ``Rope``: rotary embeddings from the config's ``rope_theta`` and scaling
-  (default, linear, llama3, yarn), ``partial_rotary_factor`` and head_dim,
-  applied to packed q/k in the "rotate halves" layout transformers uses.
+  (default, linear, llama3, yarn), ``partial_rotary_factor`` and head_dim;
+  the ops bundle's ``rope`` (its torch reference: ``apply_rope``) applies them to packed
+  q/k in the "rotate halves" layout transformers uses.
 """
 from __future__ import annotations
 
@@ -177,17 +178,8 @@ class Rope(nn.Module):
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(n_tokens,) positions → cos, sin, each (n_tokens, 1, rotary_dim) fp32."""
-        inv = self._inv.to(positions.device)
-        freqs = positions.float()[:, None] * inv[None, :]  # (n_tokens, rotary_dim // 2)
+        if self._inv.device != positions.device:  # moved once, not copied to the device on every forward
+            self._inv = self._inv.to(positions.device)
+        freqs = positions.float()[:, None] * self._inv[None, :]  # (n_tokens, rotary_dim // 2)
         emb = torch.cat([freqs, freqs], dim=-1)[:, None, :]  # (n_tokens, 1, rotary_dim)
         return emb.cos() * self._scale, emb.sin() * self._scale
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (n_tokens, heads, head_dim) → the same, with the first ``rotary_dim`` dims rotated."""
-    rot = cos.shape[-1]
-    xr, rest = x[..., :rot], x[..., rot:]
-    half = rot // 2
-    rotated = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)  # rotate_half
-    out = xr * cos.to(x.dtype) + rotated * sin.to(x.dtype)
-    return out if rest.shape[-1] == 0 else torch.cat([out, rest], dim=-1)

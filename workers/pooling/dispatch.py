@@ -7,6 +7,12 @@ when built (token tasks need a token method, sequence tasks a sequence one),
 and gives ``ModelInfo.tasks`` in vLLM's order (the first is the active task).
 A batch may mix tasks: each run of sequences with equal params goes through
 its task's pooler; sequence methods are computed once per batch.
+
+``plan`` is the host half, run in the runner's ``prepare``: each run's token
+range and, for token tasks, the rows kept and their offsets (the row index
+goes to the device with the batch, ``PackedBatch.run_rows``). The call is the
+device half: it pools first, in the model's dtype where the method allows,
+and casts only what is pooled to fp32 for the heads.
 """
 from __future__ import annotations
 
@@ -43,6 +49,19 @@ class Pooler:
 
 
 @dataclass(frozen=True)
+class RunPlan:
+    """One run of sequences ``start..stop`` with equal params: its tokens ``lo..hi`` in the batch, and for
+    token tasks the (k + 1,) offsets of each sequence's kept rows."""
+
+    start: int
+    stop: int
+    params: PoolingParams
+    lo: int
+    hi: int
+    offsets: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class Pooled:
     """One run's outputs: ``values`` (rows, dim) on the device; ``offsets`` (k + 1,) for token tasks."""
 
@@ -75,24 +94,38 @@ class DispatchPooler:
         ordered = tuple(t for t in ACTIVE_TASK_ORDER if t in self.poolers)
         return ordered if self.active is None else (self.active, *(t for t in ordered if t != self.active))
 
-    def __call__(self, hidden: torch.Tensor, batch: PackedBatch,
-                 runs: list[tuple[int, int, PoolingParams]]) -> list[Pooled]:
-        """hidden: (n_tokens, hidden) fp32 → one ``Pooled`` per run, in order."""
+    def plan(self, batch: PackedBatch, runs: list[tuple[int, int, PoolingParams]]) -> list[RunPlan]:
+        """Host work for ``runs`` of a batch still on the host; sets ``batch.run_rows`` (numpy-backed)."""
+        bounds = np.zeros(len(batch.lengths) + 1, dtype=np.int64)
+        np.cumsum(batch.lengths, out=bounds[1:])
+        ids = batch.input_ids.numpy()
+        plans, rows = [], []
+        for a, b, params in runs:
+            pooler, lo, hi = self.poolers[params.task], int(bounds[a]), int(bounds[b])
+            index, offsets = None, None
+            if pooler.per_token:
+                index, counts = pooler.rows(ids[lo:hi], batch.lengths[a:b])
+                offsets = np.cumsum([0, *counts], dtype=np.int64)
+            rows.append(None if index is None else torch.from_numpy(index.astype(np.int64)))
+            plans.append(RunPlan(a, b, params, lo, hi, offsets))
+        batch.run_rows = rows
+        return plans
+
+    def __call__(self, hidden: torch.Tensor, batch: PackedBatch, plans: list[RunPlan]) -> list[Pooled]:
+        """hidden: (n_tokens, hidden) in the model's dtype → one fp32 ``Pooled`` per planned run, in order."""
         cache: dict[str, torch.Tensor] = {}
         out = []
-        for a, b, params in runs:
-            pooler = self.poolers[params.task]
+        for plan, index in zip(plans, batch.run_rows or [None] * len(plans)):
+            pooler = self.poolers[plan.params.task]
             if pooler.per_token:
-                lo = sum(batch.lengths[:a])
-                tokens = hidden[lo:lo + sum(batch.lengths[a:b])]  # the run's rows, (tokens, hidden)
-                index, counts = pooler.rows(batch, a, b)
+                tokens = hidden[plan.lo:plan.hi]  # the run's rows, (tokens, hidden)
                 if index is not None:
                     tokens = tokens.index_select(0, index)
-                offsets = np.cumsum([0, *counts], dtype=np.int64)
-                out.append(Pooled(pooler.head(tokens, params), offsets))  # (kept tokens, dim)
+                out.append(Pooled(pooler.head(tokens.float(), plan.params), plan.offsets))  # (kept tokens, dim)
                 continue
             if pooler.method not in cache:
                 method = pooler.pool or POOLING_TYPES[pooler.method]
                 cache[pooler.method] = method(hidden, batch)  # (batch, hidden) or the method's own width
-            out.append(Pooled(pooler.head(cache[pooler.method][a:b], params)))  # (b - a, dim)
+            pooled = cache[pooler.method][plan.start:plan.stop].float()  # (b - a, hidden)
+            out.append(Pooled(pooler.head(pooled, plan.params)))  # (b - a, dim)
         return out

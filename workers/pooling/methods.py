@@ -2,6 +2,8 @@
 
 A sequence method turns ``(n_tokens, hidden)`` into ``(n_seqs, hidden)``; a
 token method keeps rows per token, which the pooler returns with offsets.
+Hidden states come in the model's dtype: CLS and LAST only pick rows (the
+pooler casts them), MEAN sums in fp32.
 """
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ def last_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
 
 
 def mean_pool(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
-    """(n_tokens, hidden) → (batch, hidden): the mean over each sequence's tokens."""
+    """(n_tokens, hidden) → (batch, hidden) fp32: the mean over each sequence's tokens."""
     n_seqs = batch.cu_seqlens.shape[0] - 1
-    sums = hidden.new_zeros(n_seqs, hidden.shape[1]).index_add_(0, batch.seg_ids, hidden)
-    counts = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).to(hidden.dtype)  # (batch,)
+    sums = hidden.new_zeros(n_seqs, hidden.shape[1], dtype=torch.float32).index_add_(0, batch.seg_ids, hidden.float())
+    counts = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).float()  # (batch,)
     return sums / counts[:, None]
 
 

@@ -1,23 +1,30 @@
 """Which token rows a token-level pooler keeps: all of them, a STEP tag's positions, or all but the ends.
 
-A selector gets the packed batch and a run's sequences ``a..b`` and returns
-the rows to keep (an index into the run's own rows, or None for all) and how
-many each sequence keeps, so the run's output offsets are exact.
+A selector runs on the host, in the runner's ``prepare``: it gets one run's
+token ids (a numpy array, the run's own rows in packed order) and the length
+of each of its sequences, and returns the rows to keep (an index into the
+run's rows, or None for all) and how many each sequence keeps, so the run's
+output offsets are exact without reading anything back from the device.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
-import torch
 
-from poolgate.workers.engine.packing import PackedBatch
-
-RowSelector = Callable[[PackedBatch, int, int], tuple[torch.Tensor | None, list[int]]]
+RowSelector = Callable[[np.ndarray, list[int]], tuple[np.ndarray | None, list[int]]]
 
 
-def all_rows(batch: PackedBatch, a: int, b: int) -> tuple[None, list[int]]:
-    return None, list(batch.lengths[a:b])
+def all_rows(ids: np.ndarray, lengths: list[int]) -> tuple[None, list[int]]:
+    return None, list(lengths)
+
+
+def _per_sequence(keep: np.ndarray, lengths: list[int]) -> list[int]:
+    """How many True entries of ``keep`` (the run's tokens) fall in each sequence."""
+    bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    running = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    return (running[bounds[1:]] - running[bounds[:-1]]).tolist()
 
 
 def step_rows(step_tag_id: int | None) -> RowSelector:
@@ -25,13 +32,9 @@ def step_rows(step_tag_id: int | None) -> RowSelector:
     if step_tag_id is None:
         return all_rows
 
-    def select(batch: PackedBatch, a: int, b: int) -> tuple[torch.Tensor, list[int]]:
-        lo = sum(batch.lengths[:a])
-        ids = batch.input_ids[lo:lo + sum(batch.lengths[a:b])]
-        keep = (ids == step_tag_id).cpu().numpy()  # a host copy: the counts shape the offsets
-        bounds = np.cumsum([0, *batch.lengths[a:b]])
-        counts = [int(keep[s:e].sum()) for s, e in zip(bounds[:-1], bounds[1:])]
-        return torch.from_numpy(np.flatnonzero(keep)).to(ids.device), counts
+    def select(ids: np.ndarray, lengths: list[int]) -> tuple[np.ndarray, list[int]]:
+        keep = ids == step_tag_id  # (run tokens,)
+        return np.flatnonzero(keep), _per_sequence(keep, lengths)
 
     return select
 
@@ -39,11 +42,11 @@ def step_rows(step_tag_id: int | None) -> RowSelector:
 def drop_ends(first: int = 1, last: int = 0) -> RowSelector:
     """Every position but the first ``first`` and last ``last`` of each sequence (BGE-M3 drops BOS/EOS)."""
 
-    def select(batch: PackedBatch, a: int, b: int) -> tuple[torch.Tensor, list[int]]:
-        lengths = batch.lengths[a:b]
-        starts = np.cumsum([0, *lengths[:-1]])
-        index = np.concatenate([np.arange(s + first, s + max(n - last, first)) for s, n in zip(starts, lengths)])
-        counts = [max(n - first - last, 0) for n in lengths]
-        return torch.from_numpy(index.astype(np.int64)).to(batch.input_ids.device), counts
+    def select(ids: np.ndarray, lengths: list[int]) -> tuple[np.ndarray, list[int]]:
+        n = np.repeat(np.asarray(lengths, dtype=np.int64), lengths)  # each token's sequence length
+        starts = np.repeat(np.cumsum([0, *lengths[:-1]], dtype=np.int64), lengths)
+        position = np.arange(n.shape[0], dtype=np.int64) - starts
+        keep = (position >= first) & (position < n - last)
+        return np.flatnonzero(keep), _per_sequence(keep, lengths)
 
     return select

@@ -59,11 +59,11 @@ class SpladePool(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         n_seqs, vocab = len(batch.lengths), self.head.decoder.shape[0]
-        out = hidden.new_zeros(n_seqs, vocab)  # (n_seqs, vocab); weights are >= 0, so 0 is the max's identity
+        out = hidden.new_zeros(n_seqs, vocab, dtype=torch.float32)  # (n_seqs, vocab); weights >= 0: 0 is the identity
         keep = ~torch.isin(batch.input_ids, self.special.to(batch.input_ids.device))  # (n_tokens,)
         for lo in range(0, hidden.shape[0], CHUNK_TOKENS):
             hi = min(lo + CHUNK_TOKENS, hidden.shape[0])
-            weights = torch.log1p(torch.relu(self.head(hidden[lo:hi])))  # (chunk, vocab)
+            weights = torch.log1p(torch.relu(self.head(hidden[lo:hi].float())))  # (chunk, vocab), fp32 head
             weights = weights * keep[lo:hi, None]
             index = batch.seg_ids[lo:hi, None].expand(-1, vocab)
             out.scatter_reduce_(0, index, weights, reduce="amax", include_self=True)

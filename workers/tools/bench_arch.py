@@ -109,7 +109,7 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
     spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="bench", max_model_len=max_len))
     backend = get_backend("cpu")
     if packed:
-        model, arch = build_model(spec, backend.attention(dtype), allow_pickle=False)
+        model, arch = build_model(spec, backend.ops(dtype), allow_pickle=False)
         if not arch.packed:
             raise ValueError(f"{spec.architecture} has no packed implementation in poolgate to compare")
         name = arch.implementation

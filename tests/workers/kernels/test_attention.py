@@ -1,7 +1,7 @@
 """The attention contract: grouped SDPA and the varlen call against a naive per-sequence reference.
 
-Mixed lengths, causal masks, sliding windows, grouped-query heads and a
-relative-position bias, each checked token by token against attention
+Mixed lengths, causal masks, sliding windows, grouped-query heads, a
+relative-position bias and soft-capped logits, each checked token by token against attention
 written out plainly (one sequence at a time, masks from explicit (i, j) rules).
 """
 import pytest
@@ -9,7 +9,7 @@ import torch
 
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention, varlen_flash
 from poolgate.workers.models.positions import RelativeBuckets
-from poolgate.workers.engine.packing import ensure_groups, pack, to_device
+from poolgate.workers.engine.packing import pack, to_device
 
 LENGTHS = [5, 1, 17, 3, 40, 9, 2, 30, 33, 1, 12]
 
@@ -25,7 +25,7 @@ def _qkv(b, heads=4, kv_heads=4, dim=8, seed=0):
             torch.randn(b.n_tokens, kv_heads, dim, generator=g))
 
 
-def _naive(q, k, v, b, *, scale, causal=False, window=None, bias=None):
+def _naive(q, k, v, b, *, scale, causal=False, window=None, bias=None, softcap=None):
     """Token i of a sequence sees key j of the same sequence iff the contract's rules allow it."""
     out = torch.empty_like(q)
     group = q.shape[1] // k.shape[1]
@@ -36,7 +36,10 @@ def _naive(q, k, v, b, *, scale, causal=False, window=None, bias=None):
         extra = bias.block(n) if bias is not None else torch.zeros(1, n, n)
         for h in range(q.shape[1]):
             kh = h // group
-            scores = q[s:e, h] @ k[s:e, kh].T * scale + extra[h % extra.shape[0]]  # (n, n)
+            scores = q[s:e, h] @ k[s:e, kh].T * scale  # (n, n)
+            if softcap is not None:
+                scores = softcap * torch.tanh(scores / softcap)
+            scores = scores + extra[h % extra.shape[0]]
             out[s:e, h] = scores.masked_fill(~ok, float("-inf")).softmax(-1) @ v[s:e, kh]
     return out
 
@@ -102,13 +105,27 @@ def test_windows_on_padded_groups_give_no_nan():
     assert torch.isfinite(out).all()
 
 
-def test_groups_are_planned_on_demand():
+def test_attention_never_plans_groups_itself():
+    """The group plan is host work made at packing (the runner's prepare); a batch without it is refused."""
     b = _batch(group_attention=False)
-    assert b.groups is None
     q, k, v = _qkv(b)
-    got = grouped_sdpa(q, k, v, b, scale=0.3, causal=True)
-    assert b.groups is not None and ensure_groups(b) is b
-    torch.testing.assert_close(got, _naive(q, k, v, b, scale=0.3, causal=True), atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="group plan"):
+        grouped_sdpa(q, k, v, b, scale=0.3, causal=True)
+    assert b.groups is None
+
+
+@pytest.mark.parametrize("case", [dict(), dict(causal=True), dict(causal=True, window=(3, 0))],
+                         ids=["full", "causal", "causal-window"])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2)])
+def test_softcap_matches_naive(case, heads, kv_heads):
+    b = _batch(waste=1.5)
+    q, k, v = (t * 3 for t in _qkv(b, heads, kv_heads))  # large logits, so the cap matters
+    want = _naive(q, k, v, b, scale=0.3, softcap=2.0, **case)
+    got = grouped_sdpa(q, k, v, b, scale=0.3, softcap=2.0, **case)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(reference_attention(q, k, v, b, scale=0.3, softcap=2.0, **case), want,
+                               atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got, grouped_sdpa(q, k, v, b, scale=0.3, **case), atol=1e-3)
 
 
 def _flash_semantics(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False,
@@ -134,17 +151,19 @@ def test_varlen_call_translates_the_contract(monkeypatch, case):
                                atol=1e-5, rtol=1e-5)
 
 
-def test_varlen_with_a_bias_uses_grouped_sdpa(monkeypatch):
+def test_varlen_with_a_bias_or_a_softcap_uses_grouped_sdpa(monkeypatch):
     import torch.nn.attention.varlen as varlen
 
-    monkeypatch.setattr(varlen, "varlen_attn", lambda *a, **k: pytest.fail("flash cannot add a bias"))
-    b = _batch(group_attention=False)
+    monkeypatch.setattr(varlen, "varlen_attn", lambda *a, **k: pytest.fail("flash cannot add a bias or cap"))
+    b = _batch()  # such a model needs_groups: the runner plans them in prepare on every backend
     q, k, v = _qkv(b)
     bias = RelativeBuckets(heads=4)
     with torch.no_grad():
         full = bias.for_length(b.max_len)
         torch.testing.assert_close(varlen_flash(q, k, v, b, scale=0.3, bias=full),
                                    _naive(q, k, v, b, scale=0.3, bias=full), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(varlen_flash(q, k, v, b, scale=0.3, softcap=1.5, causal=True),
+                               _naive(q, k, v, b, scale=0.3, softcap=1.5, causal=True), atol=1e-5, rtol=1e-5)
 
 
 def test_backends_hand_out_the_contract():

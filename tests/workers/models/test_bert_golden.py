@@ -4,7 +4,7 @@ import torch
 
 from poolgate.shared.config import WorkerConfig
 from tests.fakes import make_tiny_checkpoint
-from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import build_model
 from poolgate.workers.engine.packing import pack
 from poolgate.workers.load.st_config import read_spec
@@ -15,7 +15,7 @@ SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], 
 
 def _packed_hidden(folder, seqs):
     spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
-    model, arch = build_model(spec, grouped_sdpa, allow_pickle=False)
+    model, arch = build_model(spec, REFERENCE, allow_pickle=False)
     assert arch.packed
     with torch.no_grad():
         return model(pack(seqs))

@@ -17,6 +17,7 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models import build_model
 from poolgate.workers.engine.packing import pack
 from poolgate.workers.load.st_config import read_spec
@@ -78,7 +79,7 @@ def reference_hidden(model, seqs) -> list[torch.Tensor]:
 
 def packed_hidden(folder, seqs, attention=grouped_sdpa, **overrides) -> tuple[list[torch.Tensor], str]:
     spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t", hf_overrides=overrides))
-    model, arch = build_model(spec, attention, allow_pickle=False)
+    model, arch = build_model(spec, Ops(attention=attention), allow_pickle=False)
     with torch.no_grad():
         out = model(pack(seqs))  # (n_tokens, hidden)
     return list(out.split([len(s) for s in seqs])), arch.implementation

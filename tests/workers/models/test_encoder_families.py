@@ -48,10 +48,30 @@ def test_every_registered_family_follows_the_protocol():
 
     for name, family in ARCHITECTURES.items():  # the model class, or what a factory says it returns
         cls = family.model if isinstance(family.model, type) else typing.get_type_hints(family.model)["return"]
-        for method in ("load_weights", "forward", "use_packed_linears"):
+        for method in ("load_weights", "forward"):
             assert callable(getattr(cls, method, None)), f"{name}: {family.name} lacks {method}"
+        assert not hasattr(cls, "use_packed_linears"), f"{name}: kernel choices belong to the backend's ops"
         assert family.heads <= HEAD_KINDS and family.default_pooling in ("CLS", "MEAN", "LAST")
-    assert callable(HfAutoEncoder.use_packed_linears)  # the fallback too: the CPU backend calls it unprobed
+    assert HfAutoEncoder.needs_groups is False  # the fallback runs transformers' attention: no group plan
+
+
+def test_model_code_makes_no_backend_choice():
+    """Families build from the injected ops bundle: no kernel, backend or device choice in workers/models."""
+    from pathlib import Path
+
+    import poolgate.workers.models as models
+
+    banned = ("grouped_sdpa", "varlen_flash", "PackedLinear", "mkldnn", "kernels.linear", "kernels.norm",
+              "kernels.rope", "ensure_groups", ".cuda", "nn.Linear(", "nn.LayerNorm(")
+    allowed = {"hf_auto.py", "score.py"}  # transformers' own model; classifier heads (run by the poolers in fp32)
+    for path in sorted(Path(models.__file__).parent.glob("*.py")):
+        if path.name in allowed:
+            continue
+        text = path.read_text()
+        found = [word for word in banned if word in text]
+        if path.name == "modernbert.py":  # its classifier head (ModernBertHead) is a pooler's, not the encoder's
+            found = [w for w in found if w not in ("nn.Linear(", "nn.LayerNorm(")]
+        assert not found, f"workers/models/{path.name} names {found}"
 
 
 @pytest.mark.parametrize("model_type,grouped", [("mpnet", True), ("bert", False)])
@@ -63,7 +83,9 @@ def test_runner_plans_groups_for_models_that_need_them(tmp_path, monkeypatch, mo
     from poolgate.workers.load.build import load_model
     from poolgate.workers.engine.sequence import Sequence
 
-    monkeypatch.setattr(CpuBackend, "uses_groups", lambda self, dtype: False)
+    from poolgate.workers.kernels.attention import reference_attention
+
+    monkeypatch.setattr(CpuBackend, "attention", lambda self, dtype: reference_attention)  # reads no group plan
     save_tiny(tmp_path, model_type)
     model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
                                     backend="cpu", max_batch_tokens=256))

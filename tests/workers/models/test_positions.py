@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from poolgate.workers.models.positions import (
-    LearnedPositions, RelativeBuckets, Rope, RopeConfig, apply_rope, learned_offset, relative_bucket)
+    LearnedPositions, RelativeBuckets, Rope, RopeConfig, learned_offset, relative_bucket)
+from poolgate.workers.kernels.rope import apply_rope
 from poolgate.workers.engine.packing import pack
 
 LENGTHS = [5, 1, 40, 3]

@@ -183,12 +183,12 @@ def test_gte_settings_transformers_cannot_run_are_refused(tmp_path, change, mess
 @pytest.mark.parametrize("family", FAMILIES)
 def test_prepacked_bf16_linears_match_plain_ones(tmp_path, family):
     """The CPU bf16 path (oneDNN-prepacked linears) computes what the plain bf16 linears do."""
-    from poolgate.workers.kernels.linear import packed_linear_available
+    from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 
     if not packed_linear_available():
         pytest.skip("this torch build has no oneDNN prepacked linear")
     save(tmp_path, family, AutoModel)
     model = packed_model(tmp_path).to(torch.bfloat16)
     plain = packed_hidden(model).float()
-    model.use_packed_linears()
+    prepack_linears(model)
     assert worst_cosine(packed_hidden(model).float(), plain) >= 0.999

@@ -1,0 +1,32 @@
+"""Normalization modules of the ops bundle: LayerNorm (torch's) and RMSNorm (Llama and Gemma styles)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """x: (..., dim) → the same; fp32 inside; ``gemma`` = weight stored as an offset from 1.
+
+    Llama-style ``w * x̂`` cast back, Gemma ``x̂ * (1 + w)`` then cast (as transformers computes them)."""
+
+    def __init__(self, dim: int, eps: float, gemma: bool = False):
+        super().__init__()
+        self.eps, self.gemma = eps, gemma
+        self.weight = nn.Parameter(torch.zeros(dim) if gemma else torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma:
+            return (h * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * h.to(x.dtype)
+
+
+def layer_norm(dim: int, eps: float, bias: bool = True) -> nn.Module:
+    """The reference LayerNorm: torch's own (its ``weight``/``bias`` are the checkpoint's names)."""
+    return nn.LayerNorm(dim, eps=eps, bias=bias)
+
+
+def rms_norm(dim: int, eps: float, gemma: bool = False) -> nn.Module:
+    return RMSNorm(dim, eps, gemma)
