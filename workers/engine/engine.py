@@ -5,8 +5,9 @@
 embed input cut by chunked processing: ``workers.chunking``), each carrying its
 call's priority, deadline and arrival, all at once into the bounded scheduler
 (a full queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the
-batch cut is the scheduler's policy object). Two threads then run batches as a
-two-stage pipeline:
+batch cut is the scheduler's policy object, by default ``fair``: priority lanes
+with aging, round robin over calls, ``workers.engine.fair_policy``). Two threads
+then run batches as a two-stage pipeline:
 
 - the *prepare* thread cuts the next batch from the scheduler, drops
   sequences whose call's deadline has passed, and has the runner ``prepare``
@@ -40,6 +41,7 @@ from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from poolgate.workers.engine.inputs import InputStage
+from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchPolicy
 from poolgate.workers.engine.runner_api import LoadedModel, RunOutput, Step
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
@@ -110,7 +112,8 @@ class Engine:
         self._device_memory = model.device_memory
         self.inputs = InputStage(model.info, model.encoder)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
-        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded, policy=policy,
+        self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded,
+                                              policy=policy if policy is not None else FairPolicy(),
                                               max_queued_tokens=bound)
         self.stats = PipelineStats()
         self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
@@ -176,7 +179,7 @@ class Engine:
         encoded = await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
         _check_deadline(call.deadline)
         token_lists, types = encoded.ids, encoded.type_ids
-        prompt_tokens = [len(ids) for ids in token_lists]
+        prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
         state = _Call(self._loop.create_future())
         if chunks_inputs(self.info, call.params.task):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
@@ -201,7 +204,7 @@ class Engine:
             started = state.queued_at if state.started is None else state.started
             self._tracer.trace(call, start, state.queued_at, started, state.steps)
         return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
-                             timings=state.timings())
+                             timings=state.timings(), windows=encoded.windows)
 
     # --- the prepare thread -------------------------------------------------
 
@@ -295,7 +298,8 @@ class Engine:
             end = time.perf_counter()
             self.stats.execute_s += end - start
             self._running = 0  # before any call is resolved: a caller never sees its own batch running
-        self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens)
+        self.stats.record_batch(len(prepared.seqs), prepared.tokens, self.scheduler.max_batch_tokens, end - start)
+        self.scheduler.tokens_per_s = self.stats.tokens_per_s
         for call in calls:
             call.finished = end
             if steps:

@@ -1,8 +1,10 @@
 """The scheduler's batch cut as a policy object: which queued sequences make the next batch.
 
-A policy holds the queue (``add``, ``remove``, iteration, ``len``) and fills one
-``BatchCut`` at a time from it; the scheduler (``workers.engine.scheduler``)
-owns the lock, the token count, blocking and closing. ``BatchCut`` is the
+A policy holds the queue (``add``, ``remove``, iteration, ``len``), says the
+budget of the next batch (``budget``: the full ``max_batch_tokens``, or less under
+mixed load given the worker's measured token rate) and fills one ``BatchCut`` at
+a time from it; the scheduler (``workers.engine.scheduler``) owns the lock, the
+token count, blocking and closing. ``BatchCut`` is the
 budget: ``fits(item)`` says whether one more item keeps the batch's cost within
 ``max_batch_tokens`` (packed: the sum of lengths; padded: count × longest), and
 is always true for the first item (an input longer than the budget still runs,
@@ -11,7 +13,10 @@ alone). A policy ``take``s what goes in and ``drop``s cancelled items it meets.
 Policies (``POLICIES``, by name):
 
 - ``fifo``: first in, first out; an item that does not fit ends the batch
-  (nothing jumps the queue).
+  (nothing jumps the queue); always the full budget.
+- ``fair`` (``workers.engine.fair_policy``, the worker's default): priority
+  lanes with aging, round robin over the calls of a lane, a budget bounded in
+  device time under mixed load.
 """
 from __future__ import annotations
 
@@ -59,6 +64,8 @@ class BatchPolicy(Protocol):
 
     def add(self, item: Schedulable) -> None: ...
 
+    def budget(self, max_batch_tokens: int, tokens_per_s: float | None) -> int: ...
+
     def cut(self, batch: BatchCut) -> None: ...
 
     def remove(self, doomed: Callable[[Schedulable], bool]) -> list[Schedulable]: ...
@@ -76,6 +83,9 @@ class FifoPolicy:
 
     def add(self, item: Schedulable) -> None:
         self._queue.append(item)
+
+    def budget(self, max_batch_tokens: int, tokens_per_s: float | None) -> int:
+        return max_batch_tokens
 
     def cut(self, batch: BatchCut) -> None:
         while self._queue:
@@ -100,5 +110,3 @@ class FifoPolicy:
     def __len__(self) -> int:
         return len(self._queue)
 
-
-POLICIES: dict[str, Callable[[], BatchPolicy]] = {"fifo": FifoPolicy}

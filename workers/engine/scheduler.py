@@ -3,8 +3,9 @@
 Pure Python and thread-safe: the event loop ``add``s tokenized sequences, the
 engine thread blocks in ``next_batch``. There is no wait timer: at low load a
 lone request runs at once; under load the queue fills while the device works
-and the next batch takes everything that fits the token budget, in the order
-the batch policy chooses (``workers.engine.policy``: FIFO by default). The
+and the next batch takes everything that fits the token budget (the policy's,
+at most ``max_batch_tokens``), in the order the batch policy chooses
+(``workers.engine.policy``: FIFO by default here; the engine uses ``fair``). The
 first item always goes, even when it alone is over budget (a single input
 longer than the budget must still run). Items whose client left
 (``.cancelled``) are dropped wherever they sit and never returned.
@@ -29,9 +30,13 @@ import time
 from typing import Callable
 
 from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchCut, BatchPolicy, FifoPolicy, Schedulable
 
-__all__ = ["Schedulable", "TokenBudgetScheduler"]
+__all__ = ["POLICIES", "Schedulable", "TokenBudgetScheduler"]
+
+# The batch policies by name (``workers.engine.policy``); the engine's default is "fair".
+POLICIES: dict[str, Callable[[], BatchPolicy]] = {"fifo": FifoPolicy, "fair": FairPolicy}
 
 
 class TokenBudgetScheduler:
@@ -51,6 +56,7 @@ class TokenBudgetScheduler:
         self._tokens = 0
         self._closed = False
         self._cond = threading.Condition()
+        self.tokens_per_s: float | None = None  # the worker's measured rate (the engine sets it): the policy's budget
 
     def add(self, item: Schedulable) -> None:
         """Queue one item and wake a waiting ``next_batch``."""
@@ -81,7 +87,7 @@ class TokenBudgetScheduler:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._closed:
-                if hold is None or self._tokens >= self.max_batch_tokens or not hold():
+                if hold is None or self._tokens >= self._budget() or not hold():
                     batch = self._cut()
                     if batch:
                         return batch
@@ -125,10 +131,13 @@ class TokenBudgetScheduler:
 
     def _cut(self) -> list[Schedulable]:
         """The policy's next batch within the budget; cancelled items it met are gone from the count."""
-        batch = BatchCut(self.max_batch_tokens, padded=self.padded)
+        batch = BatchCut(self._budget(), padded=self.padded)
         self._policy.cut(batch)
         self._tokens -= sum(item.num_tokens for item in (*batch.items, *batch.dropped))
         return batch.items
+
+    def _budget(self) -> int:
+        return self._policy.budget(self.max_batch_tokens, self.tokens_per_s)
 
     def _purge(self) -> None:
         gone = self._policy.remove(lambda item: item.cancelled)

@@ -2,6 +2,9 @@
 
 Read by the ``health`` op, so the gateway's /metrics shows batch size,
 tokens and fill per worker, and logged once when the worker stops.
+``tokens_per_s`` is the worker's measured capacity: a moving average of the
+tokens per second of device time over recent batches (the batch policy's
+time budget and the gateway's admission read it); 0 until a batch ran.
 """
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 from poolgate.shared import telemetry as names
 from poolgate.shared.histogram import Histogram
+
+
+RATE_WEIGHT = 0.2  # the newest batch's weight in ``tokens_per_s``
 
 
 @dataclass
@@ -21,11 +27,16 @@ class PipelineStats:
     prepare_s: float = 0.0
     execute_s: float = 0.0
     prepare_overlapped_s: float = 0.0  # prepare time spent while a batch was executing
+    tokens_per_s: float = 0.0  # moving average over batches (module doc)
     batch_size: Histogram = field(default_factory=lambda: Histogram(names.BATCH_SIZE_BUCKETS))
     batch_tokens: Histogram = field(default_factory=lambda: Histogram(names.TOKEN_BUCKETS))
     batch_fill: Histogram = field(default_factory=lambda: Histogram(names.FILL_BUCKETS))
 
-    def record_batch(self, sequences: int, tokens: int, budget: int) -> None:
+    def record_batch(self, sequences: int, tokens: int, budget: int, seconds: float = 0.0) -> None:
+        if seconds > 0:
+            rate = tokens / seconds
+            last = self.tokens_per_s
+            self.tokens_per_s = rate if not last else RATE_WEIGHT * rate + (1 - RATE_WEIGHT) * last
         self.batches += 1
         self.sequences += sequences
         self.tokens += tokens

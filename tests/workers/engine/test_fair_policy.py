@@ -1,0 +1,120 @@
+"""FairPolicy: priority lanes, aging that never overtakes, round robin over calls, the mixed-load budget."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import PoolingCall
+from poolgate.workers.engine.engine import Engine
+from poolgate.workers.engine.fair_policy import FairPolicy
+from poolgate.workers.engine.policy import BatchCut
+from poolgate.workers.engine.scheduler import TokenBudgetScheduler
+from poolgate.workers.engine.sequence import Sequence
+from tests.fakes import fake_model
+
+
+def seqs(name: str, n: int, *, tokens: int = 1, priority: int = 0, waited: float = 0.0) -> list[Sequence]:
+    """``n`` sequences of one call named ``name`` (each sequence's first token is its index)."""
+    arrival = time.monotonic() - waited
+    return [Sequence([i] * tokens, PoolingParams(), arrival=arrival, handle=name, priority=priority)
+            for i in range(n)]
+
+
+def cut(policy: FairPolicy, budget: int) -> list[tuple[str, int]]:
+    batch = BatchCut(budget)
+    policy.cut(batch)
+    return [(s.handle, s.token_ids[0]) for s in batch.items]
+
+
+def queue(policy: FairPolicy, *calls: list[Sequence]) -> FairPolicy:
+    for call in calls:
+        for s in call:
+            policy.add(s)
+    return policy
+
+
+def test_a_big_call_shares_the_batch_round_robin_with_a_small_one():
+    policy = queue(FairPolicy(), seqs("big", 2048), seqs("small", 1, waited=-0.001))
+    assert cut(policy, 4) == [("big", 0), ("small", 0), ("big", 1), ("big", 2)]
+    assert len(policy) == 2045
+
+
+def test_a_lower_priority_number_runs_first_and_leftover_budget_goes_to_the_next_lane():
+    policy = queue(FairPolicy(), seqs("bulk", 5, priority=10, waited=0.5), seqs("live", 2, priority=0))
+    assert cut(policy, 4) == [("live", 0), ("live", 1), ("bulk", 0), ("bulk", 1)]
+
+
+def test_aging_lifts_a_waiting_call_to_the_best_lane_but_never_past_it():
+    policy = queue(FairPolicy(aging_s=1.0), seqs("bulk", 3, priority=10, waited=100.0), seqs("live", 3, priority=0))
+    # 100 s of waiting would be level -90: it stops at the best queued (0) and shares that lane, oldest first
+    assert cut(policy, 4) == [("bulk", 0), ("live", 0), ("bulk", 1), ("live", 1)]
+    young = queue(FairPolicy(aging_s=1.0), seqs("bulk", 2, priority=10, waited=5.0), seqs("live", 2, priority=0))
+    assert cut(young, 2) == [("live", 0), ("live", 1)]  # 5 s lifted it to level 5 only
+
+
+def test_a_sequence_that_does_not_fit_is_skipped_for_this_batch_only():
+    policy = queue(FairPolicy(), seqs("long", 1, tokens=8), seqs("short", 3, tokens=1, waited=-0.001))
+    assert [n for n, _ in cut(policy, 4)] == ["long"]  # the first item always goes, even over budget
+    policy = queue(FairPolicy(), seqs("a", 1, tokens=3), seqs("long", 1, tokens=8, waited=-0.001),
+                   seqs("b", 1, tokens=1, waited=-0.002))
+    assert [n for n, _ in cut(policy, 4)] == ["a", "b"]
+    assert [n for n, _ in cut(policy, 4)] == ["long"]
+
+
+def test_cancelled_sequences_are_dropped_and_removed():
+    policy = queue(FairPolicy(), first := seqs("a", 3), seqs("b", 1, waited=-0.001))
+    first[0].cancelled = True
+    batch = BatchCut(10)
+    policy.cut(batch)
+    assert [(s.handle, s.token_ids[0]) for s in batch.items] == [("a", 1), ("b", 0), ("a", 2)]
+    assert batch.dropped == [first[0]] and len(policy) == 0
+    queue(policy, later := seqs("c", 2))
+    assert policy.remove(lambda s: s is later[1]) == [later[1]] and list(policy) == [later[0]]
+
+
+def test_under_mixed_load_the_budget_is_about_max_batch_s_of_device_time():
+    policy = FairPolicy(max_batch_s=0.25, min_batch_tokens=100)
+    queue(policy, seqs("a", 1))
+    assert policy.budget(8192, 4000.0) == 8192  # a lone call: the full budget
+    queue(policy, seqs("b", 1))
+    assert policy.budget(8192, 4000.0) == 1000
+    assert policy.budget(8192, 40.0) == 100 and policy.budget(8192, None) == 8192
+
+
+def test_the_scheduler_cuts_with_the_policys_budget():
+    s = TokenBudgetScheduler(8, policy=FairPolicy(max_batch_s=1.0, min_batch_tokens=1))
+    for call in (seqs("a", 4), seqs("b", 4, waited=-0.001)):
+        s.add_all(call)
+    s.tokens_per_s = 2.0  # 2 tokens per batch under mixed load
+    assert [x.handle for x in s.next_batch(0)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("kwargs", [{"aging_s": 0}, {"max_batch_s": -1}, {"min_batch_tokens": 0}])
+def test_bad_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        FairPolicy(**kwargs)
+
+
+async def test_in_the_engine_a_small_call_runs_in_the_next_batch_beside_a_big_one():
+    model = fake_model(max_batch_tokens=8)
+    engine = Engine(model)
+    await engine.start()
+    try:
+        model.runner.release.clear()
+        held = asyncio.create_task(engine.submit(PoolingCall(request_id="h", model="fake-model", inputs=[[1]])))
+        await asyncio.to_thread(model.runner.entered.wait, 2)
+        big = asyncio.create_task(engine.submit(
+            PoolingCall(request_id="big", model="fake-model", inputs=[[100 + i] for i in range(64)])))
+        await asyncio.sleep(0.05)
+        small = asyncio.create_task(engine.submit(PoolingCall(request_id="s", model="fake-model", inputs=[[7]])))
+        await asyncio.sleep(0.05)
+        model.runner.release.set()
+        await asyncio.gather(held, big, small)
+        ran = [[s.token_ids[0] for s in batch] for batch in model.runner.batches]
+        small_at = next(i for i, batch in enumerate(ran) if 7 in batch)
+        assert small_at <= 2 and len(ran) >= 9  # the big call needs 8 batches; the small one did not wait for them
+    finally:
+        await engine.stop()

@@ -1,0 +1,118 @@
+"""The priority + fairness batch policy: lanes by priority with aging, round robin over the calls of a lane.
+
+The worker's default batch cut (``workers.engine.policy`` describes the
+contract). Queued sequences are grouped by call (``Sequence.handle``); a call
+has its sequences' priority (lower runs earlier) and arrival. Each cut:
+
+1. **Lanes.** A call's level is its priority lifted one step per ``aging_s``
+   seconds it has waited, never past the best priority queued; so bulk work
+   at priority 10 still runs beside a stream of priority-0 calls (after
+   ``10 × aging_s`` it shares their lane), but never overtakes them.
+2. **Round robin.** Within a level, calls take one sequence each in turn,
+   oldest call first, so a call of 2,048 inputs fills the batch only with what
+   the others leave: a 1-input call beside it is in the next batch, not after
+   the big one's last input. A sequence that does not fit is skipped for this
+   batch (smaller ones may); the first sequence always goes. What one level
+   leaves of the budget goes to the next.
+3. **Mixed-load budget.** While more than one call is queued, the budget
+   shrinks to about ``max_batch_s`` of device time at the worker's measured
+   token rate (never below ``min_batch_tokens``), so no batch holds the device
+   long while others wait. A lone call gets the full budget.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from poolgate.workers.engine.policy import BatchCut, Schedulable
+
+
+@dataclass(eq=False)
+class _CallQueue:
+    """One call's queued sequences, in input order."""
+
+    priority: int
+    arrival: float
+    order: int  # insertion order: ties on arrival keep it
+    items: deque = field(default_factory=deque)
+
+
+class FairPolicy:
+    """Priority lanes with aging, round robin over calls, a budget bounded in time (module doc)."""
+
+    def __init__(self, *, aging_s: float = 1.0, max_batch_s: float = 0.25, min_batch_tokens: int = 256):
+        if aging_s <= 0 or max_batch_s <= 0 or min_batch_tokens < 1:
+            raise ValueError("aging_s and max_batch_s must be > 0 and min_batch_tokens >= 1")
+        self.aging_s, self.max_batch_s, self.min_batch_tokens = aging_s, max_batch_s, min_batch_tokens
+        self._calls: dict[int, _CallQueue] = {}
+        self._count = 0
+        self._added = 0
+
+    def add(self, item: Schedulable) -> None:
+        key = id(_call_of(item))
+        queue = self._calls.get(key)
+        if queue is None:
+            self._added += 1
+            queue = self._calls[key] = _CallQueue(getattr(item, "priority", 0),
+                                                  getattr(item, "arrival", time.monotonic()), self._added)
+        queue.items.append(item)
+        self._count += 1
+
+    def budget(self, max_batch_tokens: int, tokens_per_s: float | None) -> int:
+        """The full budget for a lone call; under mixed load about ``max_batch_s`` of device time."""
+        if len(self._calls) < 2 or not tokens_per_s:
+            return max_batch_tokens
+        return min(max_batch_tokens, max(self.min_batch_tokens, int(tokens_per_s * self.max_batch_s)))
+
+    def cut(self, batch: BatchCut) -> None:
+        for lane in self._lanes(time.monotonic()):
+            turn = deque(lane)
+            while turn:
+                call = turn.popleft()
+                while call.items and call.items[0].cancelled:
+                    self._pop(call, batch.drop)
+                if not call.items or not batch.fits(call.items[0]):
+                    continue
+                self._pop(call, batch.take)
+                if call.items:
+                    turn.append(call)
+        self._calls = {k: q for k, q in self._calls.items() if q.items}
+
+    def remove(self, doomed: Callable[[Schedulable], bool]) -> list[Schedulable]:
+        gone = []
+        for call in self._calls.values():
+            if any(doomed(item) for item in call.items):
+                gone += [item for item in call.items if doomed(item)]
+                call.items = deque(item for item in call.items if not doomed(item))
+        self._count -= len(gone)
+        self._calls = {k: q for k, q in self._calls.items() if q.items}
+        return gone
+
+    def __iter__(self) -> Iterator[Schedulable]:
+        return (item for call in self._calls.values() for item in call.items)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _lanes(self, now: float) -> list[list[_CallQueue]]:
+        """The queued calls by level (best first), each level oldest first."""
+        if not self._calls:
+            return []
+        best = min(call.priority for call in self._calls.values())
+        levels: dict[int, list[_CallQueue]] = {}
+        for call in self._calls.values():
+            level = max(best, call.priority - int((now - call.arrival) / self.aging_s))
+            levels.setdefault(level, []).append(call)
+        return [sorted(levels[level], key=lambda c: (c.arrival, c.order)) for level in sorted(levels)]
+
+    def _pop(self, call: _CallQueue, to: Callable[[Schedulable], None]) -> None:
+        to(call.items.popleft())
+        self._count -= 1
+
+
+def _call_of(item: Any) -> Any:
+    """The call an item belongs to (its engine handle); an item without one is a call of its own."""
+    handle = getattr(item, "handle", None)
+    return item if handle is None else handle
