@@ -12,7 +12,7 @@ from __future__ import annotations
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.tasks import TASK_PARAMS
-from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
+from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
 
 PAIR_TASKS = ("classify",)  # the tasks that read a TextPair as one sequence (a cross-encoder)
 CHUNKED_TASKS = ("embed",)  # the tasks chunked processing splits (each folds back by workers.chunking.FOLDS)
@@ -140,6 +140,8 @@ def check_inputs(info: ModelInfo, inputs: list[Input], task: str | None = None) 
             _check_cap(x.max_tokens)
         elif isinstance(x, ChatInput):
             _check_chat(x)
+        elif isinstance(x, WindowedText):
+            _check_windowed(x, task)
         elif isinstance(x, list) and all(_is_token_id(t) for t in x):
             check_token_ids(info, x)
         else:
@@ -155,6 +157,21 @@ def _check_pair(pair: TextPair, task: str | None) -> None:
     _check_text(pair.text_pair)
     _check_cap(pair.max_text_tokens)
     _check_cap(pair.max_pair_tokens)
+
+
+def _check_windowed(doc: WindowedText, task: str | None) -> None:
+    """A document to read in windows: valid texts and caps, at least one window, a non-negative overlap."""
+    if doc.query is not None:
+        _check_pair(TextPair(doc.query, doc.text, doc.max_query_tokens, doc.max_tokens), task)
+    else:
+        _check_text(doc.text)
+        _check_cap(doc.max_tokens)
+    if not _is_token_id(doc.max_windows) or doc.max_windows < 1:
+        raise InvalidRequest(f"max_chunks_per_doc must be at least 1, got {doc.max_windows!r}.",
+                             param="max_chunks_per_doc")
+    if not _is_token_id(doc.overlap):
+        raise InvalidRequest(f"chunk_overlap must be a non-negative integer, got {doc.overlap!r}.",
+                             param="chunk_overlap")
 
 
 def _check_chat(chat: ChatInput) -> None:

@@ -13,7 +13,14 @@ are decided once:
   document once, queries first, and is scored by cosine / MaxSim;
 - per-side caps (vLLM's ``max_tokens_per_query`` / ``max_tokens_per_doc``, 0 =
   off) must be below ``max_model_len`` and cut each side to that many content
-  tokens in the worker (``TextPair`` / ``CappedText`` caps).
+  tokens in the worker (``TextPair`` / ``CappedText`` caps);
+- long documents (a ``WindowSpec``: Cohere's ``max_chunks_per_doc``, a token
+  overlap, a fold) travel as ``WindowedText``: the worker reads each window as
+  its own pair (cross-encoder) or text (bi-encoder, late interaction) and
+  answers one row per window; each window is scored against its query and a
+  document's score is the max (default) or mean of its windows' scores
+  (``shared.windows.fold``), its best window's span named. Without a spec the
+  plan is vLLM's.
 """
 from __future__ import annotations
 
@@ -26,10 +33,12 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.scoring import SCORERS, check_pairs, query_of
 from poolgate.shared.tasks import SCORE_TYPES
+from poolgate.shared.windows import FOLDS, Windows, WindowedText, fold
 from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair
 
 CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 CAPPED_TEXTS = "max_tokens_per_query and max_tokens_per_doc cut texts: pass the inputs as strings"
+WINDOWED_TEXTS = "max_chunks_per_doc cuts texts into windows: pass the documents as strings"
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,24 @@ class SideCaps:
 
     query: int = 0
     document: int = 0
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Long documents in windows: at most ``max_chunks`` windows each, ``overlap`` tokens shared by
+    consecutive windows, and how window scores fold into the document's (``shared.windows.FOLDS``)."""
+
+    max_chunks: int
+    overlap: int = 0
+    fold: str = "max"
+
+
+@dataclass(frozen=True)
+class PairScores:
+    """One score per pair, in document order; with windows, each document's best window (index, start, end)."""
+
+    values: np.ndarray  # (pairs,) float32
+    best: list[tuple[int, int, int]] | None = None
 
 
 def scoring_enabled(info: ModelInfo) -> bool:
@@ -60,6 +87,22 @@ def scorer_of(info: ModelInfo) -> str:
     return kind
 
 
+def check_windows(info: ModelInfo, spec: WindowSpec) -> None:
+    """A window spec the worker can cut (the overlap against the window itself is checked there)."""
+    if isinstance(spec.max_chunks, bool) or not isinstance(spec.max_chunks, int) or spec.max_chunks < 1:
+        raise InvalidRequest(f"max_chunks_per_doc must be at least 1, got {spec.max_chunks!r}.",
+                             param="max_chunks_per_doc")
+    if isinstance(spec.overlap, bool) or not isinstance(spec.overlap, int) or spec.overlap < 0:
+        raise InvalidRequest(f"chunk_overlap must be a non-negative integer, got {spec.overlap!r}.",
+                             param="chunk_overlap")
+    if spec.overlap >= info.max_model_len:
+        raise InvalidRequest(f"chunk_overlap ({spec.overlap}) must be smaller than the window, which is at "
+                             f"most max_model_len ({info.max_model_len}) tokens.", param="chunk_overlap")
+    if spec.fold not in FOLDS:
+        raise InvalidRequest(f"chunk_aggregation must be one of {', '.join(FOLDS)}, got {spec.fold!r}.",
+                             param="chunk_aggregation")
+
+
 def check_caps(info: ModelInfo, caps: SideCaps) -> None:
     """vLLM's rule: a per-side cap must be below max_model_len (0 = off)."""
     for name, value in (("max_tokens_per_query", caps.query), ("max_tokens_per_doc", caps.document)):
@@ -77,30 +120,52 @@ class ScorePlan:
     n_queries: int
     n_documents: int
     inputs: list[Input]
+    windows: WindowSpec | None = None
 
     def params(self, **fields) -> PoolingParams:
         """The call's pooling params: the scorer's task, with ``fields`` (truncation, activation)."""
         return PoolingParams(task=self.task, **fields)
 
-    def scores(self, rows: Rows) -> np.ndarray:
-        """(pairs,) float32 scores, in document order, from the call's rows."""
-        return SCORERS[self.kind](rows, self.n_queries)
+    def scores(self, rows: Rows, windows: Windows | None = None) -> PairScores:
+        """One score per pair, in document order, from the call's rows (one per window with ``windows``)."""
+        if self.windows is None:
+            return PairScores(SCORERS[self.kind](rows, self.n_queries))
+        if windows is None:
+            raise ValueError("a windowed score call's result has no windows")
+        skip = 0 if self.kind == "cross-encoder" else self.n_queries  # the queries' own rows come first
+        counts, spans = list(windows.counts[skip:]), list(windows.spans[skip:])
+        pair_query = query_of(self.n_queries, self.n_documents)
+        index = [pair_query[doc] for doc, count in enumerate(counts) for _ in range(count)]  # query per window
+        folded = fold(SCORERS[self.kind](rows, self.n_queries, index), counts, spans, self.windows.fold)
+        return PairScores(folded.scores, folded.best)
 
 
 def plan_scores(info: ModelInfo, queries: list[Input], documents: list[Input], caps: SideCaps = SideCaps(),
-                instruction: str | None = None) -> ScorePlan:
+                instruction: str | None = None, windows: WindowSpec | None = None) -> ScorePlan:
     """The plan for scoring ``queries`` against ``documents`` with ``info``'s own scorer."""
     check_pairs(len(queries), len(documents))
     kind = scorer_of(info)
     check_caps(info, caps)
+    if windows is not None:
+        check_windows(info, windows)
+        if not all(isinstance(d, str) for d in documents):
+            raise InvalidRequest(WINDOWED_TEXTS, param="documents")
+    pair_query = query_of(len(queries), len(documents))
     if kind == "cross-encoder":
         if not all(isinstance(x, str) for x in (*queries, *documents)):
             raise InvalidRequest(CROSS_ENCODER_TEXTS)
-        inputs: list[Input] = [TextPair(queries[q], d, caps.query, caps.document, instruction)
-                               for q, d in zip(query_of(len(queries), len(documents)), documents)]
+        if windows is not None:
+            inputs: list[Input] = [WindowedText(d, windows.max_chunks, windows.overlap, queries[q], instruction,
+                                                caps.query, caps.document) for q, d in zip(pair_query, documents)]
+        else:
+            inputs = [TextPair(queries[q], d, caps.query, caps.document, instruction)
+                      for q, d in zip(pair_query, documents)]
+    elif windows is not None:
+        inputs = [_capped(q, caps.query) for q in queries] + [
+            WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in documents]
     else:
         inputs = [_capped(q, caps.query) for q in queries] + [_capped(d, caps.document) for d in documents]
-    return ScorePlan(kind, info.tasks[0], len(queries), len(documents), inputs)
+    return ScorePlan(kind, info.tasks[0], len(queries), len(documents), inputs, windows)
 
 
 def _capped(x: Input, cap: int) -> Input:

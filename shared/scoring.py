@@ -37,13 +37,14 @@ def query_of(n_queries: int, n_documents: int) -> list[int]:
     return [0] * n_documents if n_queries == 1 else list(range(n_documents))
 
 
-def cosine_scores(rows: Rows, n_queries: int) -> np.ndarray:
-    """(pairs,) cosines: ``rows`` holds the queries' then the documents' vectors, (n, dim)."""
+def cosine_scores(rows: Rows, n_queries: int, index: list[int] | None = None) -> np.ndarray:
+    """(pairs,) cosines: ``rows`` holds the queries' then the documents' vectors, (n, dim); ``index``: the
+    query of each document row (default: vLLM's pairing)."""
     vectors = rows.values.astype(np.float32, copy=False)
     queries, documents = vectors[:n_queries], vectors[n_queries:]  # (q, dim), (d, dim)
     norms_q = np.maximum(np.linalg.norm(queries, axis=1), EPS)  # (q,)
     norms_d = np.maximum(np.linalg.norm(documents, axis=1), EPS)  # (d,)
-    index = np.asarray(query_of(n_queries, len(documents)))
+    index = np.asarray(query_of(n_queries, len(documents)) if index is None else index, dtype=np.int64)
     dots = np.einsum("ij,ij->i", queries[index], documents)  # (d,)
     return (dots / (norms_q[index] * norms_d)).astype(np.float32)
 
@@ -54,21 +55,21 @@ def maxsim(query: np.ndarray, document: np.ndarray) -> float:
     return float(sims.max(axis=1).sum())
 
 
-def maxsim_scores(rows: Rows, n_queries: int) -> np.ndarray:
+def maxsim_scores(rows: Rows, n_queries: int, index: list[int] | None = None) -> np.ndarray:
     """(pairs,) MaxSim scores: ``rows`` holds the queries' then the documents' token vectors."""
     n_documents = len(rows) - n_queries
-    index = query_of(n_queries, n_documents)
+    index = query_of(n_queries, n_documents) if index is None else index
     return np.array([maxsim(rows.item(index[i]), rows.item(n_queries + i)) for i in range(n_documents)],
                     dtype=np.float32)
 
 
-def cross_encoder_scores(rows: Rows, n_queries: int) -> np.ndarray:
+def cross_encoder_scores(rows: Rows, n_queries: int, index: list[int] | None = None) -> np.ndarray:
     """(pairs,) scores of a one-label classifier: one row per pair, its single output."""
     return rows.values.reshape(len(rows), -1)[:, 0].astype(np.float32)
 
 
 # How each task's outputs become pair scores (by shared.tasks.SCORE_TYPES name).
-SCORERS: dict[str, Callable[[Rows, int], np.ndarray]] = {
+SCORERS: dict[str, Callable[[Rows, int, list[int] | None], np.ndarray]] = {
     "bi-encoder": cosine_scores,
     "late-interaction": maxsim_scores,
     "cross-encoder": cross_encoder_scores,

@@ -27,6 +27,7 @@ import numpy as np
 from poolgate.shared.connection import Address, Dialer, FrameError, open_stream, parse_address, read_frame
 from poolgate.shared.errors import InternalError, Unauthorized, Unavailable, from_wire
 from poolgate.shared.rows import Rows
+from poolgate.shared.windows import Windows
 from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame, input_to_wire
 
 __all__ = ["Address", "FrameError", "WorkerClient", "open_stream", "parse_address", "read_frame"]
@@ -87,10 +88,15 @@ class WorkerClient:
             outputs = Rows.from_arrays(arrays)
         except ValueError as exc:
             raise InternalError(f"worker sent malformed outputs: {exc}") from None
-        if len(outputs) != len(result["prompt_tokens"]) or len(outputs) != len(call.inputs):
+        try:
+            windows = Windows.from_wire(result["windows"]) if result.get("windows") else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InternalError(f"worker sent malformed windows: {exc}") from None
+        rows = len(call.inputs) if windows is None else len(windows.spans)
+        if len(result["prompt_tokens"]) != len(call.inputs) or len(outputs) != rows:
             raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
         return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]),
-                             timings=dict(result.get("timings") or {}))
+                             timings=dict(result.get("timings") or {}), windows=windows)
 
     async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
                        return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
+from poolgate.shared.windows import WindowedText, Windows
 
 PREFIX = struct.Struct("!II")
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -64,9 +65,10 @@ class ChatInput:
 
 
 # The inputs that travel as JSON objects, by their "type" tag on the wire.
-WIRE_INPUTS: dict[str, type] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput}
+WIRE_INPUTS: dict[str, type] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput,
+                                "windowed_text": WindowedText}
 
-Input = str | list[int] | TextPair | CappedText | ChatInput
+Input = str | list[int] | TextPair | CappedText | ChatInput | WindowedText
 
 
 def estimate_tokens(x: Input) -> int:
@@ -126,11 +128,14 @@ class PoolingCall:
 @dataclass
 class PoolingResult:
     """A call's outputs as one block (``Rows``, in input order), each input's token count, and
-    the worker's timings in seconds (``tokenize_s``, ``queue_s``, ``inference_s``)."""
+    the worker's timings in seconds (``tokenize_s``, ``queue_s``, ``inference_s``). A call with
+    ``WindowedText`` inputs has one row per window and its ``windows`` (``shared.windows``); its token
+    counts are per input, every window counted."""
 
     outputs: Rows
     prompt_tokens: list[int]
     timings: dict[str, float] = field(default_factory=dict)
+    windows: Windows | None = None
 
     @property
     def total_tokens(self) -> int:

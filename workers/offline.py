@@ -56,9 +56,9 @@ from poolgate.shared.models import resolve_model
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.rows import Rows
-from poolgate.shared.score_plan import SideCaps, plan_scores
+from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.tasks import REMOVED_TASKS
-from poolgate.shared.wire import Input, PoolingCall
+from poolgate.shared.wire import Input, PoolingCall, PoolingResult
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.runner_api import LoadedModel
 
@@ -210,15 +210,19 @@ class PoolingModel:
         return [rows.item(i) for i in range(len(rows))]
 
     def score(self, queries: Inputs, documents: Inputs, *, truncate_prompt_tokens: int | None = None,
-              instruction: str | None = None, max_tokens_per_query: int = 0,
-              max_tokens_per_doc: int = 0) -> np.ndarray:
+              instruction: str | None = None, max_tokens_per_query: int = 0, max_tokens_per_doc: int = 0,
+              max_chunks_per_doc: int | None = None, chunk_overlap: int = 0,
+              chunk_aggregation: str = "max") -> np.ndarray:
         """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``
         and the score routes (``shared.score_plan``); ``instruction`` goes to a cross-encoder's score
-        template (Qwen3-Reranker's ``<Instruct>``); ``max_tokens_per_*`` cut each side's texts (0 = off)."""
+        template (Qwen3-Reranker's ``<Instruct>``); ``max_tokens_per_*`` cut each side's texts (0 = off);
+        ``max_chunks_per_doc`` reads long documents in token windows (``chunk_overlap``, ``chunk_aggregation``)."""
+        windows = None if max_chunks_per_doc is None else WindowSpec(max_chunks_per_doc, chunk_overlap,
+                                                                      chunk_aggregation)
         plan = plan_scores(self.info, _as_inputs(queries), _as_inputs(documents),
-                           SideCaps(max_tokens_per_query, max_tokens_per_doc), instruction)
-        rows = self._pool(plan.inputs, plan.params(truncate_prompt_tokens=truncate_prompt_tokens))
-        return plan.scores(rows)
+                           SideCaps(max_tokens_per_query, max_tokens_per_doc), instruction, windows)
+        result = self._submit(plan.inputs, plan.params(truncate_prompt_tokens=truncate_prompt_tokens))
+        return plan.scores(result.outputs, result.windows).values
 
     def close(self) -> None:
         """Stop the engine and the loop thread; safe to call more than once."""
@@ -237,11 +241,14 @@ class PoolingModel:
 
     def _pool(self, inputs: Inputs, params: PoolingParams) -> Rows:
         """All ``inputs`` through the engine as one call; their outputs as one block."""
+        return self._submit(inputs, params).outputs
+
+    def _submit(self, inputs: Inputs, params: PoolingParams) -> PoolingResult:
         if not self._closer.alive:
             raise Unavailable("this PoolingModel is closed")
         call = PoolingCall(request_id=f"offline-{next(self._ids)}", model=self.info.served_model_name,
                            inputs=_as_inputs(inputs), params=params)
-        return self._loop.run(self._engine.submit(call)).outputs
+        return self._loop.run(self._engine.submit(call))
 
 
 LLM = PoolingModel  # the name vLLM users reach for

@@ -69,7 +69,10 @@ async def _pool(conn: "_Connection", header: dict) -> OpResult:
     if conn.draining.is_set():  # shutting down: the gateway retries the call on another worker
         raise Unavailable("worker is draining (shutting down)")
     result = await conn.engine.submit(call)
-    return {"prompt_tokens": result.prompt_tokens, "timings": result.timings}, result.outputs.arrays()
+    header = {"prompt_tokens": result.prompt_tokens, "timings": result.timings}
+    if result.windows is not None:
+        header["windows"] = result.windows.to_wire()
+    return header, result.outputs.arrays()
 
 
 async def _info(conn: "_Connection", header: dict) -> OpResult:

@@ -18,6 +18,13 @@ vLLM makes them (1:1, 1:N, N:N), for the scorer of the model's active task:
 special tokens (``TextPair`` / ``CappedText`` caps, applied in the worker);
 they must be below ``max_model_len``. Usage is the call's prompt tokens: per
 pair for a cross-encoder, each query and document once otherwise (vLLM's count).
+
+poolgate's long-document fields: ``max_chunks_per_doc`` (at least 1) reads
+each document in up to that many token windows, ``chunk_overlap`` tokens
+shared by consecutive windows, folded by ``chunk_aggregation`` (``max``, the
+default, or ``mean``); every window's tokens count in usage, and each result
+names its best window as ``best_chunk: {index, start, end}`` (characters of
+the document). Without ``max_chunks_per_doc`` nothing changes.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from poolgate.gateway.dialects.request import PoolingBody
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.score_plan import SideCaps, plan_scores
+from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.scoring import check_pairs
 from poolgate.shared.wire import ModelInfo
 
@@ -67,6 +74,9 @@ class ScoringBody(BaseModel):
     use_activation: bool | None = None
     max_tokens_per_query: Annotated[int, Field(ge=0)] = 0
     max_tokens_per_doc: Annotated[int, Field(ge=0)] = 0
+    max_chunks_per_doc: int | None = None  # poolgate: long documents in windows (Cohere v1's name)
+    chunk_overlap: int = 0  # tokens consecutive windows share
+    chunk_aggregation: str = "max"  # how window scores fold: "max" or "mean"
     priority: int = 0  # vLLM's (and Cohere's): lower runs earlier
     instruction: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -75,6 +85,12 @@ class ScoringBody(BaseModel):
     @classmethod
     def _reject_removed(cls, data: Any) -> Any:
         return PoolingBody._reject_removed(data)
+
+    def window_spec(self) -> WindowSpec | None:
+        """The long-document windows asked for (None: vLLM's behaviour, a document over the limit is a 400)."""
+        if self.max_chunks_per_doc is None:
+            return None
+        return WindowSpec(self.max_chunks_per_doc, self.chunk_overlap, self.chunk_aggregation)
 
     def instruction_text(self) -> str | None:
         """``instruction``, else ``chat_template_kwargs`` ``instruction`` / ``instruct`` (vLLM merges them)."""
@@ -89,6 +105,14 @@ class Scored:
 
     scores: np.ndarray  # (pairs,) float32
     served: Served
+    best: list[tuple[int, int, int]] | None = None  # with windows: each document's best (window, start, end)
+
+    def best_chunk(self, i: int) -> dict | None:
+        """Document ``i``'s best window for the response (None without windows)."""
+        if self.best is None:
+            return None
+        k, start, end = self.best[i]
+        return {"index": k, "start": start, "end": end}
 
 
 def as_text(item: StrictStr | TextObject | ContentInput, info: ModelInfo) -> str:
@@ -111,8 +135,9 @@ async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInp
     check_pairs(len(qs), len(ds))  # before the texts are read: vLLM's order of messages
     qs, ds = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
     plan = plan_scores(info, qs, ds, SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
-                       body.instruction_text())
+                       body.instruction_text(), body.window_spec())
     params = plan.params(use_activation=body.use_activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
     served = await serve(request, ServeRequest(model=body.model, inputs=plan.inputs, params=params,
                                                priority=body.priority))
-    return Scored(plan.scores(served.result.outputs), served)
+    scores = plan.scores(served.result.outputs, served.result.windows)
+    return Scored(scores.values, served, scores.best)

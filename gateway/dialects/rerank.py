@@ -10,7 +10,9 @@ One response satisfies all three clients: vLLM's ``{id: "score-…", model,
 usage: {prompt_tokens, total_tokens}, results: [{index, document: {text,
 multi_modal}, relevance_score}]}`` plus Cohere's ``meta: {api_version:
 {version: "2"}, billed_units: {search_units}, tokens: {input_tokens}}``
-(one search unit per query and up to 100 documents, as Cohere bills).
+(one search unit per query and up to 100 documents, as Cohere bills). With
+``max_chunks_per_doc`` (``dialects.pairs``) long documents are read in windows
+and each result names its best one (``best_chunk``).
 Results are sorted by score, highest first (ties keep document order), then
 cut to ``top_n``. ``/v2/rerank`` answers errors in Cohere's ``{"message"}``
 shape; the other two in vLLM's.
@@ -46,6 +48,7 @@ class RerankResult(BaseModel):
     index: int
     document: dict[str, Any] | None = None
     relevance_score: float
+    best_chunk: dict[str, int] | None = None  # with max_chunks_per_doc: the best window's index and span
 
 
 class RerankResponse(BaseModel):
@@ -71,6 +74,8 @@ def to_response(scored: Scored, texts: list[str], *, top_n: int | None, return_d
         if return_documents:
             item["document"] = {"text": texts[i], "multi_modal": None}
         item["relevance_score"] = float(scored.scores[i])
+        if (chunk := scored.best_chunk(i)) is not None:
+            item["best_chunk"] = chunk
         results.append(item)
     units = math.ceil(len(texts) / DOCUMENTS_PER_SEARCH_UNIT)
     return {"id": f"score-{served.request_id}", "model": served.info.served_model_name,

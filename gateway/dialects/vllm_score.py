@@ -60,6 +60,7 @@ class ScoreItem(BaseModel):
     index: int
     object: str = "score"
     score: float
+    best_chunk: dict[str, int] | None = None  # with max_chunks_per_doc: the best window's index and span
 
 
 class ScoreResponse(BaseModel):
@@ -74,6 +75,9 @@ class ScoreResponse(BaseModel):
 def to_response(scored: Scored, *, created: int) -> dict:
     """vLLM's ScoreResponse: one item per pair, in pair order."""
     data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(scored.scores)]
+    if scored.best is not None:  # max_chunks_per_doc: each pair's best window
+        for i, item in enumerate(data):
+            item["best_chunk"] = scored.best_chunk(i)
     return list_response("score", scored.served, data, created=created)
 
 

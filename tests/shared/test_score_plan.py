@@ -33,7 +33,7 @@ def test_a_cross_encoder_gets_one_pair_per_document_with_both_caps():
     assert plan.params(use_activation=False).task == "classify"
     pairwise = plan_scores(CROSS, ["q1", "q2"], ["d1", "d2"])
     assert [p.text for p in pairwise.inputs] == ["q1", "q2"]
-    np.testing.assert_array_equal(plan.scores(Rows(np.array([[0.25], [0.75]], np.float32))), [0.25, 0.75])
+    np.testing.assert_array_equal(plan.scores(Rows(np.array([[0.25], [0.75]], np.float32))).values, [0.25, 0.75])
     with pytest.raises(InvalidRequest, match="cross-encoder scores texts"):
         plan_scores(CROSS, [[1, 2]], ["d"])
 
@@ -42,7 +42,7 @@ def test_a_bi_encoder_pools_each_side_once_capped():
     plan = plan_scores(EMBED, ["q"], ["d1", "d2"], SideCaps(0, 4))
     assert plan.inputs == ["q", CappedText("d1", 4), CappedText("d2", 4)] and plan.n_queries == 1
     vectors = np.array([[1, 0], [1, 0], [0, 2]], np.float32)
-    np.testing.assert_allclose(plan.scores(Rows(vectors)), [1.0, 0.0])
+    np.testing.assert_allclose(plan.scores(Rows(vectors)).values, [1.0, 0.0])
     assert plan_scores(EMBED, [[1, 2]], [[3]]).inputs == [[1, 2], [3]]  # token ids, uncapped
     with pytest.raises(InvalidRequest, match="cut texts"):
         plan_scores(EMBED, [[1, 2]], ["d"], SideCaps(2, 0))

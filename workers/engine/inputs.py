@@ -10,14 +10,19 @@ processing an embed input may be longer than ``max_model_len``, and the engine
 splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-token
 cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
 through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
-its token type ids.
+its token type ids. A long document to score in windows (``WindowedText``) is
+cut into one input per window first (``workers.windows``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_call, check_length, check_token_ids, truncation_length
+from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
 from poolgate.workers.engine.runner_api import Encoded, TextEncoder
+from poolgate.workers.engine.windows import Expanded, expand, shrink, window_input
 
 
 class InputStage:
@@ -35,21 +40,44 @@ class InputStage:
         return self.encode(call).ids
 
     def encode(self, call: PoolingCall) -> Encoded:
-        """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs)."""
+        """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs); a
+        ``WindowedText`` becomes one sequence per window (``workers.windows``), named in ``windows``."""
         k = truncation_length(self.info, call.params)
         inputs = render_chats(self.encoder, call.inputs)
+        cap = self.info.max_model_len if k is None else min(k, self.info.max_model_len)
+        expanded = expand(self.encoder, inputs, cap)
+        encoded = self._encode_inputs(inputs if expanded is None else expanded.inputs, k, call.params)
+        if expanded is not None:
+            self._fit_windows(expanded, encoded, cap, k, call.params)
+            encoded = replace(encoded, windows=expanded.windows())
+        for x in encoded.ids:
+            check_length(self.info, len(x), call.params.task)
+        return encoded
+
+    def _encode_inputs(self, inputs: list[Input], k: int | None, params: PoolingParams) -> Encoded:
         inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in inputs]
         pairs = [i for i, x in enumerate(inputs) if isinstance(x, TextPair)]
         ids = self._encode([x if not isinstance(x, TextPair) else [] for x in inputs], k,
-                           call.params.add_special_tokens, call.params.truncation_side)
+                           params.add_special_tokens, params.truncation_side)
         types: list[list[int] | None] = [None] * len(ids)
         if pairs:
             encoded = self.encoder.encode_pairs([inputs[i] for i in pairs], k)
             for i, pair_ids, pair_types in zip(pairs, encoded.ids, encoded.type_ids):
                 ids[i], types[i] = pair_ids, pair_types
-        for x in ids:
-            check_length(self.info, len(x), call.params.task)
         return Encoded(ids, types)
+
+    def _fit_windows(self, expanded: Expanded, encoded: Encoded, cap: int, k: int | None,
+                     params: PoolingParams) -> None:
+        """Cut (in place) each window whose re-tokenized text came out over ``cap`` tokens."""
+        for j, source in enumerate(expanded.sources):
+            for _ in range(3):
+                if source is None or len(encoded.ids[j]) <= cap:
+                    break
+                doc, text = source
+                expanded.spans[j] = shrink(self.encoder, text, expanded.spans[j], len(encoded.ids[j]) - cap)
+                expanded.inputs[j] = window_input(doc, text, expanded.spans[j])
+                again = self._encode_inputs([expanded.inputs[j]], k, params)
+                encoded.ids[j], encoded.type_ids[j] = again.ids[0], again.type_ids[0]
 
     def tokenize_one(self, x: Input, *, add_special_tokens: bool = True) -> list[int]:
         """One text's (or rendered chat's) ids as /tokenize reports them: untruncated, lengths unchecked."""

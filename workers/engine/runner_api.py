@@ -13,16 +13,27 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from poolgate.shared.rows import Rows
+from poolgate.shared.windows import Windows
 from poolgate.shared.wire import ModelInfo, TextPair
 from poolgate.workers.engine.sequence import Sequence
 
 
 @dataclass(frozen=True)
 class Encoded:
-    """Token ids per input, and per input its token type ids (None: all segment 0)."""
+    """Token ids per sequence, and per sequence its token type ids (None: all segment 0); one sequence per
+    input, but for windowed documents, which ``windows`` maps back to their inputs (``shared.windows``)."""
 
     ids: list[list[int]]
     type_ids: list[list[int] | None]
+    windows: Windows | None = None
+
+    def prompt_tokens(self) -> list[int]:
+        """Each input's token count (a windowed document: all its windows' tokens)."""
+        lengths = [len(x) for x in self.ids]
+        if self.windows is None:
+            return lengths
+        starts = self.windows.starts().tolist()
+        return [sum(lengths[s:s + c]) for s, c in zip(starts, self.windows.counts)]
 
 
 class TextEncoder(Protocol):
@@ -34,6 +45,16 @@ class TextEncoder(Protocol):
 
     def cut(self, text: str, max_tokens: int) -> str:
         """``text`` up to the end of its ``max_tokens``-th content token (0 = the whole text)."""
+        ...
+
+    def token_spans(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+        """The text the tokenizer sees (lower-cased where the model lower-cases) and each content token's
+        character span in it."""
+        ...
+
+    def room(self, query: str | None, instruction: str | None, max_query_tokens: int) -> int:
+        """The tokens a document window shares its sequence with: special tokens, and with a query the
+        query (cut to ``max_query_tokens``) or the score template's prompt."""
         ...
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:

@@ -82,6 +82,23 @@ class TextEncoder:
             return text
         return seen[:encoding.offsets[max_tokens - 1][1]]
 
+    def token_spans(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+        """The text the tokenizer sees (lower-cased first where the model lower-cases) and each content
+        token's character span in it (the windows of a long document: ``workers.windows``)."""
+        seen = text.lower() if self.do_lower_case else text
+        return seen, [tuple(o) for o in self.backend.encode(seen, add_special_tokens=False).offsets]
+
+    def room(self, query: str | None, instruction: str | None, max_query_tokens: int) -> int:
+        """The tokens a document window shares its sequence with: the special tokens and the query (cut to
+        ``max_query_tokens``), or with a score template its whole prompt around an empty document."""
+        if query is None:
+            return self.backend.num_special_tokens_to_add(False)
+        query = self.cut(query, max_query_tokens)
+        query = query.lower() if self.do_lower_case else query
+        if self.score_template is not None:
+            return len(self.tokenizer(self.score_template(query, "", instruction), add_special_tokens=True)["input_ids"])
+        return self.backend.num_special_tokens_to_add(True) + len(self.backend.encode(query, add_special_tokens=False).ids)
+
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (the tokenizer's own decoding)."""
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
