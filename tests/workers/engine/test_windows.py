@@ -1,0 +1,51 @@
+"""workers.windows through the input stage with the bundled WordPiece tokenizer: windows that fit, spans that match."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.models import bundled_model_path
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.wire import PoolingCall, WindowedText
+from poolgate.workers.engine.inputs import InputStage
+from poolgate.workers.engine.tokenizer import TextEncoder
+from tests.fakes import fake_model
+
+# Words WordPiece splits into many pieces: a window cut between two pieces re-tokenizes longer.
+TEXT = " ".join(["antidisestablishmentarianism photosynthesizing zzzqxv unbelievably çàéè 東京タワー"] * 20)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return TextEncoder(bundled_model_path())
+
+
+@pytest.mark.parametrize("cap", [17, 31, 40])
+def test_every_window_fits_and_its_span_is_what_was_read(encoder, cap):
+    stage = InputStage(replace(fake_model().info, max_model_len=cap), encoder)
+    call = PoolingCall("r", "m", ["a query", WindowedText(TEXT, 50, 3)], PoolingParams(task="embed"))
+    encoded = stage.encode(call)
+    assert encoded.windows.counts[0] == 1 and len(encoded.ids) == 1 + encoded.windows.counts[1]
+    spans = encoded.windows.spans[1:]
+    assert all(len(ids) <= cap for ids in encoded.ids)
+    assert [encoder.encode([TEXT[a:b]])[0] for a, b in spans] == encoded.ids[1:]  # each span re-reads as sent
+    assert spans[0][0] == 0 and spans[-1][1] == len(TEXT)  # 50 windows are enough to reach the end
+    assert all(a1 < a2 < b1 for (a1, b1), (a2, _) in zip(spans, spans[1:]))  # in order, overlapping
+    assert encoded.prompt_tokens() == [len(encoded.ids[0]), sum(len(x) for x in encoded.ids[1:])]
+
+
+def test_max_windows_stops_early_and_max_tokens_cuts_first(encoder):
+    stage = InputStage(replace(fake_model().info, max_model_len=20), encoder)
+    cut = stage.encode(PoolingCall("r", "m", [WindowedText(TEXT, 2)], PoolingParams(task="embed")))
+    assert cut.windows.counts == (2,) and cut.windows.spans[1][1] < len(TEXT)
+    capped = stage.encode(PoolingCall("r", "m", [WindowedText(TEXT, 9, max_tokens=5)], PoolingParams(task="embed")))
+    assert capped.windows.counts == (1,) and len(capped.ids[0]) == 5 + 2
+
+
+def test_a_query_that_leaves_no_room_is_a_400(encoder):
+    stage = InputStage(replace(fake_model().info, max_model_len=8, tasks=("classify",)), encoder)
+    doc = WindowedText(TEXT, 3, query="one two three four five six")
+    with pytest.raises(InvalidRequest, match="leaves no room for a document window"):
+        stage.encode(PoolingCall("r", "m", [doc], PoolingParams(task="classify")))
