@@ -28,7 +28,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from poolgate.gateway.config.build import pool_config
+from poolgate.gateway.config.build import SettingError, pool_config
 from poolgate.gateway.config.file import dotted, model_entry
 from poolgate.gateway.dialects.body import JSON_MEDIA_TYPE
 from poolgate.gateway.dialects.route import Route
@@ -45,14 +45,6 @@ NOT_LOADABLE = {
     "allow_pickle_weights": "pickle weights can only be allowed in the server's config",
 }
 MAX_REPLICAS = os.cpu_count() or 1  # local workers one request may start
-
-
-class BodyErrors:
-    """``config_file.model_entry``'s error sink for a request body: a 400 naming the key."""
-
-    def error(self, path: tuple, message: str) -> InvalidRequest:
-        key = dotted(path)
-        return InvalidRequest(f"{key}: {message}" if key else message, param=key or None)
 
 
 def check_enabled(request: web.Request) -> None:
@@ -101,9 +93,11 @@ async def load_model(request: web.Request, _body=None) -> web.Response:
         raise InvalidRequest(f"replicas: a request may start at most {MAX_REPLICAS} workers (this machine's "
                              "cores); more come from the server's config", param="replicas")
     table = {**body, "model": under_roots(body.get("model"), config.model_roots)}
-    entry = model_entry(table, (), BodyErrors())
     try:
-        pool = pool_config(entry, config.tracing)
+        pool = pool_config(model_entry(table), config.tracing)
+    except SettingError as exc:  # a key of the body, named
+        key = dotted(exc.path)
+        raise InvalidRequest(f"{key}: {exc}" if key else str(exc), param=key or None) from None
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
     names = await fleet_of(request).start([pool])

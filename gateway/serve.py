@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from poolgate.gateway.config.build import ModelEntry, config_from_entries
 from poolgate.gateway.config.file import load_config
+from poolgate.gateway.config.given import given_flags, note_given
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
@@ -30,8 +31,10 @@ def positive_float(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    note_given(p)  # --config: the flags given beside it override the file
     p.add_argument("--config", default=None, metavar="FILE",
-                   help="a TOML file with any number of [[models]] (see README); no other flag but --log-level then")
+                   help="a TOML file with any number of [[models]] (see docs/operations.md); a flag given beside "
+                        "it overrides the file's value (a model flag: in every [[models]] table)")
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8000)
@@ -76,12 +79,8 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.e
     if args.config is not None:
         parser = argparse.ArgumentParser(add_help=False)
         add_arguments(parser)
-        defaults = vars(parser.parse_args([]))
-        given = sorted(k for k, v in vars(args).items() if k in defaults and k not in ("config", "log_level")
-                       and v != defaults[k])
-        if given:
-            raise ValueError(f"with --config, settings go in the file: {', '.join(given)} given as flags")
-        return load_config(args.config, parser, environ)
+        flags = {k: v for k, v in given_flags(args).items() if k not in ("config", "log_level")}
+        return load_config(args.config, parser, environ, flags)
     remote = tuple(args.worker_url)
     entry = ModelEntry(args, replicas=0 if remote else args.workers, remotes=remote)
     return config_from_entries(args, [entry], environ)

@@ -1,11 +1,10 @@
-"""``poolgate serve --config FILE``: a TOML file read with tomllib into the GatewayConfig the flags would give.
+"""``poolgate serve --config FILE``: the TOML file as a pydantic model, with the command line's flags over it.
 
-The file's keys are the command line's, spelled with underscores, and they are
-checked by the very argparse actions that parse the flags (one table, no second
-list of keys): top-level keys are the serve flags (``host``, ``port``,
-``api_key`` or ``api_key_file``, ``transport``, ``request_timeout``,
+The file's keys are the serve flags' destinations (``FileSettings``; a test
+keeps the two lists equal): top-level keys are the serve flags (``host``,
+``port``, ``api_key`` or ``api_key_file``, ``transport``, ``request_timeout``,
 ``max_in_flight_per_worker``, ``model_roots``, ...), and each ``[[models]]``
-table takes the model flags (``model``, ``backend``, ``dtype``,
+table (``ModelTable``) takes the model flags (``model``, ``backend``, ``dtype``,
 ``max_batch_tokens``, ``runner``, ``convert``, ``pooler_config`` and
 ``hf_overrides`` as TOML tables, ...) plus:
 
@@ -14,241 +13,274 @@ table takes the model flags (``model``, ``backend``, ``dtype``,
   remote workers are listed, else 1); ``devices``: one worker per device;
 - ``max_in_flight_per_worker``: this pool's admission cap;
 - ``[[models.remote]]`` tables with ``url`` (``tcp://host:port``, ``unix:/path``,
-  or ``dns+tcp://service:port``, re-resolved, see ``gateway.pools.discovery``).
+  or ``dns+tcp://service:port``, re-resolved, see ``gateway.discovery``).
 
 Several ``[[models]]`` tables with one ``name`` are one model's pools, one per
-backend, tried in file order (``gateway.pools.model_pools``). Relative paths
+backend, tried in file order (``gateway.model_pools``). Relative paths
 (``model``, ``model_roots``, ``api_key_file``, ``worker_token_file``,
-``worker_tls_ca``) are relative to the file. The worker transport keys are the
-flags': ``worker_token_file`` (else ``$POOLGATE_WORKER_TOKEN``), ``worker_tls``,
-``worker_tls_ca``, ``worker_tls_server_name``.
+``worker_tls_ca``) are relative to the file. Defaults are the flags' own.
+
+Flags over the file: a flag given on the command line replaces the file's
+value, as with vLLM's ``--config`` (the file in a Kubernetes ConfigMap, host
+and port from the pod spec): a serve flag its top-level key (``--port`` over
+``port``), a model flag that key of every ``[[models]]`` table, ``--workers``
+their ``replicas`` and ``--worker-url`` their remote workers.
 
 Every error names the file, the line and the key, e.g.
 ``serve.toml:7: models[1].replicas: must be >= 0, got -1`` (lines from
-``gateway.config.toml_lines``, since tomllib gives no positions).
+``config.toml_lines``, since tomllib gives no positions).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from poolgate.gateway.config.build import ModelEntry, SettingError, build_config, pool_config
-from poolgate.gateway.config.toml_lines import KeyLines, Path_
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
+from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
+from poolgate.gateway.pools.discovery import check_url
+from poolgate.shared.config import (BACKEND_CHOICES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
+                                    SEQ_POOLING_TYPES, GatewayConfig)
+from poolgate.shared.model_flags import add_model_arguments
+from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.tracing_flags import tracing_config_from_args
 
-# Serve flags that have no top-level key: they are per model in a file, or command-line only.
-NOT_TOP_LEVEL = frozenset({"help", "config", "workers", "worker_url", "log_level"})
-TOP_ALIASES = {"model_roots": "model_root"}  # file key -> flag dest
-MODEL_ALIASES = {"name": "served_model_name"}
-PATH_KEYS = frozenset({"model", "model_root", "api_key_file", "worker_token_file", "worker_tls_ca"})  # file-relative
-MODEL_EXTRAS = frozenset({"replicas", "devices", "remote", "max_in_flight_per_worker"})
+Positive = Annotated[int, Field(ge=1)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
+ALIASES = {"name": "served_model_name", "model_roots": "model_root"}  # file key -> flag dest
+PATH_KEYS = frozenset({"model", "model_roots", "api_key_file", "worker_token_file", "worker_tls_ca"})
+ENTRY_KEYS = frozenset({"replicas", "devices", "remote", "max_in_flight_per_worker"})  # not model flags
+MODEL_FLAGS_OF_SERVE = {"workers": "replicas", "worker_url": "remote"}  # serve flags that fill every table
+EITHER = {"api_key": "api_key_file", "api_key_file": "api_key"}  # a flag for one replaces the file's other
+
+
+class Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class RemoteTable(Table):
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return check_url(url)
+
+
+class ModelTable(Table):
+    """One ``[[models]]`` table, or an admin API load body: the model flags plus the pool's workers."""
+
+    name: str | None = None
+    model: str | None = None
+    backend: Literal[BACKEND_CHOICES] = "auto"
+    dtype: Literal[DTYPE_CHOICES] = "auto"
+    max_model_len: Positive | None = None
+    max_batch_tokens: Positive | None = None
+    pooler_config: dict | None = None
+    hf_overrides: dict | None = None
+    runner: Literal[RUNNER_CHOICES] = "auto"
+    convert: Literal[CONVERT_CHOICES] = "auto"
+    pooling_type: str | None = None
+    normalize: bool | None = None
+    allow_pickle_weights: bool = False
+    trust_remote_code: bool = False
+    num_threads: Positive | None = None
+    replicas: Annotated[int, Field(ge=0)] | None = None
+    devices: list = []
+    remote: list[RemoteTable] = []
+    max_in_flight_per_worker: Positive | None = None
+
+    @field_validator("pooler_config")
+    @classmethod
+    def _pooler(cls, value: dict) -> dict:
+        PoolerConfig.from_dict(value)
+        return value
+
+    @field_validator("pooling_type")
+    @classmethod
+    def _pooling_type(cls, value: str) -> str:
+        if value.upper() not in SEQ_POOLING_TYPES:
+            raise ValueError(f"must be one of {', '.join(SEQ_POOLING_TYPES)}, got {value!r}")
+        return value.upper()
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, value: list) -> list:
+        if not all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in value):
+            raise ValueError(f"must be a list of device indices or names, got {value!r}")
+        if len(set(map(str, value))) != len(value):
+            raise ValueError(f"lists a device twice: {value!r}")
+        return value
+
+
+class FileSettings(Table):
+    """The whole file: the serve flags' keys and the ``[[models]]`` tables."""
+
+    host: str | None = None
+    port: Port | None = None
+    auto_truncate: bool | None = None
+    api_key: str | None = None
+    api_key_file: str | None = None
+    model_roots: list[str] | None = None
+    transport: Literal["unix", "tcp"] | None = None
+    startup_timeout: Seconds | None = None
+    max_inputs_per_request: Positive | None = None
+    request_timeout: Seconds | None = None
+    max_in_flight_per_worker: Positive | None = None
+    drain_timeout: Seconds | None = None
+    health_check_interval: Seconds | None = None
+    health_check_timeout: Seconds | None = None
+    metrics_port: Port | None = None
+    metrics: bool | None = None
+    otlp_traces_endpoint: str | None = None
+    collect_detailed_traces: bool | None = None
+    worker_token_file: str | None = None
+    worker_tls: bool | None = None
+    worker_tls_ca: str | None = None
+    worker_tls_server_name: str | None = None
+    models: list[ModelTable] = Field(default=None, validate_default=True)
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _some_models(cls, value: Any) -> Any:
+        if not isinstance(value, list) or not value:
+            raise ValueError("at least one [[models]] table is needed")
+        return value
 
 
 class ConfigError(ValueError):
     """A config file problem, its message already naming the file, line and key."""
 
 
-class Located:
-    """Turns a problem at a key path into a ConfigError naming file, line and key."""
-
-    def __init__(self, file: str, lines: KeyLines):
-        self.file, self.lines = file, lines
-
-    def error(self, path: Path_, message: str) -> ConfigError:
-        line = self.lines.line(path)
-        where = f"{self.file}:{line}" if line is not None else self.file
-        return ConfigError(f"{where}: {dotted(path)}: {message}" if path else f"{where}: {message}")
-
-
 def dotted(path: Path_) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
-# converter of an argparse action -> the TOML value types it takes
-TOML_TYPES: dict[object, tuple[type, ...]] = {positive_int: (int,), port_number: (int,), None: (str,), str: (str,),
-                                             str.upper: (str,)}
-TYPE_NAMES = {(int,): "an integer", (str,): "a string", (int, float): "a number", (dict,): "a table",
-              (bool,): "true or false"}
+# pydantic error type -> what it means for a TOML value
+MESSAGES = {"int_type": "must be an integer", "bool_type": "must be true or false", "string_type": "must be a string",
+            "float_type": "must be a number", "list_type": "must be a list", "dict_type": "must be a table",
+            "model_type": "must be a table", "greater_than_equal": "must be >= {ge}", "greater_than": "must be > {gt}",
+            "less_than_equal": "must be <= {le}", "literal_error": "must be one of {expected}"}
+ITEMS = {"models": ModelTable, "remote": RemoteTable}  # array of tables -> the model of one element
 
 
-def _toml_types(action: argparse.Action) -> tuple[type, ...]:
-    if action.nargs == 0:
-        return (bool,)
-    if action.type in TOML_TYPES:
-        return TOML_TYPES[action.type]
-    name = getattr(action.type, "__name__", "")
-    if name in ("_pooler_config", "_json_object"):
-        return (dict,)
-    if name == "positive_float" or action.type is float:
-        return (int, float)
-    return (str, int, float)  # a converter this table does not know: it parses the value's text
+def setting_error(exc: ValidationError, root: type[Table]) -> SettingError:
+    """The first problem pydantic found (validating ``root``; an unknown key first, a typo being the likeliest
+    cause), as a SettingError at its key path."""
+    err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    path = tuple(err["loc"])
+    if err["type"] == "extra_forbidden":
+        table = root
+        for part in path[:-1]:
+            table = ITEMS.get(part, table)
+        return SettingError(path, f"unknown key (known: {', '.join(table.model_fields)})")
+    if err["type"] == "missing":
+        return SettingError(path, "is required")
+    if err["type"] == "value_error":
+        return SettingError(path, str(err["ctx"]["error"]))
+    template = MESSAGES.get(err["type"])
+    message = template.format(**err.get("ctx", {})) if template else err["msg"]
+    return SettingError(path, f"{message}, got {err['input']!r}")
 
 
-def action_value(action: argparse.Action, value):
-    """``value`` (as TOML gave it) parsed by ``action`` as if it came from its flag; ValueError if wrong."""
-    kinds = _toml_types(action)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ValueError(f"must be {TYPE_NAMES.get(kinds, 'a string or number')}, got {value!r}")
-    if action.nargs == 0:  # store_true / store_false: the flag given, or not
-        return action.const if value == action.const else action.default
-    text = json.dumps(value) if isinstance(value, dict) else str(value)
-    try:
-        parsed = action.type(text) if action.type is not None else text
-    except (argparse.ArgumentTypeError, ValueError) as exc:
-        raise ValueError(str(exc) or f"invalid value {value!r}") from None
-    if action.choices is not None and parsed not in action.choices:
-        raise ValueError(f"must be one of {', '.join(map(str, action.choices))}, got {value!r}")
-    return parsed
+def _under(folder: Path | None, value: str) -> str:
+    return value if folder is None else str(folder / os.path.expanduser(value))
 
 
-def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions}
+def _dest_values(table: Table, folder: Path | None, skip: frozenset = frozenset()) -> dict:
+    """The keys ``table`` sets, as flag dests with flag-shaped values (file-relative paths resolved)."""
+    out = {}
+    for key in table.model_fields_set - skip:
+        value = getattr(table, key)
+        if key in PATH_KEYS:
+            value = [_under(folder, v) for v in value] if isinstance(value, list) else _under(folder, value)
+        elif key == "pooler_config":
+            value = PoolerConfig.from_dict(value)
+        elif key == "normalize":
+            value = False if value is False else None  # the flag --no-normalize, given or not
+        out[ALIASES.get(key, key)] = value
+    return out
 
 
-def apply_keys(table: Mapping, actions: Mapping[str, argparse.Action], aliases: Mapping[str, str],
-               base: argparse.Namespace, path: Path_, where: Located, *, skip: frozenset = frozenset(),
-               folder: Path | None = None) -> argparse.Namespace:
-    """``base`` (the flags' defaults) with every key of ``table`` parsed by its flag's action."""
-    ns = argparse.Namespace(**vars(base))
-    for key, value in table.items():
-        if key in skip:
-            continue
-        dest = aliases.get(key, key)
-        action = actions.get(dest)
-        if action is None or key in aliases.values():
-            known = sorted({*(k for k in actions if k not in aliases.values()), *aliases, *skip})
-            raise where.error(path + (key,), f"unknown key (known: {', '.join(known)})")
-        try:
-            if action.nargs == "*" or isinstance(action, argparse._AppendAction):
-                if not isinstance(value, list):
-                    raise ValueError(f"must be a list, got {value!r}")
-                parsed = [action_value(_single(action), v) for v in value]
-                parsed = [_under(folder, v) for v in parsed] if dest in PATH_KEYS else parsed
-            else:
-                parsed = action_value(action, value)
-                parsed = _under(folder, parsed) if dest in PATH_KEYS else parsed
-        except ValueError as exc:
-            raise where.error(path + (key,), str(exc)) from None
-        setattr(ns, dest, parsed)
-    return ns
-
-
-def _single(action: argparse.Action) -> argparse.Action:
-    """An append action seen as the store action of one element."""
-    return argparse.Action(option_strings=action.option_strings, dest=action.dest, type=action.type,
-                           choices=action.choices)
-
-
-def _under(folder: Path | None, value):
-    if folder is None or not isinstance(value, str):
-        return value
-    return str(folder / os.path.expanduser(value))
-
-
-def model_entry(table: Mapping, path: Path_, where: Located, *, folder: Path | None = None) -> ModelEntry:
-    """One ``[[models]]`` table (or an admin API body) as a ModelEntry."""
-    if not isinstance(table, dict):
-        raise where.error(path, "must be a table")
+def _model_defaults() -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     add_model_arguments(parser)
-    args = apply_keys(table, _actions(parser), MODEL_ALIASES, parser.parse_args([]), path, where,
-                      skip=MODEL_EXTRAS, folder=folder)
-    return ModelEntry(args=args, replicas=_count(table, "replicas", path, where, minimum=0),
-                      devices=_devices(table, path, where), remotes=_remotes(table, path, where),
-                      max_in_flight_per_worker=_count(table, "max_in_flight_per_worker", path, where, minimum=1))
+    return parser.parse_args([])
 
 
-def _count(table: Mapping, key: str, path: Path_, where: Located, *, minimum: int) -> int | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise where.error(path + (key,), f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise where.error(path + (key,), f"must be >= {minimum}, got {value}")
-    return value
+MODEL_DEFAULTS = vars(_model_defaults())
 
 
-def _devices(table: Mapping, path: Path_, where: Located) -> tuple[str, ...]:
-    value = table.get("devices", [])
-    if not isinstance(value, list) or not all(isinstance(d, (int, str)) and not isinstance(d, bool)
-                                              for d in value):
-        raise where.error(path + ("devices",), f"must be a list of device indices or names, got {value!r}")
-    devices = tuple(str(d) for d in value)
-    if len(set(devices)) != len(devices):
-        raise where.error(path + ("devices",), f"lists a device twice: {value!r}")
-    return devices
+def entry_of(table: ModelTable, flags: Mapping[str, Any], folder: Path | None = None) -> ModelEntry:
+    """The ModelEntry of a validated table, with the model flags of ``flags`` over it."""
+    args = {**MODEL_DEFAULTS, **_dest_values(table, folder, ENTRY_KEYS)}
+    args.update({dest: value for dest, value in flags.items() if dest in MODEL_DEFAULTS})
+    remotes = tuple(flags["worker_url"]) if "worker_url" in flags else tuple(r.url for r in table.remote)
+    return ModelEntry(args=argparse.Namespace(**args), replicas=flags.get("workers", table.replicas),
+                      devices=tuple(map(str, table.devices)), remotes=remotes,
+                      max_in_flight_per_worker=table.max_in_flight_per_worker)
 
 
-def _remotes(table: Mapping, path: Path_, where: Located) -> tuple[str, ...]:
-    from poolgate.gateway.pools.discovery import check_url
-
-    value = table.get("remote", [])
-    if not isinstance(value, list):
-        raise where.error(path + ("remote",), "must be an array of tables: [[models.remote]] with url = ...")
-    urls = []
-    for i, remote in enumerate(value):
-        at = path + ("remote", i)
-        if not isinstance(remote, dict):
-            raise where.error(at, "must be a table with url = ...")
-        unknown = sorted(set(remote) - {"url"})
-        if unknown:
-            raise where.error(at + (unknown[0],), "unknown key (known: url)")
-        if not isinstance(remote.get("url"), str):
-            raise where.error(at + ("url",) if "url" in remote else at, "url is required (a string)")
-        try:
-            urls.append(check_url(remote["url"]))
-        except ValueError as exc:
-            raise where.error(at + ("url",), str(exc)) from None
-    return tuple(urls)
+def model_entry(body: Mapping) -> ModelEntry:
+    """An admin API load body as a ModelEntry; SettingError naming the key."""
+    try:
+        return entry_of(ModelTable.model_validate(body), {})
+    except ValidationError as exc:
+        raise setting_error(exc, ModelTable) from None
 
 
 def config_from_toml(text: str, file: str, serve_parser: argparse.ArgumentParser,
-                     environ: Mapping[str, str] = os.environ) -> GatewayConfig:
-    """The GatewayConfig a config file's ``text`` describes; ConfigError naming file, line and key."""
+                     environ: Mapping[str, str] = os.environ, flags: Mapping[str, Any] = {}) -> GatewayConfig:
+    """The GatewayConfig of a config file's ``text`` with ``flags`` (dest -> value, given on the command line)
+    over it; ConfigError naming file, line and key."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
-    where, folder = Located(file, KeyLines(text)), Path(file).resolve().parent
-    model_parser = argparse.ArgumentParser(add_help=False)
-    add_model_arguments(model_parser)
-    skip = NOT_TOP_LEVEL | set(_actions(model_parser))
-    top = {d: a for d, a in _actions(serve_parser).items() if d not in skip}
-    settings = apply_keys(doc, top, TOP_ALIASES, serve_parser.parse_args([]), (), where, skip=frozenset({"models"}),
-                          folder=folder)
-    models = doc.get("models")
-    if not isinstance(models, list) or not models:
-        raise where.error(("models",) if "models" in doc else (), "at least one [[models]] table is needed")
+    try:
+        return _config(doc, Path(file).resolve().parent, serve_parser, environ, flags)
+    except SettingError as exc:
+        line = line_of(key_lines(text), exc.path)
+        where = f"{file}:{line}" if line is not None else file
+        raise ConfigError(f"{where}: {dotted(exc.path)}: {exc}" if exc.path else f"{where}: {exc}") from None
+
+
+def _config(doc: dict, folder: Path, serve_parser: argparse.ArgumentParser, environ: Mapping[str, str],
+            flags: Mapping[str, Any]) -> GatewayConfig:
+    try:
+        file = FileSettings.model_validate(doc)
+    except ValidationError as exc:
+        raise setting_error(exc, FileSettings) from None
+    top = {dest: value for dest, value in flags.items() if dest not in MODEL_DEFAULTS and dest not in
+           MODEL_FLAGS_OF_SERVE}
+    replaced = frozenset({"models", *(EITHER[dest] for dest in top if dest in EITHER)})  # --api-key over api_key_file
+    settings = argparse.Namespace(**{**vars(serve_parser.parse_args([])), **_dest_values(file, folder, replaced),
+                                     **top})
     try:
         tracing = tracing_config_from_args(settings, environ)
     except ValueError as exc:
-        raise where.error((), str(exc)) from None
+        raise SettingError((), str(exc)) from None
     pools = []
-    for i, table in enumerate(models):
-        entry = model_entry(table, ("models", i), where, folder=folder)
+    for i, table in enumerate(file.models):
         try:
-            pools.append(pool_config(entry, tracing))
+            pools.append(pool_config(entry_of(table, flags, folder), tracing))
         except FileNotFoundError as exc:
-            raise where.error(("models", i, "model") if "model" in table else ("models", i), str(exc)) from None
+            raise SettingError(("models", i, "model"), str(exc)) from None
         except ValueError as exc:
-            raise where.error(("models", i), str(exc)) from None
-    try:
-        return build_config(settings, tuple(pools), tracing, environ)
-    except SettingError as exc:
-        raise where.error(exc.path, str(exc)) from None
+            raise SettingError(("models", i), str(exc)) from None
+    return build_config(settings, tuple(pools), tracing, environ)
 
 
-def load_config(file: str, serve_parser: argparse.ArgumentParser,
-                environ: Mapping[str, str] = os.environ) -> GatewayConfig:
+def load_config(file: str, serve_parser: argparse.ArgumentParser, environ: Mapping[str, str] = os.environ,
+                flags: Mapping[str, Any] = {}) -> GatewayConfig:
     try:
         text = Path(file).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read the config file: {exc.strerror or exc}") from None
-    return config_from_toml(text, file, serve_parser, environ)
+    return config_from_toml(text, file, serve_parser, environ, flags)

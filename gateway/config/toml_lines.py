@@ -1,72 +1,66 @@
-"""Where each key of a TOML text is written: the line numbers tomllib does not give.
+"""Where each key of a TOML text is written (tomllib gives no positions): one pass over the lines.
 
-``KeyLines`` parses growing prefixes of the text (cut at line ends) with tomllib
-itself and notes, for each key path that first appears, the first non-blank,
-non-comment line after the previous prefix that parsed. Multi-line strings,
-arrays and inline tables are thereby handled by the real parser, not by a
-second, approximate one. A key path is a tuple of keys and array indices, e.g.
-``("models", 1, "replicas")`` for the ``replicas`` of the second ``[[models]]``.
+A key path is a tuple of keys and array indices, e.g. ``("models", 1, "replicas")``
+for the ``replicas`` of the second ``[[models]]``. The scan reads table headers
+(``[a.b]``, ``[[a.b]]``, counting the elements of each array of tables) and
+``key = value`` lines, and steps over the inside of multi-line strings (the
+lines of a multi-line array hold no ``key =``). It only points an error at a
+line, so it stays simple: a key it cannot place (inside an inline table, say)
+gets its table's line (``line_of``).
 """
 from __future__ import annotations
 
-import tomllib
+import re
 
 Path_ = tuple[str | int, ...]
 
-
-class KeyLines:
-    """The line (1-based) where each key path of a TOML text is written, found lazily: the scan stops
-    at the line that introduces the path asked for (errors early in a long file cost little)."""
-
-    def __init__(self, text: str):
-        self._found: dict[Path_, int] = {}
-        self._scan = _scan(text)
-
-    def line(self, path: Path_) -> int | None:
-        """The line of ``path``, else of its nearest enclosing table that has one."""
-        for found, line in self._scan:
-            self._found[found] = line
-            if found == path:
-                break
-        while path:
-            if path in self._found:
-                return self._found[path]
-            path = path[:-1]
-        return None
+HEADER = re.compile(r"\s*(\[\[?)\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?$")
+KEY = re.compile(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\"|'[^']*')(\s*\.\s*([A-Za-z0-9_\-]+|\"[^\"]*\"|'[^']*'))*\s*=")
 
 
-def _scan(text: str):
-    """(key path, line) for every key path, in the order the lines introduce them."""
-    src = text.splitlines(keepends=True)
-    known: set[Path_] = set()
-    start = 0  # first line after the last prefix that parsed
-    for n in range(1, len(src) + 1):
-        if not _content(src[n - 1]) and n < len(src):
-            continue
-        try:
-            doc = tomllib.loads("".join(src[:n]))
-        except tomllib.TOMLDecodeError:
-            continue
-        first = next((i for i in range(start, n) if _content(src[i])), n - 1)
-        paths = list(_paths(doc, ()))
-        for path in paths:
-            if path not in known:
-                yield path, first + 1
-        known, start = set(paths), n
+def key_lines(text: str) -> dict[Path_, int]:
+    """key path -> the (1-based) line that introduces it."""
+    lines: dict[Path_, int] = {}
+    arrays: dict[Path_, int] = {}  # array-of-tables path -> its elements so far
+    table: Path_ = ()
+    closing = None  # inside a multi-line string: its closing quotes
+    for n, line in enumerate(text.splitlines(), 1):
+        if closing is not None:
+            closing = None if closing in line else closing
+        elif header := HEADER.match(line):
+            table = _table(header.group(1) == "[[", _keys(header.group(2)), arrays)
+            lines.setdefault(table, n)
+        elif key := KEY.match(line):
+            keys = _keys(line[:key.end() - 1])
+            for i in range(1, len(keys) + 1):
+                lines.setdefault(table + keys[:i], n)
+            opened = [q for q in ('"""', "'''") if line[key.end():].count(q) == 1]
+            closing = opened[0] if opened else None
+    return lines
 
 
-def _content(line: str) -> bool:
-    stripped = line.strip()
-    return bool(stripped) and not stripped.startswith("#")
+def line_of(lines: dict[Path_, int], path: Path_) -> int | None:
+    """The line of ``path``, else of its nearest enclosing table that has one."""
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return None
 
 
-def _paths(value, prefix: Path_):
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            yield prefix + (key,)
-            yield from _paths(sub, prefix + (key,))
-    elif isinstance(value, list):
-        for i, sub in enumerate(value):
-            if isinstance(sub, dict):
-                yield prefix + (i,)
-                yield from _paths(sub, prefix + (i,))
+def _keys(text: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in text.split("."))
+
+
+def _table(is_array: bool, keys: tuple[str, ...], arrays: dict[Path_, int]) -> Path_:
+    """The key path a header opens: ``[[models.remote]]`` is the next remote of the last ``[[models]]``."""
+    path: Path_ = ()
+    for i, key in enumerate(keys):
+        path += (key,)
+        if is_array and i == len(keys) - 1:
+            arrays[path] = arrays.get(path, 0) + 1
+            path += (arrays[path] - 1,)
+        elif path in arrays:
+            path += (arrays[path] - 1,)
+    return path
+

@@ -8,7 +8,7 @@ import pytest
 
 from poolgate.gateway import serve
 from poolgate.gateway.config.file import ConfigError, config_from_toml, load_config
-from poolgate.gateway.config.toml_lines import KeyLines
+from poolgate.gateway.config.toml_lines import key_lines, line_of
 from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
 from poolgate.shared.pooler_config import PoolerConfig
 
@@ -134,12 +134,12 @@ def test_api_key_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, where, message", [
-    ("port = 70000\n[[models]]\n", "serve.toml:1: port", "must be a TCP port"),
+    ("port = 70000\n[[models]]\n", "serve.toml:1: port", "must be <= 65535, got 70000"),
     ('port = "80"\n[[models]]\n', "serve.toml:1: port", "must be an integer"),
     ("colour = 1\n[[models]]\n", "serve.toml:1: colour", "unknown key"),
-    ("transport = 'udp'\n[[models]]\n", "serve.toml:1: transport", "must be one of unix, tcp"),
+    ("transport = 'udp'\n[[models]]\n", "serve.toml:1: transport", "must be one of 'unix' or 'tcp', got 'udp'"),
     ("workers = 2\n[[models]]\n", "serve.toml:1: workers", "unknown key"),
-    ("request_timeout = -1\n[[models]]\n", "serve.toml:1: request_timeout", "positive number"),
+    ("request_timeout = -1\n[[models]]\n", "serve.toml:1: request_timeout", "must be > 0"),
     ("auto_truncate = 1\n[[models]]\n", "serve.toml:1: auto_truncate", "true or false"),
     ('model_roots = "x"\n[[models]]\n', "serve.toml:1: model_roots", "must be a list"),
     ('model_roots = ["missing"]\n[[models]]\n', "serve.toml:1: model_roots", "is not a folder"),
@@ -147,9 +147,9 @@ def test_api_key_file(tmp_path):
     ('models = 3\n', "serve.toml:1: models", "at least one [[models]] table"),
     ('[[models]]\n\n[[models]]\nreplicas = -1\n', "serve.toml:4: models[1].replicas", "must be >= 0"),
     ('[[models]]\nreplicas = 1.5\n', "serve.toml:2: models[0].replicas", "must be an integer"),
-    ('[[models]]\nbackend = "tpu"\n', "serve.toml:2: models[0].backend", "must be one of auto, cpu"),
-    ('[[models]]\ndtype = "int4"\n', "serve.toml:2: models[0].dtype", "must be one of"),
-    ('[[models]]\nmax_batch_tokens = 0\n', "serve.toml:2: models[0].max_batch_tokens", "positive integer"),
+    ('[[models]]\nbackend = "tpu"\n', "serve.toml:2: models[0].backend", "must be one of 'auto', 'cpu'"),
+    ('[[models]]\ndtype = "int4"\n', "serve.toml:2: models[0].dtype", "'float16'"),
+    ('[[models]]\nmax_batch_tokens = 0\n', "serve.toml:2: models[0].max_batch_tokens", "must be >= 1, got 0"),
     ('[[models]]\nserved_model_name = "x"\n', "serve.toml:2: models[0].served_model_name", "unknown key"),
     ('[[models]]\nmodel = "nowhere"\n', "serve.toml:2: models[0].model", "does not exist"),
     ('[[models]]\n[models.pooler_config]\npooling_type = "NOPE"\n', "serve.toml:2: models[0].pooler_config", ""),
@@ -160,10 +160,10 @@ def test_api_key_file(tmp_path):
     ('[[models]]\ndevices = [0, 1]\nreplicas = 3\n', "serve.toml:1: models[0]", "2 devices are listed"),
     ('[[models]]\nreplicas = 0\n', "serve.toml:1: models[0]", "needs local replicas"),
     ('[[models]]\n[[models.remote]]\nport = 1\n', "serve.toml:3: models[0].remote[0].port", "unknown key"),
-    ('[[models]]\n[[models.remote]]\n', "serve.toml:2: models[0].remote[0]", "url is required"),
+    ('[[models]]\n[[models.remote]]\n', "serve.toml:2: models[0].remote[0].url", "is required"),
     ('[[models]]\n[[models.remote]]\nurl = "http://x"\n', "serve.toml:3: models[0].remote[0].url",
      "must be tcp://host:port"),
-    ('[[models]]\nremote = "tcp://a:1"\n', "serve.toml:2: models[0].remote", "array of tables"),
+    ('[[models]]\nremote = "tcp://a:1"\n', "serve.toml:2: models[0].remote", "must be a list"),
     ('[[models]]\n[[models.remote]]\nurl = "dns+tcp://svc"\n', "serve.toml:3: models[0].remote[0].url",
      "dns+tcp://name:port"),
     ('[[models]]\nname = "a"\n\n[[models]]\nname = "a"\n', "serve.toml:4: models[1]", "two pools on backend"),
@@ -200,25 +200,24 @@ def test_key_lines_survive_multiline_values_comments_and_inline_tables():
         [[models.remote]]
         url = "tcp://h:1"
         ''')
-    lines = KeyLines(text)
-    assert lines.line(("host",)) == 2 and lines.line(("note",)) == 3 and lines.line(("port",)) is None
-    assert lines.line(("models", 0)) == 7 and lines.line(("models", 0, "name")) == 8
-    assert lines.line(("models", 0, "devices")) == 9
-    assert lines.line(("models", 0, "pooler_config", "dimensions")) == 13
-    assert lines.line(("models", 1)) == 15 and lines.line(("models", 1, "hf_overrides")) == 16
-    assert lines.line(("models", 1, "hf_overrides", "a", "b")) == 17
-    assert lines.line(("models", 1, "remote", 0, "url")) == 19
-    assert lines.line(("models", 1, "nope")) == 15  # a missing key: its table's line
+    found = key_lines(text)
+
+    def line(path):
+        return line_of(found, path)
+    assert line(("host",)) == 2 and line(("note",)) == 3 and line(("port",)) is None
+    assert line(("models", 0)) == 7 and line(("models", 0, "name")) == 8
+    assert line(("models", 0, "devices")) == 9 and line(("models", 0, "devices", 1)) == 9
+    assert line(("models", 0, "pooler_config", "dimensions")) == 13
+    assert line(("models", 1)) == 15 and line(("models", 1, "hf_overrides")) == 16
+    assert line(("models", 1, "hf_overrides", "a", "b")) == 17
+    assert line(("models", 1, "remote", 0, "url")) == 19
+    assert line(("models", 1, "nope")) == 15  # a missing key: its table's line
 
 
-def test_unreadable_file_and_flags_beside_config(tmp_path):
+def test_unreadable_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read the config file"):
         load_config(str(tmp_path / "missing.toml"), parser(), {})
-    (tmp_path / "c.toml").write_text("[[models]]\n")
-    args = parser().parse_args(["--config", str(tmp_path / "c.toml"), "--port", "9"])
-    with pytest.raises(ValueError, match="settings go in the file: port"):
-        serve.config_from_args(args, {})
-    assert serve.main(args) == 2
+    assert serve.main(parser().parse_args(["--config", str(tmp_path / "missing.toml"), "--port", "9"])) == 2
 
 
 def test_text_without_a_file(tmp_path):
@@ -242,3 +241,56 @@ def test_a_bad_worker_url_on_the_command_line_is_refused():
         serve.config_from_args(parser().parse_args(["--worker-url", "http://w:1"]), {})
     config = serve.config_from_args(parser().parse_args(["--worker-url", "dns+tcp://w.svc:9100"]), {})
     assert config.pools[0].remotes == ("dns+tcp://w.svc:9100",) and config.pools[0].model is None
+
+
+def test_the_file_keys_are_the_flags(tmp_path):
+    from poolgate.gateway.config.file import ALIASES, ENTRY_KEYS, MODEL_DEFAULTS, FileSettings, ModelTable
+
+    serve_dests = set(vars(parser().parse_args([]))) - {"config", "log_level", "workers", "worker_url", "given_flags"}
+    top = {ALIASES.get(key, key) for key in FileSettings.model_fields} - {"models"}
+    assert top == serve_dests - set(MODEL_DEFAULTS), "a serve flag needs its key in config.file.FileSettings"
+    model_keys = {ALIASES.get(key, key) for key in ModelTable.model_fields} - ENTRY_KEYS
+    assert model_keys == set(MODEL_DEFAULTS), "a model flag needs its key in config.file.ModelTable"
+
+
+def with_flags(text: str, tmp_path, *flags: str):
+    path = tmp_path / "serve.toml"
+    path.write_text(textwrap.dedent(text))
+    return serve.config_from_args(parser().parse_args(["--config", str(path), *flags]), {})
+
+
+TWO_MODELS = """\
+    host = "0.0.0.0"
+    port = 9000
+    api_key_file = "key"
+    request_timeout = 30
+    [[models]]
+    name = "a"
+    dtype = "float32"
+    [[models]]
+    name = "b"
+    backend = "cpu"
+    replicas = 2
+    """
+
+
+def test_flags_given_beside_the_file_override_its_values(tmp_path):
+    (tmp_path / "key").write_text("from-file\n")
+    plain = with_flags(TWO_MODELS, tmp_path)
+    assert (plain.host, plain.port, plain.api_key, plain.request_timeout_s) == ("0.0.0.0", 9000, "from-file", 30)
+    assert len(plain.pools[1].workers) == 2
+    config = with_flags(TWO_MODELS, tmp_path, "--port", "8000", "--api-key", "from-flag", "--dtype", "bfloat16",
+                        "--workers", "1", "--auto-truncate")
+    assert config.port == 8000  # given, though it is the flag's default
+    assert config.api_key == "from-flag"  # --api-key replaces the file's api_key_file
+    assert (config.host, config.request_timeout_s, config.auto_truncate) == ("0.0.0.0", 30, True)
+    a, b = config.pools
+    assert {w.dtype for w in (*a.workers, *b.workers)} == {"bfloat16"}  # a model flag: every [[models]] table
+    assert (len(a.workers), len(b.workers), b.backend) == (1, 1, "cpu")  # --workers: every table's replicas
+    assert with_flags(TWO_MODELS, tmp_path, "--no-metrics").metrics is False
+
+
+def test_a_flag_does_not_hide_a_bad_file(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        with_flags('port = 1\n[[models]]\n\nreplicas = "two"\n', tmp_path, "--port", "9")
+    assert str(info.value) == f"{tmp_path / 'serve.toml'}:4: models[0].replicas: must be an integer, got 'two'"
