@@ -74,12 +74,18 @@ def test_cohere_v1_sdk_floats(url, floats):
     assert np.array_equal(np.float32(resp.embeddings), floats)
 
 
+def test_cohere_sdk_search_query_on_a_model_without_prompts_is_the_plain_vector(url, floats):
+    co = cohere.ClientV2(api_key="x", base_url=url)
+    resp = co.embed(model=MODEL, texts=FEW, input_type="search_query", embedding_types=["float"])
+    assert np.array_equal(np.float32(resp.embeddings.float_), floats)
+
+
 def test_cohere_sdk_errors_carry_the_message(url):
     co = cohere.ClientV2(api_key="x", base_url=url)
     with pytest.raises(cohere.BadRequestError) as info:
-        co.embed(model=MODEL, texts=["a"], input_type="search_query", embedding_types=["float"])
-    assert info.value.body == {"message": "Unsupported input_type 'search_query'. "
-                                          "This model does not define any input_type task instructions."}
+        co.embed(model=MODEL, texts=["a"], input_type="bogus", embedding_types=["float"])
+    assert info.value.body == {"message": "Unsupported input_type 'bogus'. Supported values: search_query, "
+                                          "search_document, classification, clustering."}
     with pytest.raises(cohere.NotFoundError):
         co.embed(model="nope", texts=["a"], input_type=None, embedding_types=["float"])
 

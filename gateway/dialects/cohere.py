@@ -3,9 +3,10 @@
 The body is vLLM's ``CohereEmbedRequest``: exactly one non-empty list of
 ``texts``, ``inputs`` (text content items; images are refused, poolgate
 serves text models) or ``images``; ``input_type`` picks the model's prompt
-(``ModelInfo.prompts``, from ``config_sentence_transformers.json``), which is
-a system turn when the tokenizer has a chat template and a text prefix
-otherwise; ``truncate`` END / START keeps the first / last ``max_tokens``
+(``dialects.prompts``: a prompt name, or one of Cohere's four standard types
+mapped onto the usual names, which a model without such a prompt accepts and
+applies no prompt for), which is a system turn when the tokenizer has a chat
+template and a text prefix otherwise; ``truncate`` END / START keeps the first / last ``max_tokens``
 (at most, and by default, the model's maximum) and NONE refuses an input over ``max_tokens``;
 ``output_dimension`` is the Matryoshka ``dimensions``; ``embedding_types``
 (default float) are computed as ``dialects.quantize`` documents; ``priority``
@@ -20,6 +21,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, StrictStr
 
 from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -84,16 +86,12 @@ def texts_of(req: CohereEmbedRequest) -> list[str]:
 
 
 def prompted(texts: list[str], input_type: str | None, info: ModelInfo) -> tuple[list[Input], bool]:
-    """The inputs with the ``input_type`` prompt applied, and whether they are chats (vLLM's rule)."""
-    if input_type is None:
+    """The inputs with the ``input_type`` prompt applied (``dialects.prompts``: Cohere's standard types
+    always accepted), and whether they are chats (vLLM's rule)."""
+    prompt = prompt_for(info, input_type)
+    if not prompt:
         return list(texts), False
-    prompts = info.prompts or {}
-    if input_type not in prompts:
-        supported = (f"Supported values: {', '.join(prompts)}." if prompts
-                     else "This model does not define any input_type task instructions.")
-        raise InvalidRequest(f"Unsupported input_type '{input_type}'. {supported}", param="input_type")
-    prompt = prompts[input_type]
-    if info.chat_template and prompt:
+    if info.chat_template:
         return [ChatInput(messages=[{"role": "system", "content": prompt}, {"role": "user", "content": t}])
                 for t in texts], True
     return [prompt + t for t in texts], False

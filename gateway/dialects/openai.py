@@ -8,6 +8,10 @@ The body is ``input`` (texts, token ids, or chat messages) or ``messages``
 header (JSON: id, created, model, each item's index, dtype, endianness,
 byte range and shape, usage); ``bytes_only`` sends the same body without it.
 
+``input_type`` (Cohere's name) or ``prompt_name`` (TEI's) prefix each text
+with one of the model's prompts, as sentence-transformers does
+(``dialects.prompts``: Cohere's four standard types are always accepted).
+
 A model whose active task is ``token_embed`` answers with one vector per
 token (``[[float]]``), float only and without ``dimensions``, as vLLM's
 token-embedding route does.
@@ -23,16 +27,20 @@ from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
+from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire import Input, ModelInfo
 
 
 class EmbeddingRequest(EncodedBody):
     """The body of ``POST /v1/embeddings``; unknown fields are allowed and ignored."""
+
+    input_type: str | None = None  # poolgate: a per-request prompt (dialects.prompts), as Cohere's field
+    prompt_name: str | None = None  # poolgate: the same by the model's prompt name, as TEI's field
 
 
 class EmbeddingData(BaseModel):
@@ -57,14 +65,27 @@ def embed_task(info: ModelInfo) -> str:
     return "token_embed" if info.tasks and info.tasks[0] == "token_embed" else "embed"
 
 
-def to_request(req: EmbeddingRequest, task: str = "embed") -> ServeRequest:
-    """The dialect-free request for ``req`` (server policy is applied by ``serving``)."""
+def to_request(req: EmbeddingRequest, task: str = "embed", info: ModelInfo | None = None) -> ServeRequest:
+    """The dialect-free request for ``req`` (server policy is applied by ``serving``); ``info`` (the
+    model's) is needed only for a request that names a prompt."""
     if task == "token_embed":
         _check_token_embed(req)
     inputs, special = req.call_inputs()
+    if req.input_type is not None or req.prompt_name is not None:
+        inputs = _prompted(inputs, prompt_for(info, req.input_type, req.prompt_name))
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
                            add_special_tokens=special, **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
+
+
+def _prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
+    """Each text prefixed with ``prompt``, as sentence-transformers' ``encode(prompt=...)`` does."""
+    if not prompt:
+        return inputs
+    if not all(isinstance(x, str) for x in inputs):
+        raise InvalidRequest("input_type and prompt_name prefix texts: pass the input as strings, "
+                             "not token ids or chat messages", param="input_type")
+    return [prompt + x for x in inputs]
 
 
 def _check_token_embed(req: EmbeddingRequest) -> None:
@@ -87,8 +108,8 @@ def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: 
 async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.Response:
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
-    task = embed_task(request.app[ROUTER].lookup(req.model).info)
-    served = await serve(request, to_request(req, task))
+    info = request.app[ROUTER].lookup(req.model).info
+    served = await serve(request, to_request(req, embed_task(info), info))
     created, rows = int(time.time()), served.result.outputs
     if record is not None:
         record.response_id = f"embd-{served.request_id}"

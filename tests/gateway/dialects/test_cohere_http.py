@@ -122,8 +122,8 @@ async def test_output_dimension_is_matryoshka_dimensions(gateway):
     ({"images": ["data:image/png;base64,AAAA"]}, 400, "Image inputs are not supported: poolgate serves text models."),
     ({"inputs": [{"content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
      "Image inputs are not supported: poolgate serves text models."),
-    ({"texts": ["a"], "input_type": "search_query"}, 400,
-     "Unsupported input_type 'search_query'. This model does not define any input_type task instructions."),
+    ({"texts": ["a"], "input_type": "bogus"}, 400,
+     "Unsupported input_type 'bogus'. Supported values: search_query, search_document, classification, clustering."),
     ({"texts": ["one two three four"], "truncate": "NONE", "max_tokens": 3}, 400,
      "Input of 6 tokens exceeds max_tokens=3 with truncate=NONE. Set truncate to END or START to allow truncation."),
     ({"texts": [" ".join(["w"] * 40)], "truncate": "NONE"}, 400, "This model's maximum context length is 32 tokens."),
@@ -150,8 +150,26 @@ async def test_invalid_fields_are_400_validation_errors(gateway, body, param):
 
 async def test_unknown_input_type_lists_the_models_types(gateway):
     client = await gateway(models=[with_prompts(fake_model())])
-    out = await embed(client, {"texts": ["a"], "input_type": "clustering"}, status=400)
-    assert out == {"message": "Unsupported input_type 'clustering'. Supported values: search_query, search_document, empty."}
+    out = await embed(client, {"texts": ["a"], "input_type": "bogus"}, status=400)
+    assert out == {"message": "Unsupported input_type 'bogus'. Supported values: search_query, search_document, "
+                              "classification, clustering, empty."}
+
+
+@pytest.mark.parametrize("input_type", ["search_query", "search_document", "classification", "clustering"])
+async def test_a_model_without_prompts_takes_the_standard_types_and_applies_none(gateway, input_type):
+    client = await gateway()  # the Cohere SDK always sends an input_type; vLLM answers a plain embedder 400
+    out = await embed(client, {"texts": ["hello world"], "input_type": input_type})
+    assert np.array_equal(np.float32(out["embeddings"]["float"][0]), expected_vector("hello world"))
+
+
+async def test_standard_types_map_onto_the_usual_prompt_names(gateway):
+    client = await gateway(models=[with_prompts(fake_model(), {"query": "q: ", "passage": "p: "})])
+    query = await embed(client, {"texts": ["hello world"], "input_type": "search_query"})
+    document = await embed(client, {"texts": ["hello world"], "input_type": "search_document"})
+    clustering = await embed(client, {"texts": ["hello world"], "input_type": "clustering"})
+    assert np.array_equal(np.float32(query["embeddings"]["float"][0]), expected_vector("q: hello world"))
+    assert np.array_equal(np.float32(document["embeddings"]["float"][0]), expected_vector("p: hello world"))
+    assert np.array_equal(np.float32(clustering["embeddings"]["float"][0]), expected_vector("hello world"))
 
 
 async def test_binary_needs_a_dimension_multiple_of_8(gateway):
