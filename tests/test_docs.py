@@ -1,4 +1,4 @@
-"""README.md and docs/: every relative link and #anchor resolves, every source path and module named exists."""
+"""README.md, docs/ and docker/README.md: every relative link and #anchor resolves, every source path and module named exists."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "docker" / "README.md"]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 CODE_PATH = re.compile(r"`((?:gateway|workers|shared|tests|docker|observability|\.ci)/[\w./-]*)")
 MODULE = re.compile(r"python -m ((?:tests|poolgate)\.[\w.]+)")
