@@ -139,6 +139,18 @@ def test_compose_wiring_matches_the_flags(compose):
     assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
 
 
+def test_the_local_compose_override_runs_the_two_built_services_on_loopback():
+    text = re.sub(r"\$\{(\w+):-([^}]*)\}", r"\2", (DOCKER / "compose.local.yaml").read_text())  # the defaults
+    services = yaml.safe_load(text)["services"]
+    assert set(services) == {"gateway", "worker"}
+    gateway, worker = cli_args(services["gateway"]["command"]), cli_args(services["worker"]["command"])
+    assert services["gateway"]["network_mode"] == services["worker"]["network_mode"] == "host"
+    (url,) = gateway.worker_url
+    assert gateway.host == "127.0.0.1" and parse_address(worker.listen).host == "127.0.0.1"
+    assert parse_address(url).port == parse_address(worker.listen).port
+    assert f":{gateway.port}/health" in services["gateway"]["healthcheck"]["test"][-1]
+
+
 @pytest.mark.skipif(shutil.which("yamllint") is None, reason="yamllint not installed; apt-get install yamllint")
 def test_yaml_files_lint_clean():
     rules = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}"
