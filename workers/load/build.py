@@ -1,10 +1,12 @@
 """Loads one model for serving: spec, backend, token budget, dtype, then the runner, built once.
 
 Every choice is made before the runner exists: the backend and its token
-budget, then the dtype. ``--dtype auto`` runs the probe texts through an fp32
-runner and through one in the backend's fast dtype (with its final kernels)
-and keeps the fast one only if every probe vector stays at cosine ≥ 0.999;
-the runner that is kept is used as it was built, nothing in it is rewritten.
+budget, then the dtype. The checkpoint is opened once (``workers.load.checkpoint``)
+and read by the model and its heads alike, with the worker's one tokenizer.
+``--dtype auto`` runs the probe texts through the model in fp32, casts that same
+model to the backend's fast dtype (with its final kernels) and keeps it only
+if every probe vector stays at cosine ≥ 0.999; the runner that is kept is used
+as it was built.
 Chunked processing of long embed inputs (``--pooler-config``) is checked
 against the built poolers: it needs the embed task pooled with MEAN.
 """
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import fields
 
 import numpy as np
 import torch
+from torch import nn
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
@@ -22,7 +26,9 @@ from poolgate.shared.wire import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.load.inspect import plan, settled
-from poolgate.workers.models import architecture_for, build_model
+from poolgate.workers.load.checkpoint import Tensors
+from poolgate.workers.models import Architecture, architecture_for, build_model, open_weights
+from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.engine.runner import PoolingRunner
 from poolgate.workers.engine.runner_api import LoadedModel
@@ -34,6 +40,7 @@ from poolgate.workers.engine.tokenizer import TextEncoder
 log = logging.getLogger("poolgate.worker")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 AUTO_MIN_COSINE = 0.999
+AFTER_BUILD = ("finalize", "plans_groups")  # the Ops fields a built model does not hold
 PROBE_TEXTS = (
     "a", "Hello world!", "The quick brown fox jumps over the lazy dog.",
     "Pooling models turn the hidden states of a whole prompt into one vector. " * 6,
@@ -41,13 +48,27 @@ PROBE_TEXTS = (
 )
 
 
-def _runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, dtype: torch.dtype) -> PoolingRunner:
-    """A whole runner for ``dtype``: weights cast and moved, the backend's attention and kernels."""
-    model, arch = build_model(spec, backend.ops(dtype), allow_pickle=cfg.allow_pickle_weights,
+def _model(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights: Tensors,
+           dtype: torch.dtype) -> tuple[nn.Module, Architecture]:
+    """The model built from the open ``weights`` with the backend's ops for ``dtype``, cast and moved."""
+    model, arch = build_model(spec, backend.ops(dtype), weights=weights, allow_pickle=cfg.allow_pickle_weights,
                               trust_remote_code=cfg.trust_remote_code)
-    model = model.to(device=backend.device(), dtype=dtype)
-    backend.optimize(model, dtype)
-    pooler = poolers_for(spec, backend.device(), allow_pickle=cfg.allow_pickle_weights)
+    return model.to(device=backend.device(), dtype=dtype), arch
+
+
+def _castable(backend: Backend, built: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether a model built for ``built`` runs as ``dtype`` once cast: the backend's ops for the two are
+    the same but for ``finalize`` and the group plan (the CPU's; a GPU's flash attention for halves is
+    built in, so there the model is built again)."""
+    a, b = backend.ops(built), backend.ops(dtype)
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name not in AFTER_BUILD)
+
+
+def _runner(model: nn.Module, arch: Architecture, backend: Backend, dtype: torch.dtype, pooler,
+            *, final: bool = True) -> PoolingRunner:
+    """A runner over ``model`` in ``dtype``; ``final``: the backend's last changes first (prepacking)."""
+    if final:
+        backend.optimize(model, dtype)
     return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler,
                          grouped=bool(getattr(model, "needs_groups", False)))
 
@@ -63,27 +84,35 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, probes: list[list[int]]) -> PoolingRunner:
-    """The runner in the requested dtype, or for ``auto`` the fast one if the probes allow it."""
+def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights: Tensors, pooler,
+                   probes: list[list[int]]) -> PoolingRunner:
+    """The runner in the requested dtype, or for ``auto`` the fast one if the probes allow it: the model is
+    built once in fp32 for the reference vectors and cast to the fast dtype where the backend builds both
+    alike (``_castable``); else, and after a drift (the cast dropped the low bits), it is built again from
+    the still-open checkpoint."""
     if cfg.dtype != "auto":
-        return _runner(spec, cfg, backend, DTYPES[cfg.dtype])
-    reference = _runner(spec, cfg, backend, torch.float32)
+        return _runner(*_model(spec, cfg, backend, weights, DTYPES[cfg.dtype]), backend, DTYPES[cfg.dtype], pooler)
+    model, arch = _model(spec, cfg, backend, weights, torch.float32)
     fast = backend.fast_dtype()
     if fast == torch.float32:
-        return reference
-    want = _vectors(reference, probes)
-    del reference  # never two copies of the model on the device at once
-    backend.release_memory()
-    candidate = _runner(spec, cfg, backend, fast)
+        return _runner(model, arch, backend, fast, pooler)
+    want = _vectors(_runner(model, arch, backend, torch.float32, pooler, final=False), probes)
+    if _castable(backend, torch.float32, fast):
+        model = model.to(dtype=fast)  # one parameter at a time: never the model twice in memory
+    else:
+        del model
+        backend.release_memory()
+        model, arch = _model(spec, cfg, backend, weights, fast)
+    candidate = _runner(model, arch, backend, fast, pooler)
     worst = float(_cosines(_vectors(candidate, probes), want).min())
     name = str(fast).removeprefix("torch.")
     if worst >= AUTO_MIN_COSINE:
         log.info("dtype auto: %s (worst probe cosine to float32 %.6f)", name, worst)
         return candidate
     log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", name, worst)
-    del candidate
+    del candidate, model  # never two copies of the model on the device at once
     backend.release_memory()
-    return _runner(spec, cfg, backend, torch.float32)
+    return _runner(*_model(spec, cfg, backend, weights, torch.float32), backend, torch.float32, pooler)
 
 
 def _check_chunking(pooler) -> None:
@@ -123,7 +152,15 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file,
                           score_template=template_for(spec.hf_config))
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
-    runner = _choose_runner(spec, cfg, backend, probes)
+    if not arch.packed:
+        check_supported(spec, cfg.trust_remote_code)  # before looking for weights it could not run
+    weights = open_weights(spec, allow_pickle=cfg.allow_pickle_weights)  # the one read, shared by model and heads
+    try:
+        pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=encoder.tokenizer,
+                             allow_pickle=cfg.allow_pickle_weights)
+        runner = _choose_runner(spec, cfg, backend, weights, pooler, probes)
+    finally:
+        weights.close()
     if spec.pooler.enable_chunked_processing:
         _check_chunking(runner.pooler)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
@@ -155,4 +192,4 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     log.info("model ready in %.1f s", time.perf_counter() - start)
     memory = backend.memory if backend.memory() else None
     return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory,
-                       padded=not arch.packed)
+                       padded=not arch.packed, cache_bytes=cfg.embedding_cache_mb << 20)

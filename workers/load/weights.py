@@ -1,14 +1,11 @@
-"""Loads a folder's weights into a state dict: safetensors directly, pickle only when allowed."""
+"""Which files hold a folder's weights (safetensors; pickles only when allowed) and how load errors name them.
+
+The files are read through one lazy handle, ``workers.load.checkpoint.Checkpoint``.
+"""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file
-
-log = logging.getLogger("poolgate.worker")
 
 
 class CheckpointError(ValueError):
@@ -52,25 +49,3 @@ def weight_files(folder: Path, *, allow_pickle: bool = False) -> tuple[list[Path
             f"{pickles[0]}: pickle weights (which can run code when loaded) and no safetensors in {folder}; "
             "convert them to safetensors, or pass --allow-pickle-weights to load them")
     return pickles, True
-
-
-def load_state_dict(folder: Path, *, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """All tensors of ``folder``'s checkpoint, on the CPU, in their stored dtype."""
-    files, pickled = weight_files(folder, allow_pickle=allow_pickle)
-    state: dict[str, torch.Tensor] = {}
-    for i, f in enumerate(files, 1):
-        log.info("loading %sweights %s [%d/%d]", "pickle " if pickled else "", f.name, i, len(files))
-        try:
-            state.update(torch.load(f, map_location="cpu", weights_only=True) if pickled
-                         else load_file(str(f), device="cpu"))
-        except Exception as exc:  # a missing shard, a truncated or corrupt file: name it
-            raise CheckpointError(f, f"cannot read the weights ({type(exc).__name__}: {exc})") from exc
-    return state
-
-
-def strip_prefix(state: dict[str, torch.Tensor], prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """Drop the first matching base-model prefix (``bert.``, ``roberta.`` …) from every key."""
-    for prefix in prefixes:
-        if any(k.startswith(prefix) for k in state):
-            return {k.removeprefix(prefix): v for k, v in state.items()}
-    return state

@@ -2,12 +2,15 @@
 
 ``ARCHITECTURES`` maps an architecture name to its packed ``Family``
 (``workers.models.base``); one family file per model family adds its names
-here. Any other architecture runs through transformers' AutoModel, padded
+here, each a head (``head_kind``: ``*Model``, ``*ForSequenceClassification`` …)
+its family declares, and the special models (``workers.pooling.special``)
+join with their encoder's family. Any other architecture runs through transformers' AutoModel, padded
 (``workers.models.hf_auto``). ``architecture_for`` says which, and
 ``build_model`` builds it with the backend's ops bundle (``kernels.ops``).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +18,7 @@ from torch import nn
 
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.load.gguf import load_state as load_gguf_state
-from poolgate.workers.models.base import Family, strip_base
+from poolgate.workers.models.base import Family
 from poolgate.workers.models.bert import BERT
 from poolgate.workers.models.distilbert import DISTILBERT
 from poolgate.workers.models.decoder_families import DECODER_ARCHITECTURES
@@ -25,7 +28,8 @@ from poolgate.workers.models.mpnet import MPNET
 from poolgate.workers.models.nomic_bert import NOMIC_BERT
 from poolgate.workers.models.hf_auto import HfAutoEncoder
 from poolgate.workers.load.st_config import ModelSpec
-from poolgate.workers.load.weights import load_state_dict, weights_source
+from poolgate.workers.pooling.special import SPECIAL_MODELS
+from poolgate.workers.load.checkpoint import Checkpoint, Deferred, Tensors, strip_prefix
 
 ARCHITECTURES: dict[str, Family] = {
     "BertModel": BERT,
@@ -42,8 +46,6 @@ ARCHITECTURES: dict[str, Family] = {
     "CamembertModel": BERT,
     "CamembertForSequenceClassification": BERT,
     "CamembertForTokenClassification": BERT,
-    "BertSpladeSparseEmbeddingModel": BERT,  # a BertForMaskedLM checkpoint served as SPLADE (pooling.splade)
-    "BgeM3EmbeddingModel": BERT,  # an XLM-R encoder with BGE-M3's sparse and ColBERT heads (pooling.bge_m3)
     "DistilBertModel": DISTILBERT,
     "DistilBertForMaskedLM": DISTILBERT,  # the encoder only; its MLM head is not used for pooling
     "DistilBertForSequenceClassification": DISTILBERT,
@@ -67,7 +69,27 @@ ARCHITECTURES: dict[str, Family] = {
     "NomicBertForTokenClassification": NOMIC_BERT,
     **DECODER_ARCHITECTURES,  # Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3: *Model, *ForCausalLM, classifiers
 }
+# the special models (SPLADE, BGE-M3: workers.pooling.special) run the packed family of their encoder
+ARCHITECTURES.update({name: ARCHITECTURES[s.encoder] for name, s in SPECIAL_MODELS.items()})
 DECODER_MARKERS = ("CausalLM", "LMHeadModel")
+HEAD_SUFFIXES = {"ForSequenceClassification": "sequence_classification",
+                 "ForTokenClassification": "token_classification", "ForMaskedLM": "masked_lm",
+                 "ForCausalLM": "causal_lm"}
+
+
+def head_kind(architecture: str) -> str:
+    """The ``Family.heads`` kind an architecture name asks for (``*Model`` and the special models: ``model``)."""
+    return next((kind for suffix, kind in HEAD_SUFFIXES.items() if architecture.endswith(suffix)), "model")
+
+
+def _check_heads(table: dict[str, Family]) -> None:
+    """Each registered name is a head its family declares (a registry typo fails at import, not at load)."""
+    wrong = sorted(name for name, family in table.items() if head_kind(name) not in family.heads)
+    if wrong:
+        raise ValueError(f"architectures registered with a head their family does not declare: {wrong}")
+
+
+_check_heads(ARCHITECTURES)
 
 
 @dataclass(frozen=True)
@@ -107,17 +129,54 @@ def architecture_for(spec: ModelSpec) -> Architecture:
     return Architecture(None, "LAST" if is_decoder(spec) else "CLS")
 
 
+SKIPPED_INITS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_",
+                 "xavier_uniform_", "xavier_normal_", "ones_", "zeros_", "constant_")
+
+
+@contextmanager
+def _no_random_init():
+    """Build a packed model without filling its parameters at random: ``load_mapped`` fills every one of
+    them from the checkpoint or refuses the load, so the random fill (seconds for a 1B model) is wasted."""
+    saved = {name: getattr(torch.nn.init, name) for name in SKIPPED_INITS}
+    for name in SKIPPED_INITS:
+        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+
+
+def open_weights(spec: ModelSpec, *, allow_pickle: bool) -> Tensors:
+    """The one lazy handle on ``spec``'s weights that the model and its poolers read (a GGUF file: dequantized)."""
+    if spec.gguf_file:  # dequantized by transformers' GGUF loader, when first asked for
+        return Deferred(lambda: load_gguf_state(spec.path, spec.gguf_file, spec.hf_config), spec.path / spec.gguf_file)
+    return Checkpoint.open(spec.path, allow_pickle=allow_pickle)
+
+
+def base_prefixes(spec: ModelSpec) -> tuple[str, ...]:
+    """Where the checkpoint keeps the base model (``bert.``, ``model.``): the family's, or for the fallback
+    transformers' ``base_model_prefix`` of the architecture's class."""
+    family = ARCHITECTURES.get(spec.architecture)
+    if family is not None:
+        return family.prefixes
+    import transformers
+
+    cls = getattr(transformers, spec.architecture, None)
+    prefix = getattr(cls, "base_model_prefix", "") if cls is not None else ""
+    return (f"{prefix}.",) if prefix else ()
+
+
 @torch.no_grad()
-def build_model(spec: ModelSpec, ops: Ops, *, allow_pickle: bool,
-                trust_remote_code: bool = False) -> tuple[nn.Module, Architecture]:
-    """The model for ``spec`` with its weights loaded (fp32 or the checkpoint's dtype, on the CPU)."""
+def build_model(spec: ModelSpec, ops: Ops, *, weights: Tensors | None = None,
+                allow_pickle: bool = False, trust_remote_code: bool = False) -> tuple[nn.Module, Architecture]:
+    """The model for ``spec`` with its weights loaded from ``weights`` (opened here if not given) in fp32
+    or the checkpoint's dtype, on the CPU. The fallback reads its checkpoint through transformers."""
     arch = architecture_for(spec)
     if arch.family is None:
         return HfAutoEncoder(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code).eval(), arch
-    model = arch.family.model(arch.family.config(spec.hf_config), ops)
-    if spec.gguf_file:  # dequantized by transformers' GGUF loader
-        state, source = load_gguf_state(spec.path, spec.gguf_file, spec.hf_config), str(spec.path / spec.gguf_file)
-    else:
-        state, source = load_state_dict(spec.path, allow_pickle=allow_pickle), weights_source(spec.path)
-    model.load_weights(strip_base(state, arch.family.prefixes), source)
+    weights = weights if weights is not None else open_weights(spec, allow_pickle=allow_pickle)
+    with _no_random_init():
+        model = arch.family.model(arch.family.config(spec.hf_config), ops)
+    model.load_weights(strip_prefix(weights, arch.family.prefixes), weights.source)
     return model.eval(), arch

@@ -18,7 +18,7 @@ pooler) are not "unexpected": the poolers load them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -26,10 +26,10 @@ import torch
 
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.load.checkpoint import InMemory, Tensors, find_name
 from poolgate.workers.load.weights import CheckpointError
 
 HEAD_KINDS = frozenset({"model", "sequence_classification", "token_classification", "masked_lm", "causal_lm"})
-LEGACY_NAMES = {".weight": ".gamma", ".bias": ".beta"}  # old TF-style LayerNorm names
 BUFFER_SUFFIXES = ("position_ids", "rotary_emb.inv_freq", "attn.masked_bias", "attn.bias")  # saved buffers, not weights
 
 
@@ -78,42 +78,32 @@ class Family:
             raise ValueError(f"family {self.name}: unknown head kinds {sorted(unknown)}")
 
 
-def strip_base(state: Mapping[str, torch.Tensor], prefixes: Iterable[str]) -> dict[str, torch.Tensor]:
-    """Drop the first base-model prefix (``bert.`` …) that any key has, from every key that has it."""
-    for prefix in prefixes:
-        if any(k.startswith(prefix) for k in state):
-            return {k.removeprefix(prefix): v for k, v in state.items()}
-    return dict(state)
-
-
 def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], names: Mapping[str, str | list[str]],
                 source: str, *, ignore: tuple[str, ...] = (), dim: int = 0) -> None:
     """Fill ``module`` from ``state``: ``names`` maps each of the module's tensor names to a checkpoint
     name, or a list of names concatenated along ``dim`` (fused Q/K/V). Every module tensor must be mapped
     and found with the right shape; checkpoint names neither used nor starting with an ``ignore`` prefix
-    are unexpected. All problems are collected into one ``CheckpointError``."""
+    are unexpected. All problems are collected into one ``CheckpointError`` before any tensor is read
+    (shapes come from the checkpoint's header); then each tensor is read and copied in, one at a time."""
+    tensors = state if isinstance(state, Tensors) else InMemory(state, source)
     own = module.state_dict()
-    missing, shapes, used, loaded = [], [], set(), {}
+    missing, shapes, used, plan = [], [], set(), {}
     unmapped = sorted(set(own) - set(names))
     if unmapped:
         raise CheckpointError(source, f"the model's name map misses {unmapped} (a bug in poolgate)")
     for ours, theirs in names.items():
-        parts = []
-        for name in [theirs] if isinstance(theirs, str) else theirs:
-            found = _find(state, name)
-            if found is None:
-                missing.append(name)
-            else:
-                used.add(found)
-                parts.append(state[found])
-        if len(parts) != (1 if isinstance(theirs, str) else len(theirs)):
+        wanted = [theirs] if isinstance(theirs, str) else list(theirs)
+        found = [find_name(tensors, name) for name in wanted]
+        missing += [name for name, f in zip(wanted, found) if f is None]
+        if None in found:
             continue
-        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim)
-        if tuple(tensor.shape) != tuple(own[ours].shape):
-            shapes.append(f"{theirs if isinstance(theirs, str) else '+'.join(theirs)}: checkpoint "
-                          f"{tuple(tensor.shape)}, config expects {tuple(own[ours].shape)}")
-        loaded[ours] = tensor
-    extra = sorted(k for k in state
+        used.update(found)
+        shape = _joined_shape([tensors.shape(f) for f in found], dim)
+        if shape != tuple(own[ours].shape):
+            shapes.append(f"{'+'.join(wanted)}: checkpoint {shape or 'unjoinable'}, "
+                          f"config expects {tuple(own[ours].shape)}")
+        plan[ours] = found
+    extra = sorted(k for k in tensors
                    if k not in used and not k.startswith(ignore) and not k.endswith(BUFFER_SUFFIXES))
     problems = []
     if missing:
@@ -124,7 +114,20 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
         problems.append(f"shape mismatch: {_few(shapes)}")
     if problems:
         raise CheckpointError(source, "; ".join(problems))
-    module.load_state_dict(loaded, strict=True)
+    with torch.no_grad():
+        for ours, found in plan.items():  # one tensor (or one fused group) in memory at a time
+            parts = [tensors[f] for f in found]
+            own[ours].copy_(parts[0] if len(parts) == 1 else torch.cat(parts, dim))
+
+
+def _joined_shape(parts: list[tuple[int, ...]], dim: int) -> tuple[int, ...] | None:
+    """The shape of ``parts`` concatenated along ``dim`` (None if they cannot be)."""
+    if len(parts) == 1:
+        return parts[0]
+    rest = {p[:dim] + p[dim + 1:] for p in parts}
+    if len(rest) != 1 or any(len(p) <= dim for p in parts):
+        return None
+    return parts[0][:dim] + (sum(p[dim] for p in parts),) + parts[0][dim + 1:]
 
 
 # Our embedding tensors → transformers' names, shared by the BERT-style encoders (BERT, DistilBERT, MPNet).
@@ -148,15 +151,6 @@ def layer_names(num_layers: int, prefix: str, qkv: tuple[str, str, str],
             names[f"{ours}qkv.{kind}"] = [f"{p}{m}.{kind}" for m in qkv]
             names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in layers.items()})
     return names
-
-
-def _find(state: Mapping[str, torch.Tensor], name: str) -> str | None:
-    if name in state:
-        return name
-    for new, old in LEGACY_NAMES.items():
-        if "LayerNorm" in name and name.endswith(new) and (alt := name[: -len(new)] + old) in state:
-            return alt
-    return None
 
 
 def _few(items: list[str], n: int = 8) -> str:

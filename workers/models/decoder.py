@@ -31,7 +31,6 @@ from poolgate.workers.models.positions import Rope
 from poolgate.workers.engine.packing import PackedBatch
 
 HEAD_PREFIXES = ("score.", "lm_head.")  # classifier and LM head: the poolers read them
-STALE = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 
 
 class DecoderLayer(nn.Module):
@@ -98,8 +97,7 @@ class PackedDecoder(nn.Module):
         return self.norm(x)
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
-        state = {k: v for k, v in state.items() if not k.endswith(STALE)}
-        load_mapped(self, state, weight_names(self), source, ignore=HEAD_PREFIXES)
+        load_mapped(self, state, weight_names(self), source, ignore=HEAD_PREFIXES)  # saved inv_freq: a buffer
 
 
 LAYER_MAP = {

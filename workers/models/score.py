@@ -11,21 +11,20 @@ score, ``sigmoid(logit_yes - logit_no)`` (as Qwen3-Reranker is used).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from poolgate.workers.models.modernbert import ModernBertHead
 from poolgate.workers.pooling.classify import activation_for, labels_of
-from poolgate.workers.load.weights import strip_prefix
 
-BASE_PREFIXES = ("bert.", "roberta.", "distilbert.", "model.", "transformer.", "new.", "gte.", "nomic_bert.")
 LM_HEADS = ("lm_head.weight", "embed_tokens.weight", "embeddings.word_embeddings.weight")  # tied heads last
 
 
-def _linear(state: dict[str, torch.Tensor], name: str) -> nn.Linear:
+def _linear(state: Mapping[str, torch.Tensor], name: str) -> nn.Linear:
     weight, bias = state[f"{name}.weight"], state.get(f"{name}.bias")
     layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
     layer.load_state_dict({"weight": weight, **({"bias": bias} if bias is not None else {})})
@@ -39,7 +38,7 @@ class ScoreLayer:
     and is not part of the classifier that token_classify applies to every token."""
 
     needs: tuple[str, ...]
-    build: Callable[[dict[str, torch.Tensor], dict], tuple[nn.Module, nn.Module]]  # (state, hf config)
+    build: Callable[[Mapping[str, torch.Tensor], dict], tuple[nn.Module, nn.Module]]  # (state, hf config)
 
 
 def _same(module: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -72,7 +71,7 @@ def _head_activation(hf: dict) -> nn.Module:
                      "families); serve it as an embedder, or open an issue with the checkpoint's architecture")
 
 
-def _bert(state: dict[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
+def _bert(state: Mapping[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
     classifier = _linear(state, "classifier")
     return nn.Sequential(_linear(state, "pooler.dense"), _head_activation(hf), classifier), classifier
 
@@ -109,13 +108,14 @@ class Score:
     labels: tuple[str, ...] | None
 
 
-def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
-    """The model's score layer: from ``classifier_from_token`` if configured, else the checkpoint's own."""
-    state = strip_prefix(state, BASE_PREFIXES)
+def score_layer(state: Mapping[str, torch.Tensor], spec, tokenizer: Any) -> Score:
+    """The model's score layer: from ``classifier_from_token`` if configured, else the checkpoint's own.
+    ``state`` is the checkpoint with its base-model prefix dropped (``pooling.sources``); only the head's
+    tensors are read. ``tokenizer`` (the worker's) turns ``classifier_from_token`` into ids."""
     tokens = spec.hf_config.get("classifier_from_token")
     step_lm = spec.pooler.token_pooling == "STEP" and not tokens and not _has_own(state)
     if tokens:
-        module, token_module = _same(_from_tokens(state, spec, tokens))
+        module, token_module = _same(_from_tokens(state, tokenizer, tokens))
     else:
         module, token_module = _same(_lm_head(state)) if step_lm else _own(state, spec.hf_config)
     module, token_module = module.float().eval(), token_module.float().eval()
@@ -128,7 +128,7 @@ def score_layer(state: dict[str, torch.Tensor], spec) -> Score:
                  labels if labels and len(labels) == num_labels else None)
 
 
-def _own(state: dict[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
+def _own(state: Mapping[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
     for layer in SCORE_LAYERS:
         if all(name in state for name in layer.needs):
             return layer.build(state, hf)
@@ -137,11 +137,11 @@ def _own(state: dict[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module
                      "needs --hf-overrides '{\"classifier_from_token\": [...]}'")
 
 
-def _has_own(state: dict[str, torch.Tensor]) -> bool:
+def _has_own(state: Mapping[str, torch.Tensor]) -> bool:
     return any(all(name in state for name in layer.needs) for layer in SCORE_LAYERS)
 
 
-def _lm_head(state: dict[str, torch.Tensor]) -> nn.Module:
+def _lm_head(state: Mapping[str, torch.Tensor]) -> nn.Module:
     """The whole LM head (vocabulary outputs): STEP reward models read it through returned_token_ids."""
     name = next((n for n in LM_HEADS if n in state), None)
     if name is None:
@@ -149,14 +149,11 @@ def _lm_head(state: dict[str, torch.Tensor]) -> nn.Module:
     return _linear(state, name.removesuffix(".weight"))
 
 
-def _from_tokens(state: dict[str, torch.Tensor], spec, tokens: list[str]) -> nn.Module:
+def _from_tokens(state: Mapping[str, torch.Tensor], tokenizer: Any, tokens: list[str]) -> nn.Module:
     """Rows of the LM head for ``tokens``; [no, yes] → one row, yes − no."""
-    from transformers import AutoTokenizer
-
     head = next((state[name] for name in LM_HEADS if name in state), None)
     if head is None:
         raise ValueError(f"classifier_from_token needs an LM head; the checkpoint has none of {LM_HEADS}")
-    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
     ids = tokenizer.convert_tokens_to_ids(list(tokens))
     unknown = [t for t, i in zip(tokens, ids)
                if i is None or i >= head.shape[0] or (i == tokenizer.unk_token_id and t != tokenizer.unk_token)]

@@ -32,11 +32,16 @@ def activation_for(hf_config: dict) -> Activation:
         return PROBLEM_TYPES[problem](n)
     st_fn = (hf_config.get("sentence_transformers") or {}).get("activation_fn")
     if st_fn:
-        module, _, name = st_fn.rpartition(".")
-        if not module.startswith("torch.nn.modules"):
-            raise ValueError(f"refusing activation_fn {st_fn!r}: only torch.nn.modules.* is allowed")
-        return getattr(importlib.import_module(module), name)()
+        return torch_activation(st_fn, "activation_fn")
     return nn.Sigmoid() if n < 2 else nn.Softmax(dim=-1)
+
+
+def torch_activation(path: str, field: str) -> nn.Module:
+    """Instantiate the ``torch.nn.modules.*`` class a model's config names in ``field`` (nothing else is run)."""
+    module, _, name = path.rpartition(".")
+    if not module.startswith("torch.nn.modules"):
+        raise ValueError(f"refusing {field} {path!r}: only torch.nn.modules.* is allowed")
+    return getattr(importlib.import_module(module), name)()
 
 
 def labels_of(hf_config: dict) -> tuple[str, ...] | None:

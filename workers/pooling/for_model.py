@@ -7,70 +7,98 @@ normalization, and ``token_embed`` (every token through the same projector, as C
 sentence-transformers folders project token vectors, normalized). A classifier
 serves classify and token_classify (a ``*ForTokenClassification``
 checkpoint token_classify only) with its score layer (``workers.models.score``)
-and activation.
+and activation. The special models (SPLADE, BGE-M3) get their registry entry's
+poolers (``workers.pooling.special``). Every head reads the load's one checkpoint
+handle (``workers.load.checkpoint``) and the worker's tokenizer.
 """
 from __future__ import annotations
 
 import torch
 
-from poolgate.workers.models import architecture_for
+from poolgate.workers.load.checkpoint import Tensors, strip_prefix
 from poolgate.workers.load.convert import KIND_TASKS
+from poolgate.workers.models import architecture_for, base_prefixes
 from poolgate.workers.models.score import score_layer
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
-from poolgate.workers.pooling.bge_m3 import ARCHITECTURE as BGE_M3
-from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
-from poolgate.workers.pooling.head import EmbedHead, RawHead, load_dense
+from poolgate.workers.pooling.head import EmbedHead, load_dense
 from poolgate.workers.pooling.rows import all_rows, step_rows
-from poolgate.workers.pooling.splade import MlmHead, SpladePool
+from poolgate.workers.pooling.sources import PoolerSources
+from poolgate.workers.pooling.special import SPECIAL_MODELS
 from poolgate.workers.load.st_config import ModelSpec
-from poolgate.workers.load.weights import load_state_dict
 
 # the token-level twin of each sequence task, pooled over every token
 TOKEN_METHOD = "ALL"
-SPARSE_ARCHITECTURES = frozenset({"BertSpladeSparseEmbeddingModel"})  # vLLM's name for SPLADE on BERT
 
 
-def poolers_for(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
-    pooling = spec.pooling_type or architecture_for(spec).default_pooling
-    token_pooling = spec.pooler.token_pooling or TOKEN_METHOD
-    rows = step_rows(spec.pooler.step_tag_id) if token_pooling == "STEP" else all_rows
-    tasks = KIND_TASKS[spec.kind]
-    if spec.architecture in SPARSE_ARCHITECTURES:
-        return _splade(spec, device, allow_pickle=allow_pickle)
-    if spec.architecture == BGE_M3:
-        return bge_m3_poolers(spec.path, device, allow_pickle=allow_pickle, active=spec.pooler.task)
-    if spec.kind == "embed":
-        dense = [load_dense(d, allow_pickle=allow_pickle) for d in spec.dense]
-        projector = torch.nn.Sequential(*dense).to(device) if dense else None
-        normalize = True if spec.normalize is None else spec.normalize
-        embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
-        poolers = {"embed": Pooler(pooling, embed),
-                   "token_embed": Pooler(token_pooling, EmbedHead(projector, normalize), rows=rows)}
-    else:
-        score = score_layer(load_state_dict(spec.path, allow_pickle=allow_pickle), spec)
-        calibration = dict(logit_mean=spec.pooler.logit_mean, logit_sigma=spec.pooler.logit_sigma,
-                           use_activation=spec.pooler.use_activation)
-        classify = ClassifyHead(score.module.to(device), score.activation, **calibration)
-        columns = spec.pooler.returned_token_ids
-        per_token = ClassifyHead(score.token_module.to(device), _step_activation(columns) or score.activation,
-                                 columns=columns, **calibration)
-        poolers = {"classify": Pooler(pooling, classify), "token_classify": Pooler(token_pooling, per_token, rows=rows)}
-        return DispatchPooler({task: poolers[task] for task in tasks}, active=spec.pooler.task,
-                              labels=score.labels, out_dim=score.num_labels)
-    return DispatchPooler(poolers, active=spec.pooler.task)
+def served_tasks(spec: ModelSpec) -> tuple[str, ...]:
+    """The tasks ``spec`` is served with, before anything is loaded (``poolgate inspect``)."""
+    special = SPECIAL_MODELS.get(spec.architecture)
+    return special.tasks if special is not None else KIND_TASKS[spec.kind]
 
 
-def _splade(spec: ModelSpec, device: torch.device, *, allow_pickle: bool) -> DispatchPooler:
-    """embed = SPLADE weights over the vocabulary (no normalization, no matryoshka)."""
-    from transformers import AutoTokenizer
+def poolers_for(spec: ModelSpec, device: torch.device, *, weights: Tensors, tokenizer,
+                allow_pickle: bool = False) -> DispatchPooler:
+    """The model's poolers; heads read their tensors from ``weights``, the load's one checkpoint handle."""
+    src = PoolerSources(spec, strip_prefix(weights, base_prefixes(spec)), tokenizer, device, allow_pickle)
+    special = SPECIAL_MODELS.get(spec.architecture)
+    if special is not None:
+        pooler = special.poolers(src)
+        if set(pooler.poolers) != set(special.tasks):
+            raise ValueError(f"{spec.architecture}: its poolers serve {sorted(pooler.poolers)}, its registry "
+                             f"entry says {sorted(special.tasks)} (a bug in poolgate)")
+        return pooler
+    return _embed(src) if spec.kind == "embed" else _classify(src)
 
-    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
-    special = tuple(i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None)
-    head = MlmHead(load_state_dict(spec.path, allow_pickle=allow_pickle), spec.hf_config.get("layer_norm_eps", 1e-12))
-    pool = SpladePool(head, special).to(device)
-    return DispatchPooler({"embed": Pooler("SPLADE", RawHead(), pool)}, active=spec.pooler.task,
-                          out_dim=int(head.decoder.shape[0]))
+
+def sequence_pooling(spec: ModelSpec) -> tuple[str, str]:
+    """The sequence tasks' pooling and where it comes from: --pooler-config > sentence-transformers config
+    > the architecture's default."""
+    if spec.pooler.sequence_pooling:
+        return spec.pooler.sequence_pooling, "--pooler-config"
+    if spec.pooling_type:
+        return spec.pooling_type, "sentence-transformers config"
+    return architecture_for(spec).default_pooling, "architecture default"
+
+
+def token_pooling(spec: ModelSpec) -> str:
+    """The token tasks' pooling: --pooler-config's, else ALL."""
+    return spec.pooler.token_pooling or TOKEN_METHOD
+
+
+def _methods(spec: ModelSpec) -> tuple[str, str, object]:
+    """(sequence pooling, token pooling, the token pooling's row selector)."""
+    tokens = token_pooling(spec)
+    rows = step_rows(spec.pooler.step_tag_id) if tokens == "STEP" else all_rows
+    return sequence_pooling(spec)[0], tokens, rows
+
+
+def _embed(src: PoolerSources) -> DispatchPooler:
+    spec = src.spec
+    pooling, token_pooling, rows = _methods(spec)
+    dense = [load_dense(d, allow_pickle=src.allow_pickle) for d in spec.dense]
+    projector = torch.nn.Sequential(*dense).to(src.device) if dense else None
+    normalize = True if spec.normalize is None else spec.normalize
+    embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
+    return DispatchPooler({"embed": Pooler(pooling, embed),
+                           "token_embed": Pooler(token_pooling, EmbedHead(projector, normalize), rows=rows)},
+                          active=spec.pooler.task)
+
+
+def _classify(src: PoolerSources) -> DispatchPooler:
+    spec = src.spec
+    pooling, token_pooling, rows = _methods(spec)
+    tokens = spec.hf_config.get("classifier_from_token")
+    score = score_layer(src.weights, spec, src.the_tokenizer("classifier_from_token") if tokens else None)
+    calibration = dict(logit_mean=spec.pooler.logit_mean, logit_sigma=spec.pooler.logit_sigma,
+                       use_activation=spec.pooler.use_activation)
+    classify = ClassifyHead(score.module.to(src.device), score.activation, **calibration)
+    columns = spec.pooler.returned_token_ids
+    per_token = ClassifyHead(score.token_module.to(src.device), _step_activation(columns) or score.activation,
+                             columns=columns, **calibration)
+    poolers = {"classify": Pooler(pooling, classify), "token_classify": Pooler(token_pooling, per_token, rows=rows)}
+    return DispatchPooler({task: poolers[task] for task in KIND_TASKS[spec.kind]}, active=spec.pooler.task,
+                          labels=score.labels, out_dim=score.num_labels)
 
 
 def _step_activation(columns: tuple[int, ...] | None) -> torch.nn.Module | None:

@@ -1,31 +1,23 @@
 """Embedding heads: sentence-transformers Dense projection → matryoshka slice → L2 normalize; raw rows."""
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from poolgate.shared.params import PoolingParams
+from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.st_config import DenseSpec
-from poolgate.workers.load.weights import load_state_dict
-
-
-def _activation(path: str) -> nn.Module:
-    """Instantiate a ``torch.nn.modules.*`` activation named by a Dense config (nothing else)."""
-    module, _, name = path.rpartition(".")
-    if not module.startswith("torch.nn.modules"):
-        raise ValueError(f"refusing Dense activation {path!r}: only torch.nn.modules.* is allowed")
-    return getattr(importlib.import_module(module), name)()
+from poolgate.workers.pooling.classify import torch_activation
 
 
 def load_dense(spec: DenseSpec, *, allow_pickle: bool) -> nn.Module:
     """One Dense module as Linear + activation, from its folder's weights."""
     linear = nn.Linear(spec.in_features, spec.out_features, bias=spec.bias)
-    state = load_state_dict(spec.path, allow_pickle=allow_pickle)
-    linear.load_state_dict({k.removeprefix("linear."): v.float() for k, v in state.items()})
-    return nn.Sequential(linear, _activation(spec.activation))
+    weights = Checkpoint.open(spec.path, allow_pickle=allow_pickle)
+    linear.load_state_dict({k.removeprefix("linear."): weights[k].float() for k in weights})
+    weights.close()
+    return nn.Sequential(linear, torch_activation(spec.activation, "Dense activation"))
 
 
 class EmbedHead(nn.Module):

@@ -11,37 +11,45 @@ through the head in chunks, so a batch never holds ``n_tokens × vocab`` at once
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from poolgate.workers.engine.packing import PackedBatch
-from poolgate.workers.load.weights import strip_prefix
+from poolgate.workers.load.checkpoint import find_name
+from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
+from poolgate.workers.pooling.head import RawHead
+from poolgate.workers.pooling.sources import PoolerSources
 
 CHUNK_TOKENS = 512
 PREFIX = "cls.predictions."
-LEGACY = {"weight": "gamma", "bias": "beta"}  # old TF LayerNorm names
 
 
-def _norm_param(state: dict[str, torch.Tensor], kind: str) -> torch.Tensor:
-    name = f"{PREFIX}transform.LayerNorm.{kind}"
-    return state[name] if name in state else state[f"{PREFIX}transform.LayerNorm.{LEGACY[kind]}"]
+def _tensor(state: Mapping[str, torch.Tensor], name: str) -> torch.Tensor | None:
+    """``name`` in fp32 (a LayerNorm's old gamma/beta name too), or None if the checkpoint lacks it."""
+    found = find_name(state, name)
+    return None if found is None else state[found].float()
 
 
 class MlmHead(nn.Module):
     """(tokens, hidden) → (tokens, vocab) logits, transformers' BertOnlyMLMHead in fp32."""
 
-    def __init__(self, state: dict[str, torch.Tensor], eps: float):
+    def __init__(self, state: Mapping[str, torch.Tensor], eps: float):
+        """``state``: the checkpoint with its base prefix (``bert.``) dropped; only the head's tensors are read."""
         super().__init__()
-        state = {k: v.float() for k, v in strip_prefix(state, ("bert.",)).items()}
-        dense = state[f"{PREFIX}transform.dense.weight"]
+        dense = _tensor(state, f"{PREFIX}transform.dense.weight")
         self.dense = nn.Linear(dense.shape[1], dense.shape[0])
-        self.dense.load_state_dict({"weight": dense, "bias": state[f"{PREFIX}transform.dense.bias"]})
+        self.dense.load_state_dict({"weight": dense, "bias": _tensor(state, f"{PREFIX}transform.dense.bias")})
         self.norm = nn.LayerNorm(dense.shape[0], eps=eps)
-        self.norm.load_state_dict({"weight": _norm_param(state, "weight"), "bias": _norm_param(state, "bias")})
-        tied = state.get(f"{PREFIX}decoder.weight", state["embeddings.word_embeddings.weight"])
+        norm = {k: _tensor(state, f"{PREFIX}transform.LayerNorm.{k}") for k in ("weight", "bias")}
+        self.norm.load_state_dict(norm)
+        tied = _tensor(state, f"{PREFIX}decoder.weight")
+        tied = _tensor(state, "embeddings.word_embeddings.weight") if tied is None else tied
         self.decoder = nn.Parameter(tied, requires_grad=False)  # (vocab, hidden)
-        bias = state.get(f"{PREFIX}bias", state.get(f"{PREFIX}decoder.bias"))
+        bias = _tensor(state, f"{PREFIX}bias")
+        bias = _tensor(state, f"{PREFIX}decoder.bias") if bias is None else bias
         self.bias = nn.Parameter(torch.zeros(tied.shape[0]) if bias is None else bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -68,3 +76,13 @@ class SpladePool(nn.Module):
             index = batch.seg_ids[lo:hi, None].expand(-1, vocab)
             out.scatter_reduce_(0, index, weights, reduce="amax", include_self=True)
         return out
+
+
+def splade_poolers(src: PoolerSources) -> DispatchPooler:
+    """embed = SPLADE weights over the vocabulary (no normalization, no matryoshka); CLS and SEP left out."""
+    tokenizer = src.the_tokenizer("SPLADE (which leaves CLS and SEP out)")
+    special = tuple(i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None)
+    head = MlmHead(src.weights, src.spec.hf_config.get("layer_norm_eps", 1e-12))
+    pool = SpladePool(head, special).to(src.device)
+    return DispatchPooler({"embed": Pooler("SPLADE", RawHead(), pool)}, active=src.spec.pooler.task,
+                          out_dim=int(head.decoder.shape[0]))

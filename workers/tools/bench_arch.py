@@ -100,7 +100,7 @@ def batches(ids: list[list[int]], budget: int) -> list[list[list[int]]]:
 def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
     from poolgate.shared.config import WorkerConfig
     from poolgate.workers.backends import get_backend
-    from poolgate.workers.models import build_model
+    from poolgate.workers.models import build_model, open_weights
     from poolgate.workers.models.hf_auto import HfAutoEncoder
     from poolgate.workers.pooling.for_model import poolers_for
     from poolgate.workers.engine.runner import PoolingRunner
@@ -118,7 +118,9 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
     model = model.to(dtype=dtype)
     if packed:
         backend.optimize(model, dtype)
-    pooler = poolers_for(spec, backend.device(), allow_pickle=False)
+    weights = open_weights(spec, allow_pickle=False)
+    pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=None)  # embedders: no head reads one
+    weights.close()
     return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler), name
 
 

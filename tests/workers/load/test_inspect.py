@@ -104,7 +104,7 @@ def test_start_up_log_has_the_same_table(tmp_path, caplog):
 @pytest.mark.parametrize("family", ["gte", "modernbert"])
 def test_inspect_loads_no_weights(tmp_path, family, monkeypatch):
     save(tmp_path, family, AutoModel)
-    import poolgate.workers.load.weights as weights
+    from poolgate.workers.load.safetensors_file import SafetensorsFile
 
-    monkeypatch.setattr(weights, "load_file", lambda *a, **k: pytest.fail("inspect read the weights"))
+    monkeypatch.setattr(SafetensorsFile, "__init__", lambda *a, **k: pytest.fail("inspect opened the weights"))
     assert _plan(tmp_path).implementation == f"packed {family}"

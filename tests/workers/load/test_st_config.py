@@ -6,7 +6,7 @@ import pytest
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.workers.load.st_config import read_spec
-from poolgate.workers.load.weights import load_state_dict
+from poolgate.workers.load.checkpoint import Checkpoint
 
 
 def _folder(tmp_path, *, pooling=None, normalize=True, max_seq_length=None, dense=False, hf=None):
@@ -97,5 +97,5 @@ def test_pickle_weights_need_the_flag(tmp_path):
 
     torch.save({"w": torch.ones(2)}, tmp_path / "pytorch_model.bin")
     with pytest.raises(PermissionError, match="allow-pickle-weights"):
-        load_state_dict(tmp_path)
-    assert load_state_dict(tmp_path, allow_pickle=True)["w"].tolist() == [1.0, 1.0]
+        Checkpoint.open(tmp_path)
+    assert Checkpoint.open(tmp_path, allow_pickle=True)["w"].tolist() == [1.0, 1.0]
