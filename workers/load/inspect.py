@@ -16,15 +16,12 @@ import torch
 from poolgate.shared.config import WorkerConfig
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.load.convert import KIND_TASKS
 from poolgate.workers.models import Architecture, architecture_for
-from poolgate.workers.pooling.bge_m3 import ARCHITECTURE as BGE_M3
-from poolgate.workers.pooling.for_model import SPARSE_ARCHITECTURES, TOKEN_METHOD
+from poolgate.workers.pooling.for_model import sequence_pooling, served_tasks, token_pooling
+from poolgate.workers.pooling.special import SPECIAL_MODELS
 from poolgate.workers.load.st_config import ModelSpec, read_spec
 from poolgate.workers.load.weights import weights_source
 
-SPECIAL_TASKS = {**{a: ("embed",) for a in SPARSE_ARCHITECTURES},
-                 BGE_M3: ("embed", "token_embed", "token_classify")}  # as workers.pooling.for_model serves them
 ATTENTION_PATHS = {
     "grouped_sdpa": "SDPA per group of similar lengths (padding only inside a group)",
     "varlen_flash": "varlen flash attention (no padding)",
@@ -53,16 +50,14 @@ class Plan:
         return "\n".join(f"{f.name.replace('_', ' '):<{width}}  {getattr(self, f.name)}" for f in fields(self))
 
 
-def _pooling(spec: ModelSpec, cfg: WorkerConfig, default: str) -> str:
-    if cfg.pooler.sequence_pooling:
-        seq = f"{cfg.pooler.sequence_pooling} (--pooler-config)"
-    elif spec.pooling_type:
-        seq = f"{spec.pooling_type} (sentence-transformers config)"
-    else:
-        seq = f"{default} (architecture default)"
+def _pooling(spec: ModelSpec) -> str:
+    """The pooling as ``workers.pooling.for_model`` chooses it (a special model: its registry entry's)."""
+    if spec.architecture in SPECIAL_MODELS:
+        return SPECIAL_MODELS[spec.architecture].pooling
+    method, source = sequence_pooling(spec)
     normalize = "" if spec.kind != "embed" else (
         ", normalized" if spec.normalize in (None, True) else ", not normalized")
-    return f"{seq}{normalize}; token tasks {cfg.pooler.token_pooling or TOKEN_METHOD}"
+    return f"{method} ({source}){normalize}; token tasks {token_pooling(spec)}"
 
 
 def _dtype(cfg: WorkerConfig, backend: Backend) -> tuple[str, torch.dtype]:
@@ -96,11 +91,11 @@ def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | No
     backend = backend or get_backend(cfg.backend)
     arch = architecture_for(spec)
     dtype, torch_dtype = _dtype(cfg, backend)
-    tasks = SPECIAL_TASKS.get(spec.architecture, KIND_TASKS[spec.kind])
+    tasks = served_tasks(spec)
     return Plan(
         model=str(spec.path), architecture=spec.architecture, implementation=arch.implementation,
         weights=str(spec.path / spec.gguf_file) if spec.gguf_file else weights_source(spec.path),
-        tasks=f"{', '.join(tasks)} (served as {spec.kind})", pooling=_pooling(spec, cfg, arch.default_pooling),
+        tasks=f"{', '.join(tasks)} (served as {spec.kind})", pooling=_pooling(spec),
         max_length=f"{spec.max_model_len} tokens", dtype=dtype, backend=backend.name,
         attention=_attention(arch, backend, torch_dtype, spec.hf_config),
         token_budget=f"{cfg.max_batch_tokens or backend.default_batch_tokens} tokens per batch",

@@ -200,6 +200,6 @@ def default_pooling(hf: dict) -> str:
 
 MODERNBERT = Family(
     name="modernbert", config=ModernBertConfig.from_hf, model=ModernBertEncoder, default_pooling="CLS",
-    heads=frozenset({"model", "sequence_classification", "token_classification"}),
+    heads=frozenset({"model", "sequence_classification", "token_classification", "masked_lm"}),
     prefixes=PREFIXES, pooling_for=default_pooling,
 )

@@ -1,0 +1,40 @@
+"""Special models: architectures whose poolers are their own (SPLADE, BGE-M3), one registry entry each.
+
+A checkpoint is served as one of these by naming the entry's architecture
+(vLLM's names; ``--hf-overrides '{"architectures": [...]}'``). An entry says
+which architecture's packed family runs its encoder, which tasks it serves (the first is
+its default active task), how it pools (for ``inspect``) and the factory that builds its poolers from the
+load's ``PoolerSources``. ``workers.models.ARCHITECTURES`` registers each
+name with its family, ``workers.pooling.for_model.poolers_for`` calls the
+factory, and ``poolgate inspect`` prints the tasks; nothing else names them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
+from poolgate.workers.pooling.dispatch import DispatchPooler
+from poolgate.workers.pooling.sources import PoolerSources
+from poolgate.workers.pooling.splade import splade_poolers
+
+
+@dataclass(frozen=True)
+class SpecialModel:
+    """One special architecture: the architecture its encoder is, the tasks it serves, and its pooler factory."""
+
+    encoder: str  # an ARCHITECTURES name: its packed family runs this model's encoder
+    tasks: tuple[str, ...]
+    poolers: Callable[[PoolerSources], DispatchPooler]
+    pooling: str  # what ``poolgate inspect`` prints as its pooling
+
+
+SPECIAL_MODELS: dict[str, SpecialModel] = {
+    "BertSpladeSparseEmbeddingModel": SpecialModel(
+        "BertForMaskedLM", ("embed",), splade_poolers,
+        "SPLADE: max over tokens of log1p(relu(MLM logits)), CLS and SEP left out; not normalized"),
+    "BgeM3EmbeddingModel": SpecialModel(
+        "XLMRobertaModel", ("embed", "token_embed", "token_classify"), bge_m3_poolers,
+        "BGE-M3: embed CLS, normalized; token_embed colbert_linear per token, normalized; "
+        "token_classify relu(sparse_linear) per token"),
+}
