@@ -32,17 +32,12 @@ from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.pools.supervisor import Supervisor
 from poolgate.shared.backends import worker_env
-from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
+from poolgate.shared.config import GatewayConfig, PoolConfig
 from poolgate.shared.errors import Conflict, Unavailable
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.transport_security import client_context
 
 log = logging.getLogger("poolgate.gateway.pools.fleet")
-
-
-def backend_env(cfg: WorkerConfig, index: int) -> dict[str, str]:
-    """The supervisor's WorkerEnv: what the backend's placement of ``cfg`` adds to the environment."""
-    return worker_env(cfg)
 
 
 def admission_limits(config: GatewayConfig, pc: PoolConfig) -> AdmissionLimits:
@@ -157,7 +152,7 @@ class Fleet:
     async def _start_locals(self, pc: PoolConfig, run: RunningPool) -> list[WorkerClient]:
         for i, cfg in enumerate(pc.workers):
             run.supervisors.append(Supervisor(cfg, self._address(), i, ready_timeout=self.config.startup_timeout_s,
-                                              env=backend_env, runner_factory=self.runner_factory))
+                                              env=worker_env, runner_factory=self.runner_factory))
         results = await asyncio.gather(*(s.start() for s in run.supervisors), return_exceptions=True)
         for sup, result in zip(run.supervisors, results):
             if isinstance(result, Exception):  # ``run`` retries it in the background, as start_all does

@@ -16,10 +16,10 @@ the process:
   ``hung_kill_after_s``): it gets SIGKILL, and the restart above follows.
 
 The environment of each process comes from a ``WorkerEnv``: a function of the
-worker's config and its index among the pool's local workers (its device
-ordinal), returning the variables to add (``CUDA_VISIBLE_DEVICES``,
-``HIP_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``, CPU pinning, thread counts). The
-backends registry provides it; ``no_extra_env`` adds nothing.
+worker's config, which already holds its placement (device, CPU affinity),
+returning the variables to add (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``,
+``ZE_AFFINITY_MASK``, thread counts). ``shared.backends.worker_env`` is the one
+the gateway uses; ``no_extra_env`` adds nothing.
 """
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ from poolgate.shared.config import WorkerConfig
 log = logging.getLogger("poolgate.gateway.pools.supervisor")
 
 HUNG_KILL_AFTER_S = 30.0  # a local worker down (alive, not answering) this long is killed and restarted
-WorkerEnv = Callable[[WorkerConfig, int], Mapping[str, str]]
+WorkerEnv = Callable[[WorkerConfig], Mapping[str, str]]
 
 
-def no_extra_env(cfg: WorkerConfig, index: int) -> Mapping[str, str]:
+def no_extra_env(cfg: WorkerConfig) -> Mapping[str, str]:
     return {}
 
 
@@ -80,7 +80,7 @@ class Supervisor:
 
     async def start(self) -> LocalWorker:
         """Start one incarnation and wait until it is ready (raises if it is not)."""
-        worker = LocalWorker(self.env(self.cfg, self.index))
+        worker = LocalWorker(self.env(self.cfg))
         await worker.start(self.cfg, self.address, ready_timeout=self.ready_timeout,
                            runner_factory=self.runner_factory)
         self.worker, self._up_since, self.error = worker, time.monotonic(), None
