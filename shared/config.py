@@ -14,6 +14,7 @@ SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # the sequence met
 DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.convert)
 CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.convert)
+BATCH_POLICIES: tuple[str, ...] = ("fair", "fifo")  # --batch-policy (workers.engine.scheduler.POLICIES)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class WorkerConfig:
     num_threads: int | None = None
     tokenizer_threads: int = 1
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
+    batch_policy: str = "fair"  # --batch-policy: one of BATCH_POLICIES
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
     device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default

@@ -9,8 +9,8 @@ import argparse
 import json
 from dataclasses import replace
 
-from poolgate.shared.config import (BACKEND_CHOICES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
-                                    SEQ_POOLING_TYPES, WorkerConfig)
+from poolgate.shared.config import (BACKEND_CHOICES, BATCH_POLICIES, CONVERT_CHOICES, DTYPE_CHOICES,
+                                    RUNNER_CHOICES, SEQ_POOLING_TYPES, WorkerConfig)
 from poolgate.shared.models import resolve_model
 from poolgate.shared.pooler_config import PoolerConfig
 
@@ -59,6 +59,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
                    help="torch threads per worker (default: physical cores)")
+    g.add_argument("--batch-policy", choices=BATCH_POLICIES, default="fair",
+                   help="fair: priority lanes with aging, round robin over requests, short batches under mixed "
+                        "load; fifo: first in, first out (the most throughput, no fairness)")
 
 
 def _pooler_config(text: str) -> PoolerConfig:
@@ -101,4 +104,5 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         allow_pickle_weights=args.allow_pickle_weights, trust_remote_code=args.trust_remote_code,
         pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
+        batch_policy=args.batch_policy,
     )

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.transport import parse_address
 from poolgate.workers.engine.engine import Engine
+from poolgate.workers.engine.scheduler import POLICIES
 from poolgate.workers.engine.runner_api import LoadedModel
 from poolgate.workers.server import bound_address, serve
 
@@ -131,7 +132,8 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, rep
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     spans = _call_spans(cfg)
-    engine = Engine(model, cfg.tokenizer_threads, tracer=spans, max_queued_tokens=cfg.max_queued_tokens)
+    engine = Engine(model, cfg.tokenizer_threads, tracer=spans, policy=POLICIES[cfg.batch_policy](),
+                    max_queued_tokens=cfg.max_queued_tokens)
     await engine.start()
     draining = asyncio.Event()
     server = await serve(address, engine, model.info, cfg.security, draining=draining)

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from poolgate.gateway.config.build import ModelEntry, SettingError, build_config, pool_config
 from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
 from poolgate.gateway.pools.discovery import check_url
-from poolgate.shared.config import (BACKEND_CHOICES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
+from poolgate.shared.config import (BACKEND_CHOICES, BATCH_POLICIES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
                                     SEQ_POOLING_TYPES, GatewayConfig)
 from poolgate.shared.model_flags import add_model_arguments
 from poolgate.shared.pooler_config import PoolerConfig
@@ -91,6 +91,7 @@ class ModelTable(Table):
     allow_pickle_weights: bool = False
     trust_remote_code: bool = False
     num_threads: Positive | None = None
+    batch_policy: Literal[BATCH_POLICIES] = "fair"
     replicas: Annotated[int, Field(ge=0)] | None = None
     devices: list = []
     remote: list[RemoteTable] = []

@@ -32,18 +32,18 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
 from poolgate.shared.limits import chunks_inputs
 from poolgate.shared.rows import Rows
-from poolgate.shared.wire import PoolingCall, PoolingResult
+from poolgate.shared.wire import PoolingCall, PoolingResult, WindowedText
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchPolicy
-from poolgate.workers.engine.runner_api import LoadedModel, RunOutput, Step
+from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput, Step
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.engine.stats import PipelineStats
@@ -51,6 +51,7 @@ from poolgate.workers.engine.stats import PipelineStats
 log = logging.getLogger("poolgate.worker.engine")
 
 QUEUE_BUDGETS = 128  # the default queue bound, in token budgets (a backstop: the gateway admits less)
+TOKENIZE_SLICE = 128  # inputs per tokenizer job: a big call's tokenizing interleaves with other calls'
 
 
 @dataclass(eq=False)
@@ -176,7 +177,7 @@ class Engine:
     async def _submit(self, call: PoolingCall) -> PoolingResult:
         self.inputs.check(call)
         start = time.perf_counter()
-        encoded = await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
+        encoded = await self._encode(call)
         _check_deadline(call.deadline)
         token_lists, types = encoded.ids, encoded.type_ids
         prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
@@ -205,6 +206,20 @@ class Engine:
             self._tracer.trace(call, start, state.queued_at, started, state.steps)
         return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
                              timings=state.timings(), windows=encoded.windows)
+
+    async def _encode(self, call: PoolingCall) -> Encoded:
+        """The call's tokens from the tokenizer pool; a call of many inputs in slices of TOKENIZE_SLICE,
+        one after the other, so other calls' tokenizing runs between them (windowed documents: at once)."""
+        inputs = call.inputs
+        if len(inputs) <= TOKENIZE_SLICE or any(isinstance(x, WindowedText) for x in inputs):
+            return await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
+        ids, types = [], []
+        for at in range(0, len(inputs), TOKENIZE_SLICE):
+            part = replace(call, inputs=inputs[at:at + TOKENIZE_SLICE])
+            encoded = await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, part)
+            ids += encoded.ids
+            types += encoded.type_ids
+        return Encoded(ids, types)
 
     # --- the prepare thread -------------------------------------------------
 

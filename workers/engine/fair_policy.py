@@ -1,4 +1,4 @@
-"""The priority + fairness batch policy: lanes by priority with aging, round robin over the calls of a lane.
+"""The priority + fairness batch policy: priority lanes with aging, round robin over a lane's calls.
 
 The worker's default batch cut (``workers.engine.policy`` describes the
 contract). Queued sequences are grouped by call (``Sequence.handle``); a call
@@ -14,10 +14,12 @@ has its sequences' priority (lower runs earlier) and arrival. Each cut:
    the big one's last input. A sequence that does not fit is skipped for this
    batch (smaller ones may); the first sequence always goes. What one level
    leaves of the budget goes to the next.
-3. **Mixed-load budget.** While more than one call is queued, the budget
-   shrinks to about ``max_batch_s`` of device time at the worker's measured
-   token rate (never below ``min_batch_tokens``), so no batch holds the device
-   long while others wait. A lone call gets the full budget.
+3. **A budget bounded in time.** A batch is at most about ``max_batch_s`` of
+   device time at the worker's measured token rate (never below
+   ``min_batch_tokens``, never above ``max_batch_tokens``), so no batch holds
+   the device long: a call that arrives waits for at most the running batch
+   and the one prepared behind it. Even a lone big call runs in such batches,
+   since the batch prepared while one runs is cut before anyone else arrives.
 """
 from __future__ import annotations
 
@@ -61,8 +63,9 @@ class FairPolicy:
         self._count += 1
 
     def budget(self, max_batch_tokens: int, tokens_per_s: float | None) -> int:
-        """The full budget for a lone call; under mixed load about ``max_batch_s`` of device time."""
-        if len(self._calls) < 2 or not tokens_per_s:
+        """About ``max_batch_s`` of device time at ``tokens_per_s`` (module doc); the full budget until
+        the rate is known."""
+        if not tokens_per_s:
             return max_batch_tokens
         return min(max_batch_tokens, max(self.min_batch_tokens, int(tokens_per_s * self.max_batch_s)))
 

@@ -1,17 +1,18 @@
 """The engine's homes for policy: a call's priority and deadline on each Sequence, the batch policy object,
-the bounded queue answering Overloaded."""
+the bounded queue answering Overloaded, a big call tokenized in slices."""
 from __future__ import annotations
 
 import asyncio
 import time
 
+import numpy as np
 import pytest
 
 from poolgate.shared.errors import Overloaded
 from poolgate.shared.wire import PoolingCall
-from poolgate.workers.engine.engine import QUEUE_BUDGETS, Engine
+from poolgate.workers.engine.engine import QUEUE_BUDGETS, TOKENIZE_SLICE, Engine
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
-from tests.fakes import fake_model
+from tests.fakes import fake_ids, fake_model, fake_vector
 
 
 def call(*inputs, priority: int = 0, deadline: float | None = None) -> PoolingCall:
@@ -89,3 +90,18 @@ def test_the_default_queue_bound_is_a_number_of_token_budgets():
     engine = Engine(fake_model(max_batch_tokens=64))
     assert engine.scheduler.max_queued_tokens == QUEUE_BUDGETS * 64
     assert Engine(fake_model(max_batch_tokens=64), max_queued_tokens=100).scheduler.max_queued_tokens == 100
+
+
+async def test_a_call_of_many_inputs_is_tokenized_in_slices_and_keeps_its_order():
+    model = fake_model(max_batch_tokens=4096, max_model_len=8)
+    engine = Engine(model)
+    await engine.start()
+    try:
+        texts = [f"t{i}" for i in range(2 * TOKENIZE_SLICE + 5)]
+        result = await engine.submit(call(*texts))
+        assert [len(batch) for batch, _ in model.encoder.calls] == [TOKENIZE_SLICE, TOKENIZE_SLICE, 5]
+        assert result.prompt_tokens == [3] * len(texts)
+        assert [c for batch, _ in model.encoder.calls for c in batch] == texts
+        np.testing.assert_array_equal(result.outputs.item(len(texts) - 1), fake_vector(fake_ids(texts[-1])))
+    finally:
+        await engine.stop()
