@@ -1,5 +1,5 @@
 """The gateway and CPU worker images, built here by docker/build-local.sh and run: the worker container serves the
-bundled model to the gateway container, and a request from the host gets the vector the model gives in-process.
+bundled model to the gateway container, and a request from the host gets the vector sentence-transformers gives.
 
 Slow (a first build takes minutes: debootstrap, buildah, pip inside the image). Skips, saying why, where the
 machine cannot build or run containers (no buildah/podman/runc/debootstrap, not root, or a container that will not
@@ -83,7 +83,9 @@ def wait_healthy(url: str, names: list[str], timeout_s: float = 300) -> float:
 
 
 def test_the_worker_container_serves_the_gateway_container(images):
-    from poolgate.workers.offline import PoolingModel
+    from sentence_transformers import SentenceTransformer
+
+    from poolgate.shared.models import bundled_model_path
 
     suffix = uuid.uuid4().hex[:8]
     worker, gateway = f"poolgate-test-worker-{suffix}", f"poolgate-test-gateway-{suffix}"
@@ -101,8 +103,7 @@ def test_the_worker_container_serves_the_gateway_container(images):
     finally:
         sh("podman", "rm", "-f", "-t", "5", worker, gateway, check=False)
     assert served.shape == (2, 384)
-    with PoolingModel(dtype="float32") as model:
-        local = model.embed(texts)
+    local = SentenceTransformer(str(bundled_model_path()), device="cpu").encode(texts, convert_to_numpy=True)
     cosine = (served * local).sum(1) / (np.linalg.norm(served, axis=1) * np.linalg.norm(local, axis=1))
     assert cosine.min() > 0.9999, cosine
 
