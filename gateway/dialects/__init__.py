@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, vllm_classify, vllm_pooling, vllm_score,
-                                       vllm_tokenize)
-from poolgate.gateway.dialects.route import Route, mount
+from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, tei, tei_scores, vllm_classify,
+                                       vllm_pooling, vllm_score, vllm_tokenize)
+from poolgate.gateway.dialects.route import Route, mount, shared
 
 DIALECTS: dict[str, tuple[Route, ...]] = {
     "openai": openai.ROUTES,
@@ -42,12 +42,17 @@ DIALECTS: dict[str, tuple[Route, ...]] = {
     "rerank": rerank.ROUTES,
     "vllm_tokenize": vllm_tokenize.ROUTES,
     "invocations": invocations.ROUTES,
+    "tei": tei.ROUTES + tei_scores.ROUTES,
 }
 
 
 def all_routes() -> list[Route]:
-    """Every dialect's routes, in table order."""
-    return [route for routes in DIALECTS.values() for route in routes]
+    """Every dialect's routes, in table order; routes of one method and path become one ``shared`` route."""
+    by_path: dict[tuple[str, str], list[Route]] = {}
+    for routes in DIALECTS.values():
+        for route in routes:
+            by_path.setdefault((route.method, route.path), []).append(route)
+    return [group[0] if len(group) == 1 else shared(group) for group in by_path.values()]
 
 
 def register(app: web.Application, routes: list[Route] | None = None) -> None:

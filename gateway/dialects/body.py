@@ -18,13 +18,22 @@ VALIDATION_ERROR_TYPE = "Bad Request"  # vLLM answers pydantic failures with thi
 
 async def parse_body(request: web.Request, model: type[Model]) -> Model:
     """The body as ``model``; InvalidRequest (400) for anything that is not one."""
+    return validated(await read_json(request), model)
+
+
+async def read_json(request: web.Request) -> object:
+    """The body's JSON value; InvalidRequest (400) for another media type or malformed JSON."""
     if request.content_type != JSON_MEDIA_TYPE:
         raise InvalidRequest("Unsupported Media Type: Only 'application/json' is allowed")
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequest(f"Malformed JSON in request body: {_first_line(exc)}") from None
+
+
+def validated(body: object, model: type[Model]) -> Model:
+    """``body`` as ``model``; vLLM's 400 listing what is wrong."""
     try:
         return model.model_validate(body)
     except ValidationError as exc:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 from aiohttp import web
 from pydantic import BaseModel
 
-from poolgate.gateway.dialects.body import parse_body
+from poolgate.gateway.dialects.body import parse_body, read_json, validated
 from poolgate.gateway.http.errors import ERROR_FORMATS
-from poolgate.gateway.http.state import RECORD, ROUTE_OF, ROUTER
+from poolgate.gateway.http.state import CHOSEN, RECORD, ROUTE_OF, ROUTER
 from poolgate.shared.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.wire import ModelInfo
@@ -48,6 +48,8 @@ class Route:
     ``public``: served without the API key (ops routes, the API document); every other route needs it.
     ``recorded``: counted in the metrics and traced (ops routes are not, as in vLLM).
     ``quiet_503``: a 503 here is routine ("still loading"), not logged as a failure.
+    ``shape``: on a path two dialects share, whether a JSON body is this route's (module doc);
+    ``alternatives``: the routes a shared path dispatches to (``shared`` builds it).
     ``response_model`` and ``summary`` only document the route.
     """
 
@@ -64,19 +66,42 @@ class Route:
     public: bool = False
     recorded: bool = True
     quiet_503: bool = False
+    shape: Callable[[object], bool] | None = None
+    alternatives: tuple["Route", ...] = ()
 
     def __post_init__(self):
         if self.errors not in ERROR_FORMATS:
             raise ValueError(f"{self.method} {self.path}: unknown error shape {self.errors!r}")
 
     def served_by(self, info: ModelInfo) -> bool:
+        if self.alternatives:
+            return any(alt.served_by(info) for alt in self.alternatives)
         if self.serves is not None:
             return self.serves(info)
         return not self.tasks or any(task in info.tasks for task in self.tasks)
 
     @property
     def gated(self) -> bool:
-        return bool(self.tasks) or self.serves is not None
+        return bool(self.tasks) or self.serves is not None or any(alt.gated for alt in self.alternatives)
+
+
+def shared(routes: list[Route]) -> Route:
+    """One route for ``routes`` (one method and path, all but one with a ``shape``): the body picks which."""
+    defaults = [r for r in routes if r.shape is None]
+    first = routes[0]
+    if len(defaults) != 1 or any((r.method, r.path, r.public, r.recorded) != (first.method, first.path, first.public,
+                                                                             first.recorded) for r in routes):
+        raise ValueError(f"{first.method} {first.path}: routes sharing a path need one default, the others a "
+                         "shape, and the same public/recorded rules")
+    ordered = (*(r for r in routes if r.shape is not None), defaults[0])
+    summary = " | ".join(r.summary for r in ordered) + " (the body's shape picks which)"
+    return Route(first.method, first.path, defaults[0].handler, errors=defaults[0].errors, summary=summary,
+                 public=first.public, recorded=first.recorded, alternatives=ordered)
+
+
+def pick(route: Route, raw: object) -> Route:
+    """The alternative of a shared route whose shape ``raw`` has (the default when none claims it)."""
+    return next(alt for alt in route.alternatives if alt.shape is None or alt.shape(raw))
 
 
 def is_live(route: Route, models: list[ModelInfo]) -> bool:
@@ -88,22 +113,33 @@ def mount(app: web.Application, route: Route) -> None:
     """Add ``route`` to ``app`` behind its parser and its gates."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        router = request.app[ROUTER] if route.gated else None
-        if router is not None and not is_live(route, router.models()):
-            raise RouteNotFound("Not Found")
-        if route.tasks and (record := request.get(RECORD)) is not None:
-            record.task = route.tasks[0]  # the operation is known before the model is (serve refines it)
-        body = await parse_body(request, route.request_model) if route.request_model is not None else None
-        if route.gated and body is not None:
-            info = router.lookup(getattr(body, "model", None)).info
-            if not route.served_by(info):
-                task = route.tasks[0] if route.tasks else route.operation
-                raise InvalidRequest(unsupported_task(info, task), param="model")
-        return await route.handler(request, body)
+        if not route.alternatives:
+            return await serve_route(request, route, None)
+        raw = await read_json(request)
+        chosen = request[CHOSEN] = pick(route, raw)
+        return await serve_route(request, chosen, raw)
 
     handle.__name__ = getattr(route.handler, "__name__", "handle")
     mounted = app.router.add_route(route.method, route.path, handle)
     app.setdefault(ROUTE_OF, {})[mounted] = route
+
+
+async def serve_route(request: web.Request, route: Route, raw: object | None) -> web.StreamResponse:
+    """``route``'s gates, parser and handler (``raw``: the JSON body a shared route already read)."""
+    router = request.app[ROUTER] if route.gated else None
+    if router is not None and not is_live(route, router.models()):
+        raise RouteNotFound("Not Found")
+    if route.tasks and (record := request.get(RECORD)) is not None:
+        record.task = route.tasks[0]  # the operation is known before the model is (serve refines it)
+    body = None
+    if route.request_model is not None:
+        body = await parse_body(request, route.request_model) if raw is None else validated(raw, route.request_model)
+    if route.gated and body is not None:
+        info = router.lookup(getattr(body, "model", None)).info
+        if not route.served_by(info):
+            task = route.tasks[0] if route.tasks else route.operation
+            raise InvalidRequest(unsupported_task(info, task), param="model")
+    return await route.handler(request, body)
 
 
 # The rules of a request that matched no route (404): it needs the key, is recorded, answers in OpenAI's shape.

@@ -19,8 +19,21 @@ def cohere_error_body(err: PoolgateError) -> dict:
     return {"message": err.message}
 
 
+def tei_error_type(status: int) -> str:
+    """TEI's ``error_type`` for a status: its names for overload, health and backend failures, else Validation
+    (TEI has no name for a refused API key: Unauthorized)."""
+    named = {401: "Unauthorized", 403: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}
+    return named.get(status, "Backend" if status >= 500 else "Validation")
+
+
+def tei_error_body(err: PoolgateError) -> dict:
+    """text-embeddings-inference's error body."""
+    return {"error": err.message, "error_type": tei_error_type(err.status)}
+
+
 # Error shape name (``Route.errors``) -> body builder.
-ERROR_FORMATS: dict[str, Callable[[PoolgateError], dict]] = {"openai": openai_error_body, "cohere": cohere_error_body}
+ERROR_FORMATS: dict[str, Callable[[PoolgateError], dict]] = {"openai": openai_error_body, "cohere": cohere_error_body,
+                                                            "tei": tei_error_body}
 
 
 class HTTPError(PoolgateError):

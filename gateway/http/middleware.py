@@ -6,7 +6,8 @@ Every rule about a request comes from the route it matched
 errors are written in the route's ``errors`` shape. A request that matches no
 route (404) needs the key like any API route, is recorded under the route
 label "unmatched" and answers in OpenAI's shape; a wrong method on a known
-path (405) takes that path's rules.
+path (405) takes that path's rules. On a path two dialects share, errors
+after the body was read answer in the shape of the dialect the body is.
 
 It opens each recorded request's telemetry record (the ``llm_request`` span
 and its metrics, ``gateway.telemetry``) on arrival and ends it once the
@@ -28,7 +29,7 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.route import Route, route_of
 from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
-from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, TELEMETRY
+from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY
 from poolgate.shared.errors import ClientClosedRequest, InternalError, PoolgateError, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
         log.exception("unhandled error in %s %s (request %s)", request.method, request.path, request_id)
         error = InternalError("Internal server error.")
     if error is not None:
-        response = error_response(request, error, route)
+        response = error_response(request, error, request.get(CHOSEN, route))
     response.headers[REQUEST_ID_HEADER] = request_id
     if record is not None:
         await _write_and_end(request, response, record, error)

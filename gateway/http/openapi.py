@@ -24,16 +24,20 @@ ERROR_SCHEMAS = {
         "properties": {"message": {"type": "string"}, "type": {"type": "string"},
                        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}},
     "cohere": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}},
+    "tei": {"type": "object", "required": ["error", "error_type"], "properties": {
+        "error": {"type": "string"}, "error_type": {"type": "string"}}},
 }
 
 
 def document(routes: list[Route], models: list[ModelInfo]) -> dict:
-    """The OpenAPI document of the ``routes`` live for ``models``."""
-    live = [r for r in routes if is_live(r, models)]
-    schemas = _schemas(live)
+    """The OpenAPI document of the ``routes`` live for ``models``; a path two dialects share documents the
+    bodies of each (``oneOf``), as the route tells them apart by shape."""
+    live = {route: [p for p in route.alternatives or (route,) if is_live(p, models)]
+            for route in routes if is_live(route, models)}
+    schemas = _schemas([p for parts in live.values() for p in parts])
     paths: dict[str, dict] = {}
-    for route in live:
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, schemas)
+    for route, parts in live.items():
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, parts, schemas)
     components = dict(schemas.pop("$defs", {}))
     components.update({f"{name.capitalize()}Error": schema for name, schema in ERROR_SCHEMAS.items()})
     return {"openapi": "3.1.0", "info": {"title": "poolgate", "version": VERSION},
@@ -50,17 +54,23 @@ def _schemas(routes: list[Route]) -> dict:
     return {**refs, "$defs": defs.get("$defs", {})}
 
 
-def _operation(route: Route, schemas: dict) -> dict:
+def _one_of(schemas: list[dict]) -> dict:
+    unique = [s for i, s in enumerate(schemas) if s not in schemas[:i]]
+    return unique[0] if len(unique) == 1 else {"oneOf": unique}
+
+
+def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
     op: dict = {"operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
                 "summary": route.summary or route.path}
-    if route.request_model is not None:
-        op["requestBody"] = {"required": True, "content": {
-            "application/json": {"schema": schemas[(route.request_model, "validation")]}}}
+    requests = [schemas[(p.request_model, "validation")] for p in parts if p.request_model is not None]
+    if requests:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _one_of(requests)}}}
     ok: dict = {"description": "OK"}
-    if route.response_model is not None:
-        ok["content"] = {"application/json": {"schema": schemas[(route.response_model, "serialization")]}}
-    error = {"description": "Error", "content": {"application/json": {
-        "schema": {"$ref": REF.format(model=f"{route.errors.capitalize()}Error")}}}}
+    answers = [schemas[(p.response_model, "serialization")] for p in parts if p.response_model is not None]
+    if answers:
+        ok["content"] = {"application/json": {"schema": _one_of(answers)}}
+    shapes = _one_of([{"$ref": REF.format(model=f"{p.errors.capitalize()}Error")} for p in parts])
+    error = {"description": "Error", "content": {"application/json": {"schema": shapes}}}
     op["responses"] = {"200": ok, "4XX": error, "5XX": error}
     return op
 

@@ -12,5 +12,7 @@ ROUTER = web.AppKey("router", Router)
 # aiohttp's route (a request's ``match_info.route``) -> the ``dialects.route.Route`` mounted as it.
 ROUTE_OF = web.AppKey("route_of", dict)
 REQUEST_ID = web.RequestKey("request_id", str)
+# On a path two dialects share: the route the body's shape picked (its error shape answers; dialects.route).
+CHOSEN = web.RequestKey("chosen", object)
 TELEMETRY = web.AppKey("telemetry", Telemetry)
 RECORD = web.RequestKey("record", RequestRecord | None)  # None: not recorded (ops route, telemetry off)

@@ -1,0 +1,166 @@
+"""TEI's routes through the HTTP app and real workers around the fake model: answers against the fake's known
+outputs and the OpenAI route, TEI's error shape, the paths shared with vLLM dispatched by body shape."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from poolgate.gateway.dialects.tei import SPARSE_ARCHITECTURES, sparse
+from poolgate.gateway.http.state import ROUTER
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import Overloaded
+from poolgate.workers.engine.runner_api import LoadedModel
+from tests.fakes import expected_output, fake_model
+from tests.gateway.dialects.test_score_http import cross_encoder
+
+LABELS = ("negative", "neutral", "positive")
+
+
+def classifier(**kw):
+    return fake_model(tasks=("classify", "token_classify"), **kw)
+
+
+async def ok(resp):
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
+
+
+async def openai_vectors(client, texts) -> np.ndarray:
+    body = await ok(await client.post("/v1/embeddings", json={"input": texts}))
+    return np.float32([d["embedding"] for d in body["data"]])
+
+
+async def test_embed_is_the_openai_vector_one_list_per_input(gateway):
+    client = await gateway()
+    texts = ["hello world", "a b c"]
+    want = await openai_vectors(client, texts)
+    assert np.float32(await ok(await client.post("/embed", json={"inputs": texts}))).tolist() == want.tolist()
+    single = await ok(await client.post("/embed", json={"inputs": "hello world"}))
+    assert np.float32(single).tolist() == want[:1].tolist()  # a single input is a batch of one
+    assert np.float32(await ok(await client.post("/", json={"inputs": texts}))).tolist() == want.tolist()
+    raw = np.float32(await ok(await client.post("/embed", json={"inputs": texts, "normalize": False})))
+    assert raw.tolist() == np.stack([expected_output(t, use_activation=False) for t in texts]).tolist()
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1)
+
+
+async def test_embed_takes_token_ids_and_dimensions(gateway):
+    client = await gateway(models=[fake_model(matryoshka=True)])
+    ids = [[5, 6, 7], [8, 9]]
+    want = await ok(await client.post("/v1/embeddings", json={"input": ids, "dimensions": 4}))
+    got = await ok(await client.post("/embed", json={"inputs": ids, "dimensions": 4}))
+    assert np.float32(got).tolist() == np.float32([d["embedding"] for d in want["data"]]).tolist()
+    assert len(got[0]) == 4
+
+
+async def test_embed_all_answers_every_tokens_vector(gateway):
+    client = await gateway(models=[fake_model(tasks=("embed", "token_embed"))])
+    got = await ok(await client.post("/embed_all", json={"inputs": ["a b c", "d"]}))
+    want = [expected_output(t, "token_embed", use_activation=False) for t in ("a b c", "d")]
+    assert [np.float32(g).tolist() for g in got] == [w.tolist() for w in want]
+    assert (await client.post("/embed_all", json={"inputs": "a"})).status == 200
+    resp = await client.post("/embed_all", json={"inputs": "a", "model": "nope"})
+    assert resp.status == 404 and set(await resp.json()) == {"error", "error_type"}
+
+
+async def test_similarity_is_the_cosine_with_the_source(gateway):
+    client = await gateway()
+    sentences = ["a b", "hello world", "c"]
+    vectors = await openai_vectors(client, ["hello", *sentences])
+    got = await ok(await client.post("/similarity", json={
+        "inputs": {"source_sentence": "hello", "sentences": sentences}, "parameters": {"truncate": True}}))
+    want = vectors[1:] @ vectors[0] / (np.linalg.norm(vectors[1:], axis=1) * np.linalg.norm(vectors[0]))
+    assert np.allclose(got, want, atol=1e-6)
+    via_root = await ok(await client.post("/", json={"inputs": {"source_sentence": "hello", "sentences": sentences}}))
+    assert np.allclose(via_root, want, atol=1e-6)
+
+
+async def test_predict_single_pair_and_batch(gateway):
+    client = await gateway(models=[classifier(labels=LABELS)])
+    single = await ok(await client.post("/predict", json={"inputs": "hello world"}))
+    probs = expected_output("hello world", "classify", num_labels=3)
+    assert [p["label"] for p in single] == [LABELS[i] for i in np.argsort(-probs, kind="stable")]
+    assert np.float32(sorted(p["score"] for p in single)).tolist() == np.sort(probs).tolist()
+    batch = await ok(await client.post("/predict", json={"inputs": [["hello world"], ["a", "b"]]}))
+    assert len(batch) == 2 and batch[0] == single and len(batch[1]) == 3
+    pair = await ok(await client.post("/predict", json={"inputs": ["a", "b"]}))
+    assert pair == batch[1]  # [text, text_pair] alone is one pair
+    raw = await ok(await client.post("/predict", json={"inputs": "hello world", "raw_scores": True}))
+    assert abs(sum(p["score"] for p in raw) - 1) > 1e-3  # logits, not probabilities
+    assert (await client.post("/", json={"inputs": "hello world"})).status == 200  # a classifier: / is /predict
+    resp = await client.post("/predict", json={"inputs": [["a", "b", "c"]]})
+    assert resp.status == 400 and (await resp.json())["error_type"] == "Validation"
+
+
+async def test_rerank_dispatches_by_body_shape_and_answers_in_that_dialect(gateway):
+    client = await gateway(models=[cross_encoder()])
+    texts = ["doc one", "a second doc", "x"]
+    vllm = await ok(await client.post("/rerank", json={"query": "q", "documents": texts}))
+    tei = await ok(await client.post("/rerank", json={"query": "q", "texts": texts, "return_text": True}))
+    assert [r["index"] for r in tei] == [r["index"] for r in vllm["results"]]
+    assert [r["score"] for r in tei] == [r["relevance_score"] for r in vllm["results"]]
+    assert all(r["text"] == texts[r["index"]] for r in tei)
+    plain = await ok(await client.post("/rerank", json={"query": "q", "texts": texts}))
+    assert all("text" not in r for r in plain)
+    via_root = await ok(await client.post("/", json={"query": "q", "texts": texts}))
+    assert via_root == plain
+    bad = await client.post("/rerank", json={"query": "q", "texts": "not a list"})
+    assert bad.status == 400 and set(await bad.json()) == {"error", "error_type"}  # TEI's body, TEI's error
+    bad = await client.post("/rerank", json={"query": "q", "documents": []})
+    assert bad.status == 400 and set(await bad.json()) == {"error"}  # vLLM's body, vLLM's error
+    left = await client.post("/rerank", json={"query": "q", "texts": texts, "truncation_direction": "Left"})
+    assert left.status == 400 and "truncation_direction" in (await left.json())["error"]
+
+
+async def test_embed_sparse_lists_the_non_zero_entries_of_a_sparse_model(gateway):
+    model = fake_model(dim=16)
+    splade = LoadedModel(info=dataclasses.replace(model.info, architecture=next(iter(SPARSE_ARCHITECTURES))),
+                         encoder=model.encoder, runner=model.runner, max_batch_tokens=model.max_batch_tokens)
+    client = await gateway(models=[splade])
+    got = await ok(await client.post("/embed_sparse", json={"inputs": ["a b", "c"]}))
+    dense = await ok(await client.post("/embed", json={"inputs": ["a b", "c"]}))
+    for entries, vector in zip(got, dense):
+        rebuilt = np.zeros(16, np.float32)
+        rebuilt[[e["index"] for e in entries]] = [e["value"] for e in entries]
+        assert rebuilt.tolist() == np.float32(vector).tolist()
+    assert sparse(np.float32([0, 2.5, 0, 1])) == [{"index": 1, "value": 2.5}, {"index": 3, "value": 1.0}]
+
+
+async def test_embed_sparse_is_404_without_a_sparse_model(gateway):
+    client = await gateway()
+    resp = await client.post("/embed_sparse", json={"inputs": "a"})
+    assert resp.status == 404 and await resp.json() == {"error": "Not Found", "error_type": "Validation"}
+
+
+@pytest.mark.parametrize("body, where", [
+    ({"inputs": []}, "inputs"), ({"inputs": "x", "colour": 1}, "colour"), ({"inputs": 3}, "inputs"),
+    ({"inputs": "x", "truncation_direction": "middle"}, "truncation_direction"),
+    ({"inputs": "x", "prompt_name": "query"}, "prompt_name"), ({"inputs": "x", "dimensions": 0}, "dimensions"),
+])
+async def test_bad_bodies_are_400_in_teis_error_shape(gateway, body, where):
+    client = await gateway()
+    resp = await client.post("/embed", json=body)
+    err = await resp.json()
+    assert resp.status == 400 and set(err) == {"error", "error_type"} and err["error_type"] == "Validation", err
+    assert where in err["error"]
+
+
+async def test_an_overload_is_teis_overloaded(gateway):
+    client = await gateway()
+
+    async def submit(call):
+        raise Overloaded("busy")
+    client.app[ROUTER].pools["fake-model"].submit = submit
+    resp = await client.post("/embed", json={"inputs": "x"})
+    assert resp.status == 429 and await resp.json() == {"error": "busy", "error_type": "Overloaded"}
+
+
+async def test_info_names_the_model_and_its_kind(gateway):
+    client = await gateway(config=GatewayConfig(auto_truncate=True), models=[classifier(labels=LABELS)])
+    info = await ok(await client.get("/info"))
+    assert info["model_id"] == "fake-model" and info["max_input_length"] == 32 and info["auto_truncate"] is True
+    assert info["model_type"] == {"classifier": {"id2label": {"0": "negative", "1": "neutral", "2": "positive"},
+                                                 "label2id": {"negative": 0, "neutral": 1, "positive": 2}}}
+    embedder = await gateway()
+    assert (await ok(await embedder.get("/info")))["model_type"] == {"embedding": {"pooling": None}}
