@@ -9,7 +9,7 @@ This is the worker's edge: flags and the JSON config are parsed here, once,
 and passed down. On Linux the worker asks the kernel for SIGTERM when its
 parent dies (``PR_SET_PDEATHSIG``), so a crashed gateway leaves no orphans.
 ``--runner-factory module:function`` picks what loads the model from the
-config (default ``workers.build:load_model``, returning a ``LoadedModel``);
+config (default ``workers.load.build:load_model``, returning a ``LoadedModel``);
 tests point it at a fake.
 """
 from __future__ import annotations
@@ -177,7 +177,7 @@ def _busy(load: dict) -> bool:
 
 
 def _call_spans(cfg: WorkerConfig) -> CallSpans | None:
-    """With ``--collect-detailed-traces``, the tracer of each call's child spans (``workers.tracing``)."""
+    """With ``--collect-detailed-traces``, the tracer of each call's child spans (``workers.engine.tracing``)."""
     if cfg.tracing is None or not cfg.tracing.detailed:
         return None
     from poolgate.workers.engine.tracing import CallSpans  # the OpenTelemetry SDK loads only when tracing is on

@@ -3,7 +3,7 @@
 The gateway has no tokenizer: each request is a ``tokenize`` / ``detokenize``
 job that runs through the model's pools like every op a worker answers
 (``gateway.serving.run``: pool order, admission, drain, retry, load), and the
-worker uses the model's own tokenizer (``workers.inputs.InputStage``).
+worker uses the model's own tokenizer (``workers.engine.inputs.InputStage``).
 
 - ``/tokenize``, completion form ``{model, prompt, add_special_tokens=true,
   return_token_strs=false}``, or chat form ``{model, messages,

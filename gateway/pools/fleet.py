@@ -3,14 +3,14 @@
 The gateway's one owner of workers: at start-up for every ``PoolConfig`` of the
 config, and later for a model the admin API loads or unloads. For one pool:
 
-- local workers: one ``Supervisor`` each (``gateway.supervisor``: restarted with
+- local workers: one ``Supervisor`` each (``gateway.pools.supervisor``: restarted with
   backoff after they die), already placed by the config (device, CPU cores),
   with the backend's environment (``shared.backends.worker_env``); a pool runs
   with those that came up and the rest keep retrying in the background;
 - remote workers (``tcp://``, ``unix:``): dialed with the gateway's worker token
   and TLS (``GatewayConfig.worker_security``), waiting for those still loading;
 - ``dns+tcp://`` names: resolved now and re-resolved in the background
-  (``gateway.discovery``), workers joining and leaving the pool.
+  (``gateway.pools.discovery``), workers joining and leaving the pool.
 
 A pool must have one worker up at start, else the start fails (stopping what it
 started). A worker that serves a model other than its pool's is refused. The
@@ -171,7 +171,7 @@ class Fleet:
 
     def _address(self) -> str:
         """Where the next local worker listens: a socket in the gateway's private folder, or a TCP port the
-        worker binds itself and reports (``gateway.local_worker``: no race for the port)."""
+        worker binds itself and reports (``gateway.pools.local_worker``: no race for the port)."""
         if self.config.transport == "unix":
             return f"unix:{self.folder / f'worker-{next(self._sockets)}.sock'}"
         return "tcp://127.0.0.1:0"

@@ -46,7 +46,7 @@ async def check(client, timeout_s: float | None) -> str | None:
 
 
 def estimate_tokens(inputs: list[Input]) -> int:
-    """A call's token count as the gateway can guess it without a tokenizer (``gateway.pool``'s doc)."""
+    """A call's token count as the gateway can guess it without a tokenizer (``gateway.pools.pool``'s doc)."""
     return sum(wire.estimate_tokens(x) for x in inputs)
 
 

@@ -13,7 +13,7 @@ Pooling is idempotent, so a call that is tried again elsewhere is harmless.
 
 So the first pool takes all the traffic it can, and the later ones take the
 overflow and stand in while it is down. Without caps the first ready pool takes
-everything (its least-loaded worker, ``gateway.pool``).
+everything (its least-loaded worker, ``gateway.pools.pool``).
 
 For the code that looks at workers (metrics, health checks, the admin API),
 ``ModelPools`` also answers the per-client questions a ``WorkerPool`` answers

@@ -10,7 +10,7 @@ token-weighted mean of its chunk embeddings, re-normalized (vLLM's rule) when
 ``use_activation`` is on, there is more than one chunk and every chunk came
 out unit norm. An input that fits in one chunk keeps its row exactly. The
 weighted mean of per-chunk means is the mean over all tokens only for MEAN
-pooling, so the worker refuses chunking for any other (``workers.build``).
+pooling, so the worker refuses chunking for any other (``workers.load.build``).
 How a task's chunk rows fold back is ``FOLDS`` (by task; the tasks that run in
 chunks are ``shared.limits.CHUNKED_TASKS``). A long document scored against a
 query folds its windows' *scores* instead (max or mean, ``shared.score_plan``),

@@ -116,7 +116,7 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights
 
 
 def _check_chunking(pooler) -> None:
-    """Refuse ``enable_chunked_processing`` unless embed pools with MEAN (``workers.chunking``)."""
+    """Refuse ``enable_chunked_processing`` unless embed pools with MEAN (``workers.engine.chunking``)."""
     embed = pooler.poolers.get("embed")
     if embed is None:
         raise ValueError("--pooler-config enable_chunked_processing applies to the embed task, which this "

@@ -5,14 +5,14 @@ shape becomes a random-weight checkpoint in a temporary folder (weights do not
 change speed), built through ``workers.models`` twice: once as poolgate's
 packed family, once as transformers' AutoModel (the fallback every
 unregistered architecture gets, padded to each batch's longest). Both run the
-same tokenized synthetic corpus (``gateway.bench.corpus``, BERT-uncased ids)
+same tokenized synthetic corpus (``shared.corpus``, BERT-uncased ids)
 in the same token-budget batches through a ``PoolingRunner`` with the same
 pooler, after an untimed warm-up on a few texts; batch by batch in turn, so a
 busy machine slows both alike. The result also carries the
 worst cosine between the two paths' pooled vectors on the first batch, so a
 fast but wrong packed path shows.
 
-The shapes are ``workers.bench_shapes.SHAPES``.
+The shapes are ``workers.tools.bench_shapes.SHAPES``.
 """
 from __future__ import annotations
 
