@@ -68,6 +68,7 @@ class WorkerConfig:
     num_threads: int | None = None
     tokenizer_threads: int = 1
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
+    embedding_cache_mb: int = 0  # --embedding-cache-mb: the worker's embedding cache (workers.engine.cache); 0 = off
     batch_policy: str = "fair"  # --batch-policy: one of BATCH_POLICIES
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.sparse import sparse_head
 from poolgate.shared.tasks import TASK_PARAMS
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
 
@@ -39,6 +40,7 @@ def check_params(info: ModelInfo, params: PoolingParams) -> None:
     """Raise a 4xx for params this model cannot honour (params of the task, dimensions, truncation)."""
     _check_task_params(params)
     _check_dimensions(info, params.dimensions)
+    _check_sparse(info, params)
     k = params.truncate_prompt_tokens
     if k is not None:
         if k < -1 or k == 0:
@@ -52,6 +54,19 @@ def check_params(info: ModelInfo, params: PoolingParams) -> None:
                 "Please request a smaller truncation size.",
                 param="truncate_prompt_tokens",
             )
+
+
+def _check_sparse(info: ModelInfo, params: PoolingParams) -> None:
+    """Sparse output needs a sparse head, read through its own task (``shared.sparse``)."""
+    if params.return_tokens and not params.sparse:
+        raise InvalidRequest("return_tokens applies to sparse embeddings", param="return_tokens")
+    if params.sparse:
+        head = sparse_head(info)
+        if params.task != head.task:
+            raise InvalidRequest(f"{info.architecture} gives sparse embeddings through task '{head.task}', "
+                                 f"not '{params.task}'.", param="task")
+        if params.dimensions is not None:
+            raise InvalidRequest("dimensions does not apply to sparse embeddings", param="dimensions")
 
 
 def _check_task_params(params: PoolingParams) -> None:

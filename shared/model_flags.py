@@ -22,6 +22,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
+    return value
+
+
 def port_number(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -59,6 +66,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
                    help="torch threads per worker (default: physical cores)")
+    g.add_argument("--embedding-cache-mb", type=non_negative_int, default=0, metavar="MB",
+                   help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token "
+                        "ids, and answer repeated inputs from it (bit-identical; hits and misses in /metrics); "
+                        "0 = off")
     g.add_argument("--batch-policy", choices=BATCH_POLICIES, default="fair",
                    help="fair: priority lanes with aging, round robin over requests, short batches under mixed "
                         "load; fifo: first in, first out (the most throughput, no fairness)")
@@ -104,5 +115,6 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         allow_pickle_weights=args.allow_pickle_weights, trust_remote_code=args.trust_remote_code,
         pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
+        embedding_cache_mb=args.embedding_cache_mb,
         batch_policy=args.batch_policy,
     )

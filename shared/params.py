@@ -24,6 +24,8 @@ class PoolingParams:
     truncate_prompt_tokens: int | None = None
     add_special_tokens: bool = True  # False: the texts are tokenized without CLS/SEP (BOS/EOS)
     truncation_side: str = "right"  # "left": truncation keeps the last tokens (vLLM's truncation_side; Cohere START)
+    sparse: bool = False  # answer each input's sparse vector (shared.sparse) instead of the task's rows
+    return_tokens: bool = False  # with sparse: each id's token string too
 
     def to_wire(self) -> dict:
         return asdict(self)

@@ -45,6 +45,9 @@ BATCH_SIZE = f"{PREFIX}_batch_size"  # histogram (sequences per batch) {model, b
 BATCH_TOKENS = f"{PREFIX}_batch_tokens"  # histogram (tokens per batch) {model, backend, worker}
 BATCH_FILL = f"{PREFIX}_batch_fill_ratio"  # histogram (batch tokens / token budget) {model, backend, worker}
 DEVICE_MEMORY = f"{PREFIX}_device_memory_bytes"  # gauge {model, backend, worker, kind=allocated|reserved}
+EMBEDDING_CACHE_HITS = f"{PREFIX}_embedding_cache_hits"  # counter: sequences answered from the cache {model, backend, worker}
+EMBEDDING_CACHE_MISSES = f"{PREFIX}_embedding_cache_misses"  # counter: sequences the model ran {model, backend, worker}
+EMBEDDING_CACHE_BYTES = f"{PREFIX}_embedding_cache_bytes"  # gauge {model, backend, worker}
 
 # --- buckets --------------------------------------------------------------------
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,

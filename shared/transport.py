@@ -96,7 +96,8 @@ class WorkerClient:
         if len(result["prompt_tokens"]) != len(call.inputs) or len(outputs) != rows:
             raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
         return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]),
-                             timings=dict(result.get("timings") or {}), windows=windows)
+                             timings=dict(result.get("timings") or {}), windows=windows,
+                             tokens=result.get("tokens"))
 
     async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
                        return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:

@@ -136,6 +136,7 @@ class PoolingResult:
     prompt_tokens: list[int]
     timings: dict[str, float] = field(default_factory=dict)
     windows: Windows | None = None
+    tokens: list[list[str | None]] | None = None  # a sparse call with return_tokens: each row's token string
 
     @property
     def total_tokens(self) -> int:

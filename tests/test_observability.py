@@ -46,12 +46,12 @@ needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None,
 
 # What each telemetry name is, so its exposed sample names are known.
 COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADMISSION_REJECTIONS,
-            names.WORKER_RECOVERIES)
+            names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
           names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
-          names.TOKENS_WAITING, names.DEVICE_MEMORY)
+          names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))
 METRIC_NAME = re.compile(r"\b" + names.PREFIX + r"_[a-z_]+")
@@ -238,7 +238,7 @@ async def send_load(http: aiohttp.ClientSession, base: str, model, *, ok: int, b
             assert resp.status == 400
     model.runner.entered.clear()
     model.runner.release.clear()  # hold a batch on the "device": with max_in_flight=1 the next call gets 429
-    held = asyncio.create_task(post(http, base, "held"))
+    held = asyncio.create_task(post(http, base, f"held {ok}"))  # new each round: the embedding cache has none
     await asyncio.to_thread(model.runner.entered.wait, 5)
     assert await post(http, base, "refused") == 429
     model.runner.release.set()
@@ -258,7 +258,8 @@ def values(result: list[dict]) -> list[float]:
 @needs_prometheus
 async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_server):  # noqa: F811
     model = dataclasses.replace(fake_model(name=SERVED), device_memory=lambda: {"allocated": 3 << 20,
-                                                                                "reserved": 4 << 20})
+                                                                                "reserved": 4 << 20},
+                                cache_bytes=1 << 20)  # the embedding cache's series too
     async with served_router([model], max_in_flight=1) as router:
         metrics = GatewayMetrics(router)
         app = make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=metrics))

@@ -71,6 +71,7 @@ FLAGS = (frozenset(f.name for f in fields(WorkerConfig)) - {"model_path", "traci
     "pooler_config", *ALIASES}
 CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKEND_CHOICES, "dtype": DTYPE_CHOICES}
 POSITIVE = ("max_model_len", "max_batch_tokens", "num_threads", "tokenizer_threads")
+NON_NEGATIVE = ("embedding_cache_mb",)
 NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
            "(or use embed(), classify() or score())")
 
@@ -84,10 +85,10 @@ def offline_config(model: str | None, flags: dict[str, Any]) -> WorkerConfig:
     for name, choices in CHOICES.items():
         if flags.get(name) is not None and flags[name] not in choices:
             raise ValueError(f"{name} must be one of {', '.join(choices)}, got {flags[name]!r}")
-    for name in POSITIVE:
-        value = flags.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for name in (*POSITIVE, *NON_NEGATIVE):
+        value, least = flags.get(name), 0 if name in NON_NEGATIVE else 1
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise ValueError(f"{name} must be a {'non-negative' if least == 0 else 'positive'} integer, got {value!r}")
     flags["pooler"] = _pooler_config(flags.pop("pooler_config", None), *(flags.pop(name, None) for name in ALIASES))
     path, name = resolve_model(model)
     flags["served_model_name"] = flags.get("served_model_name") or name

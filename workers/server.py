@@ -72,6 +72,8 @@ async def _pool(conn: "_Connection", header: dict) -> OpResult:
     header = {"prompt_tokens": result.prompt_tokens, "timings": result.timings}
     if result.windows is not None:
         header["windows"] = result.windows.to_wire()
+    if result.tokens is not None:
+        header["tokens"] = result.tokens
     return header, result.outputs.arrays()
 
 

@@ -91,6 +91,7 @@ class ModelTable(Table):
     allow_pickle_weights: bool = False
     trust_remote_code: bool = False
     num_threads: Positive | None = None
+    embedding_cache_mb: Annotated[int, Field(ge=0)] = 0
     batch_policy: Literal[BATCH_POLICIES] = "fair"
     replicas: Annotated[int, Field(ge=0)] | None = None
     devices: list = []

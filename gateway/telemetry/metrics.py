@@ -53,6 +53,12 @@ LOAD_GAUGES: dict[str, tuple[str, str]] = {
     "queued": (names.SEQUENCES_WAITING, "Sequences queued for a batch."),
     "queued_tokens": (names.TOKENS_WAITING, "Tokens queued for a batch."),
 }
+# the worker's embedding cache stats key (workers.engine.cache) -> (family, metric name, help)
+CACHE_SERIES: dict[str, tuple[type, str, str]] = {
+    "hits": (CounterMetricFamily, names.EMBEDDING_CACHE_HITS, "Sequences answered from the embedding cache."),
+    "misses": (CounterMetricFamily, names.EMBEDDING_CACHE_MISSES, "Sequences the embedding cache sent to the model."),
+    "bytes": (GaugeMetricFamily, names.EMBEDDING_CACHE_BYTES, "Bytes the embedding cache holds."),
+}
 # the worker's pipeline stats key -> (metric name, help), one histogram each
 BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
     "batch_size": (names.BATCH_SIZE, "Sequences per batch."),
@@ -92,6 +98,7 @@ class WorkerCollector:
                                          labels=WORKER_LABELS)
         memory = GaugeMetricFamily(names.DEVICE_MEMORY, "Device memory of the worker's model.",
                                    labels=[*WORKER_LABELS, "kind"])
+        cache = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in CACHE_SERIES.items()}
         for s in self.samples:
             labels = [s.pool.name, s.pool.info.backend, worker_label(s.client.address)]
             up.add_metric(labels, 1.0 if s.health is not None and s.pool.is_ready(s.client) else 0.0)
@@ -102,12 +109,15 @@ class WorkerCollector:
                 family.add_metric(labels, float(s.health.get(key, 0)))
             for kind, value in (s.health.get("device_memory") or {}).items():
                 memory.add_metric([*labels, kind], float(value))
+            for key, family in cache.items():  # only workers whose model has the cache on
+                if key in (s.health.get("cache") or {}):
+                    family.add_metric(labels, float(s.health["cache"][key]))
             pipeline = s.health.get("pipeline") or {}
             for key, family in batches.items():
                 if key in pipeline:
                     counts = Counts.from_wire(pipeline[key])
                     family.add_metric(labels, counts.cumulative(), counts.total)
-        yield from (up, recoveries, *gauges.values(), memory, *batches.values())
+        yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values())
         yield from self._in_flight()
 
     def _in_flight(self):
@@ -158,7 +168,7 @@ class GatewayMetrics:
         if record.error_type is not None:
             self.errors.labels(record.route, model, record.error_type).inc()
             if record.status == 429:
-                self.rejections.labels(model, record.error_type).inc()
+                self.rejections.labels(model, record.reason or record.error_type).inc()
         if record.prompt_tokens is not None and record.task is not None:
             self.prompt_tokens.labels(model, record.task).inc(record.prompt_tokens)
             self.request_tokens.labels(model, record.task).observe(record.prompt_tokens)

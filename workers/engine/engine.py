@@ -39,12 +39,14 @@ from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateErro
 from poolgate.shared.limits import chunks_inputs
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult, WindowedText
+from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchPolicy
 from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput, Step
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
+from poolgate.workers.engine.sparse import SparseOutput
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.engine.stats import PipelineStats
 
@@ -109,7 +111,9 @@ class Engine:
     def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None,
                  policy: BatchPolicy | None = None, max_queued_tokens: int | None = None):
         self.info = model.info
-        self.runner = model.runner
+        self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
+        self.runner = self.cache or model.runner
+        self.sparse = SparseOutput(model.info, model.encoder)
         self._device_memory = model.device_memory
         self.inputs = InputStage(model.info, model.encoder)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
@@ -160,6 +164,8 @@ class Engine:
                 "requests_running": len(self._live) - waiting, "pipeline": self.stats.to_wire()}
         if self._device_memory is not None:
             load["device_memory"] = self._device_memory()
+        if self.cache is not None:
+            load["cache"] = self.cache.stats()
         return load
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
@@ -204,8 +210,11 @@ class Engine:
         if self._tracer is not None:
             started = state.queued_at if state.started is None else state.started
             self._tracer.trace(call, start, state.queued_at, started, state.steps)
+        tokens = None
+        if call.params.sparse:  # workers.engine.sparse: each input's {token id: weight}
+            rows, tokens = self.sparse(rows, token_lists, call.params)
         return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
-                             timings=state.timings(), windows=encoded.windows)
+                             timings=state.timings(), windows=encoded.windows, tokens=tokens)
 
     async def _encode(self, call: PoolingCall) -> Encoded:
         """The call's tokens from the tokenizer pool; a call of many inputs in slices of TOKENIZE_SLICE,

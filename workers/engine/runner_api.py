@@ -112,3 +112,4 @@ class LoadedModel:
     max_batch_tokens: int  # the engine's token budget per batch
     device_memory: Callable[[], dict[str, int]] | None = None  # bytes by kind, where the backend reports it
     padded: bool = False  # batches run padded (transformers fallback): the budget counts count × longest
+    cache_bytes: int = 0  # the embedding cache's bound (--embedding-cache-mb; workers.engine.cache); 0 = off

@@ -140,7 +140,7 @@ async def test_admission_rejections_and_in_flight(scraped):
     assert value(got, names.SEQUENCES_RUNNING, model="fake-model", backend="cpu", worker="w0.sock") == 1
     assert value(got, names.REQUESTS_RUNNING, model="fake-model", backend="cpu", worker="w0.sock") == 1
     assert value(got, names.REQUESTS_WAITING, model="fake-model", backend="cpu", worker="w0.sock") == 0
-    assert value(got, f"{names.ADMISSION_REJECTIONS}_total", model="fake-model", reason="overloaded") == 1
+    assert value(got, f"{names.ADMISSION_REJECTIONS}_total", model="fake-model", reason="workers_busy") == 1
     model.runner.release.set()
     assert (await held).status == 200
 
@@ -186,3 +186,21 @@ async def test_a_client_that_leaves_while_the_body_is_written_is_counted(scraped
         await client.get("/v1/big")
     got = await samples(client)
     assert value(got, f"{names.REQUESTS}_total", route="/v1/big", model="none", status="499") == 1
+
+
+async def test_embedding_cache_hits_and_misses_come_from_the_worker(scraped):
+    client = await scraped(models=[dataclasses.replace(fake_model(), cache_bytes=1 << 20)])
+    for _ in range(3):
+        assert (await client.post(EMBED, json={"input": ["a b", "c d e"]})).status == 200
+    got = await samples(client)
+    labels = {"model": "fake-model", "backend": "cpu", "worker": "w0.sock"}
+    assert value(got, f"{names.EMBEDDING_CACHE_MISSES}_total", **labels) == 2
+    assert value(got, f"{names.EMBEDDING_CACHE_HITS}_total", **labels) == 4
+    assert value(got, names.EMBEDDING_CACHE_BYTES, **labels) > 0
+
+
+async def test_a_model_without_the_cache_has_no_cache_series(scraped):
+    client = await scraped()
+    assert (await client.post(EMBED, json={"input": ["a b"]})).status == 200
+    got = await samples(client)
+    assert not any(n.startswith("poolgate_embedding_cache") for n, _ in got)

@@ -1,0 +1,89 @@
+"""The embedding cache: a runner wrapper that answers repeated sequences from memory (opt-in per model).
+
+``--embedding-cache-mb N`` (a model flag; 0 = off) wraps the model's runner
+in ``CachingRunner``. A sequence's key is what decides its output in this
+model: its pooling params, token ids and token type ids (the model is the
+worker's own). ``prepare`` looks every sequence up and hands only the misses
+to the runner; ``execute`` stores each miss's rows (a copy) and answers every
+sequence, hits with the very array a miss stored, so a hit is bit-identical
+to the miss that filled it. Entries are kept least-recently-used first out
+while their bytes (rows plus key) exceed the bound. ``stats`` (hits, misses,
+entries, bytes) goes out in the worker's ``health`` answer and from there to
+the gateway's metrics. Both runner threads touch the table, under one lock.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import astuple, dataclass
+from typing import Any
+
+from poolgate.shared.rows import Rows
+from poolgate.workers.engine.runner_api import RunOutput, Runner, Step
+from poolgate.workers.engine.sequence import Sequence
+
+Key = tuple
+
+
+def key_of(seq: Sequence) -> Key:
+    types = tuple(seq.token_type_ids) if seq.token_type_ids is not None else None
+    return astuple(seq.params), tuple(seq.token_ids), types
+
+
+@dataclass
+class _Batch:
+    keys: list[Key]
+    hits: dict[int, Rows]  # sequence index -> its cached rows
+    misses: list[int]  # the sequence indexes the runner runs, in order
+    inner: Any  # the runner's prepared batch of the misses (None: all hits)
+
+
+class CachingRunner:
+    """A ``Runner`` that serves repeated sequences from an LRU table bounded by ``max_bytes``."""
+
+    def __init__(self, runner: Runner, max_bytes: int):
+        self.runner, self.max_bytes = runner, max_bytes
+        self._table: OrderedDict[Key, tuple[Rows, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.bytes = 0
+
+    def prepare(self, seqs: list[Sequence]) -> _Batch:
+        keys = [key_of(s) for s in seqs]
+        hits: dict[int, Rows] = {}
+        with self._lock:
+            for i, key in enumerate(keys):
+                entry = self._table.get(key)
+                if entry is not None:
+                    self._table.move_to_end(key)
+                    hits[i] = entry[0]
+            self.hits += len(hits)
+            self.misses += len(seqs) - len(hits)
+        misses = [i for i in range(len(seqs)) if i not in hits]
+        inner = self.runner.prepare([seqs[i] for i in misses]) if misses else None
+        return _Batch(keys, hits, misses, inner)
+
+    def execute(self, batch: _Batch, steps: list[Step] | None = None) -> list[RunOutput]:
+        rows = dict(batch.hits)
+        if batch.inner is not None:
+            for run in self.runner.execute(batch.inner, steps):
+                for j in range(run.start, run.stop):
+                    one = run.rows.slice(j - run.start, j - run.start + 1)
+                    rows[batch.misses[j]] = Rows(one.values.copy(), None if one.offsets is None else one.offsets.copy())
+            self._store([(batch.keys[i], rows[i]) for i in batch.misses])
+        return [RunOutput(i, i + 1, rows[i]) for i in range(len(batch.keys))]
+
+    def _store(self, entries: list[tuple[Key, Rows]]) -> None:
+        with self._lock:
+            for key, rows in entries:
+                size = rows.values.nbytes + 8 * len(key[1]) + 64
+                if key in self._table or size > self.max_bytes:
+                    continue
+                self._table[key] = (rows, size)
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, size) = self._table.popitem(last=False)
+                self.bytes -= size
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "entries": len(self._table), "bytes": self.bytes}

@@ -1,0 +1,59 @@
+"""A sparse call's answer: each input's ``{token id: weight}`` from its pooled rows (``shared.sparse``).
+
+The engine runs a sparse call through the model's sparse head's task like any
+other call, then ``SparseOutput`` turns its rows into sparse rows: SPLADE's
+vocabulary-size vector keeps its positive entries; BGE-M3's per-token
+weights (the sequence's tokens less the ones its rows leave out) keep each
+id's highest positive weight, without the tokenizer's unused ids (CLS, EOS,
+PAD, UNK), as FlagEmbedding does. With ``return_tokens`` each id's token
+string comes too.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.rows import Rows
+from poolgate.shared.sparse import SPARSE_HEADS, SparseHead, sparse_rows
+from poolgate.shared.wire import ModelInfo
+from poolgate.workers.engine.runner_api import TextEncoder
+
+UNUSED = ("cls_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+
+
+class SparseOutput:
+    """Sparse rows for one model (its head by architecture, its tokenizer's unused ids)."""
+
+    def __init__(self, info: ModelInfo, encoder: TextEncoder):
+        self.head: SparseHead | None = SPARSE_HEADS.get(info.architecture)
+        self.encoder = encoder
+        tokenizer = getattr(encoder, "tokenizer", None)
+        self.unused = np.array(sorted({i for name in UNUSED if (i := getattr(tokenizer, name, None)) is not None}),
+                               dtype=np.int64)
+
+    def __call__(self, rows: Rows, token_lists: list[list[int]],
+                 params: PoolingParams) -> tuple[Rows, list[list[str | None]] | None]:
+        """The sparse rows of a call (and each id's token string with ``return_tokens``)."""
+        if self.head.per_token:
+            vectors = [self._per_token(rows.item(i)[:, 0], ids) for i, ids in enumerate(token_lists)]
+        else:
+            vectors = [_nonzero(rows.values[i]) for i in range(len(rows))]
+        tokens = [self.encoder.token_strs(ids.tolist()) for ids, _ in vectors] if params.return_tokens else None
+        return sparse_rows(vectors), tokens
+
+    def _per_token(self, weights: np.ndarray, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Each token id's highest weight; (T_kept,) weights for ``ids`` less the head's skipped ends."""
+        ids = np.asarray(ids[self.head.skip_first:len(ids) - self.head.skip_last], dtype=np.int64)
+        if len(ids) != len(weights):
+            raise ValueError(f"{len(weights)} token weights for {len(ids)} tokens")
+        unique, where = np.unique(ids, return_inverse=True)  # (u,), (T_kept,)
+        best = np.full(len(unique), -np.inf, dtype=np.float32)
+        np.maximum.at(best, where, weights.astype(np.float32))
+        keep = (best > 0) & ~np.isin(unique, self.unused)
+        return unique[keep], best[keep]
+
+
+def _nonzero(vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(vocab,) weights → the ids with a positive weight, and those weights."""
+    ids = np.flatnonzero(vector > 0)
+    return ids.astype(np.int64), vector[ids].astype(np.float32)
