@@ -30,6 +30,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     note_given(p)  # --config: the flags given beside it override the file
     p.add_argument("--config", default=None, metavar="FILE",
@@ -58,6 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds before an unfinished request gets 504 and is cancelled in the worker")
     p.add_argument("--max-in-flight-per-worker", type=positive_int, default=None,
                    help="calls in flight per worker before new ones get 429 (default: no cap)")
+    p.add_argument("--max-queued-seconds", type=non_negative_float, default=5.0, metavar="SECONDS",
+                   help="admit work up to this many seconds of a pool's measured capacity (its workers' tokens/s); "
+                        "more gets 429 with a Retry-After of the time it takes to drain (0 = no limit)")
+    p.add_argument("--max-queued-tokens", type=positive_int, default=None, metavar="TOKENS",
+                   help="admit work up to this many (estimated) tokens per pool instead of --max-queued-seconds")
     p.add_argument("--drain-timeout", type=positive_float, default=30.0,
                    help="on SIGTERM, seconds the requests in flight may take before the gateway stops anyway")
     p.add_argument("--health-check-interval", type=positive_float, default=0.25,

@@ -68,9 +68,18 @@ class RouteNotFound(PoolgateError):
 
 
 class Overloaded(PoolgateError):
+    """Refused for now, worth retrying: ``retry_after_s`` (the ``Retry-After`` header; None: the default)
+    and ``reason`` (the refusal metric's label, e.g. ``queue_full``) say when and why."""
+
     status = 429
     type = "RateLimitError"
     code = "overloaded"
+
+    def __init__(self, message: str, *, param: str | None = None, retry_after_s: float | None = None,
+                 reason: str = "overloaded"):
+        super().__init__(message, param=param)
+        self.retry_after_s = retry_after_s
+        self.reason = reason
 
 
 class NotSupported(PoolgateError):

@@ -110,6 +110,7 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
         transport=settings.transport, pools=pools, model_roots=roots,
         startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
         request_timeout_s=settings.request_timeout, max_in_flight_per_worker=settings.max_in_flight_per_worker,
+        max_queued_s=settings.max_queued_seconds or None, max_queued_tokens=settings.max_queued_tokens,
         drain_timeout_s=settings.drain_timeout, health_probe_interval_s=settings.health_check_interval,
         health_check_timeout_s=settings.health_check_timeout,
         tracing=tracing, metrics=settings.metrics, metrics_port=settings.metrics_port, worker_security=security,

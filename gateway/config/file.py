@@ -135,6 +135,8 @@ class FileSettings(Table):
     max_inputs_per_request: Positive | None = None
     request_timeout: Seconds | None = None
     max_in_flight_per_worker: Positive | None = None
+    max_queued_seconds: Annotated[float, Field(ge=0)] | None = None
+    max_queued_tokens: Positive | None = None
     drain_timeout: Seconds | None = None
     health_check_interval: Seconds | None = None
     health_check_timeout: Seconds | None = None

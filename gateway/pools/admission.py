@@ -7,18 +7,25 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   fault, a 400 (``InvalidRequest``) that no other pool would answer otherwise;
 - ``max_calls_per_worker`` (``max_in_flight_per_worker``): a worker with that
   many jobs in flight is not picked; when every ready worker is at it, 429;
-- ``max_queued_tokens``: the pool's admitted, unfinished work in estimated
-  tokens (``gateway.pools.member.estimate_tokens``). A job that would take it
-  past the limit is refused with 429, except when nothing is admitted (a lone
-  job bigger than the limit still runs, or it never could).
+- queued work: the pool's admitted, unfinished work in estimated tokens
+  (``gateway.pools.member.estimate_tokens``) may not pass ``max_queued_tokens``
+  or, when that is not set, ``max_queued_s`` seconds of the pool's measured
+  capacity (the sum of its ready workers' ``tokens_per_s``, from their health
+  answers; at least ``MIN_QUEUED_TOKENS``; no limit until a worker measured
+  one). This is on by default (``GatewayConfig.max_queued_s``, 5 s). A job that
+  would pass it is refused with 429, except when nothing is admitted (a lone
+  job bigger than the limit still runs, or it never could); its
+  ``Retry-After`` is how long the excess takes to drain at that capacity.
 
-A refusal is ``Overloaded``, raised before anything is sent, so ``ModelPools``
-tries the model's next pool. What was admitted is released when the job ends,
-retried or not (a retry after a lost worker is not admitted again). Refusals
-are counted by reason (``refused``) for the metrics.
+A refusal is ``Overloaded`` (with its ``reason`` and ``retry_after_s``), raised
+before anything is sent, so ``ModelPools`` tries the model's next pool. What
+was admitted is released when the job ends, retried or not (a retry after a
+lost worker is not admitted again). Refusals are counted by reason
+(``refused``).
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, TypeVar
@@ -31,6 +38,9 @@ M = TypeVar("M")
 REASON_WORKERS_BUSY = "workers_busy"
 REASON_QUEUE_FULL = "queue_full"
 
+MIN_QUEUED_TOKENS = 4096  # the capacity-derived limit never goes below this
+MAX_RETRY_AFTER_S = 60
+
 
 @dataclass(frozen=True)
 class AdmissionLimits:
@@ -39,12 +49,15 @@ class AdmissionLimits:
     max_inputs_per_request: int | None = None
     max_calls_per_worker: int | None = None
     max_queued_tokens: int | None = None
+    max_queued_s: float | None = None  # used when max_queued_tokens is None
 
     def __post_init__(self) -> None:
         for name in ("max_inputs_per_request", "max_calls_per_worker", "max_queued_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.max_queued_s is not None and self.max_queued_s <= 0:
+            raise ValueError(f"max_queued_s must be > 0, got {self.max_queued_s}")
 
 
 class Admission:
@@ -74,12 +87,22 @@ class Admission:
             self._refuse(REASON_WORKERS_BUSY, f"Every worker serving model '{self.model}' is busy; retry shortly.")
         return free
 
-    def admit(self, tokens: int) -> None:
-        """Count a job of ``tokens`` estimated tokens in, or refuse it (429) when the pool is full."""
-        cap = self.limits.max_queued_tokens
+    def queue_limit(self, capacity: float) -> int | None:
+        """The queued-token limit at ``capacity`` tokens/s (module doc); None = no limit."""
+        if self.limits.max_queued_tokens is not None:
+            return self.limits.max_queued_tokens
+        if self.limits.max_queued_s is None or capacity <= 0:
+            return None
+        return max(MIN_QUEUED_TOKENS, int(capacity * self.limits.max_queued_s))
+
+    def admit(self, tokens: int, capacity: float = 0.0) -> None:
+        """Count a job of ``tokens`` estimated tokens in, or refuse it (429) when the pool is full;
+        ``capacity``: the pool's measured tokens/s (0 = not known)."""
+        cap = self.queue_limit(capacity)
         if cap is not None and self.jobs and self.tokens + tokens > cap:
             self._refuse(REASON_QUEUE_FULL, f"Model '{self.model}' has {self.tokens} tokens of work queued "
-                                            f"(the limit is {cap}); retry shortly.")
+                                            f"(the limit is {cap}); retry shortly.",
+                         retry_after(self.tokens + tokens - cap, capacity))
         self.tokens += tokens
         self.jobs += 1
 
@@ -88,6 +111,13 @@ class Admission:
         self.tokens -= tokens
         self.jobs -= 1
 
-    def _refuse(self, reason: str, message: str) -> None:
+    def _refuse(self, reason: str, message: str, retry_after_s: float | None = None) -> None:
         self.refused[reason] += 1
-        raise Overloaded(message)
+        raise Overloaded(message, retry_after_s=retry_after_s, reason=reason)
+
+
+def retry_after(excess_tokens: int, capacity: float) -> float | None:
+    """Whole seconds until ``excess_tokens`` drain at ``capacity`` tokens/s (1 to 60); None if unknown."""
+    if capacity <= 0:
+        return None
+    return float(min(MAX_RETRY_AFTER_S, max(1, math.ceil(excess_tokens / capacity))))

@@ -14,8 +14,8 @@ config, and later for a model the admin API loads or unloads. For one pool:
 
 A pool must have one worker up at start, else the start fails (stopping what it
 started). A worker that serves a model other than its pool's is refused. The
-pool's admission (``admission_limits``): the gateway's input cap, and its own
-``max_in_flight_per_worker``, else the gateway's.
+pool's admission (``admission_limits``): the gateway's input cap and queued-work
+limit, and its own ``max_in_flight_per_worker``, else the gateway's.
 """
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ log = logging.getLogger("poolgate.gateway.pools.fleet")
 def admission_limits(config: GatewayConfig, pc: PoolConfig) -> AdmissionLimits:
     """The pool's admission limits from the gateway's config and the pool's own table."""
     return AdmissionLimits(max_inputs_per_request=config.max_inputs_per_request,
-                           max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker)
+                           max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker,
+                           max_queued_tokens=config.max_queued_tokens, max_queued_s=config.max_queued_s)
 
 
 @dataclass

@@ -30,19 +30,28 @@ class Client(Protocol):
     async def close(self) -> None: ...
 
 
-async def check(client, timeout_s: float | None) -> str | None:
-    """None when ``client`` answers its health check in time and says it is ready, else why not."""
+async def check(client, timeout_s: float | None) -> tuple[str | None, dict]:
+    """(None, its answer) when ``client`` answers its health check in time and says it is ready, else
+    (why not, {})."""
     try:
         answer = await asyncio.wait_for(client.health(), timeout_s)
     except asyncio.TimeoutError:
-        return f"no health answer within {timeout_s}s"
+        return f"no health answer within {timeout_s}s", {}
     except Unavailable as exc:
-        return str(exc)
+        return str(exc), {}
     except Exception as exc:  # an error answer from the worker counts as not healthy
-        return f"health check failed: {exc}"
-    if isinstance(answer, dict) and answer.get("ready") is False:
-        return "the worker says it is not ready" + (" (draining)" if answer.get("draining") else "")
-    return None
+        return f"health check failed: {exc}", {}
+    if not isinstance(answer, dict):
+        return None, {}
+    if answer.get("ready") is False:
+        return "the worker says it is not ready" + (" (draining)" if answer.get("draining") else ""), {}
+    return None, answer
+
+
+def tokens_per_s(answer: dict) -> float:
+    """The worker's measured capacity from its health answer (``pipeline.tokens_per_s``; 0: not yet known)."""
+    rate = (answer.get("pipeline") or {}).get("tokens_per_s")
+    return float(rate) if isinstance(rate, (int, float)) and rate > 0 else 0.0
 
 
 def estimate_tokens(inputs: list[Input]) -> int:
@@ -63,6 +72,7 @@ class Member:
     error: str | None = None
     since: float = field(default_factory=time.monotonic)  # when it entered its state
     answered: float = 0.0  # when it last answered a call (monotonic): a sign of life besides health checks
+    tokens_per_s: float = 0.0  # its measured capacity, from its last health answer (0: not known yet)
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # set while down: calls on it fail over
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
 

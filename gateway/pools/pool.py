@@ -34,7 +34,7 @@ import time
 
 from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
-from poolgate.gateway.pools.member import Client, Member, State, check, estimate_tokens, load
+from poolgate.gateway.pools.member import Client, Member, State, check, estimate_tokens, load, tokens_per_s
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
 from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
 
@@ -163,7 +163,8 @@ class WorkerPool:
     def snapshot(self) -> list[dict]:
         """Every member's state and load, for the admin API."""
         return [{"address": m.client.address, "state": m.state, "calls_in_flight": m.calls,
-                 "outstanding_tokens": m.tokens, "recoveries": m.recoveries, "error": m.error}
+                 "outstanding_tokens": m.tokens, "recoveries": m.recoveries, "error": m.error,
+                 "tokens_per_s": m.tokens_per_s}
                 for m in self._members.values()]
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
@@ -182,7 +183,7 @@ class WorkerPool:
             raise Unavailable("The server is shutting down; retry on another instance.")
         self.check(job)
         member = self._pick()
-        self.admission.admit(job.tokens)
+        self.admission.admit(job.tokens, self.capacity())
         try:
             try:
                 return await self._send(member, job)
@@ -232,6 +233,10 @@ class WorkerPool:
             if not self._calls:
                 self._idle.set()
 
+    def capacity(self) -> float:
+        """Tokens per second the ready members measured (their last health answers); 0 = not known."""
+        return sum(m.tokens_per_s for m in self._ready())
+
     def _ready(self) -> list[Member]:
         return [m for m in self._members.values() if m.state == "ready"]
 
@@ -248,11 +253,12 @@ class WorkerPool:
         asked = time.monotonic()
         members = [m for m in self._members.values() if m.state in ("ready", "down")]
         answers = await asyncio.gather(*(check(m.client, timeout_s) for m in members))
-        for member, error in zip(members, answers):
+        for member, (error, answer) in zip(members, answers):
             if member.state not in ("ready", "down") or self._members.get(id(member.client)) is not member:
                 continue  # restarted, removed or draining while we asked
             if error and member.state == "ready" and member.answered >= asked:
                 continue
+            member.tokens_per_s = tokens_per_s(answer) or member.tokens_per_s
             self.set_state(member.client, "down" if error else "ready", error)
 
     def drain(self) -> None:

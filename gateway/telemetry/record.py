@@ -44,6 +44,7 @@ class RequestRecord:
     response_id: str | None = None  # the id in the response body, set by the dialect
     status: int = 0
     error_type: str | None = None  # the error's code (e.g. "invalid_request"); None on success
+    reason: str | None = None  # why a 429 was refused (``Overloaded.reason``, e.g. "queue_full")
     duration_s: float = 0.0
     span: Any = None  # the tracer's handle on the llm_request span
     trace_context: dict[str, str] = field(default_factory=dict)  # W3C headers to carry to the worker
@@ -88,6 +89,7 @@ class Telemetry:
     def end(self, record: RequestRecord, status: int, error: PoolgateError | None) -> None:
         record.status = status
         record.error_type = error.code if error is not None else None
+        record.reason = getattr(error, "reason", None)
         record.duration_s = time.perf_counter() - record.started
         if self.recorder is not None:
             self.recorder.observe(record)

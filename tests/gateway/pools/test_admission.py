@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from poolgate.gateway.pools.admission import REASON_QUEUE_FULL, REASON_WORKERS_BUSY, Admission, AdmissionLimits
+from poolgate.gateway.pools.admission import (MIN_QUEUED_TOKENS, REASON_QUEUE_FULL, REASON_WORKERS_BUSY, Admission,
+                                              AdmissionLimits)
 from poolgate.gateway.pools.fleet import admission_limits
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
@@ -55,8 +56,10 @@ def test_limits_below_one_are_refused(limits):
 
 def test_a_pools_limits_come_from_the_gateway_and_its_own_table():
     config = GatewayConfig(max_inputs_per_request=7, max_in_flight_per_worker=3)
-    assert admission_limits(config, PoolConfig(model="m")) == AdmissionLimits(7, 3)
-    assert admission_limits(config, PoolConfig(model="m", max_in_flight_per_worker=9)) == AdmissionLimits(7, 9)
+    assert admission_limits(config, PoolConfig(model="m")) == AdmissionLimits(7, 3, max_queued_s=5.0)
+    assert admission_limits(config, PoolConfig(model="m", max_in_flight_per_worker=9)).max_calls_per_worker == 9
+    off = GatewayConfig(max_queued_s=None, max_queued_tokens=100)
+    assert admission_limits(off, PoolConfig(model="m")) == AdmissionLimits(2048, None, 100, None)
 
 
 async def test_a_pool_over_its_queued_tokens_refuses_and_the_next_pool_takes_the_call():
@@ -109,3 +112,35 @@ async def test_priority_and_deadline_go_to_the_worker_unchanged():
     await only.submit(dataclasses.replace(call(priority=4), deadline=2e9))
     sent = only.clients[0].calls[-1]
     assert (sent.priority, sent.deadline) == (4, 2e9)
+
+
+def test_the_limit_is_seconds_of_measured_capacity_and_retry_after_is_the_drain_time():
+    admission = Admission(AdmissionLimits(max_queued_s=2.0), model="m")
+    assert admission.queue_limit(0.0) is None  # no worker measured its rate yet: no limit
+    assert admission.queue_limit(10_000.0) == 20_000
+    assert admission.queue_limit(10.0) == MIN_QUEUED_TOKENS
+    admission.admit(19_000, 10_000.0)
+    with pytest.raises(Overloaded) as refused:
+        admission.admit(26_000, 10_000.0)  # 25,000 tokens over the limit drain in 2.5 s -> 3
+    assert refused.value.retry_after_s == 3.0 and refused.value.reason == REASON_QUEUE_FULL
+    admission.admit(1_000, 10_000.0)  # exactly at the limit
+    assert Admission(AdmissionLimits(max_queued_tokens=10, max_queued_s=2.0)).queue_limit(1e6) == 10
+
+
+async def test_a_pool_reads_its_capacity_from_health_answers_and_refuses_past_it():
+    only = pool(max_queued_s=1.0)
+    client = only.clients[0]
+    client.health_answer = {"ready": True, "pipeline": {"tokens_per_s": 5000.0}}
+    await only.probe(1.0)
+    assert only.capacity() == 5000.0 and only.snapshot()[0]["tokens_per_s"] == 5000.0
+    client.gate = asyncio.Event()
+    held = asyncio.create_task(only.submit(call("x" * 16_000)))  # ~4,002 tokens admitted
+    await until(lambda: client.calls)
+    with pytest.raises(Overloaded) as refused:
+        await only.submit(call("y" * 8_000))  # 4,002 + 2,002 > max(4096, 5000)
+    assert refused.value.retry_after_s == 1.0
+    client.health_answer = {"ready": True}  # an answer without a rate keeps the last one
+    await only.probe(1.0)
+    assert only.capacity() == 5000.0
+    client.gate.set()
+    await held

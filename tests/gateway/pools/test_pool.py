@@ -227,9 +227,9 @@ async def test_snapshot_lists_state_and_load():
     await until(lambda: a.calls)
     assert pool.snapshot() == [
         {"address": "fake://a", "state": "ready", "calls_in_flight": 1, "outstanding_tokens": 12,
-         "recoveries": 0, "error": None},
+         "recoveries": 0, "error": None, "tokens_per_s": 0.0},
         {"address": "fake://b", "state": "down", "calls_in_flight": 0, "outstanding_tokens": 0,
-         "recoveries": 0, "error": "connection refused"},
+         "recoveries": 0, "error": "connection refused", "tokens_per_s": 0.0},
     ]
     a.gate.set()
     await held
