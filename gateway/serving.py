@@ -7,7 +7,10 @@ request and for every dialect alike:
 
 1. the router resolves ``(model, task)`` to a pool (404 / vLLM's task error);
 2. server policy fills what the request left open: ``--auto-truncate`` turns
-   "no truncation" into -1, ``--request-timeout`` becomes the call's deadline;
+   "no truncation" into -1; the call's deadline is now plus the request's
+   ``X-Request-Timeout`` header (seconds), else plus ``--request-timeout``. At
+   the deadline the client gets 504 ``deadline_exceeded`` (the pool stops
+   waiting and the worker drops the call's work that has not run);
 3. limits the gateway can check from the pool's ``ModelInfo`` alone run before
    anything crosses the transport: ``dimensions``, ``truncate_prompt_tokens``,
    input types and token ids (``shared.limits``, the same functions a worker
@@ -23,6 +26,7 @@ road: ``lookup`` the model, then ``run`` a ``Job`` with the request's deadline.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -33,9 +37,12 @@ from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER
 from poolgate.gateway.pools.job import Job
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs, check_params
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
+
+TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,24 @@ def with_policy(config: GatewayConfig, params: PoolingParams) -> PoolingParams:
     return params
 
 
-def deadline(config: GatewayConfig, now: float) -> float | None:
-    return None if config.request_timeout_s is None else now + config.request_timeout_s
+def deadline(config: GatewayConfig, now: float, timeout: str | None = None) -> float | None:
+    """The call's deadline: ``now`` plus the request's ``X-Request-Timeout`` seconds when it sent one,
+    else the server's ``--request-timeout`` (None: no deadline); a timeout that is not a positive
+    number is a 400."""
+    if timeout is None:
+        return None if config.request_timeout_s is None else now + config.request_timeout_s
+    try:
+        seconds = float(timeout)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise InvalidRequest(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {timeout[:40]!r}.",
+                             param=TIMEOUT_HEADER)
+    return now + seconds
+
+
+def request_deadline(request: web.Request) -> float | None:
+    return deadline(request.app[CONFIG], time.time(), request.headers.get(TIMEOUT_HEADER))
 
 
 async def serve(request: web.Request, req: ServeRequest) -> Served:
@@ -82,7 +105,7 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     check_inputs(pool.info, req.inputs)
     request_id = request[REQUEST_ID]
     call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
-                       deadline=deadline(config, time.time()), priority=req.priority,
+                       deadline=request_deadline(request), priority=req.priority,
                        trace_context=record.trace_context if record is not None else {})
     result = await pool.submit(call)
     if record is not None:
@@ -103,5 +126,5 @@ def lookup(request: web.Request, model: str | None) -> ModelPools:
 
 async def run(request: web.Request, pools: ModelPools, make: Callable[[str, float | None], Job]):
     """The answer to the job ``make(request_id, deadline)`` builds, through the pools' one submit."""
-    job = make(request[REQUEST_ID], deadline(request.app[CONFIG], time.time()))
+    job = make(request[REQUEST_ID], request_deadline(request))
     return await pools.run(job)

@@ -10,8 +10,9 @@ with aging, round robin over calls, ``workers.engine.fair_policy``). Two threads
 then run batches as a two-stage pipeline:
 
 - the *prepare* thread cuts the next batch from the scheduler, drops
-  sequences whose call's deadline has passed, and has the runner ``prepare``
-  it (packing, host buffers, the copy to the device);
+  sequences whose call cannot finish by its deadline (it would pass before
+  the batch's estimated device time is over; the call gets 504), and has the
+  runner ``prepare`` it (packing, host buffers, the copy to the device);
 - the *execute* thread has the runner ``execute`` each prepared batch and
   hands every call its rows.
 
@@ -254,11 +255,14 @@ class Engine:
         return self._executing_since is not None
 
     def _prepare(self, seqs: list[Sequence]) -> _Prepared | None:
-        """Drop sequences of late calls, then have the runner prepare the rest."""
-        now, live, late = time.time(), [], set()
+        """Drop sequences of calls that cannot finish by their deadline (this batch's device time at the
+        measured rate from now), then have the runner prepare the rest."""
+        rate = self.stats.tokens_per_s
+        finish = time.time() + (sum(seq.num_tokens for seq in seqs) / rate if rate else 0.0)
+        live, late = [], set()
         for seq in seqs:
             call = seq.handle
-            if seq.deadline is not None and seq.deadline < now:
+            if seq.deadline is not None and seq.deadline < finish:
                 late.add(call)
             elif not call.failed:
                 live.append(seq)

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import Overloaded
+from poolgate.shared.errors import DeadlineExceeded, Overloaded
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.engine.engine import QUEUE_BUDGETS, TOKENIZE_SLICE, Engine
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
@@ -103,5 +103,20 @@ async def test_a_call_of_many_inputs_is_tokenized_in_slices_and_keeps_its_order(
         assert result.prompt_tokens == [3] * len(texts)
         assert [c for batch, _ in model.encoder.calls for c in batch] == texts
         np.testing.assert_array_equal(result.outputs.item(len(texts) - 1), fake_vector(fake_ids(texts[-1])))
+    finally:
+        await engine.stop()
+
+
+async def test_a_call_that_cannot_finish_by_its_deadline_is_dropped_before_the_device():
+    model = fake_model(max_batch_tokens=64)
+    engine = Engine(model)
+    await engine.start()
+    try:
+        engine.stats.tokens_per_s = 10.0  # measured: 10 tokens per second of device time
+        with pytest.raises(DeadlineExceeded, match="deadline exceeded"):
+            await engine.submit(call(list(range(1, 21)), deadline=time.time() + 1.0))  # needs ~2 s
+        assert model.runner.batches == []
+        result = await engine.submit(call([1, 2], deadline=time.time() + 1.0))  # ~0.2 s: runs
+        assert result.prompt_tokens == [2]
     finally:
         await engine.stop()
