@@ -7,7 +7,7 @@ from aiohttp import web
 
 from poolgate.gateway import admin
 
-from poolgate.gateway.http import openapi
+from poolgate.gateway.http import docs, openapi
 
 from poolgate.gateway.http import ops as routes_ops
 from poolgate.gateway.dialects import all_routes, register
@@ -33,7 +33,7 @@ def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[Cle
     app[ROUTER] = router
     app[ROUTE_OF] = {}
     app[TELEMETRY] = telemetry or Telemetry()
-    routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES]
+    routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES, *docs.ROUTES]
     app[openapi.ROUTES_KEY] = routes
     register(app, routes)
     app.cleanup_ctx.extend(cleanup_ctx)

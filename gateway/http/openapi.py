@@ -3,7 +3,8 @@
 The document lists the routes the gateway answers now (a task-gated route
 only while some served model serves it; see ``dialects.route``), each with
 the JSON schema of the model its body is validated with, its response model
-when it has one, and its dialect's error body.
+when it has one, its dialect's error body, and whether it needs the API key
+(the ``bearer`` security scheme on every route that is not public).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from poolgate.shared.wire import ModelInfo
 
 ROUTES_KEY = web.AppKey("routes", list)  # every mounted Route, in order
 REF = "#/components/schemas/{model}"
+BEARER = "bearer"  # the API key, as ``Authorization: Bearer KEY``
 ERROR_SCHEMAS = {
     "openai": {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["message", "type"],
@@ -40,8 +42,8 @@ def document(routes: list[Route], models: list[ModelInfo]) -> dict:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, parts, schemas)
     components = dict(schemas.pop("$defs", {}))
     components.update({f"{name.capitalize()}Error": schema for name, schema in ERROR_SCHEMAS.items()})
-    return {"openapi": "3.1.0", "info": {"title": "poolgate", "version": VERSION},
-            "paths": paths, "components": {"schemas": components}}
+    return {"openapi": "3.1.0", "info": {"title": "poolgate", "version": VERSION}, "paths": paths,
+            "components": {"schemas": components, "securitySchemes": {BEARER: {"type": "http", "scheme": "bearer"}}}}
 
 
 def _schemas(routes: list[Route]) -> dict:
@@ -72,6 +74,7 @@ def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
     shapes = _one_of([{"$ref": REF.format(model=f"{p.errors.capitalize()}Error")} for p in parts])
     error = {"description": "Error", "content": {"application/json": {"schema": shapes}}}
     op["responses"] = {"200": ok, "4XX": error, "5XX": error}
+    op["security"] = [] if route.public else [{BEARER: []}]
     return op
 
 

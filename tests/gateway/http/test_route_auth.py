@@ -1,5 +1,6 @@
-"""Every route of the table (each dialect, ops, admin, /metrics, /openapi.json) refuses a missing API key unless it
-is public, in its own error shape; the public ones are exactly the probes, the version, the metrics and the document."""
+"""Every route of the table (each dialect, ops, admin, /metrics, /openapi.json, /docs) refuses a missing API key
+unless it is public, in its own error shape; the public ones are exactly the probes, the version, the metrics, the
+API document and its Swagger UI page."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,7 @@ from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 
 PUBLIC = {("GET", "/health"), ("GET", "/ping"), ("POST", "/ping"), ("GET", "/version"), ("GET", "/metrics"),
-          ("GET", "/openapi.json")}
+          ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/{name}")}
 KEY = "sekrit"
 
 
