@@ -43,6 +43,7 @@ NOT_LOADABLE = {
     "remote": "remote workers come from the server's config, not a request",
     "trust_remote_code": "running a checkpoint's own code can only be allowed in the server's config",
     "allow_pickle_weights": "pickle weights can only be allowed in the server's config",
+    "allow_partial_weights": "serving a partly loaded checkpoint can only be allowed in the server's config",
 }
 MAX_REPLICAS = os.cpu_count() or 1  # local workers one request may start
 

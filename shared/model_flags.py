@@ -62,6 +62,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="alias of --pooler-config '{\"use_activation\": false}'")
     g.add_argument("--allow-pickle-weights", action="store_true",
                    help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
+    g.add_argument("--allow-partial-weights", action="store_true",
+                   help="serve a transformers-fallback model whose checkpoint has tensors missing, unexpected or "
+                        "mis-shaped (refused by default; the log names what was dropped or left random)")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
@@ -113,6 +116,7 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
         dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
         allow_pickle_weights=args.allow_pickle_weights, trust_remote_code=args.trust_remote_code,
+        allow_partial_weights=args.allow_partial_weights,
         pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
         embedding_cache_mb=args.embedding_cache_mb,

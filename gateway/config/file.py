@@ -89,6 +89,7 @@ class ModelTable(Table):
     pooling_type: str | None = None
     normalize: bool | None = None
     allow_pickle_weights: bool = False
+    allow_partial_weights: bool = False
     trust_remote_code: bool = False
     num_threads: Positive | None = None
     embedding_cache_mb: Annotated[int, Field(ge=0)] = 0

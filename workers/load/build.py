@@ -52,7 +52,7 @@ def _model(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights: Tensor
            dtype: torch.dtype) -> tuple[nn.Module, Architecture]:
     """The model built from the open ``weights`` with the backend's ops for ``dtype``, cast and moved."""
     model, arch = build_model(spec, backend.ops(dtype), weights=weights, allow_pickle=cfg.allow_pickle_weights,
-                              trust_remote_code=cfg.trust_remote_code)
+                              trust_remote_code=cfg.trust_remote_code, allow_partial=cfg.allow_partial_weights)
     return model.to(device=backend.device(), dtype=dtype), arch
 
 

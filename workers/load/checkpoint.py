@@ -38,6 +38,10 @@ class Tensors(Mapping[str, torch.Tensor]):
     def close(self) -> None:
         """Let go of open files (nothing to do for tensors in memory)."""
 
+    def was_read(self, name: str) -> bool:
+        """Whether a reader (a head, the model) asked for ``name`` already (only an open checkpoint keeps count)."""
+        return False
+
 
 class InMemory(Tensors):
     """Tensors already in memory (a GGUF file's dequantized state, a test's state dict)."""
@@ -100,6 +104,7 @@ class Checkpoint(_Indexed):
     def __init__(self, folder: Path, files: dict[Path, object], names: dict[str, Path]):
         self.folder, self._files, self._names = folder, files, names
         self.source = weights_source(folder)
+        self._read: set[str] = set()
 
     @classmethod
     def open(cls, folder: str | Path, *, allow_pickle: bool = False) -> "Checkpoint":
@@ -115,6 +120,7 @@ class Checkpoint(_Indexed):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         path = self._names[name]
+        self._read.add(name)
         try:
             return self._files[path].get_tensor(name)
         except Exception as exc:  # a file cut short after its header, a bad offset: name the file and tensor
@@ -122,6 +128,9 @@ class Checkpoint(_Indexed):
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._files[self._names[name]].shape(name)
+
+    def was_read(self, name: str) -> bool:
+        return name in self._read
 
     def close(self) -> None:
         """Let the files go (the tensors already read stay valid)."""
@@ -167,6 +176,9 @@ class Renamed(_Indexed):
     def shape(self, name: str) -> tuple[int, ...]:
         return self.base.shape(self._names[name])
 
+    def was_read(self, name: str) -> bool:
+        return name in self._names and self.base.was_read(self._names[name])
+
 
 def strip_prefix(tensors: Tensors, prefixes: tuple[str, ...]) -> Tensors:
     """The first base-model prefix (``bert.``, ``roberta.`` …) any name has, dropped from every name that has it."""
@@ -186,9 +198,10 @@ def find_name(tensors: Mapping[str, torch.Tensor], name: str) -> str | None:
     return None
 
 
-def without(tensors: Tensors, suffixes: tuple[str, ...]) -> Tensors:
-    """A view without the names ending in ``suffixes`` (buffers some old checkpoints saved)."""
-    return Renamed(tensors, {k: k for k in tensors if not k.endswith(suffixes)})
+def few(items: list[str], n: int = 8) -> str:
+    """The first ``n`` of ``items``, and how many more (error messages that name tensors)."""
+    shown = ", ".join(items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def read_file(path: Path, *, allow_pickle: bool) -> dict[str, torch.Tensor]:

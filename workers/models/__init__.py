@@ -156,25 +156,30 @@ def open_weights(spec: ModelSpec, *, allow_pickle: bool) -> Tensors:
 
 def base_prefixes(spec: ModelSpec) -> tuple[str, ...]:
     """Where the checkpoint keeps the base model (``bert.``, ``model.``): the family's, or for the fallback
-    transformers' ``base_model_prefix`` of the architecture's class."""
+    transformers' ``base_model_prefix`` of the architecture's class and of the AutoModel it loads."""
     family = ARCHITECTURES.get(spec.architecture)
     if family is not None:
         return family.prefixes
     import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    cls = getattr(transformers, spec.architecture, None)
-    prefix = getattr(cls, "base_model_prefix", "") if cls is not None else ""
-    return (f"{prefix}.",) if prefix else ()
+    base = MODEL_MAPPING_NAMES.get(spec.hf_config.get("model_type", ""))  # the AutoModel the fallback loads
+    prefixes = [getattr(getattr(transformers, name, None), "base_model_prefix", "") for name in (spec.architecture, base)
+                if isinstance(name, str)]
+    return tuple(dict.fromkeys(f"{p}." for p in prefixes if p))
 
 
 @torch.no_grad()
-def build_model(spec: ModelSpec, ops: Ops, *, weights: Tensors | None = None,
-                allow_pickle: bool = False, trust_remote_code: bool = False) -> tuple[nn.Module, Architecture]:
-    """The model for ``spec`` with its weights loaded from ``weights`` (opened here if not given) in fp32
-    or the checkpoint's dtype, on the CPU. The fallback reads its checkpoint through transformers."""
+def build_model(spec: ModelSpec, ops: Ops, *, weights: Tensors | None = None, allow_pickle: bool = False,
+                trust_remote_code: bool = False, allow_partial: bool = False) -> tuple[nn.Module, Architecture]:
+    """The model for ``spec`` with its weights loaded from ``weights`` (opened here if not given; the heads
+    read theirs first) in fp32 or the checkpoint's dtype, on the CPU. The fallback reads its checkpoint
+    through transformers and checks what it did not place against what the heads read."""
     arch = architecture_for(spec)
     if arch.family is None:
-        return HfAutoEncoder(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code).eval(), arch
+        heads_read = strip_prefix(weights, base_prefixes(spec)) if weights is not None else None
+        return HfAutoEncoder(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                             heads_read=heads_read, allow_partial=allow_partial).eval(), arch
     weights = weights if weights is not None else open_weights(spec, allow_pickle=allow_pickle)
     with _no_random_init():
         model = arch.family.model(arch.family.config(spec.hf_config), ops)

@@ -26,7 +26,7 @@ import torch
 
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.engine.packing import PackedBatch
-from poolgate.workers.load.checkpoint import InMemory, Tensors, find_name
+from poolgate.workers.load.checkpoint import InMemory, Tensors, few, find_name
 from poolgate.workers.load.weights import CheckpointError
 
 HEAD_KINDS = frozenset({"model", "sequence_classification", "token_classification", "masked_lm", "causal_lm"})
@@ -82,9 +82,10 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
                 source: str, *, ignore: tuple[str, ...] = (), dim: int = 0) -> None:
     """Fill ``module`` from ``state``: ``names`` maps each of the module's tensor names to a checkpoint
     name, or a list of names concatenated along ``dim`` (fused Q/K/V). Every module tensor must be mapped
-    and found with the right shape; checkpoint names neither used nor starting with an ``ignore`` prefix
-    are unexpected. All problems are collected into one ``CheckpointError`` before any tensor is read
-    (shapes come from the checkpoint's header); then each tensor is read and copied in, one at a time."""
+    and found with the right shape; checkpoint names neither used, nor under an ``ignore`` prefix, nor
+    read already by the model's heads (built first) are unexpected. All problems are collected into one
+    ``CheckpointError`` before any tensor is read (shapes come from the checkpoint's header); then each
+    tensor is read and copied in, one at a time."""
     tensors = state if isinstance(state, Tensors) else InMemory(state, source)
     own = module.state_dict()
     missing, shapes, used, plan = [], [], set(), {}
@@ -103,15 +104,15 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
             shapes.append(f"{'+'.join(wanted)}: checkpoint {shape or 'unjoinable'}, "
                           f"config expects {tuple(own[ours].shape)}")
         plan[ours] = found
-    extra = sorted(k for k in tensors
-                   if k not in used and not k.startswith(ignore) and not k.endswith(BUFFER_SUFFIXES))
+    extra = sorted(k for k in tensors if k not in used and not k.startswith(ignore)
+                   and not k.endswith(BUFFER_SUFFIXES) and not tensors.was_read(k))  # read: a head's (ColBERT's)
     problems = []
     if missing:
-        problems.append(f"missing tensors {_few(missing)}")
+        problems.append(f"missing tensors {few(missing)}")
     if extra:
-        problems.append(f"unexpected tensors {_few(extra)}")
+        problems.append(f"unexpected tensors {few(extra)}")
     if shapes:
-        problems.append(f"shape mismatch: {_few(shapes)}")
+        problems.append(f"shape mismatch: {few(shapes)}")
     if problems:
         raise CheckpointError(source, "; ".join(problems))
     with torch.no_grad():
@@ -151,8 +152,3 @@ def layer_names(num_layers: int, prefix: str, qkv: tuple[str, str, str],
             names[f"{ours}qkv.{kind}"] = [f"{p}{m}.{kind}" for m in qkv]
             names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in layers.items()})
     return names
-
-
-def _few(items: list[str], n: int = 8) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")

@@ -1,12 +1,25 @@
-"""Fallback for architectures without a packed implementation: transformers' AutoModel, padded."""
+"""Fallback for architectures without a packed implementation: transformers' AutoModel, padded.
+
+A fallback model is loaded whole or refused, as a packed one is: a tensor that
+transformers leaves random (missing, mis-shaped) or drops (unexpected, and no
+head read it) stops start-up with the file and the names, unless the class
+itself declares it optional; ``--allow-partial-weights`` serves it anyway and
+logs what was dropped or left random.
+"""
 from __future__ import annotations
+
+import logging
 
 import torch
 from torch import nn
 
 from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.load.checkpoint import InMemory, Tensors, few
 from poolgate.workers.load.st_config import ModelSpec
 from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
+
+log = logging.getLogger("poolgate.worker")
+UNUSED_MODULES = ("pooler.",)  # the base model's own pooler: poolgate pools last_hidden_state
 
 
 def check_supported(spec: ModelSpec, trust_remote_code: bool) -> None:
@@ -26,12 +39,29 @@ def check_supported(spec: ModelSpec, trust_remote_code: bool) -> None:
                                  "packed implementation and transformers does not know it")
 
 
+def load_problems(info: dict, heads_read: Tensors) -> list[str]:
+    """What transformers' loading info says was not loaded whole, after its own allowances (the class's
+    ``_keys_to_ignore_on_load_missing/unexpected``, tied weights, saved buffers): missing tensors (left
+    random), unexpected ones no head read (dropped), mis-shaped ones (left random). A missing base-model
+    pooler is allowed: poolgate pools the last hidden states, never the pooler's output."""
+    missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith(UNUSED_MODULES))
+    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not heads_read.was_read(k))
+    shapes = sorted(f"{k}: checkpoint {tuple(a)}, config expects {tuple(b)}"
+                    for k, a, b in info.get("mismatched_keys") or ())
+    named = (("missing tensors (left random)", missing), ("unexpected tensors (dropped)", unexpected),
+             ("shape mismatch (left random)", shapes))
+    return [f"{what} {few(items)}" for what, items in named if items]
+
+
 class HfAutoEncoder(nn.Module):
     """Pads the packed batch, runs AutoModel, and packs the last hidden states again."""
 
     needs_groups = False  # transformers' own attention: no group plan
 
-    def __init__(self, spec: ModelSpec, *, allow_pickle: bool, trust_remote_code: bool = False):
+    def __init__(self, spec: ModelSpec, *, allow_pickle: bool, trust_remote_code: bool = False,
+                 heads_read: Tensors | None = None, allow_partial: bool = False):
+        """``heads_read``: the load's checkpoint (base prefix dropped) after the poolers read their heads from it:
+        a tensor a head read is not one transformers failed to place (a classifier's, ColBERT's projection)."""
         super().__init__()
         from transformers import AutoModel
 
@@ -42,14 +72,15 @@ class HfAutoEncoder(nn.Module):
         source = {"gguf_file": spec.gguf_file} if spec.gguf_file else {"use_safetensors": None if allow_pickle else True}
         self.model, info = AutoModel.from_pretrained(str(spec.path), torch_dtype=torch.float32,
                                                      trust_remote_code=trust_remote_code, output_loading_info=True,
-                                                     **source)
+                                                     ignore_mismatched_sizes=True, **source)
         self.model.eval()
-        # transformers leaves missing tensors randomly initialized; a missing pooler is harmless (unused here)
-        missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
-        if missing:
-            where = spec.path / spec.gguf_file if spec.gguf_file else weights_source(spec.path)
-            raise CheckpointError(where, f"missing tensors {', '.join(missing[:8])}"
-                                         + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+        where = spec.path / spec.gguf_file if spec.gguf_file else weights_source(spec.path)
+        problems = load_problems(info, heads_read or InMemory({}, str(where)))
+        if problems and not allow_partial:
+            raise CheckpointError(where, "; ".join(problems) + f" (for {type(self.model).__name__}; "
+                                  "--allow-partial-weights serves it anyway)")
+        if problems:
+            log.warning("%s: serving a partial load (--allow-partial-weights): %s", where, "; ".join(problems))
         self.pad_id = int(spec.hf_config.get("pad_token_id") or 0)
 
     @property
