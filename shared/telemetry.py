@@ -45,6 +45,8 @@ BATCH_SIZE = f"{PREFIX}_batch_size"  # histogram (sequences per batch) {model, b
 BATCH_TOKENS = f"{PREFIX}_batch_tokens"  # histogram (tokens per batch) {model, backend, worker}
 BATCH_FILL = f"{PREFIX}_batch_fill_ratio"  # histogram (batch tokens / token budget) {model, backend, worker}
 DEVICE_MEMORY = f"{PREFIX}_device_memory_bytes"  # gauge {model, backend, worker, kind=allocated|reserved}
+DEVICE_OUT_OF_MEMORY = f"{PREFIX}_device_out_of_memory"  # counter: batches split after OOM {model, backend, worker}
+WORKER_TOKENS_PER_S = f"{PREFIX}_worker_tokens_per_second"  # gauge: measured capacity {model, backend, worker}
 EMBEDDING_CACHE_HITS = f"{PREFIX}_embedding_cache_hits"  # counter: sequences answered from the cache {model, backend, worker}
 EMBEDDING_CACHE_MISSES = f"{PREFIX}_embedding_cache_misses"  # counter: sequences the model ran {model, backend, worker}
 EMBEDDING_CACHE_BYTES = f"{PREFIX}_embedding_cache_bytes"  # gauge {model, backend, worker}

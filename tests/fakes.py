@@ -57,6 +57,15 @@ class FakeEncoder:
     def token_strs(self, ids: list[int]) -> list[str | None]:
         return [FAKE_VOCAB.get(i) for i in ids]
 
+    def token_spans(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+        """Each word's character span."""
+        spans, at = [], 0
+        for word in text.split():
+            at = text.index(word, at)
+            spans.append((at, at + len(word)))
+            at += len(word)
+        return text, spans
+
     def render_chat(self, chat: ChatInput) -> str:
         """``fake_chat_text``; a FakeEncoder built with ``chat_template=False`` refuses as the real one does."""
         if not self.chat_template:
@@ -211,6 +220,25 @@ def _rows(items: list[np.ndarray], *, token_level: bool) -> Rows:
     return Rows(np.concatenate(items), offsets)
 
 
+class OutOfMemoryRunner(FakeRunner):
+    """A FakeRunner whose "device" holds at most ``max_tokens`` tokens per batch: a bigger batch raises
+    ``torch.OutOfMemoryError``, as CUDA's allocator does; ``refused`` records each refused batch's size."""
+
+    def __init__(self, max_tokens: int, dim: int = 8, num_labels: int = 2):
+        super().__init__(dim, num_labels)
+        self.max_tokens = max_tokens
+        self.refused: list[int] = []
+
+    def execute(self, batch: list[Sequence], steps: list | None = None) -> list[RunOutput]:
+        tokens = sum(s.num_tokens for s in batch)
+        if tokens > self.max_tokens:
+            import torch  # only the tests that use this runner need torch
+
+            self.refused.append(len(batch))
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate a batch of {tokens} tokens")
+        return super().execute(batch, steps)
+
+
 def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 8, matryoshka: bool = False,
                max_batch_tokens: int = 64, runner: FakeRunner | None = None,
                encoder: FakeEncoder | None = None, tasks: tuple[str, ...] = ("embed",),
@@ -307,10 +335,10 @@ class FakeWorkerClient:
         ids = FakeEncoder().encode([x], add_special_tokens=add_special_tokens)[0]
         return ids, FakeEncoder().token_strs(ids) if return_token_strs else None
 
-    async def detokenize(self, ids: list[int]) -> str:
+    async def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         if self.fail is not None:
             raise self.fail
-        return FakeEncoder().decode(ids)
+        return FakeEncoder().decode(ids, skip_special_tokens=skip_special_tokens)
 
     async def close(self) -> None:
         self.closed = True

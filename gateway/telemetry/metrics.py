@@ -59,6 +59,13 @@ CACHE_SERIES: dict[str, tuple[type, str, str]] = {
     "misses": (CounterMetricFamily, names.EMBEDDING_CACHE_MISSES, "Sequences the embedding cache sent to the model."),
     "bytes": (GaugeMetricFamily, names.EMBEDDING_CACHE_BYTES, "Bytes the embedding cache holds."),
 }
+# the worker's pipeline stats scalars (workers.engine.stats) -> (family, metric name, help)
+PIPELINE_SERIES: dict[str, tuple[type, str, str]] = {
+    "out_of_memory": (CounterMetricFamily, names.DEVICE_OUT_OF_MEMORY,
+                      "Batches that ran out of device memory and were split and run again."),
+    "tokens_per_s": (GaugeMetricFamily, names.WORKER_TOKENS_PER_S,
+                     "The worker's measured capacity: tokens per second of device time (admission reads it)."),
+}
 # the worker's pipeline stats key -> (metric name, help), one histogram each
 BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
     "batch_size": (names.BATCH_SIZE, "Sequences per batch."),
@@ -99,6 +106,7 @@ class WorkerCollector:
         memory = GaugeMetricFamily(names.DEVICE_MEMORY, "Device memory of the worker's model.",
                                    labels=[*WORKER_LABELS, "kind"])
         cache = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in CACHE_SERIES.items()}
+        scalars = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in PIPELINE_SERIES.items()}
         for s in self.samples:
             labels = [s.pool.name, s.pool.info.backend, worker_label(s.client.address)]
             up.add_metric(labels, 1.0 if s.health is not None and s.pool.is_ready(s.client) else 0.0)
@@ -113,11 +121,14 @@ class WorkerCollector:
                 if key in (s.health.get("cache") or {}):
                     family.add_metric(labels, float(s.health["cache"][key]))
             pipeline = s.health.get("pipeline") or {}
+            for key, family in scalars.items():
+                if key in pipeline:
+                    family.add_metric(labels, float(pipeline[key]))
             for key, family in batches.items():
                 if key in pipeline:
                     counts = Counts.from_wire(pipeline[key])
                     family.add_metric(labels, counts.cumulative(), counts.total)
-        yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values())
+        yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values(), *scalars.values())
         yield from self._in_flight()
 
     def _in_flight(self):

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError, Unavailable
+from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.limits import chunks_inputs
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall, PoolingResult, WindowedText
@@ -44,6 +44,7 @@ from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
+from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
 from poolgate.workers.engine.policy import BatchPolicy
 from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput, Step
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
@@ -313,8 +314,7 @@ class Engine:
             call.started = start if call.started is None else call.started
         steps: list[Step] | None = [] if self._tracer is not None else None
         try:
-            outputs = self.runner.execute(prepared.batch, steps)
-            _check_cover(outputs, len(prepared.seqs))
+            outputs = self._run(prepared, steps)
         except PoolgateError as exc:
             self._fail(calls, exc)
             return
@@ -333,6 +333,34 @@ class Engine:
             if steps:
                 call.steps += steps
         self._deliver(prepared.segments, outputs)
+
+    def _run(self, prepared: _Prepared, steps: list[Step] | None) -> list[RunOutput]:
+        """The runner's outputs for the batch; on device out-of-memory, those of its halves
+        (``workers.engine.oom``), failing with a 400 only the calls of an input too big to run alone."""
+        try:
+            outputs = self.runner.execute(prepared.batch, steps)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            prepared.batch = None  # its device buffers go before the halves are uploaded
+            split = run_in_halves(self.runner, prepared.seqs, steps)
+            self._out_of_memory(prepared, split, exc)
+            return split.outputs
+        _check_cover(outputs, len(prepared.seqs))
+        return outputs
+
+    def _out_of_memory(self, prepared: _Prepared, split, exc: BaseException) -> None:
+        """Count it, say it once in the log, and fail the calls whose input cannot fit alone."""
+        self.stats.out_of_memory += 1
+        level = logging.WARNING if self.stats.out_of_memory == 1 else logging.DEBUG
+        log.log(level, "device out of memory on a batch of %d sequences (%d tokens): ran it in %d parts; %d "
+                "input(s) too big alone (%s; later ones are counted in the worker's out_of_memory stat)",
+                len(prepared.seqs), prepared.tokens, split.runs, len(split.too_big), exc)
+        for i in split.too_big:
+            seq = prepared.seqs[i]
+            self._fail([seq.handle], InvalidRequest(
+                f"An input of {seq.num_tokens} tokens does not fit in the device's memory, even alone; "
+                "send a shorter input (or truncate it).", param="input"))
 
     def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:
         """Give each call its slice of every run; resolve the calls that are now complete."""

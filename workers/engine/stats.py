@@ -28,6 +28,7 @@ class PipelineStats:
     execute_s: float = 0.0
     prepare_overlapped_s: float = 0.0  # prepare time spent while a batch was executing
     tokens_per_s: float = 0.0  # moving average over batches (module doc)
+    out_of_memory: int = 0  # batches that ran out of device memory and were split (workers.engine.oom)
     batch_size: Histogram = field(default_factory=lambda: Histogram(names.BATCH_SIZE_BUCKETS))
     batch_tokens: Histogram = field(default_factory=lambda: Histogram(names.TOKEN_BUCKETS))
     batch_fill: Histogram = field(default_factory=lambda: Histogram(names.FILL_BUCKETS))

@@ -204,3 +204,16 @@ async def test_a_model_without_the_cache_has_no_cache_series(scraped):
     assert (await client.post(EMBED, json={"input": ["a b"]})).status == 200
     got = await samples(client)
     assert not any(n.startswith("poolgate_embedding_cache") for n, _ in got)
+
+
+async def test_a_workers_capacity_and_out_of_memory_splits_are_series(scraped):
+    pytest.importorskip("torch")
+    from tests.fakes import OutOfMemoryRunner
+
+    client = await scraped(models=[fake_model(runner=OutOfMemoryRunner(max_tokens=4))])
+    resp = await client.post(EMBED, json={"input": [[1, 2, 3], [4, 5, 6]]})  # 6 tokens: run in halves
+    assert resp.status == 200
+    got = await samples(client)
+    labels = {"model": "fake-model", "backend": "cpu", "worker": "w0.sock"}
+    assert value(got, f"{names.DEVICE_OUT_OF_MEMORY}_total", **labels) == 1
+    assert value(got, names.WORKER_TOKENS_PER_S, **labels) > 0
