@@ -5,7 +5,7 @@ request before anything crosses the transport; a worker runs ``check_call``
 (the same functions) at its own boundary, since any client may reach it.
 Lengths and ``truncate_prompt_tokens`` are checked against the input cap:
 ``max_model_len``, or for embed inputs with chunked processing ``max_embed_len``
-(None: no cap; ``workers.chunking`` then splits what is over ``max_model_len``).
+(None: no cap; ``workers.engine.chunking`` then splits what is over ``max_model_len``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from poolgate.shared.tasks import TASK_PARAMS
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
 
 PAIR_TASKS = ("classify",)  # the tasks that read a TextPair as one sequence (a cross-encoder)
-CHUNKED_TASKS = ("embed",)  # the tasks chunked processing splits (each folds back by workers.chunking.FOLDS)
+CHUNKED_TASKS = ("embed",)  # the tasks chunked processing splits (each folds back by workers.engine.chunking.FOLDS)
 
 
 def check_call(info: ModelInfo, call: PoolingCall) -> None:

@@ -1,7 +1,7 @@
 """The offline Python API: one model in this process, no server, numpy arrays out.
 
 ``PoolingModel`` (also exported as ``LLM``, for vLLM users) loads a model once
-with ``workers.build.load_model`` and runs the worker's own ``Engine`` (the
+with ``workers.load.build.load_model`` and runs the worker's own ``Engine`` (the
 same input checks, scheduler, runner and poolers a server uses) on a private
 asyncio loop in a daemon thread. Each method blocks its caller until the
 engine answers, so it works from plain synchronous code and from inside a
