@@ -1,4 +1,4 @@
-"""Special models: architectures whose poolers are their own (SPLADE, BGE-M3), one registry entry each.
+"""Special models: architectures whose poolers are their own (SPLADE, BGE-M3, ColBERT), one registry entry each.
 
 A checkpoint is served as one of these by naming the entry's architecture
 (vLLM's names; ``--hf-overrides '{"architectures": [...]}'``). An entry says
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
+from poolgate.workers.pooling.colbert import colbert_poolers
 from poolgate.workers.pooling.dispatch import DispatchPooler
 from poolgate.workers.pooling.sources import PoolerSources
 from poolgate.workers.pooling.splade import splade_poolers
@@ -37,4 +38,7 @@ SPECIAL_MODELS: dict[str, SpecialModel] = {
         "XLMRobertaModel", ("embed", "token_embed", "token_classify"), bge_m3_poolers,
         "BGE-M3: embed CLS, normalized; token_embed colbert_linear per token, normalized; "
         "token_classify relu(sparse_linear) per token"),
+    "HF_ColBERT": SpecialModel(
+        "BertModel", ("token_embed",), colbert_poolers,
+        "ColBERT: every token's linear projection (config dim), normalized; scored with MaxSim"),
 }

@@ -21,20 +21,22 @@ from poolgate.workers.load.weights import CheckpointError
 from tests.fakes import make_tiny_tokenizer
 
 
-def _colbert_layout(folder, architecture="ColBERTUnknownModel", change=None):
-    """bert.* (no pooler, as HF_ColBERT saves it) + linear.weight (hidden → 16), config naming ``architecture``."""
+def colbert_layout(folder, architecture="ColBERTUnknownModel", change=None, **hf):
+    """bert.* (no pooler, as HF_ColBERT saves it) + linear.weight (hidden → 16), config naming ``architecture``;
+    returns the body and the projection."""
     config = AutoConfig.for_model("bert", vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                   intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
     torch.manual_seed(0)
     body = BertModel(config, add_pooling_layer=False)
     state = {f"bert.{k}": v.contiguous() for k, v in body.state_dict().items()}
     state["linear.weight"] = torch.randn(16, 32)
+    projection = state["linear.weight"]
     if change:
         change(state)
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    hf = {**config.to_dict(), "architectures": [architecture]}
-    (folder / "config.json").write_text(json.dumps(hf))
+    (folder / "config.json").write_text(json.dumps({**config.to_dict(), "architectures": [architecture], **hf}))
     make_tiny_tokenizer(folder)
+    return body.eval(), projection
 
 
 def _load(folder, **cfg):
@@ -43,14 +45,14 @@ def _load(folder, **cfg):
 
 
 def test_an_unknown_layout_with_an_extra_projection_is_refused(tmp_path):
-    _colbert_layout(tmp_path)
+    colbert_layout(tmp_path)
     with pytest.raises(CheckpointError, match=r"model\.safetensors: unexpected tensors \(dropped\) linear\.weight "
                                               r"\(for BertModel; --allow-partial-weights serves it anyway\)"):
         _load(tmp_path)
 
 
 def test_the_override_serves_it_and_says_what_was_dropped(tmp_path, caplog):
-    _colbert_layout(tmp_path)
+    colbert_layout(tmp_path)
     with caplog.at_level(logging.WARNING, logger="poolgate.worker"):
         model = _load(tmp_path, allow_partial_weights=True)
     assert model.info.embedding_dim == 32
@@ -58,13 +60,13 @@ def test_the_override_serves_it_and_says_what_was_dropped(tmp_path, caplog):
 
 
 def test_a_missing_body_tensor_is_refused(tmp_path):
-    _colbert_layout(tmp_path, change=lambda s: (s.pop("linear.weight"), s.pop("bert.encoder.layer.0.output.dense.bias")))
+    colbert_layout(tmp_path, change=lambda s: (s.pop("linear.weight"), s.pop("bert.encoder.layer.0.output.dense.bias")))
     with pytest.raises(CheckpointError, match=r"missing tensors \(left random\) encoder\.layer\.0\.output\.dense\.bias"):
         _load(tmp_path)
 
 
 def test_a_mis_shaped_tensor_is_refused_with_both_shapes(tmp_path):
-    _colbert_layout(tmp_path, change=lambda s: (s.pop("linear.weight"),
+    colbert_layout(tmp_path, change=lambda s: (s.pop("linear.weight"),
                                                 s.update({"bert.embeddings.word_embeddings.weight": torch.zeros(99, 32)})))
     with pytest.raises(CheckpointError, match=r"shape mismatch \(left random\) embeddings\.word_embeddings\.weight: "
                                               r"checkpoint \(99, 32\), config expects \(100, 32\)"):
@@ -72,7 +74,7 @@ def test_a_mis_shaped_tensor_is_refused_with_both_shapes(tmp_path):
 
 
 def test_a_corrupt_file_is_refused_by_name(tmp_path):
-    _colbert_layout(tmp_path)
+    colbert_layout(tmp_path)
     data = (tmp_path / "model.safetensors").read_bytes()
     (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"model\.safetensors: cannot read the weights"):
@@ -80,7 +82,7 @@ def test_a_corrupt_file_is_refused_by_name(tmp_path):
 
 
 def test_the_base_models_pooler_may_be_missing(tmp_path):
-    _colbert_layout(tmp_path, change=lambda s: s.pop("linear.weight"))  # BertModel's pooler is not in the file
+    colbert_layout(tmp_path, change=lambda s: s.pop("linear.weight"))  # BertModel's pooler is not in the file
     assert _load(tmp_path).info.embedding_dim == 32
 
 
