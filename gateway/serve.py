@@ -59,8 +59,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "every 5 s: a Kubernetes headless Service); the model flags are then ignored")
     p.add_argument("--startup-timeout", type=positive_float, default=600.0,
                    help="seconds a worker may take to load and report ready")
-    p.add_argument("--max-inputs-per-request", type=positive_int, default=2048,
-                   help="inputs one request may carry (OpenAI's limit is 2048)")
+    limits = p.add_argument_group("request limits (each over-limit request gets a 4xx naming the limit)")
+    limits.add_argument("--max-request-bytes", type=positive_int, default=32 * 1024 * 1024, metavar="BYTES",
+                        help="largest request body; a bigger one gets 413 (default: 32 MiB)")
+    limits.add_argument("--max-inputs-per-request", type=positive_int, default=2048,
+                        help="inputs one request may carry (OpenAI's limit is 2048)")
+    limits.add_argument("--max-chars-per-input", type=positive_int, default=1_000_000, metavar="CHARS",
+                        help="characters one input may have (a text, both texts of a pair, a chat's contents); "
+                             "more is a 400 before any tokenizing")
+    limits.add_argument("--max-documents-per-rerank", type=positive_int, default=None, metavar="N",
+                        help="documents one /rerank request may carry (default: --max-inputs-per-request)")
     p.add_argument("--request-timeout", type=positive_float, default=600.0,
                    help="seconds before an unfinished request gets 504 and is cancelled in the worker")
     p.add_argument("--max-in-flight-per-worker", type=positive_int, default=None,

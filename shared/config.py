@@ -71,6 +71,7 @@ class WorkerConfig:
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
     embedding_cache_mb: int = 0  # --embedding-cache-mb: the worker's embedding cache (workers.engine.cache); 0 = off
     batch_policy: str = "fair"  # --batch-policy: one of BATCH_POLICIES
+    max_tokens_per_request: int | None = None  # --max-tokens-per-request (the worker counts); None = no limit
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
     device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default
@@ -121,6 +122,8 @@ class GatewayConfig:
     startup_timeout_s: float = 600.0
     max_request_bytes: int = 32 * 1024 * 1024
     max_inputs_per_request: int = 2048  # OpenAI's documented limit
+    max_chars_per_input: int | None = 1_000_000  # --max-chars-per-input (gateway.pools.admission); None = off
+    max_documents_per_rerank: int | None = None  # --max-documents-per-rerank; None: max_inputs_per_request
     request_timeout_s: float | None = 600.0  # becomes each call's deadline; None = no deadline
     max_in_flight_per_worker: int | None = None  # calls per worker before 429; None = no cap
     max_queued_s: float | None = 5.0  # admit up to this many seconds of a pool's measured capacity; None = off

@@ -55,6 +55,14 @@ class Conflict(PoolgateError):
     code = "conflict"
 
 
+class RequestTooLarge(PoolgateError):
+    """The request body is over ``--max-request-bytes``."""
+
+    status = 413
+    type = "RequestTooLargeError"
+    code = "request_too_large"
+
+
 class ModelNotFound(PoolgateError):
     status = 404
     type = "NotFoundError"
@@ -117,7 +125,8 @@ class InternalError(PoolgateError):
 ERRORS: dict[str, type[PoolgateError]] = {
     cls.__name__: cls
     for cls in (
-        PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, Forbidden, Conflict, ModelNotFound,
+        PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, Forbidden, Conflict, RequestTooLarge,
+        ModelNotFound,
         RouteNotFound, Overloaded, NotSupported, Unavailable, DeadlineExceeded, InternalError, ClientClosedRequest,
     )
 }

@@ -73,6 +73,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token "
                         "ids, and answer repeated inputs from it (bit-identical; hits and misses in /metrics); "
                         "0 = off")
+    g.add_argument("--max-tokens-per-request", type=positive_int, default=None, metavar="TOKENS",
+                   help="tokens one request's inputs may have in all, counted by the model's tokenizer; more is "
+                        "a 400 before anything runs (default: no limit)")
     g.add_argument("--batch-policy", choices=BATCH_POLICIES, default="fair",
                    help="fair: priority lanes with aging, round robin over requests, short batches under mixed "
                         "load; fifo: first in, first out (the most throughput, no fairness)")
@@ -120,5 +123,5 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
         embedding_cache_mb=args.embedding_cache_mb,
-        batch_policy=args.batch_policy,
+        batch_policy=args.batch_policy, max_tokens_per_request=args.max_tokens_per_request,
     )

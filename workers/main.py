@@ -133,7 +133,7 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, rep
         loop.add_signal_handler(sig, stop.set)
     spans = _call_spans(cfg)
     engine = Engine(model, cfg.tokenizer_threads, tracer=spans, policy=POLICIES[cfg.batch_policy](),
-                    max_queued_tokens=cfg.max_queued_tokens)
+                    max_queued_tokens=cfg.max_queued_tokens, max_tokens_per_request=cfg.max_tokens_per_request)
     await engine.start()
     draining = asyncio.Event()
     server = await serve(address, engine, model.info, cfg.security, draining=draining)

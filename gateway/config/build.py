@@ -109,6 +109,8 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
         host=settings.host, port=settings.port, api_key=api_key(settings), auto_truncate=settings.auto_truncate,
         transport=settings.transport, pools=pools, model_roots=roots,
         startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
+        max_request_bytes=settings.max_request_bytes, max_chars_per_input=settings.max_chars_per_input,
+        max_documents_per_rerank=settings.max_documents_per_rerank,
         request_timeout_s=settings.request_timeout, max_in_flight_per_worker=settings.max_in_flight_per_worker,
         max_queued_s=settings.max_queued_seconds or None, max_queued_tokens=settings.max_queued_tokens,
         drain_timeout_s=settings.drain_timeout, health_probe_interval_s=settings.health_check_interval,

@@ -94,6 +94,7 @@ class ModelTable(Table):
     num_threads: Positive | None = None
     embedding_cache_mb: Annotated[int, Field(ge=0)] = 0
     batch_policy: Literal[BATCH_POLICIES] = "fair"
+    max_tokens_per_request: Positive | None = None
     replicas: Annotated[int, Field(ge=0)] | None = None
     devices: list = []
     remote: list[RemoteTable] = []
@@ -134,6 +135,9 @@ class FileSettings(Table):
     transport: Literal["unix", "tcp"] | None = None
     startup_timeout: Seconds | None = None
     max_inputs_per_request: Positive | None = None
+    max_request_bytes: Positive | None = None
+    max_chars_per_input: Positive | None = None
+    max_documents_per_rerank: Positive | None = None
     request_timeout: Seconds | None = None
     max_in_flight_per_worker: Positive | None = None
     max_queued_seconds: Annotated[float, Field(ge=0)] | None = None

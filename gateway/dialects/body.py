@@ -7,7 +7,8 @@ from typing import TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.gateway.http.state import CONFIG
+from poolgate.shared.errors import InvalidRequest, RequestTooLarge
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -22,10 +23,15 @@ async def parse_body(request: web.Request, model: type[Model]) -> Model:
 
 
 async def read_json(request: web.Request) -> object:
-    """The body's JSON value; InvalidRequest (400) for another media type or malformed JSON."""
+    """The body's JSON value; InvalidRequest (400) for another media type or malformed JSON, RequestTooLarge
+    (413) for a body over ``--max-request-bytes``."""
     if request.content_type != JSON_MEDIA_TYPE:
         raise InvalidRequest("Unsupported Media Type: Only 'application/json' is allowed")
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[CONFIG].max_request_bytes
+        raise RequestTooLarge(f"Request body too large: the limit is {limit} bytes (--max-request-bytes).") from None
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:

@@ -29,7 +29,9 @@ from pydantic import BaseModel, Field
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.http.state import RECORD
+from poolgate.gateway.http.state import CONFIG, RECORD
+from poolgate.shared.config import GatewayConfig
+from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.score_plan import scoring_enabled
 
 DOCUMENTS_PER_SEARCH_UNIT = 100
@@ -84,9 +86,18 @@ def to_response(scored: Scored, texts: list[str], *, top_n: int | None, return_d
                      "tokens": {"input_tokens": tokens}}}
 
 
+def check_documents(config: GatewayConfig, n: int) -> None:
+    """``--max-documents-per-rerank`` (default: the input cap, which admission checks anyway)."""
+    cap = config.max_documents_per_rerank
+    if cap is not None and n > cap:
+        raise InvalidRequest(f"Too many documents: {n} in one rerank request; the limit is {cap} "
+                             "(--max-documents-per-rerank).", param="documents")
+
+
 async def create_rerank(request: web.Request, req: RerankRequest) -> web.Response:
-    scored = await score_pairs(request, req, req.query, req.documents)
     documents = req.documents if isinstance(req.documents, list) else [req.documents]
+    check_documents(request.app[CONFIG], len(documents))
+    scored = await score_pairs(request, req, req.query, req.documents)
     texts = [d if isinstance(d, str) else d.text for d in documents]  # score_pairs refused anything else
     body = to_response(scored, texts, top_n=req.top_n, return_documents=req.return_documents)
     if (record := request.get(RECORD)) is not None:

@@ -3,8 +3,10 @@
 One ``Admission`` per ``WorkerPool`` holds every gateway-side limit on the work
 the pool accepts (``AdmissionLimits``), so none lives anywhere else:
 
-- ``max_inputs_per_request``: a job with more inputs is the request's own
-  fault, a 400 (``InvalidRequest``) that no other pool would answer otherwise;
+- ``max_inputs_per_request`` and ``max_chars_per_input``: a job with more
+  inputs, or an input with more characters (``Job.longest_chars``), is the
+  request's own fault, a 400 (``InvalidRequest``) that no other pool would
+  answer otherwise, before any tokenizing;
 - ``max_calls_per_worker`` (``max_in_flight_per_worker``): a worker with that
   many jobs in flight is not picked; when every ready worker is at it, 429;
 - queued work: the pool's admitted, unfinished work in estimated tokens
@@ -47,12 +49,13 @@ class AdmissionLimits:
     """A pool's limits (module doc); None = no limit."""
 
     max_inputs_per_request: int | None = None
+    max_chars_per_input: int | None = None
     max_calls_per_worker: int | None = None
     max_queued_tokens: int | None = None
     max_queued_s: float | None = None  # used when max_queued_tokens is None
 
     def __post_init__(self) -> None:
-        for name in ("max_inputs_per_request", "max_calls_per_worker", "max_queued_tokens"):
+        for name in ("max_inputs_per_request", "max_chars_per_input", "max_calls_per_worker", "max_queued_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -70,11 +73,15 @@ class Admission:
         self.jobs = 0
         self.refused: Counter[str] = Counter()  # reason -> refusals
 
-    def check(self, inputs: int) -> None:
-        """A request's own limit: its input count (400, the same on every pool)."""
+    def check(self, inputs: int, longest_chars: int = 0) -> None:
+        """A request's own limits: its input count and its longest input (400, the same on every pool)."""
         cap = self.limits.max_inputs_per_request
         if cap is not None and inputs > cap:
             raise InvalidRequest(f"Too many inputs: {inputs} in one request; the limit is {cap}.", param="input")
+        chars = self.limits.max_chars_per_input
+        if chars is not None and longest_chars > chars:
+            raise InvalidRequest(f"An input of {longest_chars} characters is too long; the limit is {chars} "
+                                 "characters per input (--max-chars-per-input).", param="input")
 
     def candidates(self, members: Iterable[M], calls_of) -> list[M]:
         """The members that may take one more job (below ``max_calls_per_worker``); 429 when none may."""

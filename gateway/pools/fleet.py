@@ -43,6 +43,7 @@ log = logging.getLogger("poolgate.gateway.pools.fleet")
 def admission_limits(config: GatewayConfig, pc: PoolConfig) -> AdmissionLimits:
     """The pool's admission limits from the gateway's config and the pool's own table."""
     return AdmissionLimits(max_inputs_per_request=config.max_inputs_per_request,
+                           max_chars_per_input=config.max_chars_per_input,
                            max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker,
                            max_queued_tokens=config.max_queued_tokens, max_queued_s=config.max_queued_s)
 

@@ -173,7 +173,7 @@ class WorkerPool:
 
     def check(self, job: Job) -> None:
         """The request's own limits (400), before any pool is tried."""
-        self.admission.check(job.inputs)
+        self.admission.check(job.inputs, job.longest_chars)
 
     async def run(self, job: Job):
         """The job's answer from the least-loaded ready worker that may take it; on a lost worker (or one

@@ -111,7 +111,8 @@ class Engine:
     """Owns the input stage, the scheduler, the tokenizer pool and the two pipeline threads."""
 
     def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None,
-                 policy: BatchPolicy | None = None, max_queued_tokens: int | None = None):
+                 policy: BatchPolicy | None = None, max_queued_tokens: int | None = None,
+                 max_tokens_per_request: int | None = None):
         self.info = model.info
         self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
         self.runner = self.cache or model.runner
@@ -123,6 +124,7 @@ class Engine:
                                               policy=policy if policy is not None else FairPolicy(),
                                               max_queued_tokens=bound)
         self.stats = PipelineStats()
+        self.max_tokens_per_request = max_tokens_per_request
         self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
         self._handoff: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()
         self._slot = threading.Semaphore(1)  # one prepared batch may wait for the executor
@@ -189,6 +191,7 @@ class Engine:
         _check_deadline(call.deadline)
         token_lists, types = encoded.ids, encoded.type_ids
         prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
+        _check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
         state = _Call(self._loop.create_future())
         if chunks_inputs(self.info, call.params.task):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
@@ -426,6 +429,12 @@ def _settle(calls: list[_Call], error: PoolgateError) -> None:
     for call in calls:
         if not call.future.done():
             call.future.set_exception(type(error)(error.message, param=error.param))
+
+
+def _check_tokens(tokens: int, cap: int | None) -> None:
+    if cap is not None and tokens > cap:
+        raise InvalidRequest(f"The request's inputs have {tokens} tokens; the limit is {cap} tokens per request "
+                             "(--max-tokens-per-request).", param="input")
 
 
 def _check_deadline(deadline: float | None) -> None:

@@ -51,3 +51,10 @@ def test_the_batch_policy_is_fair_by_default_and_fifo_on_request(tmp_path):
 def test_a_bad_batch_policy_in_the_file_names_its_key(tmp_path):
     with pytest.raises(ValueError, match=r"models\[0\]\.batch_policy.*must be one of"):
         from_file("[[models]]\nbatch_policy = \"lifo\"\n", tmp_path)
+
+
+def test_max_tokens_per_request_is_a_model_setting(tmp_path):
+    assert from_flags().pools[0].workers[0].max_tokens_per_request is None
+    assert from_flags("--max-tokens-per-request", "900").pools[0].workers[0].max_tokens_per_request == 900
+    config = from_file("[[models]]\nmax_tokens_per_request = 800\n", tmp_path)
+    assert config.pools[0].workers[0].max_tokens_per_request == 800

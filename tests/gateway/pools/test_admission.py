@@ -9,11 +9,12 @@ import pytest
 from poolgate.gateway.pools.admission import (MIN_QUEUED_TOKENS, REASON_QUEUE_FULL, REASON_WORKERS_BUSY, Admission,
                                               AdmissionLimits)
 from poolgate.gateway.pools.fleet import admission_limits
+from poolgate.gateway.pools.job import pooling_job, tokenize_job
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.config import GatewayConfig, PoolConfig
 from poolgate.shared.errors import InvalidRequest, Overloaded
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.wire import ChatInput, PoolingCall, TextPair
 from tests.fakes import FakeWorkerClient, fake_model, until
 
 
@@ -32,6 +33,18 @@ def test_the_input_cap_is_the_requests_own_400():
     admission.check(2)
     with pytest.raises(InvalidRequest, match="Too many inputs: 3 in one request; the limit is 2."):
         admission.check(3)
+
+
+def test_the_characters_of_one_input_are_capped_before_any_tokenizing():
+    admission = Admission(AdmissionLimits(max_chars_per_input=10))
+    admission.check(1, 10)
+    with pytest.raises(InvalidRequest, match="An input of 11 characters is too long; the limit is 10 characters "
+                                             r"per input \(--max-chars-per-input\)"):
+        admission.check(1, 11)
+    assert pooling_job(call("abc", "x" * 7)).longest_chars == 7
+    pairs = PoolingCall(request_id="r", model="m", inputs=[TextPair("q" * 4, "d" * 5), [1, 2, 3],
+                                                            ChatInput([{"role": "user", "content": "hey"}])])
+    assert pooling_job(pairs).longest_chars == 9 and tokenize_job("r", "x" * 12).longest_chars == 12
 
 
 def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
@@ -56,10 +69,12 @@ def test_limits_below_one_are_refused(limits):
 
 def test_a_pools_limits_come_from_the_gateway_and_its_own_table():
     config = GatewayConfig(max_inputs_per_request=7, max_in_flight_per_worker=3)
-    assert admission_limits(config, PoolConfig(model="m")) == AdmissionLimits(7, 3, max_queued_s=5.0)
+    assert admission_limits(config, PoolConfig(model="m")) == AdmissionLimits(
+        max_inputs_per_request=7, max_chars_per_input=1_000_000, max_calls_per_worker=3, max_queued_s=5.0)
     assert admission_limits(config, PoolConfig(model="m", max_in_flight_per_worker=9)).max_calls_per_worker == 9
     off = GatewayConfig(max_queued_s=None, max_queued_tokens=100)
-    assert admission_limits(off, PoolConfig(model="m")) == AdmissionLimits(2048, None, 100, None)
+    limits = admission_limits(off, PoolConfig(model="m"))
+    assert (limits.max_queued_tokens, limits.max_queued_s, limits.max_calls_per_worker) == (100, None, None)
 
 
 async def test_a_pool_over_its_queued_tokens_refuses_and_the_next_pool_takes_the_call():

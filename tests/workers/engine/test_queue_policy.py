@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import DeadlineExceeded, Overloaded
+from poolgate.shared.errors import DeadlineExceeded, InvalidRequest, Overloaded
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.engine.engine import QUEUE_BUDGETS, TOKENIZE_SLICE, Engine
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
@@ -118,5 +118,18 @@ async def test_a_call_that_cannot_finish_by_its_deadline_is_dropped_before_the_d
         assert model.runner.batches == []
         result = await engine.submit(call([1, 2], deadline=time.time() + 1.0))  # ~0.2 s: runs
         assert result.prompt_tokens == [2]
+    finally:
+        await engine.stop()
+
+
+async def test_a_request_over_max_tokens_per_request_is_a_400_naming_the_flag():
+    model = fake_model(max_batch_tokens=64)
+    engine = Engine(model, max_tokens_per_request=5)
+    await engine.start()
+    try:
+        assert (await engine.submit(call([1, 2], [3, 4, 5]))).prompt_tokens == [2, 3]
+        with pytest.raises(InvalidRequest, match=r"have 6 tokens; the limit is 5 tokens per request "
+                                                 r"\(--max-tokens-per-request\)"):
+            await engine.submit(call([1, 2, 3], [4, 5, 6]))
     finally:
         await engine.stop()
