@@ -9,12 +9,15 @@ applies no prompt for), which is a system turn when the tokenizer has a chat
 template and a text prefix otherwise; ``truncate`` END / START keeps the first / last ``max_tokens``
 (at most, and by default, the model's maximum) and NONE refuses an input over ``max_tokens``;
 ``output_dimension`` is the Matryoshka ``dimensions``; ``embedding_types``
-(default float) are computed as ``dialects.quantize`` documents; ``priority``
+(default float) are computed as ``dialects.quantize`` documents, and
+poolgate's ``sparse`` answers ``{indices, values}`` per text from the model's
+sparse head (SPLADE, BGE-M3: ``dialects.sparse``; 400 for other models); ``priority``
 (lower runs earlier, default 0) is the call's scheduling priority. Errors are
 Cohere's ``{"message": ...}``.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from aiohttp import web
@@ -24,14 +27,17 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.dialects.sparse import serve_sparse
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import input_cap
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.sparse import SparseVector
 from poolgate.shared.wire import ChatInput, Input, ModelInfo
 
-EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64", "sparse"]
+SPARSE = "sparse"  # poolgate's: {indices, values} from the model's sparse head (dialects.sparse)
 ONE_OF = "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"
 NO_IMAGES = "Image inputs are not supported: poolgate serves text models."
 
@@ -124,14 +130,17 @@ def check_max_tokens(req: CohereEmbedRequest, prompt_tokens: list[int]) -> None:
                                      "Set truncate to END or START to allow truncation.", param="max_tokens")
 
 
-def to_response(served: Served, texts: list[str], types: list[str] | None, *, version: str = "2") -> dict:
-    """The embed response; ``types`` None (v1 only) answers v1's ``embeddings_floats``."""
+def to_response(served: Served, texts: list[str], types: list[str] | None, *, version: str = "2",
+                sparse: list[SparseVector] | None = None) -> dict:
+    """The embed response; ``types`` None (v1 only) answers v1's ``embeddings_floats``; ``sparse``: the
+    sparse vectors when ``types`` holds "sparse" (``served`` is then the dense call, if any was made)."""
     rows = [served.result.outputs.item(i) for i in range(len(served.result.outputs))]
     meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": served.result.total_tokens}}
     body = {"id": f"embd-{served.request_id}", "texts": texts, "meta": meta}
     if types is None:
         return {**body, "embeddings": [EMBEDDING_TYPES["float"](r) for r in rows], "response_type": "embeddings_floats"}
-    embeddings = {t: [EMBEDDING_TYPES[t](r) for r in rows] for t in dict.fromkeys(types)}
+    embeddings = {t: [v.to_json() for v in sparse] if t == SPARSE else [EMBEDDING_TYPES[t](r) for r in rows]
+                  for t in dict.fromkeys(types)}
     return {**body, "embeddings": embeddings, "response_type": "embeddings_by_type"}
 
 
@@ -139,13 +148,19 @@ async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) ->
     types = req.embedding_types or (["float"] if version == "2" else None)
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = tuple(types or ("float",))
-    call, texts = to_request(req, request.app[ROUTER].lookup(req.model).info)
-    served = await serve(request, call)
+    info = request.app[ROUTER].lookup(req.model).info
+    call, texts = to_request(req, info)
+    dense = types is None or any(t != SPARSE for t in types)
+    calls = ([serve(request, call)] if dense else []) + (
+        [serve_sparse(request, info, call)] if types and SPARSE in types else [])
+    answers = await asyncio.gather(*calls)
+    served = answers[0] if dense else answers[0][0]
+    sparse = answers[-1][1] if types and SPARSE in types else None
     check_max_tokens(req, served.result.prompt_tokens)
-    body = to_response(served, texts, types, version=version)
+    body = to_response(served, texts, types, version=version, sparse=sparse)
     if record is not None:
         record.response_id = body["id"]
-        if len(served.result.outputs):
+        if dense and len(served.result.outputs):
             record.dimension_count = int(served.result.outputs.item(0).shape[-1])
     return web.Response(body=dumps(body), content_type="application/json")
 

@@ -8,6 +8,10 @@ The body is ``input`` (texts, token ids, or chat messages) or ``messages``
 header (JSON: id, created, model, each item's index, dtype, endianness,
 byte range and shape, usage); ``bytes_only`` sends the same body without it.
 
+``embedding_types`` (``dense``, ``sparse``, ``multi_vector``) and
+``return_tokens`` are poolgate's extension for sparse and multi-vector
+outputs (``dialects.openai_outputs``).
+
 ``input_type`` (Cohere's name) or ``prompt_name`` (TEI's) prefix each text
 with one of the model's prompts, as sentence-transformers does
 (``dialects.prompts``: Cohere's four standard types are always accepted).
@@ -23,10 +27,12 @@ import time
 from aiohttp import web
 from pydantic import BaseModel
 
+from poolgate.gateway.dialects import openai_outputs as outputs
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
+from poolgate.gateway.dialects.openai_outputs import EmbeddingType
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -41,12 +47,16 @@ class EmbeddingRequest(EncodedBody):
 
     input_type: str | None = None  # poolgate: a per-request prompt (dialects.prompts), as Cohere's field
     prompt_name: str | None = None  # poolgate: the same by the model's prompt name, as TEI's field
+    embedding_types: list[EmbeddingType] | None = None  # poolgate: dense, sparse, multi_vector (openai_outputs)
+    return_tokens: bool = False  # poolgate: sparse embeddings name their tokens too
 
 
 class EmbeddingData(BaseModel):
     index: int
     object: str = "embedding"
-    embedding: list[float] | list[list[float]] | str
+    embedding: list[float] | list[list[float]] | str | None = None  # absent when embedding_types leaves dense out
+    sparse_embedding: dict | None = None  # embedding_types "sparse": {indices, values[, tokens]}
+    multi_vector: list[list[float]] | None = None  # embedding_types "multi_vector"
 
 
 class EmbeddingResponse(BaseModel):
@@ -109,6 +119,14 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
+    if not outputs.plain(req.embedding_types) or req.return_tokens:
+        body, response_id = await outputs.respond(
+            request, info, to_request(req, embed_task(info), info), req.embedding_types or ["dense"],
+            encoding_format=req.encoding_format, embed_dtype=req.embed_dtype, endianness=req.endianness,
+            return_tokens=req.return_tokens)
+        if record is not None:
+            record.response_id = response_id
+        return outputs.json_response(body)
     served = await serve(request, to_request(req, embed_task(info), info))
     created, rows = int(time.time()), served.result.outputs
     if record is not None:

@@ -18,7 +18,7 @@ from poolgate.shared.sparse import SPARSE_HEADS, SparseHead, sparse_rows
 from poolgate.shared.wire import ModelInfo
 from poolgate.workers.engine.runner_api import TextEncoder
 
-UNUSED = ("cls_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+UNUSED = ("cls_token_id", "eos_token_id", "sep_token_id", "pad_token_id", "unk_token_id")  # XLM-R: EOS is SEP
 
 
 class SparseOutput:

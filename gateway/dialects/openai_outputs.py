@@ -1,0 +1,94 @@
+"""``/v1/embeddings``' ``embedding_types`` extension: dense, sparse and multi-vector outputs in one response.
+
+``embedding_types`` (poolgate's; default ``["dense"]``, which is the plain
+OpenAI answer) lists the outputs each item carries:
+
+- ``dense``: ``embedding``, as ``encoding_format`` asks (float or base64);
+- ``sparse``: ``sparse_embedding: {indices, values}`` (and ``tokens``, the
+  token strings, with ``return_tokens``) from the model's sparse head
+  (``dialects.sparse``: SPLADE, BGE-M3; 400 for a model without one);
+- ``multi_vector``: ``multi_vector: [[float]]``, one vector per token
+  (``token_embed``: BGE-M3's ColBERT vectors, a ColBERT model's).
+
+``dimensions`` applies to the dense output only (a 400 without it).
+
+BGE-M3 answers all three for the same inputs in one request; the outputs are
+served as concurrent calls (one forward each) and usage counts the inputs'
+tokens once.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Literal
+
+from aiohttp import web
+
+from poolgate.gateway.dialects.encoding import dumps, json_encoder
+from poolgate.gateway.dialects.envelope import usage
+from poolgate.gateway.dialects.sparse import serve_sparse
+from poolgate.gateway.serving import ServeRequest, serve
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.wire import ModelInfo
+
+EmbeddingType = Literal["dense", "sparse", "multi_vector"]
+JSON_FORMATS = ("float", "base64")
+
+
+def plain(types: list[str] | None) -> bool:
+    """Whether the request asks for the plain OpenAI answer (dense only)."""
+    return types is None or list(dict.fromkeys(types)) == ["dense"]
+
+
+def check(types: list[str], info: ModelInfo, encoding_format: str, return_tokens: bool,
+          dimensions: int | None) -> None:
+    if encoding_format not in JSON_FORMATS:
+        raise InvalidRequest(f"embedding_types {types} answer JSON: encoding_format must be float or base64, "
+                             f"not {encoding_format!r}", param="encoding_format")
+    if dimensions is not None and "dense" not in types:
+        raise InvalidRequest("dimensions applies to dense embeddings: add \"dense\" to embedding_types",
+                             param="dimensions")
+    if return_tokens and "sparse" not in types:
+        raise InvalidRequest("return_tokens applies to sparse embeddings", param="return_tokens")
+    if "multi_vector" in types and "token_embed" not in info.tasks:
+        raise InvalidRequest(f"Model '{info.served_model_name}' has no multi-vector output (task 'token_embed').",
+                             param="embedding_types")
+
+
+async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, types: list[str], *,
+                  encoding_format: str, embed_dtype: str, endianness: str, return_tokens: bool) -> tuple[dict, str]:
+    """The response body with every asked output per item, and the request id it carries."""
+    types = list(dict.fromkeys(types))
+    check(types, info, encoding_format, return_tokens, base.params.dimensions)
+    calls = {}
+    if "dense" in types:
+        calls["dense"] = serve(request, base)
+    if "sparse" in types:
+        calls["sparse"] = serve_sparse(request, info, base, return_tokens=return_tokens)
+    if "multi_vector" in types:
+        calls["multi_vector"] = serve(request, replace(base, params=replace(base.params, task="token_embed",
+                                                                             dimensions=None)))
+    answers = dict(zip(calls, await asyncio.gather(*calls.values())))
+    first = next(iter(answers.values()))
+    served = first[0] if isinstance(first, tuple) else first
+    n = len(base.inputs)
+    data = [{"index": i, "object": "embedding"} for i in range(n)]
+    if "dense" in answers:
+        encode, rows = json_encoder(encoding_format, embed_dtype, endianness), answers["dense"].result.outputs
+        for i, item in enumerate(data):
+            item["embedding"] = encode(rows.item(i))
+    if "sparse" in answers:
+        for item, vector in zip(data, answers["sparse"][1]):
+            item["sparse_embedding"] = vector.to_json()
+    if "multi_vector" in answers:
+        rows = answers["multi_vector"].result.outputs
+        for i, item in enumerate(data):
+            item["multi_vector"] = rows.item(i).tolist()
+    body = {"id": f"embd-{served.request_id}", "object": "list", "created": int(time.time()),
+            "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
+    return body, body["id"]
+
+
+def json_response(body: dict) -> web.Response:
+    return web.Response(body=dumps(body), content_type="application/json")

@@ -1,0 +1,36 @@
+"""Sparse embeddings through the serving path, for any dialect: one call to the model's sparse head.
+
+``serve_sparse`` sends the request's inputs to the model's sparse head
+(``shared.sparse``: SPLADE's vocabulary weights, BGE-M3's token weights),
+with ``PoolingParams.sparse`` so the worker answers ``{token id: weight}``
+per input, and gives each input's ``SparseVector`` (ids ascending, weights,
+token strings with ``return_tokens``). A model without a sparse head is a
+400 naming it. The OpenAI (``embedding_types`` extension) and Cohere
+(``embedding_types: ["sparse"]``) dialects use it, and TEI's
+``/embed_sparse`` can.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from aiohttp import web
+
+from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.shared.sparse import SparseVector, sparse_head, sparse_vector
+from poolgate.shared.wire import ModelInfo
+
+
+def sparse_request(info: ModelInfo, req: ServeRequest, *, return_tokens: bool = False) -> ServeRequest:
+    """``req`` (the dense request of the same inputs) turned to the model's sparse head; 400 without one."""
+    head = sparse_head(info)
+    params = replace(req.params, task=head.task, sparse=True, return_tokens=return_tokens, dimensions=None,
+                     use_activation=None)
+    return replace(req, params=params)
+
+
+async def serve_sparse(request: web.Request, info: ModelInfo, req: ServeRequest, *,
+                       return_tokens: bool = False) -> tuple[Served, list[SparseVector]]:
+    """Serve ``req``'s inputs through the sparse head: the served call and each input's sparse vector."""
+    served = await serve(request, sparse_request(info, req, return_tokens=return_tokens))
+    rows, tokens = served.result.outputs, served.result.tokens
+    return served, [sparse_vector(rows, i, tokens) for i in range(len(rows))]
