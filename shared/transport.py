@@ -107,9 +107,17 @@ class WorkerClient:
                                          "return_token_strs": return_token_strs})
         return list(result["tokens"]), result.get("token_strs")
 
-    async def detokenize(self, ids: list[int]) -> str:
+    async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict:
+        """A text's ``tokens``, ``token_strs``, ``offsets`` (None for a special token) and ``special`` flags
+        (the ``tokenize`` op with offsets)."""
+        result, _ = await self._request({"op": "tokenize", "input": text, "add_special_tokens": add_special_tokens,
+                                         "return_token_strs": True, "return_offsets": True})
+        return result
+
+    async def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (the ``detokenize`` op)."""
-        result, _ = await self._request({"op": "detokenize", "tokens": list(ids)})
+        result, _ = await self._request({"op": "detokenize", "tokens": list(ids),
+                                         "skip_special_tokens": skip_special_tokens})
         return result["prompt"]
 
     async def close(self) -> None:

@@ -97,3 +97,28 @@ def test_a_tei_client_without_the_key_is_refused(url):
     with pytest.raises(HfHubHTTPError) as info:
         InferenceClient(base_url=url, api_key="wrong").feature_extraction("x")
     assert info.value.response.status_code == 401
+
+
+def _post(url: str, path: str, body: dict):
+    req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def test_tei_tokenize_and_decode_match_the_models_tokenizer(url):
+    from transformers import AutoTokenizer
+
+    from poolgate.shared.models import bundled_model_path
+
+    text = "Hello, World! Tokenizers split héllo-wörld."
+    reference = AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    want = reference(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    (tokens,) = _post(url, "/tokenize", {"inputs": text})
+    assert [t["id"] for t in tokens] == want["input_ids"]
+    assert [t["special"] for t in tokens] == [bool(m) for m in want["special_tokens_mask"]]
+    for token, (start, stop), special in zip(tokens, want["offset_mapping"], want["special_tokens_mask"]):
+        if not special:
+            assert (token["start"], token["stop"], token["text"]) == (start, stop, text[start:stop])
+    assert _post(url, "/decode", {"ids": want["input_ids"]}) == [reference.decode(want["input_ids"],
+                                                                                  skip_special_tokens=True)]

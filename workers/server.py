@@ -92,7 +92,8 @@ async def _hello(conn: "_Connection", header: dict) -> OpResult:
 
 
 async def _tokenize(conn: "_Connection", header: dict) -> OpResult:
-    """``{"input", "add_special_tokens", "return_token_strs"}`` -> ``{"tokens", "token_strs"}`` (/tokenize)."""
+    """``{"input", "add_special_tokens", "return_token_strs", "return_offsets"}`` -> ``{"tokens", "token_strs"}``
+    (/tokenize), plus ``"offsets"`` and ``"special"`` for a text with ``return_offsets`` (TEI's /tokenize)."""
     try:
         x = input_from_wire(header["input"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -100,15 +101,21 @@ async def _tokenize(conn: "_Connection", header: dict) -> OpResult:
     stage = conn.engine.inputs
     ids = await asyncio.to_thread(stage.tokenize_one, x, add_special_tokens=bool(header.get("add_special_tokens", True)))
     strs = stage.encoder.token_strs(ids) if header.get("return_token_strs") else None
-    return {"tokens": ids, "token_strs": strs}, []
+    answer = {"tokens": ids, "token_strs": strs}
+    if header.get("return_offsets"):
+        if not isinstance(x, str):
+            raise InvalidRequest("token offsets are given for a text", param="inputs")
+        answer["offsets"], answer["special"] = await asyncio.to_thread(stage.token_offsets, x, ids)
+    return answer, []
 
 
 async def _detokenize(conn: "_Connection", header: dict) -> OpResult:
-    """``{"tokens"}`` -> ``{"prompt"}`` (/detokenize)."""
+    """``{"tokens", "skip_special_tokens"}`` -> ``{"prompt"}`` (/detokenize, TEI's /decode)."""
     ids = header.get("tokens")
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
         raise InvalidRequest("tokens must be a list of non-negative integer token ids", param="tokens")
-    return {"prompt": await asyncio.to_thread(conn.engine.inputs.detokenize, ids)}, []
+    skip = bool(header.get("skip_special_tokens", False))
+    return {"prompt": await asyncio.to_thread(conn.engine.inputs.detokenize, ids, skip_special_tokens=skip)}, []
 
 
 OPS: dict[str, Callable[["_Connection", dict], Awaitable[OpResult]]] = {

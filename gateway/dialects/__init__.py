@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, tei, tei_scores, vllm_classify,
-                                       vllm_pooling, vllm_score, vllm_tokenize)
+from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, tei, tei_scores, tei_tokens,
+                                       vllm_classify, vllm_pooling, vllm_score, vllm_tokenize)
 from poolgate.gateway.dialects.route import Route, mount, shared
 
 DIALECTS: dict[str, tuple[Route, ...]] = {
@@ -42,7 +42,7 @@ DIALECTS: dict[str, tuple[Route, ...]] = {
     "rerank": rerank.ROUTES,
     "vllm_tokenize": vllm_tokenize.ROUTES,
     "invocations": invocations.ROUTES,
-    "tei": tei.ROUTES + tei_scores.ROUTES,
+    "tei": tei.ROUTES + tei_scores.ROUTES + tei_tokens.ROUTES,
 }
 
 

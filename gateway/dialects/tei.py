@@ -4,15 +4,17 @@ Field names, defaults and answers are TEI's, so its clients (``huggingface_hub``
 ``InferenceClient``, LlamaIndex's ``TextEmbeddingsInference``, Haystack's TEI
 embedders) work unmodified; errors are TEI's ``{"error", "error_type"}``
 (``http.errors.tei_error_body``) with poolgate's status codes. The shared fields
-are in ``dialects.tei_body``; /predict and /rerank in ``dialects.tei_scores``.
+are in ``dialects.tei_body``; /predict and /rerank in ``dialects.tei_scores``;
+/tokenize and /decode in ``dialects.tei_tokens``.
 
 - ``POST /embed`` ``{inputs, normalize=true, truncate, truncation_direction,
   prompt_name, dimensions}`` → ``[[float]]``, one vector per input (a single
   input too); ``inputs``: a text, token ids, or a list of either.
 - ``POST /embed_all`` (no ``normalize`` / ``dimensions``) → ``[[[float]]]``:
   each token's vector, unnormalized (models that serve ``token_embed``).
-- ``POST /embed_sparse`` → ``[[{index, value}]]``: the non-zero entries of a
-  sparse model's vocabulary vector, by index (SPLADE: ``SPARSE_ARCHITECTURES``).
+- ``POST /embed_sparse`` → ``[[{index, value}]]``: each input's sparse vector
+  (token id → positive weight, ids ascending) from the worker's sparse output
+  (``shared.sparse``: SPLADE's vocabulary vector, BGE-M3's sparse weights).
 - ``POST /similarity`` ``{inputs: {source_sentence, sentences}, parameters:
   {truncate, truncation_direction, prompt_name}}`` → ``[float]``: each
   sentence's cosine with the source sentence.
@@ -37,14 +39,12 @@ from poolgate.gateway.dialects.route import Route, serve_route
 from poolgate.gateway.dialects.tei_body import InputsBody, TeiBody, prompted
 from poolgate.gateway.dialects import tei_scores
 from poolgate.gateway.http.state import CHOSEN, CONFIG, ROUTER
-from poolgate.gateway.serving import ServeRequest, serve
+from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.shared.score_plan import scoring_enabled
 from poolgate.shared.scoring import cosine_scores
+from poolgate.shared.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
 from poolgate.shared.version import VERSION
 from poolgate.shared.wire import ModelInfo
-
-SPARSE_ARCHITECTURES = frozenset({"BertSpladeSparseEmbeddingModel"})  # embed answers a vocabulary-size vector
-
 
 class EmbedRequest(InputsBody):
     normalize: bool = True
@@ -87,10 +87,15 @@ def _json(body: Any) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-async def _pooled(request: web.Request, req: InputsBody, task: str, **fields) -> list[np.ndarray]:
+async def _served(request: web.Request, req: InputsBody, task: str | None, **fields) -> Served:
+    """``req``'s inputs served with ``task`` (None: the model's sparse head's task, for a sparse call)."""
     info = request.app[ROUTER].lookup(req.model).info
-    served = await serve(request, ServeRequest(model=req.model, inputs=req.batch(info), params=req.params(task, **fields)))
-    rows = served.result.outputs
+    params = req.params(task or sparse_head(info).task, **fields)
+    return await serve(request, ServeRequest(model=req.model, inputs=req.batch(info), params=params))
+
+
+async def _pooled(request: web.Request, req: InputsBody, task: str, **fields) -> list[np.ndarray]:
+    rows = (await _served(request, req, task, **fields)).result.outputs
     return [rows.item(i) for i in range(len(rows))]
 
 
@@ -102,14 +107,19 @@ async def embed_all(request: web.Request, req: EmbedAllRequest) -> web.Response:
     return _json(await _pooled(request, req, "token_embed", use_activation=False))  # (tokens, hidden) each
 
 
-def sparse(vector: np.ndarray) -> list[dict]:
-    """The non-zero entries of a (vocab,) vector, by index."""
-    index = np.flatnonzero(vector)
-    return [{"index": int(i), "value": float(vector[i])} for i in index]
+def sparse_values(vector: SparseVector) -> list[dict]:
+    """TEI's ``[{index, value}]`` of one sparse vector (ids ascending)."""
+    return [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values)]
 
 
 async def embed_sparse(request: web.Request, req: EmbedAllRequest) -> web.Response:
-    return _json([sparse(v) for v in await _pooled(request, req, "embed")])
+    rows = (await _served(request, req, None, sparse=True)).result.outputs
+    return _json([sparse_values(sparse_vector(rows, i)) for i in range(len(rows))])
+
+
+def has_sparse_head(info: ModelInfo) -> bool:
+    head = SPARSE_HEADS.get(info.architecture)
+    return head is not None and head.task in info.tasks
 
 
 async def similarity(request: web.Request, req: SimilarityRequest) -> web.Response:
@@ -170,8 +180,8 @@ ROUTES = (
     Route("POST", "/embed_all", embed_all, EmbedAllRequest, EmbedAllResponse, tasks=("token_embed",), errors="tei",
           summary="TEI: every token's vector"),
     Route("POST", "/embed_sparse", embed_sparse, EmbedAllRequest, EmbedSparseResponse, errors="tei",
-          serves=lambda info: info.architecture in SPARSE_ARCHITECTURES, operation="embed_sparse",
-          summary="TEI: the non-zero entries of a sparse (SPLADE) model's vocabulary vector"),
+          serves=has_sparse_head, operation="embed_sparse",
+          summary="TEI: each input's sparse vector (SPLADE, BGE-M3's sparse weights)"),
     SIMILARITY,
     Route("GET", "/info", info_route, errors="tei", summary="TEI: the model and the server's limits"),
     Route("POST", "/", root, AnyBody, errors="tei",

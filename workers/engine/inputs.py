@@ -86,10 +86,25 @@ class InputStage:
             raise InvalidRequest("/tokenize takes a prompt text or chat messages", param="prompt")
         return self.encoder.encode([text], add_special_tokens=add_special_tokens)[0]
 
-    def detokenize(self, ids: list[int]) -> str:
-        """The text of ``ids`` (special tokens kept, as vLLM's /detokenize); 400 for ids out of vocabulary."""
+    def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (special tokens kept unless asked, as vLLM's /detokenize; TEI's /decode skips
+        them); 400 for ids out of vocabulary."""
         check_token_ids(self.info, ids)
-        return self.encoder.decode(ids)
+        return self.encoder.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_offsets(self, text: str, ids: list[int]) -> tuple[list[list[int] | None], list[bool]]:
+        """For ``ids`` (``text`` tokenized, special tokens maybe added): each token's character span in the text
+        the tokenizer saw (None for a special token) and whether it is special. The content tokens are the
+        ids of the text without special tokens, found as one run inside ``ids``."""
+        content = self.encoder.encode([text], add_special_tokens=False)[0]
+        _, spans = self.encoder.token_spans(text)
+        start = next((k for k in range(len(ids) - len(content) + 1) if ids[k:k + len(content)] == content), None)
+        if start is None or len(spans) != len(content):
+            raise InvalidRequest("this tokenizer's special tokens cannot be told from the text's", param="inputs")
+        offsets: list[list[int] | None] = [None] * len(ids)
+        for i, span in enumerate(spans):
+            offsets[start + i] = list(span)
+        return offsets, [o is None for o in offsets]
 
     def _encode(self, inputs: list[Input], k: int | None, special: bool = True,
                 side: str = "right") -> list[list[int]]:

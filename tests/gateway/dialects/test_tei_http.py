@@ -7,10 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from poolgate.gateway.dialects.tei import SPARSE_ARCHITECTURES, sparse
+from poolgate.gateway.dialects.tei import sparse_values
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Overloaded
+from poolgate.shared.sparse import SparseVector
 from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import expected_output, fake_model
 from tests.gateway.dialects.test_score_http import cross_encoder
@@ -115,16 +116,17 @@ async def test_rerank_dispatches_by_body_shape_and_answers_in_that_dialect(gatew
 
 async def test_embed_sparse_lists_the_non_zero_entries_of_a_sparse_model(gateway):
     model = fake_model(dim=16)
-    splade = LoadedModel(info=dataclasses.replace(model.info, architecture=next(iter(SPARSE_ARCHITECTURES))),
+    splade = LoadedModel(info=dataclasses.replace(model.info, architecture="BertSpladeSparseEmbeddingModel"),
                          encoder=model.encoder, runner=model.runner, max_batch_tokens=model.max_batch_tokens)
     client = await gateway(models=[splade])
     got = await ok(await client.post("/embed_sparse", json={"inputs": ["a b", "c"]}))
-    dense = await ok(await client.post("/embed", json={"inputs": ["a b", "c"]}))
+    dense = await ok(await client.post("/embed", json={"inputs": ["a b", "c"]}))  # the model's default activation
     for entries, vector in zip(got, dense):
-        rebuilt = np.zeros(16, np.float32)
-        rebuilt[[e["index"] for e in entries]] = [e["value"] for e in entries]
-        assert rebuilt.tolist() == np.float32(vector).tolist()
-    assert sparse(np.float32([0, 2.5, 0, 1])) == [{"index": 1, "value": 2.5}, {"index": 3, "value": 1.0}]
+        vector = np.float32(vector)
+        assert [e["index"] for e in entries] == np.flatnonzero(vector > 0).tolist()  # positive weights, by id
+        assert np.float32([e["value"] for e in entries]).tolist() == vector[vector > 0].tolist()
+    assert sparse_values(SparseVector(np.int64([1, 3]), np.float32([2.5, 1]))) == [
+        {"index": 1, "value": 2.5}, {"index": 3, "value": 1.0}]
 
 
 async def test_embed_sparse_is_404_without_a_sparse_model(gateway):
@@ -164,3 +166,28 @@ async def test_info_names_the_model_and_its_kind(gateway):
                                                  "label2id": {"negative": 0, "neutral": 1, "positive": 2}}}
     embedder = await gateway()
     assert (await ok(await embedder.get("/info")))["model_type"] == {"embedding": {"pooling": None}}
+
+
+async def test_tokenize_dispatches_by_body_shape_and_gives_teis_tokens(gateway):
+    client = await gateway()
+    tei = await ok(await client.post("/tokenize", json={"inputs": ["hello big world", "a"]}))
+    first = tei[0]
+    assert [t["special"] for t in first] == [True, False, False, False, True]
+    assert [t["text"] for t in first] == ["[CLS]", "hello", "big", "world", "[SEP]"]
+    assert [(t["start"], t["stop"]) for t in first] == [(None, None), (0, 5), (6, 9), (10, 15), (None, None)]
+    vllm = await ok(await client.post("/tokenize", json={"prompt": "hello big world"}))
+    assert [t["id"] for t in first] == vllm["tokens"]  # the same tokenizer, vLLM's shape for vLLM's body
+    bare = await ok(await client.post("/tokenize", json={"inputs": "hello", "add_special_tokens": False}))
+    assert bare == [[{"id": first[1]["id"], "text": "hello", "special": False, "start": 0, "stop": 5}]]
+    bad = await client.post("/tokenize", json={"inputs": 5})
+    assert bad.status == 400 and set(await bad.json()) == {"error", "error_type"}
+
+
+async def test_decode_skips_special_tokens_by_default(gateway):
+    client = await gateway()
+    ids = (await ok(await client.post("/tokenize", json={"prompt": "hello world"})))["tokens"]
+    assert await ok(await client.post("/decode", json={"ids": ids})) == ["hello world"]
+    kept = await ok(await client.post("/decode", json={"ids": [ids, ids[1:2]], "skip_special_tokens": False}))
+    assert kept == ["[CLS] hello world [SEP]", "hello"]
+    vllm = await ok(await client.post("/detokenize", json={"tokens": ids}))
+    assert vllm == {"prompt": "[CLS] hello world [SEP]"}  # vLLM's /detokenize keeps them, as before

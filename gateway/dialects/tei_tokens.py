@@ -1,0 +1,108 @@
+"""text-embeddings-inference's tokenizer routes: TEI's ``POST /tokenize`` body and ``POST /decode``.
+
+- ``/tokenize`` ``{inputs, add_special_tokens=true, prompt_name}`` (a text or
+  a list of texts) → ``[[{id, text, special, start, stop}]]``: per input, each
+  token's id; for a special token its token string, no offsets; otherwise its
+  characters of the (prompted) input and their ``[start, stop)`` offsets.
+  vLLM's ``/tokenize`` has the path too (``{prompt}`` / ``{messages}``): a body
+  with ``inputs`` and neither of those is TEI's, and is answered as TEI's.
+- ``/decode`` ``{ids, skip_special_tokens=true}`` (ids, or a list of them) →
+  ``[text]``, one per id list.
+
+Both run as tokenizer jobs through the model's pools (``gateway.serving.run``),
+one per input, in the worker's own tokenizer.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, RootModel, StrictStr
+
+from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.prompts import prompt_for
+from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.dialects.tei_body import TokenIds, prompted
+from poolgate.gateway.pools.job import detokenize_job, token_details_job
+from poolgate.gateway.serving import lookup, run
+from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.limits import check_inputs
+
+
+class TokenizeInputsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    inputs: StrictStr | list[StrictStr]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class DecodeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    ids: TokenIds | list[TokenIds]
+    skip_special_tokens: bool = True
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+TokenizeResponse = RootModel[list[list[SimpleToken]]]
+DecodeResponse = RootModel[list[str]]
+
+
+def simple_tokens(text: str, details: dict) -> list[dict]:
+    """TEI's tokens of ``text`` from the worker's ids, token strings, offsets and special flags."""
+    out = []
+    for token_id, token, span, special in zip(details["tokens"], details["token_strs"], details["offsets"],
+                                              details["special"]):
+        if special:
+            out.append({"id": token_id, "text": token or "", "special": True, "start": None, "stop": None})
+        else:
+            out.append({"id": token_id, "text": text[span[0]:span[1]], "special": False, "start": span[0],
+                        "stop": span[1]})
+    return out
+
+
+async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Response:
+    pools = lookup(request, req.model)
+    texts = [req.inputs] if isinstance(req.inputs, str) else req.inputs
+    if not texts:
+        raise InvalidRequest("`inputs` cannot be empty", param="inputs")
+    texts = prompted(texts, prompt_for(pools.info, prompt_name=req.prompt_name))
+    check_inputs(pools.info, texts)  # the checks every route runs: valid Unicode
+
+    async def one(text: str) -> list[dict]:
+        details = await run(request, pools, lambda rid, deadline: token_details_job(
+            rid, text, deadline=deadline, add_special_tokens=req.add_special_tokens))
+        return simple_tokens(text, details)
+    answers = await asyncio.gather(*(one(text) for text in texts))
+    return web.Response(body=dumps(list(answers)), content_type="application/json")
+
+
+async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
+    pools = lookup(request, req.model)
+    batch = req.ids if req.ids and isinstance(req.ids[0], list) else [req.ids]
+
+    async def one(ids: list[int]) -> str:
+        return await run(request, pools, lambda rid, deadline: detokenize_job(
+            rid, ids, deadline=deadline, skip_special_tokens=req.skip_special_tokens))
+    texts = await asyncio.gather(*(one(ids) for ids in batch))
+    return web.Response(body=dumps(list(texts)), content_type="application/json")
+
+
+def _tei_tokenize_body(raw: object) -> bool:
+    return isinstance(raw, dict) and "inputs" in raw and "prompt" not in raw and "messages" not in raw
+
+
+ROUTES = (
+    Route("POST", "/tokenize", tokenize, TokenizeInputsRequest, TokenizeResponse, errors="tei",
+          shape=_tei_tokenize_body, summary="TEI tokenize ({inputs}): each token's id, text and offsets"),
+    Route("POST", "/decode", decode, DecodeRequest, DecodeResponse, errors="tei",
+          summary="TEI: token ids back to text"),
+)
