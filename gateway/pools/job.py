@@ -7,11 +7,11 @@ to the chosen client, and what admission, the pick and the retry need to know
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Awaitable, Callable
 
 from poolgate.shared import wire
-from poolgate.shared.wire import Input, PoolingCall
+from poolgate.shared.wire import ChatInput, Input, PoolingCall
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,25 @@ class Job:
     inputs: int = 1
     deadline: float | None = None  # unix time; None = no deadline
     priority: int = 0
+    longest_chars: int = 0  # the most characters of one input (admission's per-input cap)
 
 
 def pooling_job(call: PoolingCall) -> Job:
     """A pooling call (every pooling route)."""
     return Job(call.request_id, lambda client: client.pool(call), sum(wire.estimate_tokens(x) for x in call.inputs),
-               len(call.inputs), call.deadline, call.priority)
+               len(call.inputs), call.deadline, call.priority, max(map(chars, call.inputs), default=0))
+
+
+def chars(x) -> int:
+    """The characters of one input: a text's, every text field of an object input, a chat's contents."""
+    if isinstance(x, str):
+        return len(x)
+    if isinstance(x, list):
+        return 0  # token ids
+    if isinstance(x, ChatInput):
+        return sum(len(str(m.get("content") or "")) for m in x.messages)
+    values = (getattr(x, f.name) for f in fields(x)) if is_dataclass(x) else ()
+    return sum(len(v) for v in values if isinstance(v, str))
 
 
 def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, add_special_tokens: bool = True,
@@ -37,7 +50,7 @@ def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, ad
     """One input's token ids (and token strings) from the model's tokenizer (``/tokenize``)."""
     async def send(client):
         return await client.tokenize(x, add_special_tokens=add_special_tokens, return_token_strs=return_token_strs)
-    return Job(request_id, send, wire.estimate_tokens(x), 1, deadline)
+    return Job(request_id, send, wire.estimate_tokens(x), 1, deadline, longest_chars=chars(x))
 
 
 def token_details_job(request_id: str, text: str, *, deadline: float | None = None,
@@ -45,7 +58,7 @@ def token_details_job(request_id: str, text: str, *, deadline: float | None = No
     """A text's tokens with their strings, offsets and special flags (TEI's ``/tokenize``)."""
     async def send(client):
         return await client.token_details(text, add_special_tokens=add_special_tokens)
-    return Job(request_id, send, wire.estimate_tokens(text), 1, deadline)
+    return Job(request_id, send, wire.estimate_tokens(text), 1, deadline, longest_chars=len(text))
 
 
 def detokenize_job(request_id: str, ids: list[int], *, deadline: float | None = None,
