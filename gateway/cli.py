@@ -11,6 +11,7 @@ from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
 from poolgate.workers.tools import inspect_cli as inspect
+from poolgate.workers.tools import verify_cli as verify
 # name -> (module with add_arguments(parser) and main(args) -> exit code, one-line help)
 COMMANDS = {
     "serve": (serve, "serve a pooling model over HTTP"),
@@ -18,6 +19,8 @@ COMMANDS = {
     "bench": (bench, "load-test a running server"),
     "inspect": (inspect, "show what poolgate would run for a model (implementation, tasks, pooling, dtype, "
                          "attention) without loading it"),
+    "verify": (verify, "compare a model's outputs in poolgate with its own library (sentence-transformers or "
+                       "transformers) on a fixed probe set, per task and dtype; exit 1 below the threshold"),
     "bench-rerank": (bench_rerank, "latency of reranking one query against N documents on a running server"),
     "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
 }

@@ -61,6 +61,7 @@ class WorkerConfig:
     max_batch_tokens: int | None = None  # None: the backend's default budget
     allow_pickle_weights: bool = False
     allow_partial_weights: bool = False  # --allow-partial-weights: serve a checkpoint not loaded whole (logged)
+    verify_on_start: float | None = None  # --verify-on-start: refuse to serve below this cosine to the reference
     trust_remote_code: bool = False  # --trust-remote-code: the fallback may run a checkpoint's own code (auto_map)
     pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
     hf_overrides: dict = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json

@@ -65,6 +65,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-partial-weights", action="store_true",
                    help="serve a transformers-fallback model whose checkpoint has tensors missing, unexpected or "
                         "mis-shaped (refused by default; the log names what was dropped or left random)")
+    g.add_argument("--verify-on-start", type=_cosine, nargs="?", const=0.999, default=None, metavar="MIN_COSINE",
+                   help="after loading, run poolgate verify's probes against the model's own library and refuse to "
+                        "serve when a worst cosine is below MIN_COSINE (default 0.999)")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
@@ -79,6 +82,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-policy", choices=BATCH_POLICIES, default="fair",
                    help="fair: priority lanes with aging, round robin over requests, short batches under mixed "
                         "load; fifo: first in, first out (the most throughput, no fairness)")
+
+
+def _cosine(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a cosine in (0, 1], got {text}")
+    return value
 
 
 def _pooler_config(text: str) -> PoolerConfig:
@@ -119,7 +129,7 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
         dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
         allow_pickle_weights=args.allow_pickle_weights, trust_remote_code=args.trust_remote_code,
-        allow_partial_weights=args.allow_partial_weights,
+        allow_partial_weights=args.allow_partial_weights, verify_on_start=args.verify_on_start,
         pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
         embedding_cache_mb=args.embedding_cache_mb,

@@ -90,6 +90,7 @@ class ModelTable(Table):
     normalize: bool | None = None
     allow_pickle_weights: bool = False
     allow_partial_weights: bool = False
+    verify_on_start: Annotated[float, Field(gt=0, le=1)] | None = None
     trust_remote_code: bool = False
     num_threads: Positive | None = None
     embedding_cache_mb: Annotated[int, Field(ge=0)] = 0

@@ -191,5 +191,11 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     _warm_up(runner, encoder, info.max_model_len, budget)
     log.info("model ready in %.1f s", time.perf_counter() - start)
     memory = backend.memory if backend.memory() else None
-    return LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory,
-                       padded=not arch.packed, cache_bytes=cfg.embedding_cache_mb << 20)
+    loaded = LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory,
+                         padded=not arch.packed, cache_bytes=cfg.embedding_cache_mb << 20)
+    if cfg.verify_on_start is not None:  # refuse to serve below the threshold (workers.tools.verify)
+        from poolgate.workers.tools.verify import refuse_below
+
+        refuse_below(loaded, spec, cfg.verify_on_start)
+        log.info("verify on start: every task agrees with its reference at cosine >= %s", cfg.verify_on_start)
+    return loaded

@@ -1,0 +1,146 @@
+"""``poolgate verify``'s comparison: a loaded model's outputs against its reference on a fixed probe set.
+
+The reference is the model's own library run in float32: sentence-transformers
+for a sentence-transformers folder (``modules.json``), else transformers with
+the model's pooling (``AutoModel`` + CLS / MEAN / LAST, normalized as served)
+for embed, and ``AutoModelForSequenceClassification`` with the served
+activation for classify. The probes are short, long (past the model's length,
+so both sides truncate), multilingual and odd-character texts; poolgate runs
+them batched and one by one. Each row says, for one task and dtype, the worst
+cosine and the largest absolute difference to the reference, and the worst
+cosine between batched and single; a model passes when every worst cosine is
+at least the threshold. Tasks without a reference here (token tasks, the
+special models) are named and skipped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from poolgate.shared.params import PoolingParams
+from poolgate.workers.engine.runner_api import LoadedModel
+from poolgate.workers.engine.sequence import Sequence
+from poolgate.workers.load.st_config import ModelSpec
+
+DEFAULT_THRESHOLD = 0.999
+PROBES = (
+    "a", "Hello world!", "The quick brown fox jumps over the lazy dog.",
+    "Pooling models turn the hidden states of a whole prompt into one vector. " * 80,  # past most max lengths
+    "Zürich, München, São Paulo, Kraków, Ångström", "東京は日本の首都です。", "Москва — столица России.",
+    "emoji 🙂🚀 tabs\tand\nnew lines", "12345 67890 !!! ??? ... --- ###", "   leading and trailing spaces   ",
+)
+TASKS = ("embed", "classify")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One task in one dtype: agreement with the reference, and batched with single."""
+
+    task: str
+    dtype: str
+    worst_cosine: float
+    max_abs_diff: float
+    batched_vs_single: float
+
+    def passes(self, threshold: float) -> bool:
+        return self.worst_cosine >= threshold and self.batched_vs_single >= threshold
+
+    def line(self) -> str:
+        return (f"{self.task:<9} {self.dtype:<9} worst cosine {self.worst_cosine:.6f}  max abs diff "
+                f"{self.max_abs_diff:.2e}  batched vs single {self.batched_vs_single:.6f}")
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n,) row cosines of two (n, dim) arrays (norms clamped at 1e-12)."""
+    norms = np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+    return (a * b).sum(1) / norms
+
+
+def probe_ids(model: LoadedModel) -> list[list[int]]:
+    """The probes as the worker tokenizes them, cut to the model's length."""
+    return model.encoder.encode(list(PROBES), max_tokens=model.info.max_model_len)
+
+
+def served(model: LoadedModel, ids: list[list[int]], task: str, *, batched: bool) -> np.ndarray:
+    """(n, dim) float32 outputs of ``task`` for ``ids``, in one batch or one sequence per batch."""
+    params = PoolingParams(task=task)
+    runner = model.runner
+    groups = [ids] if batched else [[x] for x in ids]
+    rows = [o.rows.values for g in groups
+            for o in runner.execute(runner.prepare([Sequence(list(x), params) for x in g]))]
+    return np.concatenate(rows).astype(np.float32)
+
+
+def check(model: LoadedModel, task: str, reference: np.ndarray, ids: list[list[int]]) -> Check:
+    batched, single = served(model, ids, task, batched=True), served(model, ids, task, batched=False)
+    return Check(task, model.info.dtype, float(cosines(batched, reference).min()),
+                 float(np.abs(batched - reference).max()), float(cosines(batched, single).min()))
+
+
+@torch.no_grad()
+def reference_outputs(spec: ModelSpec, task: str) -> np.ndarray | None:
+    """(n, dim) float32 reference outputs for the probes, or None where verify has no reference for ``task``."""
+    from poolgate.workers.pooling.special import SPECIAL_MODELS
+
+    if task not in TASKS or spec.architecture in SPECIAL_MODELS or spec.gguf_file:
+        return None
+    if task == "embed" and (Path(spec.path) / "modules.json").is_file():
+        return _sentence_transformers(spec)
+    return _transformers(spec, task)
+
+
+def _sentence_transformers(spec: ModelSpec) -> np.ndarray:
+    """sentence-transformers end to end (its own tokenizer and truncation), one text per batch."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(spec.path), device="cpu").float().eval()
+    st.max_seq_length = spec.max_model_len
+    return st.encode(list(PROBES), batch_size=1, convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+
+
+def _transformers(spec: ModelSpec, task: str) -> np.ndarray:
+    """transformers with the model's own tokenizer (truncated to the served length) and the served pooling."""
+    from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+    from poolgate.workers.pooling.classify import activation_for
+    from poolgate.workers.pooling.for_model import sequence_pooling
+
+    cls = AutoModelForSequenceClassification if task == "classify" else AutoModel
+    ref = cls.from_pretrained(str(spec.path), torch_dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
+    method, out = sequence_pooling(spec)[0], []
+    for text in PROBES:
+        result = ref(**tokenizer(text, truncation=True, max_length=spec.max_model_len, return_tensors="pt"))
+        if task == "classify":
+            out.append(activation_for(spec.hf_config)(result.logits.float())[0].numpy())
+            continue
+        hidden = result.last_hidden_state[0].float()  # (tokens, hidden)
+        vector = {"CLS": hidden[0], "LAST": hidden[-1], "MEAN": hidden.mean(0)}[method]
+        normalize = spec.normalize in (None, True)
+        out.append((torch.nn.functional.normalize(vector, dim=-1) if normalize else vector).numpy())
+    return np.stack(out)
+
+
+def verify_loaded(model: LoadedModel, spec: ModelSpec) -> tuple[list[Check], list[str]]:
+    """Every served task with a reference checked on the probes; and the tasks skipped."""
+    ids = probe_ids(model)
+    checks, skipped = [], []
+    for task in model.info.tasks:
+        reference = reference_outputs(spec, task)
+        if reference is None:
+            skipped.append(task)
+        else:
+            checks.append(check(model, task, reference, ids))
+    return checks, skipped
+
+
+def refuse_below(model: LoadedModel, spec: ModelSpec, threshold: float) -> None:
+    """``--verify-on-start``: ValueError (start-up fails) when a served task is below ``threshold``."""
+    checks, _ = verify_loaded(model, spec)
+    failed = [c for c in checks if not c.passes(threshold)]
+    if failed:
+        raise ValueError(f"--verify-on-start: {spec.path} agrees with its reference below {threshold}: "
+                         + "; ".join(c.line() for c in failed))
