@@ -36,6 +36,10 @@ ARCHITECTURES: dict[str, Family] = {
     "BertForMaskedLM": BERT,
     "RobertaModel": BERT,
     "XLMRobertaModel": BERT,
+    # masked LMs served as embedders: the encoder only, the MLM head (cls. / lm_head.) is not used for pooling
+    "RobertaForMaskedLM": BERT,
+    "XLMRobertaForMaskedLM": BERT,
+    "CamembertForMaskedLM": BERT,
     # classifiers: the packed encoder; their score layer comes from workers.models.score
     "BertForSequenceClassification": BERT,
     "BertForTokenClassification": BERT,
