@@ -10,6 +10,7 @@ Lengths and ``truncate_prompt_tokens`` are checked against the input cap:
 from __future__ import annotations
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
+from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText, check_late
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.sparse import sparse_head
 from poolgate.shared.tasks import TASK_PARAMS
@@ -157,6 +158,8 @@ def check_inputs(info: ModelInfo, inputs: list[Input], task: str | None = None) 
             _check_chat(x)
         elif isinstance(x, WindowedText):
             _check_windowed(x, task)
+        elif isinstance(x, LateChunkText):
+            _check_late(info, x, task, inputs)
         elif isinstance(x, list) and all(_is_token_id(t) for t in x):
             check_token_ids(info, x)
         else:
@@ -187,6 +190,19 @@ def _check_windowed(doc: WindowedText, task: str | None) -> None:
     if not _is_token_id(doc.overlap):
         raise InvalidRequest(f"chunk_overlap must be a non-negative integer, got {doc.overlap!r}.",
                              param="chunk_overlap")
+
+
+def _check_late(info: ModelInfo, doc: LateChunkText, task: str | None, inputs: list[Input]) -> None:
+    """A late-chunking document: valid text and boundaries, embed on a model with token vectors, alone."""
+    _check_text(doc.text)
+    check_late(doc)
+    if task is not None and task != "embed":
+        raise InvalidRequest(f"late chunking embeds chunks (task 'embed'), not task '{task}'", param="late_chunking")
+    if TOKEN_TASK not in info.tasks:
+        raise InvalidRequest(f"late chunking needs the model's token vectors (task '{TOKEN_TASK}'), which "
+                             f"{info.served_model_name} does not serve", param="late_chunking")
+    if not all(isinstance(x, LateChunkText) for x in inputs):
+        raise InvalidRequest("a late-chunking call holds late-chunking documents only", param="late_chunking")
 
 
 def _check_chat(chat: ChatInput) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
+from poolgate.shared.late_chunks import LateChunkText
 from poolgate.shared.windows import WindowedText, Windows
 
 PREFIX = struct.Struct("!II")
@@ -66,9 +67,9 @@ class ChatInput:
 
 # The inputs that travel as JSON objects, by their "type" tag on the wire.
 WIRE_INPUTS: dict[str, type] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput,
-                                "windowed_text": WindowedText}
+                                "windowed_text": WindowedText, "late_chunks": LateChunkText}
 
-Input = str | list[int] | TextPair | CappedText | ChatInput | WindowedText
+Input = str | list[int] | TextPair | CappedText | ChatInput | WindowedText | LateChunkText
 
 
 def estimate_tokens(x: Input) -> int:

@@ -10,7 +10,9 @@ byte range and shape, usage); ``bytes_only`` sends the same body without it.
 
 ``embedding_types`` (``dense``, ``sparse``, ``multi_vector``) and
 ``return_tokens`` are poolgate's extension for sparse and multi-vector
-outputs (``dialects.openai_outputs``).
+outputs (``dialects.openai_outputs``); ``late_chunking`` (Jina's, with
+``chunk_boundaries`` or ``chunk_size``) a vector per chunk of one encoded
+document (``dialects.late_chunking``).
 
 ``input_type`` (Cohere's name) or ``prompt_name`` (TEI's) prefix each text
 with one of the model's prompts, as sentence-transformers does
@@ -27,12 +29,12 @@ import time
 from aiohttp import web
 from pydantic import BaseModel
 
+from poolgate.gateway.dialects import late_chunking as late
 from poolgate.gateway.dialects import openai_outputs as outputs
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
-from poolgate.gateway.dialects.openai_outputs import EmbeddingType
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
@@ -47,14 +49,18 @@ class EmbeddingRequest(EncodedBody):
 
     input_type: str | None = None  # poolgate: a per-request prompt (dialects.prompts), as Cohere's field
     prompt_name: str | None = None  # poolgate: the same by the model's prompt name, as TEI's field
-    embedding_types: list[EmbeddingType] | None = None  # poolgate: dense, sparse, multi_vector (openai_outputs)
+    embedding_types: list[outputs.EmbeddingType] | None = None  # poolgate: dense, sparse, multi_vector (openai_outputs)
     return_tokens: bool = False  # poolgate: sparse embeddings name their tokens too
+    late_chunking: bool = False  # Jina's: one document encoded once, a vector per chunk (dialects.late_chunking)
+    chunk_boundaries: list[int] | None = None  # late chunking: where chunks start (characters)
+    chunk_size: int | None = None  # late chunking: tokens per chunk
 
 
 class EmbeddingData(BaseModel):
     index: int
     object: str = "embedding"
     embedding: list[float] | list[list[float]] | str | None = None  # absent when embedding_types leaves dense out
+    chunk: dict | None = None  # late_chunking: {document, start, end}
     sparse_embedding: dict | None = None  # embedding_types "sparse": {indices, values[, tokens]}
     multi_vector: list[list[float]] | None = None  # embedding_types "multi_vector"
 
@@ -119,6 +125,8 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
+    if req.late_chunking or req.chunk_boundaries is not None or req.chunk_size is not None:
+        return await _late_chunked(request, req, info)
     if not outputs.plain(req.embedding_types) or req.return_tokens:
         body, response_id = await outputs.respond(
             request, info, to_request(req, embed_task(info), info), req.embedding_types or ["dense"],
@@ -135,6 +143,23 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
             record.dimension_count = int(rows.item(0).shape[-1])
     return encoded_response("embd", served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
                             endianness=req.endianness, created=created, to_json=to_response)
+
+
+async def _late_chunked(request: web.Request, req: EmbeddingRequest, info: ModelInfo) -> web.Response:
+    if not req.late_chunking:
+        raise InvalidRequest("chunk_boundaries and chunk_size need late_chunking: true", param="late_chunking")
+    if req.encoding_format not in outputs.JSON_FORMATS or not outputs.plain(req.embedding_types):
+        raise InvalidRequest("late chunking answers dense vectors as JSON (encoding_format float or base64)",
+                             param="late_chunking")
+    if req.dimensions is not None:
+        raise InvalidRequest("dimensions does not apply to late chunking", param="dimensions")
+    served = await serve(request, late.late_request(to_request(req, "embed", info), req.chunk_boundaries,
+                                                     req.chunk_size))
+    body = late.to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
+                            endianness=req.endianness)
+    if (record := request.get(RECORD)) is not None:
+        record.response_id = body["id"]
+    return outputs.json_response(body)
 
 
 ROUTES = (Route("POST", "/v1/embeddings", create_embeddings, EmbeddingRequest, EmbeddingResponse,

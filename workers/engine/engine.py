@@ -197,7 +197,8 @@ class Engine:
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
             types = [None] * len(token_lists)
         arrival = time.monotonic()
-        state.seqs = [Sequence(ids, call.params, arrival=arrival, handle=state, token_type_ids=t,
+        params = call.params if encoded.late is None else encoded.late.params  # late chunking: token vectors
+        state.seqs = [Sequence(ids, params, arrival=arrival, handle=state, token_type_ids=t,
                                priority=call.priority, deadline=call.deadline)
                       for ids, t in zip(token_lists, types)]
         state.queued_at = time.perf_counter()
@@ -215,11 +216,13 @@ class Engine:
         if self._tracer is not None:
             started = state.queued_at if state.started is None else state.started
             self._tracer.trace(call, start, state.queued_at, started, state.steps)
-        tokens = None
+        tokens, windows = None, encoded.windows
         if call.params.sparse:  # workers.engine.sparse: each input's {token id: weight}
             rows, tokens = self.sparse(rows, token_lists, call.params)
+        if encoded.late is not None:  # workers.engine.late_chunking: a vector per chunk
+            rows, windows = encoded.late.fold(rows)
         return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
-                             timings=state.timings(), windows=encoded.windows, tokens=tokens)
+                             timings=state.timings(), windows=windows, tokens=tokens)
 
     async def _encode(self, call: PoolingCall) -> Encoded:
         """The call's tokens from the tokenizer pool; a call of many inputs in slices of TOKENIZE_SLICE,

@@ -20,7 +20,9 @@ from dataclasses import replace
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_call, check_length, check_token_ids, truncation_length
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
+from poolgate.workers.engine import late_chunking
 from poolgate.workers.engine.runner_api import Encoded, TextEncoder
 from poolgate.workers.engine.windows import Expanded, expand, shrink, window_input
 
@@ -44,14 +46,18 @@ class InputStage:
         ``WindowedText`` becomes one sequence per window (``workers.windows``), named in ``windows``."""
         k = truncation_length(self.info, call.params)
         inputs = render_chats(self.encoder, call.inputs)
+        late = [x for x in inputs if isinstance(x, LateChunkText)]  # a late-chunking call holds only these
+        inputs = [x.text for x in late] if late else inputs
         cap = self.info.max_model_len if k is None else min(k, self.info.max_model_len)
         expanded = expand(self.encoder, inputs, cap)
         encoded = self._encode_inputs(inputs if expanded is None else expanded.inputs, k, call.params)
         if expanded is not None:
             self._fit_windows(expanded, encoded, cap, k, call.params)
             encoded = replace(encoded, windows=expanded.windows())
+        if late:  # workers.engine.late_chunking: one sequence per document, a vector per chunk
+            encoded = replace(encoded, late=late_chunking.plan(self.encoder, late, encoded.ids, call.params))
         for x in encoded.ids:
-            check_length(self.info, len(x), call.params.task)
+            check_length(self.info, len(x), TOKEN_TASK if late else call.params.task)
         return encoded
 
     def _encode_inputs(self, inputs: list[Input], k: int | None, params: PoolingParams) -> Encoded:

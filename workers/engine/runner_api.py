@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from poolgate.shared.rows import Rows
 from poolgate.shared.windows import Windows
 from poolgate.shared.wire import ModelInfo, TextPair
 from poolgate.workers.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from poolgate.workers.engine.late_chunking import LatePlan
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Encoded:
     ids: list[list[int]]
     type_ids: list[list[int] | None]
     windows: Windows | None = None
+    late: LatePlan | None = None  # a late-chunking call's chunks (workers.engine.late_chunking)
 
     def prompt_tokens(self) -> list[int]:
         """Each input's token count (a windowed document: all its windows' tokens)."""
