@@ -14,6 +14,7 @@ Model = TypeVar("Model", bound=BaseModel)
 
 JSON_MEDIA_TYPE = "application/json"
 MAX_LISTED_ERRORS = 5
+MAX_INPUT_CHARS = 100  # a bad value is echoed, cut to this length (a whole input list is not)
 VALIDATION_ERROR_TYPE = "Bad Request"  # vLLM answers pydantic failures with this type
 
 
@@ -47,12 +48,13 @@ def validated(body: object, model: type[Model]) -> Model:
 
 
 def validation_error(exc: ValidationError) -> InvalidRequest:
-    """vLLM's shape: "N validation error(s):" then one line per error; param = first loc."""
-    errors = exc.errors(include_url=False, include_input=False)
+    """vLLM's shape: "N validation error(s):" then one line per error, with pydantic's error type and the
+    value it got (``[type=literal_error, input_value='hex', input_type=str]``); param = first loc."""
+    errors = exc.errors(include_url=False)
     n = len(errors)
     lines = [f"{n} validation error{'s' if n != 1 else ''}:"]
     for e in errors[:MAX_LISTED_ERRORS]:
-        lines.append(f"  {_loc(e['loc'])}: {e['msg']} [type={e['type']}]")
+        lines.append(f"  {_loc(e['loc'])}: {e['msg']} [type={e['type']}{_input(e)}]")
     if n > MAX_LISTED_ERRORS:
         lines.append(f"  ... and {n - MAX_LISTED_ERRORS} more")
     return validation_failure("\n".join(lines), param=_loc(errors[0]["loc"]) if errors else None)
@@ -63,6 +65,16 @@ def validation_failure(message: str, *, param: str | None) -> InvalidRequest:
     err = InvalidRequest(message, param=param)
     err.type = VALIDATION_ERROR_TYPE
     return err
+
+
+def _input(error: dict) -> str:
+    """``, input_value=…, input_type=…`` as pydantic prints them (the value's repr cut to MAX_INPUT_CHARS)."""
+    if "input" not in error or error["type"] == "missing":
+        return ""
+    value = repr(error["input"])
+    if len(value) > MAX_INPUT_CHARS:
+        value = value[: MAX_INPUT_CHARS // 2] + "..." + value[-MAX_INPUT_CHARS // 2:]
+    return f", input_value={value}, input_type={type(error['input']).__name__}"
 
 
 def _loc(loc: tuple) -> str:
