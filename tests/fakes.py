@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import zlib
 
 import numpy as np
 
@@ -100,8 +101,10 @@ FAKE_VOCAB: dict[int, str] = {CLS: "[CLS]", SEP: "[SEP]"}  # every word the fake
 
 
 def fake_word_id(word: str) -> int:
-    i = 1000 + sum(word.encode()) % 20000
-    FAKE_VOCAB.setdefault(i, word)
+    """A stable id per word (the same in every process); the vocabulary remembers the latest word per id, so a
+    rare collision between two tests' words never decodes one test's text as the other's."""
+    i = 1000 + zlib.crc32(word.encode()) % 40000
+    FAKE_VOCAB[i] = word
     return i
 
 
