@@ -14,7 +14,9 @@ they mean in transformers 5.24. Attention windows, checked against its
 - ``"is_causal": false`` (transformers' switch for bidirectional decoders, e.g. through
   ``--hf-overrides``): no causal mask, sliding layers keep ``|i - j| <= W``;
 - Gemma 3's ``use_bidirectional_attention`` (EmbeddingGemma): no causal mask, sliding
-  layers keep ``|i - j| <= W // 2`` (transformers stores ``W // 2 + 1`` and masks ``< that``).
+  layers keep ``|i - j| <= W // 2`` (transformers stores ``W // 2 + 1`` and masks ``< that``);
+- an alias model type (``ALIASES``: nemotron's ``llama_bidirec``) is its transformers type
+  with the settings it implies (``is_causal: false``).
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ class Traits:
     rope_per_layer_type: bool = False  # rope_parameters per layer type (Gemma 3)
 
 
+# model types of checkpoints with their own code that are a transformers type with settings: nvidia's
+# llama-nemotron embed / rerank (``LlamaBidirectionalModel``: a LlamaModel without the causal mask)
+ALIASES: dict[str, tuple[str, dict]] = {"llama_bidirec": ("llama", {"is_causal": False})}
 TRAITS: dict[str, Traits] = {
     "llama": Traits(),
     "mistral": Traits(qkv_bias=False, o_bias=False, all_sliding=True),
@@ -77,6 +82,7 @@ class DecoderConfig:
 
     @classmethod
     def from_hf(cls, hf: dict) -> "DecoderConfig":
+        hf = with_alias(hf)
         kind = hf.get("model_type")
         if kind not in TRAITS:
             raise ValueError(f"model_type {kind!r} is not a packed decoder (known: {', '.join(TRAITS)})")
@@ -103,6 +109,15 @@ class DecoderConfig:
             ropes=tuple((key, _rope(c, head_dim, key if t.rope_per_layer_type else None))
                         for key in sorted(set(rope_keys))),
         )
+
+
+def with_alias(hf: dict) -> dict:
+    """``hf`` as the transformers model type an alias is (``ALIASES``), with the settings the alias implies."""
+    kind = hf.get("model_type")
+    if kind not in ALIASES:
+        return hf
+    base, implied = ALIASES[kind]
+    return {**hf, "model_type": base, **implied}
 
 
 def _normalized(hf: dict):

@@ -17,7 +17,9 @@ from poolgate.workers.models.decoder_config import DecoderConfig
 
 HEADS = frozenset({"model", "sequence_classification", "token_classification", "causal_lm"})
 NAMES: dict[str, tuple[str, ...]] = {  # family → the transformers classes it serves (all exist in 5.24)
-    "llama": ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification"),
+    "llama": ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification",
+              # nvidia llama-nemotron embed / rerank (model_type llama_bidirec, its own code): packed, bidirectional
+              "LlamaBidirectionalModel", "LlamaBidirectionalForSequenceClassification"),
     "mistral": ("MistralModel", "MistralForCausalLM", "MistralForSequenceClassification",
                 "MistralForTokenClassification"),
     "qwen2": ("Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification"),
@@ -30,9 +32,24 @@ NAMES: dict[str, tuple[str, ...]] = {  # family → the transformers classes it 
 }
 
 
+# llama_bidirec's ``pooling`` (its config class defaults to avg) → poolgate's pooling method
+BIDIREC_POOLING = {"avg": "MEAN", "cls": "CLS", "last": "LAST"}
+
+
+def default_pooling(hf: dict) -> str:
+    """LAST, except for nemotron's bidirectional Llama: its config's ``pooling`` (avg by default)."""
+    if hf.get("model_type") != "llama_bidirec":
+        return "LAST"
+    pooling = hf.get("pooling", "avg")
+    if pooling not in BIDIREC_POOLING:
+        raise ValueError(f"config.json pooling {pooling!r} is not one poolgate runs for llama_bidirec "
+                         f"(known: {', '.join(BIDIREC_POOLING)})")
+    return BIDIREC_POOLING[pooling]
+
+
 def _family(name: str) -> Family:
     return Family(name=name, config=DecoderConfig.from_hf, model=PackedDecoder, default_pooling="LAST",
-                  heads=HEADS, prefixes=("model.",), causal=True)
+                  heads=HEADS, prefixes=("model.",), causal=True, pooling_for=default_pooling)
 
 
 DECODER_ARCHITECTURES: dict[str, Family] = {

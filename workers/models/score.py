@@ -21,6 +21,7 @@ from torch import nn
 from poolgate.workers.models.modernbert import ModernBertHead
 from poolgate.workers.pooling.classify import activation_for, labels_of
 
+TEMPERATURE_TYPES = frozenset({"llama_bidirec"})  # classifiers that divide their logits by config temperature
 LM_HEADS = ("lm_head.weight", "embed_tokens.weight", "embeddings.word_embeddings.weight")  # tied heads last
 
 
@@ -118,6 +119,7 @@ def score_layer(state: Mapping[str, torch.Tensor], spec, tokenizer: Any) -> Scor
         module, token_module = _same(_from_tokens(state, tokenizer, tokens))
     else:
         module, token_module = _same(_lm_head(state)) if step_lm else _own(state, spec.hf_config)
+    module, token_module = _tempered(module, spec.hf_config), _tempered(token_module, spec.hf_config)
     module, token_module = module.float().eval(), token_module.float().eval()
     num_labels = _out_features(module)
     if tokens:
@@ -126,6 +128,22 @@ def score_layer(state: Mapping[str, torch.Tensor], spec, tokenizer: Any) -> Scor
     labels = labels_of(spec.hf_config)
     return Score(module, token_module, activation_for({**spec.hf_config, "num_labels": num_labels}), num_labels,
                  labels if labels and len(labels) == num_labels else None)
+
+
+class _Divide(nn.Module):
+    def __init__(self, by: float):
+        super().__init__()
+        self.by = by
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.by
+
+
+def _tempered(module: nn.Module, hf: dict) -> nn.Module:
+    """The score layer with the logits divided by the config's ``temperature``, for the model types whose
+    classifier divides by it (``TEMPERATURE_TYPES``; nemotron rerank's ``pooled_logits / temperature``)."""
+    temperature = float(hf.get("temperature", 1.0)) if hf.get("model_type") in TEMPERATURE_TYPES else 1.0
+    return module if temperature == 1.0 else nn.Sequential(module, _Divide(temperature))
 
 
 def _own(state: Mapping[str, torch.Tensor], hf: dict) -> tuple[nn.Module, nn.Module]:
