@@ -25,6 +25,10 @@ ST_CONFIG_FILES = (
     "sentence_xlm-roberta_config.json", "sentence_xlnet_config.json",
 )
 POOLING_ALIASES = {"lasttoken": "LAST"}
+# what a PyLate ColBERT folder adds to config_sentence_transformers.json (query/document markers, [MASK]
+# query expansion, the punctuation skiplist): settings of its encode path, not of the modules poolgate runs
+PYLATE_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length", "attend_to_expansion_tokens",
+               "skiplist_words", "do_query_expansion")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class ModelSpec:
     pooler: PoolerConfig = PoolerConfig()  # the user's --pooler-config (task, calibration, default dims, ...)
     kind: str = "embed"  # embed | classify | token_classify (workers.load.convert, from --runner / --convert)
     gguf_file: str | None = None  # the GGUF file in ``path`` that holds config, tokenizer and weights
+    pylate: tuple[str, ...] = ()  # the PyLate ColBERT settings its config_sentence_transformers.json sets
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -159,4 +164,5 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         pooler=cfg.pooler,
         kind=kind,
         gguf_file=gguf[1] if gguf else None,
+        pylate=tuple(k for k in PYLATE_KEYS if k in (_read_json(path / "config_sentence_transformers.json") or {})),
     )

@@ -48,6 +48,11 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, weights: Tensors, toke
             raise ValueError(f"{spec.architecture}: its poolers serve {sorted(pooler.poolers)}, its registry "
                              f"entry says {sorted(special.tasks)} (a bug in poolgate)")
         return pooler
+    if spec.pylate:
+        raise ValueError(
+            f"{spec.path / 'config_sentence_transformers.json'}: a PyLate ColBERT folder ({', '.join(spec.pylate)}): "
+            "poolgate does not apply PyLate's query/document markers, [MASK] query expansion and punctuation "
+            "skiplist, so its token vectors would not be PyLate's; it is refused rather than served wrong")
     return _embed(src) if spec.kind == "embed" else _classify(src)
 
 
