@@ -2,7 +2,7 @@
 
 ``submit`` (on the event loop) checks the call, tokenizes it in a thread pool
 (``InputStage``) and queues one ``Sequence`` per input (per chunk, for an
-embed input cut by chunked processing: ``workers.chunking``), each carrying its
+embed input cut by chunked processing: ``workers.engine.chunking``), each carrying its
 call's priority, deadline and arrival, all at once into the bounded scheduler
 (a full queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the
 batch cut is the scheduler's policy object, by default ``fair``: priority lanes
@@ -93,7 +93,7 @@ class _Call:
 
 
 class CallTracer(Protocol):
-    """``workers.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
+    """``workers.engine.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
 
     def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
               steps: list[Step]) -> None: ...

@@ -37,7 +37,7 @@ class PreparedBatch:
 
 
 class PoolingRunner:
-    """One model on one backend in one dtype, built whole (see ``workers.build``)."""
+    """One model on one backend in one dtype, built whole (see ``workers.load.build``)."""
 
     def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype, pooler: DispatchPooler,
                  grouped: bool = False):

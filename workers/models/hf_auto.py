@@ -68,7 +68,7 @@ class HfAutoEncoder(nn.Module):
         check_supported(spec, trust_remote_code)
         if not spec.gguf_file:
             weight_files(spec.path, allow_pickle=allow_pickle)  # no pickle without the flag, named as for packed
-        # a GGUF file: transformers dequantizes it (workers.gguf); else safetensors unless pickles are allowed
+        # a GGUF file: transformers dequantizes it (workers.load.gguf); else safetensors unless pickles are allowed
         source = {"gguf_file": spec.gguf_file} if spec.gguf_file else {"use_safetensors": None if allow_pickle else True}
         self.model, info = AutoModel.from_pretrained(str(spec.path), torch_dtype=torch.float32,
                                                      trust_remote_code=trust_remote_code, output_loading_info=True,
