@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.limits import chunks_inputs
 from poolgate.shared.rows import Rows
-from poolgate.shared.wire import PoolingCall, PoolingResult, WindowedText
+from poolgate.shared.wire import LateChunkText, PoolingCall, PoolingResult, WindowedText
 from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from poolgate.workers.engine.inputs import InputStage
@@ -226,9 +226,10 @@ class Engine:
 
     async def _encode(self, call: PoolingCall) -> Encoded:
         """The call's tokens from the tokenizer pool; a call of many inputs in slices of TOKENIZE_SLICE,
-        one after the other, so other calls' tokenizing runs between them (windowed documents: at once)."""
+        one after the other, so other calls' tokenizing runs between them (windowed and late-chunked documents,
+        whose plans span the call: at once)."""
         inputs = call.inputs
-        if len(inputs) <= TOKENIZE_SLICE or any(isinstance(x, WindowedText) for x in inputs):
+        if len(inputs) <= TOKENIZE_SLICE or any(isinstance(x, (WindowedText, LateChunkText)) for x in inputs):
             return await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
         ids, types = [], []
         for at in range(0, len(inputs), TOKENIZE_SLICE):
