@@ -8,6 +8,7 @@ from poolgate.gateway import serve
 from poolgate.gateway.bench import arch as bench_arch
 from poolgate.gateway.bench import cli as bench
 from poolgate.gateway.bench import rerank as bench_rerank
+from poolgate.gateway.bench import runner as bench_runner
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
 from poolgate.workers.tools import inspect_cli as inspect
@@ -23,6 +24,7 @@ COMMANDS = {
                        "transformers) on a fixed probe set, per task and dtype; exit 1 below the threshold"),
     "bench-rerank": (bench_rerank, "latency of reranking one query against N documents on a running server"),
     "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
+    "bench-runner": (bench_runner, "one model's runner alone (forward + pooling on packed batches), in-process"),
 }
 
 

@@ -46,6 +46,16 @@ def synthetic_corpus(num_texts: int = 4096, seed: int = 0) -> list[str]:
     return [" ".join(words[picks[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def fixed_length_corpus(num_texts: int, words: int, seed: int = 0) -> list[str]:
+    """``num_texts`` different texts of exactly ``words`` vocabulary words each (``words + 2`` BERT tokens with
+    [CLS]/[SEP]): single-request latency runs, where no two requests may be the same text."""
+    if num_texts < 1 or words < 1:
+        raise ValueError("num_texts and words must be at least 1")
+    vocab = np.asarray(vocabulary())
+    picks = np.random.default_rng([seed, 2]).integers(0, len(vocab), size=(num_texts, words))
+    return [" ".join(vocab[row]) for row in picks]
+
+
 def read_corpus(path: str | Path) -> list[str]:
     """Non-empty lines of a UTF-8 file, stripped; raises if there are none."""
     texts = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]

@@ -1,5 +1,9 @@
 """``poolgate bench-arch``: packed vs transformers-fallback throughput of one model shape, in-process.
 
+With ``--write-to DIR`` it instead writes the shape as a servable random-weight
+folder (``workers.tools.shape_folder``: the checkpoint plus the bundled
+tokenizer) for ``poolgate serve DIR`` and ``poolgate bench``, and exits.
+
 No server: ``workers.tools.bench_arch`` builds a random-weight checkpoint of the
 named shape, runs the synthetic corpus through poolgate's packed family and
 through transformers' AutoModel on the same batches, and this module prints
@@ -31,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sorted", action="store_true",
                         help="length-sort the corpus first (the padded fallback's best case)")
     parser.add_argument("--num-threads", type=positive_int, default=None, help="torch threads (default: cores)")
+    parser.add_argument("--write-to", default=None, metavar="DIR",
+                        help="write the shape as a servable random-weight model folder (with the bundled tokenizer) "
+                             "for poolgate serve / poolgate bench, and exit")
 
 
 def format_report(r: dict) -> str:
@@ -45,6 +52,22 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
+def write_folder(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from poolgate.workers.tools.shape_folder import write_shape
+
+    try:
+        architecture = write_shape(Path(args.write_to), args.family, args.shape, seed=args.seed,
+                                   max_model_len=args.max_model_len)
+    except ValueError as exc:
+        print(f"poolgate bench-arch: cannot write {args.family}/{args.shape}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"folder": args.write_to, "family": args.family, "shape": args.shape,
+                      "architecture": architecture}), flush=True)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from poolgate.workers.tools.bench_arch import BenchConfig, run, shape_config
 
@@ -53,6 +76,8 @@ def main(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"poolgate bench-arch: {exc.args[0]}", file=sys.stderr)
         return 2
+    if args.write_to is not None:
+        return write_folder(args)
     cfg = BenchConfig(family=args.family, shape=args.shape, dtype=args.dtype, num_texts=args.num_texts,
                       seed=args.seed, max_len=args.max_model_len, batch_tokens=args.max_batch_tokens,
                       sort=args.sorted, num_threads=args.num_threads)

@@ -6,7 +6,10 @@ request succeeded, 1 when any failed, 2 when the run could not start.
 With ``--kill-worker-after S --gateway-pid PID`` one worker of that gateway is
 SIGKILLed S seconds into the run and the recovery timed (``bench.failover``).
 With ``--model A --model B`` each model is loaded alone, then all at once, and
-their tokens/s compared (``bench.mixed``).
+their tokens/s compared (``bench.mixed``). ``--latency`` sends one request at a
+time with one input of ``--latency-tokens`` tokens (a different text each time):
+the single-request latency percentiles. ``--gateway-only`` measures the gateway
+alone against a zero-cost worker it starts itself (``bench.gateway_only``).
 """
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from pathlib import Path
 
 import aiohttp
 
-from poolgate.shared.corpus import read_corpus, synthetic_corpus
+from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
+from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
@@ -50,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not send truncate_prompt_tokens=-1 (over-long inputs then get 400)")
     parser.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
+    mode = parser.add_argument_group("modes")
+    mode.add_argument("--latency", action="store_true",
+                      help="single-request latency: one request in flight, one input of --latency-tokens tokens each")
+    mode.add_argument("--latency-tokens", type=_positive_int, default=16,
+                      help="tokens per --latency input, [CLS]/[SEP] included (one synthetic word is one token)")
+    mode.add_argument("--gateway-only", action="store_true",
+                      help="start a gateway and a zero-cost worker on 127.0.0.1 and measure the gateway alone "
+                           "(1 and 32 inputs per request, float and base64); --url and --model are not used")
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
     kill.add_argument("--kill-worker-after", type=float, default=None, metavar="SECONDS",
                       help="SIGKILL one worker of --gateway-pid this long into the run and time the recovery")
@@ -66,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
+    if args.latency:
+        words = max(args.latency_tokens - 2, 1)
+        return fixed_length_corpus(args.num_texts, words, args.seed), f"{words} words per text, seed={args.seed}"
     if args.corpus:
         return read_corpus(args.corpus), args.corpus
     return synthetic_corpus(args.num_texts, args.seed), f"synthetic seed={args.seed}"
@@ -73,8 +88,8 @@ def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
 
 def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
     return LoadConfig(
-        url=args.url.rstrip("/"), model=model, api_key=args.api_key, batch_size=args.batch_size,
-        concurrency=args.concurrency, encoding_format=args.encoding_format,
+        url=args.url.rstrip("/"), model=model, api_key=args.api_key, batch_size=1 if args.latency else args.batch_size,
+        concurrency=1 if args.latency else args.concurrency, encoding_format=args.encoding_format,
         warmup=max(args.warmup, 0), passes=args.passes, duration_s=args.duration,
         timeout_s=args.timeout, truncate=args.truncate,
     )
@@ -112,7 +127,30 @@ def mixed_main(args: argparse.Namespace, texts: list[str], corpus: str, models: 
     return 0 if report["errors"] == 0 else 1
 
 
+def _emit(report: dict, table: str, args: argparse.Namespace) -> int:
+    """The table, then the report as one JSON line (and to ``--json``); the exit code by its errors."""
+    print(table)
+    line = to_json(report)
+    print(line, flush=True)
+    if args.json:
+        Path(args.json).write_text(line + "\n", encoding="utf-8")
+    return 0 if report["errors"] == 0 else 1
+
+
+def gateway_only_main(args: argparse.Namespace) -> int:
+    texts, _ = load_texts(args)
+    print(f"poolgate bench --gateway-only: {len(texts):,} texts, zero-cost worker", file=sys.stderr)
+    try:
+        report = run_gateway_only(load_config(args, "null"), texts)
+    except (OSError, RuntimeError) as exc:
+        print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return _emit(report, format_gateway_only(report), args)
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.gateway_only:
+        return gateway_only_main(args)
     try:
         texts, corpus = load_texts(args)
         kill_plan(args)
@@ -133,6 +171,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         result, failover = asyncio.run(run_with_kill(run_load(cfg, texts), plan))
     report = summarize(result, cfg, corpus=corpus, num_texts=len(texts))
+    report["mode"] = "latency" if args.latency else "throughput"
     if failover is not None:
         report["failover"] = failover
     if args.compare_sentence_transformers:

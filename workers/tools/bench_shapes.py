@@ -23,6 +23,8 @@ SHAPES: dict[str, dict[str, dict]] = {
     "bert": {
         "base": dict(model_type="bert", architecture="BertModel", hidden_size=768, num_hidden_layers=12,
                      num_attention_heads=12, intermediate_size=3072, vocab_size=30522),
+        "tiny": dict(model_type="bert", architecture="BertModel", hidden_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, intermediate_size=128, vocab_size=30522),
     },
     "gte": {
         "base": dict(model_type="gte", architecture="GteModel", hidden_size=768, num_hidden_layers=12,

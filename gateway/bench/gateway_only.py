@@ -1,0 +1,97 @@
+"""``poolgate bench --gateway-only``: the gateway's own ceiling, against a worker whose model costs nothing.
+
+Starts, on 127.0.0.1, one ``poolgate worker`` serving the zero-cost model
+(``poolgate.workers.tools.null_model``: whitespace ids, a constant vector; named to
+the worker by its factory string, so this client imports nothing of the worker)
+and one ``poolgate serve --worker-url`` in front of it, then runs the HTTP load
+at 1 and at 32 inputs per request, in float and in base64, and stops both. What
+is left is HTTP, JSON, the dialect, routing, admission, the transport and the
+response encoding: requests/s and inputs/s per gateway process.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from typing import Iterator
+
+from poolgate.gateway.bench.load import LoadConfig, run_load
+from poolgate.gateway.bench.report import summarize
+
+NULL_FACTORY = "poolgate.workers.tools.null_model:load"
+MODEL = "null"
+SHAPES = ((1, "float"), (1, "base64"), (32, "float"), (32, "base64"))  # (inputs per request, encoding)
+READY_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "poolgate.gateway.cli", *args]
+
+
+def _wait_ready(url: str, procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("the zero-cost worker or its gateway exited before it was ready")
+        with contextlib.suppress(OSError, urllib.error.URLError):
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} was not ready within {READY_TIMEOUT_S:.0f} s")
+
+
+@contextlib.contextmanager
+def null_gateway() -> Iterator[str]:
+    """A gateway on a free port in front of one zero-cost worker; yields its base URL."""
+    worker_port, http_port = free_port(), free_port()
+    procs = [subprocess.Popen(_cli("worker", "--served-model-name", MODEL, "--listen", f"tcp://127.0.0.1:{worker_port}",
+                                   "--runner-factory", NULL_FACTORY), stderr=subprocess.DEVNULL)]
+    procs.append(subprocess.Popen(_cli("serve", "--host", "127.0.0.1", "--port", str(http_port),
+                                       "--worker-url", f"tcp://127.0.0.1:{worker_port}"), stderr=subprocess.DEVNULL))
+    url = f"http://127.0.0.1:{http_port}"
+    try:
+        _wait_ready(url, procs)
+        yield url
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def run_gateway_only(base: LoadConfig, texts: list[str]) -> dict:
+    """Every (batch size, encoding) of ``SHAPES`` against one zero-cost worker: the report."""
+    runs = []
+    with null_gateway() as url:
+        for batch, encoding in SHAPES:
+            cfg = replace(base, url=url, model=MODEL, batch_size=batch, encoding_format=encoding)
+            result = asyncio.run(run_load(cfg, texts))
+            runs.append(summarize(result, cfg, corpus="synthetic", num_texts=len(texts)))
+    return {"mode": "gateway-only", "concurrency": base.concurrency, "texts": len(texts), "runs": runs,
+            "errors": sum(r["errors"] for r in runs)}
+
+
+def format_gateway_only(report: dict) -> str:
+    lines = [f"poolgate bench --gateway-only: zero-cost worker, {report['texts']:,} texts, "
+             f"concurrency {report['concurrency']}",
+             f"  {'inputs/request':>14}  {'encoding':>8}  {'requests/s':>12}  {'inputs/s':>12}  {'p50 ms':>8}  errors"]
+    for r in report["runs"]:
+        lines.append(f"  {r['batch_size']:>14}  {r['encoding_format']:>8}  {r['requests_per_s']:>12,.1f}  "
+                     f"{r['inputs_per_s']:>12,.1f}  {r['latency_ms']['p50'] or 0:>8.2f}  {r['errors']}")
+    return "\n".join(lines)

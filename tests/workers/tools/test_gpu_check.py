@@ -1,0 +1,34 @@
+"""The GPU check's dry run (CI): ``.ci/gpu-check OUT --dry-run`` runs every step on the CPU with tiny shapes
+from the working tree (the shim the bare GPU machine uses) and writes every row of the table as JSON."""
+import json
+import subprocess
+from pathlib import Path
+
+from poolgate.workers.tools.gpu_check import TARGETS, rows
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_dry_run_writes_every_row(tmp_path):
+    out = tmp_path / "gpu.json"
+    done = subprocess.run([str(ROOT / ".ci" / "gpu-check"), str(out), "--dry-run"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["dry_run"] is True and result["backend"] == "cpu"
+    assert [r["row"] for r in result["rows"]] == list(TARGETS)
+    for row in result["rows"]:
+        assert isinstance(row["measured"], (int, float)) and row["measured"] > 0, row
+        assert row["command"] and row["met"] in (True, False)
+    http = result["steps"]["bert"]["http"]["report"]
+    assert http["errors"] == 0 and http["sentence_transformers"]["device"] == "cpu"
+    latency = result["steps"]["bert"]["latency"]["report"]
+    assert latency["mode"] == "latency" and latency["batch_size"] == 1 and latency["concurrency"] == 1
+    assert latency["prompt_tokens"] == 16 * latency["requests"]  # 14 one-token words + [CLS]/[SEP]
+
+
+def test_rows_say_when_a_step_gave_no_figure():
+    table = rows({"bert": {"http": {"rc": 1, "report": None, "command": "poolgate bench ..."}}})
+    assert all(r["measured"] is None and r["met"] is None for r in table)
+    met = rows({"bert": {"latency": {"rc": 0, "command": "c", "report": {"latency_ms": {"p50": 2.5}}}}})
+    assert next(r for r in met if r["row"] == "bert_latency_p50")["met"] is True  # a latency target is a maximum

@@ -1,0 +1,74 @@
+"""The runner alone, in-process: a model folder's forward + pooling on packed token-budget batches, no HTTP.
+
+The synthetic corpus (``shared.corpus``) is tokenized by the model's own
+tokenizer and cut into FIFO batches of the token budget, as the scheduler cuts
+them under load; after one untimed warm-up pass over the first batch, every
+batch is prepared up front and ``execute`` (forward, pooling, copy back) is
+timed over all of them, then ``prepare`` + ``execute`` together, one batch
+after the other (what one engine thread pair does without overlap). A JSON-able
+report: tokens/s of each, the backend, dtype, attention and device.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.corpus import synthetic_corpus
+from poolgate.shared.params import PoolingParams
+from poolgate.workers.engine.sequence import Sequence
+from poolgate.workers.load.build import load_model
+
+
+@dataclass(frozen=True)
+class RunnerBench:
+    model_path: str
+    backend: str = "auto"
+    dtype: str = "auto"
+    num_texts: int = 2048
+    seed: int = 0
+    max_batch_tokens: int | None = None
+    max_model_len: int | None = None
+    passes: int = 1
+
+
+def _batches(ids: list[list[int]], budget: int) -> list[list[list[int]]]:
+    out, current, used = [], [], 0
+    for s in ids:
+        if current and used + len(s) > budget:
+            out.append(current)
+            current, used = [], 0
+        current.append(s)
+        used += len(s)
+    return out + ([current] if current else [])
+
+
+def run_runner_bench(cfg: RunnerBench) -> dict:
+    model = load_model(WorkerConfig(model_path=cfg.model_path, served_model_name="bench", backend=cfg.backend,
+                                    dtype=cfg.dtype, max_batch_tokens=cfg.max_batch_tokens,
+                                    max_model_len=cfg.max_model_len))
+    runner, info = model.runner, model.info
+    params = PoolingParams(task=info.tasks[0])
+    ids = model.encoder.encode(synthetic_corpus(cfg.num_texts, cfg.seed), max_tokens=info.max_model_len)
+    work = [[Sequence(s, params) for s in b] for b in _batches(ids, model.max_batch_tokens)] * cfg.passes
+    tokens = sum(len(s) for s in ids) * cfg.passes
+    runner.execute(runner.prepare(work[0]))  # warm-up (kernel choice, caches)
+    prepared = [runner.prepare(b) for b in work]
+    runner.backend.synchronize()
+    start = time.perf_counter()
+    for p in prepared:
+        runner.execute(p)  # copies results to the host, so the device is done when it returns
+    execute_s = time.perf_counter() - start
+    del prepared
+    start = time.perf_counter()
+    for b in work:
+        runner.execute(runner.prepare(b))
+    both_s = time.perf_counter() - start
+    return {
+        "model_path": cfg.model_path, "architecture": info.architecture, "backend": info.backend,
+        "device": info.device, "device_name": info.device_name, "dtype": info.dtype, "attention": info.attention,
+        "texts": len(ids), "passes": cfg.passes, "tokens": tokens, "batches": len(work),
+        "max_batch_tokens": model.max_batch_tokens, "execute_s": round(execute_s, 4),
+        "execute_tokens_per_s": round(tokens / execute_s, 1), "prepare_execute_s": round(both_s, 4),
+        "tokens_per_s": round(tokens / both_s, 1),
+    }
