@@ -80,6 +80,18 @@ def test_cohere_sdk_search_query_on_a_model_without_prompts_is_the_plain_vector(
     assert np.array_equal(np.float32(resp.embeddings.float_), floats)
 
 
+def test_cohere_v1_sdk_reranks_a_long_document_in_chunks(url):
+    co = cohere.Client(api_key="x", base_url=url)
+    answer = "Photosynthesis turns sunlight, water and carbon dioxide into sugar."
+    long = "The weather was mild and the market was busy that morning. " * 60 + answer  # ~780 tokens
+    query = "How do plants make food?"
+    with pytest.raises(cohere.BadRequestError):  # over the model's 256 tokens: vLLM's 400 without chunks
+        co.rerank(model=MODEL, query=query, documents=[long])
+    chunked = co.rerank(model=MODEL, query=query, documents=[long], max_chunks_per_doc=10).results[0]
+    head = co.rerank(model=MODEL, query=query, documents=[long[:1000]]).results[0]  # what truncation would read
+    assert chunked.index == 0 and chunked.relevance_score > head.relevance_score + 0.1  # the answer's window counts
+
+
 def test_cohere_sdk_errors_carry_the_message(url):
     co = cohere.ClientV2(api_key="x", base_url=url)
     with pytest.raises(cohere.BadRequestError) as info:
