@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from FILE")
     p.add_argument("--model-root", action="append", default=[], metavar="DIR",
                    help="a folder the admin API may load models from (repeatable; none: no loading)")
+    p.add_argument("--io-processor-plugin", default=None, metavar="NAME",
+                   help="serve /pooling requests whose body has 'data' through this installed IO-processor plugin "
+                        "(entry point group poolgate.io_processor_plugins)")
     p.add_argument("--workers", type=positive_int, default=1, help="local worker processes for the model")
     p.add_argument("--transport", choices=("unix", "tcp"), default="unix", help="gateway<->local worker transport")
     p.add_argument("--worker-url", action="append", default=[],

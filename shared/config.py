@@ -120,6 +120,7 @@ class GatewayConfig:
     transport: Literal["unix", "tcp"] = "unix"
     pools: tuple[PoolConfig, ...] = ()  # every served model's pools, in config order
     model_roots: tuple[str, ...] = ()  # folders the admin API may load models from; () = no loading
+    io_processor_plugin: str | None = None  # --io-processor-plugin: /pooling's plugin (gateway.dialects.io_processor)
     startup_timeout_s: float = 600.0
     max_request_bytes: int = 32 * 1024 * 1024
     max_inputs_per_request: int = 2048  # OpenAI's documented limit

@@ -91,6 +91,19 @@ def api_key(settings: argparse.Namespace) -> str | None:
     return key
 
 
+def plugin_name(settings: argparse.Namespace) -> str | None:
+    """``--io-processor-plugin``, checked against the installed plugins (``gateway.dialects.io_processor``)."""
+    name = getattr(settings, "io_processor_plugin", None)
+    if name is not None:
+        from poolgate.gateway.dialects.io_processor import load_plugin  # the route's own loader, imported late
+
+        try:
+            load_plugin(name)
+        except ValueError as exc:
+            raise SettingError(("io_processor_plugin",), str(exc)) from None
+    return name
+
+
 def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tracing: TracingConfig | None,
                  environ: Mapping[str, str]) -> GatewayConfig:
     """The GatewayConfig of the serve ``settings`` (a Namespace of the serve flags' dests) and ``pools``."""
@@ -107,7 +120,7 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
             raise SettingError(("model_roots",), f"model root {root} is not a folder")
     return GatewayConfig(
         host=settings.host, port=settings.port, api_key=api_key(settings), auto_truncate=settings.auto_truncate,
-        transport=settings.transport, pools=pools, model_roots=roots,
+        transport=settings.transport, pools=pools, model_roots=roots, io_processor_plugin=plugin_name(settings),
         startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
         max_request_bytes=settings.max_request_bytes, max_chars_per_input=settings.max_chars_per_input,
         max_documents_per_rerank=settings.max_documents_per_rerank,

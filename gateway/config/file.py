@@ -133,6 +133,7 @@ class FileSettings(Table):
     api_key: str | None = None
     api_key_file: str | None = None
     model_roots: list[str] | None = None
+    io_processor_plugin: str | None = None
     transport: Literal["unix", "tcp"] | None = None
     startup_timeout: Seconds | None = None
     max_inputs_per_request: Positive | None = None

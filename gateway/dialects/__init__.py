@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import (cohere, invocations, openai, rerank, tei, tei_scores, tei_tokens,
-                                       vllm_classify, vllm_pooling, vllm_score, vllm_tokenize)
+from poolgate.gateway.dialects import (cohere, invocations, io_processor, openai, rerank, tei, tei_scores,
+                                       tei_tokens, vllm_classify, vllm_pooling, vllm_score, vllm_tokenize)
 from poolgate.gateway.dialects.route import Route, mount, shared
 
 DIALECTS: dict[str, tuple[Route, ...]] = {
@@ -38,6 +38,7 @@ DIALECTS: dict[str, tuple[Route, ...]] = {
     "cohere": cohere.ROUTES,
     "vllm_classify": vllm_classify.ROUTES,
     "vllm_pooling": vllm_pooling.ROUTES,
+    "io_processor": io_processor.ROUTES,  # /pooling bodies with "data": the installed plugin's
     "vllm_score": vllm_score.ROUTES,
     "rerank": rerank.ROUTES,
     "vllm_tokenize": vllm_tokenize.ROUTES,

@@ -96,7 +96,8 @@ def shared(routes: list[Route]) -> Route:
     ordered = (*(r for r in routes if r.shape is not None), defaults[0])
     summary = " | ".join(r.summary for r in ordered) + " (the body's shape picks which)"
     return Route(first.method, first.path, defaults[0].handler, errors=defaults[0].errors, summary=summary,
-                 public=first.public, recorded=first.recorded, alternatives=ordered)
+                 response_model=defaults[0].response_model, public=first.public, recorded=first.recorded,
+                 alternatives=ordered)
 
 
 def pick(route: Route, raw: object) -> Route:

@@ -24,10 +24,11 @@ from pydantic import BaseModel
 
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response
+from poolgate.gateway.dialects.io_processor import NO_PLUGIN
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
-from poolgate.gateway.http.state import RECORD, ROUTER
+from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.params import PoolingParams
@@ -67,6 +68,8 @@ def pooling_task(info: ModelInfo, requested: str | None) -> str:
 
     A worker lists its tasks active first (the pooler config's task, else vLLM's order)."""
     task = requested or (info.tasks[0] if info.tasks else None)
+    if task == "plugin":  # vLLM's plugin task: a "data" body for the plugin (gateway.dialects.io_processor)
+        raise InvalidRequest(NO_PLUGIN, param="task")
     if task not in info.tasks:
         raise InvalidRequest(unsupported_task(info, task), param="task")  # vLLM: a ValueError, so 400
     if task not in RAW_TASKS:
@@ -97,6 +100,8 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
+    if req.task == "plugin" and request.app[CONFIG].io_processor_plugin is not None:
+        raise InvalidRequest("task 'plugin': send the plugin's request as \"data\", without \"input\"", param="task")
     call = to_request(req, info)
     served = await serve(request, call)
     created = int(time.time())
