@@ -49,3 +49,15 @@ def test_a_query_that_leaves_no_room_is_a_400(encoder):
     doc = WindowedText(TEXT, 3, query="one two three four five six")
     with pytest.raises(InvalidRequest, match="leaves no room for a document window"):
         stage.encode(PoolingCall("r", "m", [doc], PoolingParams(task="classify")))
+
+
+def test_a_score_templates_prompt_leaves_room_for_each_window():
+    encoder = TextEncoder(bundled_model_path(), score_template="bge_reranker_gemma")
+    stage = InputStage(replace(fake_model().info, max_model_len=96, tasks=("classify",)), encoder)
+    query = "which words are long?"
+    room = encoder.room(query, None, 0)
+    assert room == len(encoder.tokenizer(encoder.score_template(query, "", None))["input_ids"])
+    encoded = stage.encode(PoolingCall("r", "m", [WindowedText(TEXT, 20, 4, query=query)], PoolingParams(task="classify")))
+    assert encoded.windows.counts[0] > 2 and all(len(ids) <= 96 for ids in encoded.ids)
+    for (a, b), ids in zip(encoded.windows.spans, encoded.ids):  # each window read as the template's prompt
+        assert ids == encoder.tokenizer(encoder.score_template(query, TEXT[a:b], None))["input_ids"]
