@@ -6,7 +6,9 @@
   a cross-encoder does. Each input answers every label as ``{score, label}``,
   highest first (a single input: one list; a batch: a list of lists);
   ``raw_scores`` true gives the logits instead of the model's activation.
-  Labels are the model's ``id2label``, else ``LABEL_i``.
+  Labels are the model's ``id2label``, else ``LABEL_i``. ``parameters``
+  (``huggingface_hub``'s ``text_classification`` sends it): ``top_k`` keeps
+  the best k labels, ``function_to_apply: "none"`` gives the logits.
 - ``/rerank`` ``{query, texts, truncate, truncation_direction, raw_scores,
   return_text}`` → ``[{index, score, text?}]``, highest first. vLLM's
   ``/rerank`` has the path too (``{query, documents}``): a body with ``texts``
@@ -15,9 +17,11 @@
 """
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import numpy as np
 from aiohttp import web
-from pydantic import BaseModel, RootModel, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictStr, field_validator
 
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.pairs import ScoringBody, score_pairs
@@ -31,9 +35,19 @@ from poolgate.shared.wire import ModelInfo, TextPair
 Sequence = list[StrictStr]  # [text] or [text, text_pair]
 
 
+class PredictParameters(BaseModel):
+    """What ``InferenceClient.text_classification`` adds: ``top_k`` cuts the labels; ``function_to_apply``
+    can only be ``none`` (the logits, as ``raw_scores``): the model's own activation is the other choice."""
+
+    model_config = ConfigDict(extra="forbid")
+    function_to_apply: Literal["none"] | None = None
+    top_k: Annotated[int, Field(ge=1)] | None = None
+
+
 class PredictRequest(TeiBody):
     inputs: StrictStr | Sequence | list[Sequence]
     raw_scores: bool = False
+    parameters: PredictParameters | None = None
 
     @field_validator("inputs")
     @classmethod
@@ -86,10 +100,13 @@ def predictions(scores: np.ndarray, labels: list[str]) -> list[dict]:
 
 async def predict(request: web.Request, req: PredictRequest) -> web.Response:
     inputs, is_batch = req.batch()
-    params = req.params("classify", use_activation=False if req.raw_scores else None)
+    options = req.parameters or PredictParameters()
+    raw = req.raw_scores or options.function_to_apply == "none"
+    params = req.params("classify", use_activation=False if raw else None)
     served = await serve(request, ServeRequest(model=req.model, inputs=inputs, params=params))
     rows, labels = served.result.outputs, labels_of(served.info)
-    answers = [predictions(rows.item(i).astype(np.float32).reshape(-1), labels) for i in range(len(rows))]
+    answers = [predictions(rows.item(i).astype(np.float32).reshape(-1), labels)[:options.top_k]
+               for i in range(len(rows))]
     return web.Response(body=dumps(answers if is_batch else answers[0]), content_type="application/json")
 
 

@@ -192,3 +192,19 @@ async def test_decode_skips_special_tokens_by_default(gateway):
     assert kept == [f"[CLS] {words} [SEP]", words.split()[0]]
     vllm = await ok(await client.post("/detokenize", json={"tokens": ids}))
     assert vllm == {"prompt": f"[CLS] {words} [SEP]"}  # vLLM's /detokenize keeps them, as before
+
+
+async def test_predict_parameters_top_k_and_logits(gateway):
+    """The ``parameters`` huggingface_hub's text_classification sends: top_k, function_to_apply none."""
+    client = await gateway(models=[classifier(labels=LABELS)])
+    probs = expected_output("hello world", "classify", num_labels=3)
+    best = np.argsort(-probs, kind="stable")
+    top = await ok(await client.post("/", json={"inputs": "hello world", "parameters": {"top_k": 2}}))
+    assert [p["label"] for p in top] == [LABELS[i] for i in best[:2]]
+    assert np.float32([p["score"] for p in top]).tolist() == probs[best[:2]].tolist()
+    logits = await ok(await client.post("/predict", json={"inputs": "hello world",
+                                                          "parameters": {"function_to_apply": "none"}}))
+    raw = await ok(await client.post("/predict", json={"inputs": "hello world", "raw_scores": True}))
+    assert logits == raw
+    resp = await client.post("/predict", json={"inputs": "x", "parameters": {"function_to_apply": "softmax"}})
+    assert resp.status == 400 and "function_to_apply" in (await resp.json())["error"]
