@@ -153,6 +153,8 @@ async def _late_chunked(request: web.Request, req: EmbeddingRequest, info: Model
                              param="late_chunking")
     if req.dimensions is not None:
         raise InvalidRequest("dimensions does not apply to late chunking", param="dimensions")
+    if req.input_type is not None or req.prompt_name is not None:  # a prefix would move every boundary
+        raise InvalidRequest("input_type and prompt_name do not combine with late chunking", param="input_type")
     served = await serve(request, late.late_request(to_request(req, "embed", info), req.chunk_boundaries,
                                                      req.chunk_size))
     body = late.to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,

@@ -100,6 +100,7 @@ async def test_chunk_size_chunks_every_document(gateway, minilm):
     ({"chunk_size": 4, "chunk_boundaries": [0]}, "not both"),
     ({"late_chunking": False, "chunk_size": 4}, "need late_chunking: true"),
     ({"dimensions": 8}, "dimensions does not apply"),
+    ({"input_type": "search_query"}, "do not combine with late chunking"),
 ])
 async def test_bad_late_chunking_requests_are_400s(gateway, minilm, body, message):
     model, _ = minilm
