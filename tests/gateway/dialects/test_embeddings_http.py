@@ -9,7 +9,7 @@ import pytest
 
 from poolgate.gateway.dialects.envelope import usage
 from poolgate.shared.config import GatewayConfig
-from tests.fakes import expected_vector, fake_model, fake_vector
+from tests.fakes import expected_vector, fake_model, fake_vector, fake_word_id
 
 LONG = " ".join(["word"] * 40)  # 42 tokens > the fake's max_model_len of 32
 
@@ -176,6 +176,6 @@ async def test_add_special_tokens_false_leaves_them_out(gateway):
     body = await (await post(client, {"input": "a b c", "add_special_tokens": False})).json()
     assert body["usage"]["prompt_tokens"] == 3
     assert np.float32(body["data"][0]["embedding"]).tolist() == \
-        fake_vector([1000 + sum(w.encode()) % 20000 for w in "a b c".split()]).tolist()
+        fake_vector([fake_word_id(w) for w in "a b c".split()]).tolist()
     default = await (await post(client, {"input": "a b c"})).json()
     assert default["usage"]["prompt_tokens"] == 5
