@@ -18,11 +18,13 @@ class TextEncoder:
     """Wraps a fast tokenizer; ``do_lower_case`` lower-cases texts first (sentence-transformers)."""
 
     def __init__(self, path: Path, *, do_lower_case: bool = False, gguf_file: str | None = None,
-                 score_template: str | None = None):
+                 score_template: str | None = None, trust_remote_code: bool = False):
         from transformers import AutoTokenizer
 
         gguf = {"gguf_file": gguf_file} if gguf_file else {}  # the tokenizer stored in a GGUF file (workers.load.gguf)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True, **gguf)
+        # trust_remote_code said, never asked: transformers would prompt on stdin for a config with auto_map
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True, trust_remote_code=trust_remote_code,
+                                                       **gguf)
         if not self.tokenizer.is_fast:
             raise ValueError(f"{path} has no fast tokenizer (tokenizer.json)")
         from tokenizers import Tokenizer

@@ -150,7 +150,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     arch = architecture_for(spec)
     log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name, arch.implementation)
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file,
-                          score_template=template_for(spec.hf_config))
+                          score_template=template_for(spec.hf_config), trust_remote_code=cfg.trust_remote_code)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
     if not arch.packed:
         check_supported(spec, cfg.trust_remote_code)  # before looking for weights it could not run

@@ -65,3 +65,12 @@ def test_a_pooling_it_does_not_run_is_refused(tmp_path):
     _as_nemotron(tmp_path, "LlamaBidirectionalModel", pooling="weighted_avg")
     with pytest.raises(ValueError, match=r"pooling 'weighted_avg' is not one poolgate runs for llama_bidirec"):
         _load(tmp_path)
+
+
+def test_its_auto_map_is_never_asked_about_on_stdin(tmp_path, monkeypatch):
+    import builtins
+
+    save_tiny(tmp_path, "llama", "LlamaModel", is_causal=False)
+    _as_nemotron(tmp_path, "LlamaBidirectionalModel")
+    monkeypatch.setattr(builtins, "input", lambda *a, **k: pytest.fail("transformers asked about remote code"))
+    assert _load(tmp_path).info.tasks[0] == "embed"
