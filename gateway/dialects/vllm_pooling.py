@@ -13,14 +13,22 @@ row-major.
 Unlike vLLM 0.33, any task the model serves is answered, not only its active
 one (vLLM answers the others with 400 "Try switching the model's pooling_task
 via --pooler-config.task x."): a poolgate worker serves all its tasks, mixed
-in one batch, so there is nothing to switch.
+in one batch, so there is nothing to switch. ``pool_factor`` (poolgate's, for
+``token_embed``) pools each input's token vectors into about ``1/pool_factor``
+as many (PyLate's hierarchical pooling, ``shared.token_pooling``): fewer vectors
+to index per document, at a cost in MaxSim agreement.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+
+import numpy as np
 
 from aiohttp import web
-from pydantic import BaseModel
+from typing import Annotated
+
+from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response
@@ -32,7 +40,9 @@ from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.rows import Rows
 from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.token_pooling import pool_tokens
 from poolgate.shared.wire import ModelInfo
 
 # The tasks whose output /pooling returns as it is; the others need a vLLM IO-processor plugin.
@@ -44,6 +54,7 @@ class PoolingRequest(EncodedBody):
     """The body of ``POST /pooling``; unknown fields are allowed and ignored."""
 
     task: PoolingTask | None = None
+    pool_factor: Annotated[int, Field(ge=1)] | None = None  # poolgate: token_embed rows pooled (shared.token_pooling)
 
 
 class PoolingData(BaseModel):
@@ -88,6 +99,14 @@ def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
+def pooled(served: Served, pool_factor: int) -> Served:
+    """``served`` with each input's token vectors pooled by ``pool_factor`` (``shared.token_pooling``)."""
+    rows = served.result.outputs
+    items = [pool_tokens(rows.item(i), pool_factor) for i in range(len(rows))]
+    offsets = np.cumsum([0, *(len(x) for x in items)], dtype=np.int64)
+    return replace(served, result=replace(served.result, outputs=Rows(np.concatenate(items), offsets)))
+
+
 def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: str = "float32",
                 endianness: str = "native", created: int) -> dict:
     """vLLM's PoolingResponse; each input's array (one row, or its block of token rows) is one item."""
@@ -103,7 +122,12 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     if req.task == "plugin" and request.app[CONFIG].io_processor_plugin is not None:
         raise InvalidRequest("task 'plugin': send the plugin's request as \"data\", without \"input\"", param="task")
     call = to_request(req, info)
+    if req.pool_factor is not None and call.params.task != "token_embed":
+        raise InvalidRequest(f"pool_factor pools token_embed vectors; the task is {call.params.task!r}",
+                             param="pool_factor")
     served = await serve(request, call)
+    if req.pool_factor is not None:
+        served = pooled(served, req.pool_factor)
     created = int(time.time())
     if record is not None:
         record.response_id = f"pooling-{served.request_id}"
