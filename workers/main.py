@@ -30,6 +30,7 @@ from poolgate.shared.transport import parse_address
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.scheduler import POLICIES
 from poolgate.workers.engine.runner_api import LoadedModel
+from poolgate.workers.memory import bound_memory
 from poolgate.workers.server import bound_address, serve
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
     except (ValueError, TypeError, ImportError, AttributeError) as exc:
         log.error("bad worker arguments: %s", exc)
         return 2
+    bound_memory()  # before torch loads: workers.memory
     try:
         log.info("loading model %s from %s", cfg.served_model_name, cfg.model_path)
         model = factory(cfg)

@@ -1,0 +1,63 @@
+"""Keep the worker's resident memory flat under steady load: oneDNN's primitive cache and glibc's allocator.
+
+Every batch has its own token count, so on CPU every batch is a new matmul
+shape: oneDNN keeps a compiled primitive per shape (up to 1,024 by default),
+and glibc's allocator, with one arena per thread and a mmap threshold that
+grows after big frees, keeps the freed blocks of every size it has seen. A
+22M-parameter model's worker grew from ~480 MB to ~1.85 GB in 2.5 minutes of
+4 clients × 16 inputs. ``bound_memory`` (called at the worker's edge, before
+torch loads) bounds both:
+
+- ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` = ``PRIMITIVE_CACHE`` unless the
+  environment sets it (a primitive costs microseconds to recompile next to
+  a batch's milliseconds);
+- at most ``ARENAS`` malloc arenas (``mallopt(M_ARENA_MAX)``);
+- a daemon thread gives freed memory back to the kernel every
+  ``TRIM_EVERY_S`` seconds (``malloc_trim(0)``), off the batches' path.
+
+Measured with the bundled model under that load for 3 minutes: ~1.0 GB from
+the second minute on (990–1,045 MB), where it was 1.85 GB and still climbing.
+Off glibc (musl, macOS) only the cache bound applies.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+from typing import MutableMapping
+
+log = logging.getLogger("poolgate.worker.memory")
+
+PRIMITIVE_CACHE = 8
+ARENAS = 2
+TRIM_EVERY_S = 5.0
+M_ARENA_MAX = -8  # glibc's mallopt parameter number
+
+
+def bound_memory(environ: MutableMapping[str, str] = os.environ) -> threading.Event | None:
+    """Apply the bounds (module doc); returns the event that stops the trimming thread (None off glibc)."""
+    environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(PRIMITIVE_CACHE))
+    libc = _glibc()
+    if libc is None:
+        return None
+    libc.mallopt(M_ARENA_MAX, ARENAS)
+    stop = threading.Event()
+    threading.Thread(target=_trim_forever, args=(libc, stop), name="poolgate-trim", daemon=True).start()
+    return stop
+
+
+def _glibc():
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim.argtypes, libc.mallopt.argtypes = [ctypes.c_size_t], [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def _trim_forever(libc, stop: threading.Event) -> None:
+    while not stop.wait(TRIM_EVERY_S):
+        libc.malloc_trim(0)
