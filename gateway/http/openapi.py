@@ -8,6 +8,8 @@ when it has one, its dialect's error body, and whether it needs the API key
 """
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -64,6 +66,9 @@ def _one_of(schemas: list[dict]) -> dict:
 def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
     op: dict = {"operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
                 "summary": route.summary or route.path}
+    names = re.findall(r"{(\w+)}", route.path)
+    if names:
+        op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
     requests = [schemas[(p.request_model, "validation")] for p in parts if p.request_model is not None]
     if requests:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _one_of(requests)}}}

@@ -1,6 +1,8 @@
 """The route table: routes gated per request by the served models' tasks, error shape per route, /openapi.json."""
 from __future__ import annotations
 
+import re
+
 from openapi_spec_validator import validate
 
 from poolgate.gateway.dialects import DIALECTS, all_routes
@@ -114,6 +116,21 @@ def test_openapi_documents_every_route_and_its_error_shape():
         error = op["responses"]["4XX"]["content"]["application/json"]["schema"]
         refs = [e["$ref"] for e in error.get("oneOf", [error])]
         assert sorted(refs) == sorted({f"#/components/schemas/{p.errors.capitalize()}Error" for p in parts}), route.path
+
+
+def test_openapi_declares_the_path_parameters_of_templated_routes():
+    from poolgate.gateway.admin import ROUTES as ADMIN_ROUTES
+    from poolgate.gateway.http.docs import ROUTES as DOCS_ROUTES
+
+    routes = [*all_routes(), *OPS_ROUTES, *ADMIN_ROUTES, *DOCS_ROUTES]
+    doc = document(routes, [fake_model().info])
+    validate(doc)
+    templated = [r for r in routes if "{" in r.path]
+    assert {r.path for r in templated} >= {"/admin/models/{name}", "/docs/{name}"}
+    for route in templated:  # a client (a fuzzer, a generated SDK) can fill the template
+        op = doc["paths"][route.path][route.method.lower()]
+        declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path" and p["required"]}
+        assert declared == set(re.findall(r"{(\w+)}", route.path)), route.path
 
 
 def _all_refs_resolve(doc: dict) -> None:
