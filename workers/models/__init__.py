@@ -65,6 +65,8 @@ ARCHITECTURES: dict[str, Family] = {
     "NewModel": GTE,  # Alibaba-NLP gte-*-v1.5 / gte-multilingual (Hub remote code; transformers 5: GteModel)
     "NewForSequenceClassification": GTE,
     "NewForTokenClassification": GTE,
+    "GteNewModel": GTE,  # vLLM's names for gte-multilingual (--hf-overrides '{"architectures": [...]}')
+    "GteNewForSequenceClassification": GTE,
     "GteModel": GTE,
     "GteForSequenceClassification": GTE,
     "GteForTokenClassification": GTE,

@@ -8,15 +8,22 @@ Checked against transformers 5.24's ``modeling_gte`` (which loads the Hub's
 - each layer: ``x = attn_ln(x + o_proj(attention(rope(q), rope(k), v)))`` with fused
   ``qkv_proj`` (biased), then ``x = mlp_ln(x + down_proj(act(gate) * up))`` with
   ``up, gate = up_gate_proj(x).chunk(2)`` (no bias) and a biased ``down_proj``;
-- RoPE over the whole head from ``rope_theta`` / ``rope_parameters`` (``workers.models.positions``).
+- RoPE over the whole head from ``rope_theta`` / ``rope_parameters`` (``workers.models.positions``),
+  with the Hub code's NTK scaling (``rope_scaling: {"type": "ntk", "factor", "mixed_b"?}``:
+  gte-large-en-v1.5, gte-multilingual-base);
+- ``logn_attention_scale`` (Hub code only): each sequence's rotated queries times
+  ``ln(length) / ln(max_position_embeddings)``, at least 1 with ``logn_attention_clip1``.
 
-The same block serves NomicBERT (``workers.models.nomic_bert``) with its own
-names and biases, so the layer is written once here. Settings the Hub code has
-and transformers does not (``logn_attention_scale``, RMS norm, NTK rope
-scaling) are refused at load with the setting named, never approximated.
+vLLM's names ``GteNewModel`` / ``GteNewForSequenceClassification`` (what
+``--hf-overrides '{"architectures": [...]}'`` selects for gte-multilingual, whose
+config says ``NewForTokenClassification``) are this family. The same block serves
+NomicBERT (``workers.models.nomic_bert``) with its own names and biases, so the
+layer is written once here. Settings neither the Hub code's defaults nor this file
+run (RMS norm, absolute positions) are refused at load with the setting named.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,8 +39,7 @@ from poolgate.workers.engine.packing import PackedBatch
 ACTIVATIONS = {**BASE_ACTIVATIONS, "swiglu": F.silu}  # NomicBERT's name for a SiLU-gated MLP
 PREFIXES = ("new.", "gte.")
 HEAD_PREFIXES = ("pooler.", "classifier.", "lm_head.")
-UNSUPPORTED = {  # Hub NewModel settings transformers' GTE does not implement: key → the value we can run
-    "logn_attention_scale": False,
+UNSUPPORTED = {  # Hub NewModel settings this file does not implement: key → the value we can run
     "layer_norm_type": "layer_norm",
     "position_embedding_type": "rope",
 }
@@ -53,6 +59,8 @@ class GteConfig:
     qkv_bias: bool = True
     mlp_up_bias: bool = False
     mlp_down_bias: bool = True
+    logn_positions: int = 0  # logn_attention_scale: the max_position_embeddings it divides by; 0 = off
+    logn_clip1: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -62,8 +70,10 @@ class GteConfig:
     def from_hf(cls, hf: dict) -> "GteConfig":
         for key, runs in UNSUPPORTED.items():
             if hf.get(key, runs) != runs:
-                raise ValueError(f"GTE config sets {key}={hf[key]!r}; poolgate (like transformers) runs only "
-                                 f"{key}={runs!r}")
+                raise ValueError(f"GTE config sets {key}={hf[key]!r}; poolgate runs only {key}={runs!r}")
+        logn = bool(hf.get("logn_attention_scale", False))
+        if logn and not hf.get("max_position_embeddings"):
+            raise ValueError("GTE config sets logn_attention_scale without the max_position_embeddings it divides by")
         head_dim = hf["hidden_size"] // hf["num_attention_heads"]
         return cls(
             vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_hidden_layers=hf["num_hidden_layers"],
@@ -71,6 +81,8 @@ class GteConfig:
             layer_norm_eps=hf.get("layer_norm_eps", 1e-12), hidden_act=hf.get("hidden_act", "gelu"),
             type_vocab_size=int(hf.get("type_vocab_size", 1)),
             rope=RopeConfig.from_hf({"rope_theta": 160_000.0, **hf}, head_dim),
+            logn_positions=int(hf["max_position_embeddings"]) if logn else 0,
+            logn_clip1=bool(hf.get("logn_attention_clip1", False)),
         )
 
 
@@ -87,10 +99,15 @@ class GteLayer(nn.Module):
         self.mlp_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
         self.act = ACTIVATIONS[c.hidden_act]
 
-    def forward(self, x: torch.Tensor, batch: PackedBatch, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: PackedBatch, rope: tuple[torch.Tensor, torch.Tensor],
+                q_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """``q_scale``: (n, 1, 1) per-token factors on the rotated queries (logn attention), or None."""
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # (n, heads, dim)
-        a = self.attention(self.rope(q, *rope), self.rope(k, *rope), v, batch, scale=self.head_dim ** -0.5)
+        q = self.rope(q, *rope)
+        if q_scale is not None:
+            q = q * q_scale.to(q.dtype)
+        a = self.attention(q, self.rope(k, *rope), v, batch, scale=self.head_dim ** -0.5)
         x = self.attn_norm(x + self.attn_out(a.reshape(n, -1)))  # (n, hidden)
         up, gate = self.up_gate(x).chunk(2, dim=-1)  # 2 × (n, intermediate)
         return self.mlp_norm(x + self.down(self.act(gate) * up))  # (n, hidden)
@@ -119,9 +136,21 @@ class GteEncoder(nn.Module):
             x = x + (self.token_type.weight[0] if types is None else self.token_type(types))
         x = self.emb_norm(x)
         rope = self.rope.cos_sin(batch.positions)  # 2 × (n_tokens, 1, head_dim)
+        q_scale = self.logn_scale(batch)
         for layer in self.layers:
-            x = layer(x, batch, rope)
+            x = layer(x, batch, rope, q_scale)
         return x
+
+    def logn_scale(self, batch: PackedBatch) -> torch.Tensor | None:
+        """(n_tokens, 1, 1) ``ln(length) / ln(max_position_embeddings)`` of each token's sequence, or None."""
+        c = self.config
+        if not c.logn_positions:
+            return None
+        lengths = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).float()  # (batch,)
+        scale = lengths.log() / math.log(c.logn_positions)
+        if c.logn_clip1:
+            scale = scale.clamp(min=1.0)
+        return scale[batch.seg_ids][:, None, None]
 
     def load_weights(self, state: dict[str, torch.Tensor], source: str) -> None:
         load_mapped(self, state, self.names.for_model(self), source, ignore=self.names.head_prefixes)

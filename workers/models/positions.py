@@ -10,7 +10,8 @@ sequence, and each scheme turns that into what its family needs.
   bias, shared by every layer; ``for_length`` gives the ``RelativeBias`` the
   attention contract takes.
 - ``Rope``: rotary embeddings from the config's ``rope_theta`` and scaling
-  (default, linear, llama3, yarn), ``partial_rotary_factor`` and head_dim;
+  (default, linear, llama3, yarn, and the GTE Hub code's fixed or mixed ``ntk``),
+  ``partial_rotary_factor`` and head_dim;
   the ops bundle's ``rope`` (its torch reference: ``apply_rope``) applies them to packed
   q/k in the "rotate halves" layout transformers uses.
 """
@@ -165,7 +166,21 @@ def _yarn(inv: torch.Tensor, s: dict, c: RopeConfig) -> tuple[torch.Tensor, floa
     return inv / factor * (1 - extrapolate) + inv * extrapolate, float(attn)
 
 
-ROPE_TYPES = {"default": _default, "linear": _linear, "llama3": _llama3, "yarn": _yarn}
+def _ntk(inv: torch.Tensor, s: dict, c: RopeConfig) -> tuple[torch.Tensor, float]:
+    """NTK scaling as the GTE Hub code (``NTKScalingRotaryEmbedding``) and vLLM's ``ntk`` compute it, for any
+    ``factor > 1``: fixed, ``theta * factor`` and every frequency over ``factor ** (2 / dim)``; mixed (``mixed_b``),
+    frequency ``m = 1 .. dim / 2`` over ``exp(a * m ** b)`` with ``a = ln(factor) / (dim / 2) ** b``."""
+    factor, dim, b = float(s["factor"]), c.rotary_dim, s.get("mixed_b")
+    if factor <= 1:
+        return inv, 1.0
+    if b is None:
+        exponents = torch.arange(0, dim, 2, dtype=torch.float32) / dim
+        return 1.0 / (c.theta * factor) ** exponents / factor ** (2 / dim), 1.0
+    a = math.log(factor) / (dim / 2) ** float(b)
+    return inv / torch.exp(a * torch.arange(1, dim // 2 + 1, dtype=torch.float32) ** float(b)), 1.0
+
+
+ROPE_TYPES = {"default": _default, "linear": _linear, "llama3": _llama3, "yarn": _yarn, "ntk": _ntk}
 
 
 class Rope(nn.Module):

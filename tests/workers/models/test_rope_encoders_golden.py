@@ -166,11 +166,12 @@ def test_missing_tensor_names_file_and_tensor(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"logn_attention_scale": True}, "logn_attention_scale"),
-    ({"rope_scaling": {"type": "ntk", "factor": 2.0}}, "ntk"),  # gte-large-en-v1.5, gte-multilingual-base
+    ({"layer_norm_type": "rms_norm"}, "layer_norm_type"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "dynamic"),
 ])
-def test_gte_settings_transformers_cannot_run_are_refused(tmp_path, change, message):
-    """Hub NewModel configs (rope_theta + rope_scaling, no rope_parameters) with settings we cannot run."""
+def test_gte_settings_it_cannot_run_are_refused(tmp_path, change, message):
+    """Hub NewModel configs (rope_theta + rope_scaling, no rope_parameters) with settings we cannot run
+    (NTK scaling and logn_attention_scale run: tests/workers/models/test_gte_new.py)."""
     save(tmp_path, "gte", AutoModel)
     path = tmp_path / "config.json"
     hf = json.loads(path.read_text())
