@@ -59,8 +59,8 @@ class RequestTooLarge(PoolgateError):
     """The request body is over ``--max-request-bytes``."""
 
     status = 413
-    type = "RequestTooLargeError"
-    code = "request_too_large"
+    type = "RequestEntityTooLargeError"  # as aiohttp's own 413 answered before
+    code = "request_entity_too_large"
 
 
 class ModelNotFound(PoolgateError):

@@ -37,7 +37,7 @@ async def test_a_body_over_max_request_bytes_is_a_413_in_the_routes_shape():
         resp = await client.post("/v1/embeddings", json={"input": "x" * 2000})
         assert resp.status == 413
         error = (await resp.json())["error"]
-        assert "--max-request-bytes" in error["message"] and error["code"] == "request_too_large"
+        assert "--max-request-bytes" in error["message"] and error["code"] == "request_entity_too_large"
         resp = await client.post("/v2/embed", json={"texts": ["x" * 2000]})
         assert resp.status == 413 and "--max-request-bytes" in (await resp.json())["message"]
 
