@@ -16,7 +16,8 @@ they mean in transformers 5.24. Attention windows, checked against its
 - Gemma 3's ``use_bidirectional_attention`` (EmbeddingGemma): no causal mask, sliding
   layers keep ``|i - j| <= W // 2`` (transformers stores ``W // 2 + 1`` and masks ``< that``);
 - an alias model type (``ALIASES``: nemotron's ``llama_bidirec``) is its transformers type
-  with the settings it implies (``is_causal: false``).
+  with the settings it implies (``is_causal: false``), and so is an architecture name
+  (``ARCHITECTURE_SETTINGS``: ``VoyageQwen3BidirectionalEmbedModel``).
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class Traits:
 # model types of checkpoints with their own code that are a transformers type with settings: nvidia's
 # llama-nemotron embed / rerank (``LlamaBidirectionalModel``: a LlamaModel without the causal mask)
 ALIASES: dict[str, tuple[str, dict]] = {"llama_bidirec": ("llama", {"is_causal": False})}
+# architecture names (vLLM's, chosen with --hf-overrides) that imply settings of their body: voyage-4-nano
+ARCHITECTURE_SETTINGS: dict[str, dict] = {"VoyageQwen3BidirectionalEmbedModel": {"is_causal": False}}
 TRAITS: dict[str, Traits] = {
     "llama": Traits(),
     "mistral": Traits(qkv_bias=False, o_bias=False, all_sliding=True),
@@ -112,7 +115,10 @@ class DecoderConfig:
 
 
 def with_alias(hf: dict) -> dict:
-    """``hf`` as the transformers model type an alias is (``ALIASES``), with the settings the alias implies."""
+    """``hf`` as the transformers model type an alias is (``ALIASES``), with the settings the alias and the
+    architecture name (``ARCHITECTURE_SETTINGS``) imply."""
+    for arch in hf.get("architectures") or ():
+        hf = {**hf, **ARCHITECTURE_SETTINGS.get(arch, {})}
     kind = hf.get("model_type")
     if kind not in ALIASES:
         return hf

@@ -18,6 +18,7 @@ from poolgate.workers.pooling.colbert import colbert_poolers
 from poolgate.workers.pooling.dispatch import DispatchPooler
 from poolgate.workers.pooling.sources import PoolerSources
 from poolgate.workers.pooling.splade import splade_poolers
+from poolgate.workers.pooling.voyage import voyage_poolers
 
 
 @dataclass(frozen=True)
@@ -41,4 +42,8 @@ SPECIAL_MODELS: dict[str, SpecialModel] = {
     "HF_ColBERT": SpecialModel(
         "BertModel", ("token_embed",), colbert_poolers,
         "ColBERT: every token's linear projection (config dim), normalized; scored with MaxSim"),
+    "VoyageQwen3BidirectionalEmbedModel": SpecialModel(
+        "Qwen3Model", ("embed", "token_embed"), voyage_poolers,
+        "Voyage: embed MEAN (or --pooler-config's) of the bidirectional Qwen3 states, through linear, normalized; "
+        "token_embed each token through linear, normalized"),
 }
