@@ -30,6 +30,7 @@ from poolgate.workers.models.hf_auto import HfAutoEncoder
 from poolgate.workers.load.st_config import ModelSpec
 from poolgate.workers.pooling.special import SPECIAL_MODELS
 from poolgate.workers.load.checkpoint import Checkpoint, Deferred, Tensors, strip_prefix
+from poolgate.workers.load.lora import with_task_adapter
 
 ARCHITECTURES: dict[str, Family] = {
     "BertModel": BERT,
@@ -189,5 +190,7 @@ def build_model(spec: ModelSpec, ops: Ops, *, weights: Tensors | None = None, al
     weights = weights if weights is not None else open_weights(spec, allow_pickle=allow_pickle)
     with _no_random_init():
         model = arch.family.model(arch.family.config(spec.hf_config), ops)
-    model.load_weights(strip_prefix(weights, arch.family.prefixes), weights.source)
+    state = with_task_adapter(strip_prefix(weights, arch.family.prefixes), spec.architecture, spec.path,
+                              spec.hf_config)  # jina-embeddings-v5: its task's LoRA merged (workers.load.lora)
+    model.load_weights(state, weights.source)
     return model.eval(), arch

@@ -44,7 +44,8 @@ class Traits:
 
 # model types of checkpoints with their own code that are a transformers type with settings: nvidia's
 # llama-nemotron embed / rerank (``LlamaBidirectionalModel``: a LlamaModel without the causal mask)
-ALIASES: dict[str, tuple[str, dict]] = {"llama_bidirec": ("llama", {"is_causal": False})}
+ALIASES: dict[str, tuple[str, dict]] = {"llama_bidirec": ("llama", {"is_causal": False}),
+                                        "jina_embeddings_v5": ("qwen3", {})}  # a Qwen3Config subclass, unchanged
 # architecture names (vLLM's, chosen with --hf-overrides) that imply settings of their body: voyage-4-nano
 ARCHITECTURE_SETTINGS: dict[str, dict] = {"VoyageQwen3BidirectionalEmbedModel": {"is_causal": False}}
 TRAITS: dict[str, Traits] = {

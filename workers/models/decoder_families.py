@@ -23,7 +23,9 @@ NAMES: dict[str, tuple[str, ...]] = {  # family → the transformers classes it 
     "mistral": ("MistralModel", "MistralForCausalLM", "MistralForSequenceClassification",
                 "MistralForTokenClassification"),
     "qwen2": ("Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification"),
-    "qwen3": ("Qwen3Model", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification", "Qwen3ForTokenClassification"),
+    "qwen3": ("Qwen3Model", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification", "Qwen3ForTokenClassification",
+              # jina-embeddings-v5-text-small (model_type jina_embeddings_v5): its task LoRA merged at load
+              "JinaEmbeddingsV5Model"),
     "gemma": ("GemmaModel", "GemmaForCausalLM", "GemmaForSequenceClassification", "GemmaForTokenClassification"),
     "gemma2": ("Gemma2Model", "Gemma2ForCausalLM", "Gemma2ForSequenceClassification",
                "Gemma2ForTokenClassification"),
