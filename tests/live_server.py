@@ -5,8 +5,11 @@ import contextlib
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import requests
 
 from tests.processes import children, free_port, wait_healthy
 
@@ -22,6 +25,21 @@ class LiveServer:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def pools(self, headers: dict) -> list[dict]:
+        """The first model's workers as ``/admin/pools`` shows them (needs the admin key)."""
+        model = requests.get(f"{self.url}/admin/pools", headers=headers, timeout=10).json()["data"][0]
+        return [w for pool in model["pools"] for w in pool["workers"]]
+
+    def capacity(self, headers: dict, timeout_s: float = 20) -> float:
+        """The pool's measured tokens/s (what admission uses), once every ready worker has measured one."""
+        deadline = time.time() + timeout_s
+        while True:
+            rates = [w["tokens_per_s"] for w in self.pools(headers) if w["state"] == "ready"]
+            if rates and all(r > 0 for r in rates):
+                return float(sum(rates))
+            assert time.time() < deadline, f"no measured capacity after {timeout_s}s: {self.pools(headers)}"
+            time.sleep(0.5)
 
 
 @contextlib.contextmanager
