@@ -1,4 +1,5 @@
-"""Task LoRA adapters merged into a checkpoint's weights at load (jina-embeddings-v5's ``adapters/<task>/``).
+"""Task LoRA adapters merged into a checkpoint's weights at load (jina-embeddings-v5's ``adapters/<task>/``, v3's
+parametrizations).
 
 jina-embeddings-v5-text-small is a Qwen3 body plus one PEFT LoRA adapter per
 task (``adapters/<task>/adapter_config.json`` + ``adapter_model.safetensors``;
@@ -11,6 +12,8 @@ when read, everything else passes through. An adapter this file cannot merge
 exactly (DoRA, LoRA biases, per-module rank or alpha patterns, modules saved
 whole, tensors other than ``lora_A``/``lora_B``) or one whose target the
 checkpoint does not have is refused, naming the file and the setting or tensor.
+
+jina-embeddings-v3 keeps its task LoRAs inside the checkpoint (``workers.load.lora_parametrized``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from pathlib import Path
 import torch
 
 from poolgate.workers.load.checkpoint import Tensors, few, read_file
+from poolgate.workers.load.lora_parametrized import jina_v3
 from poolgate.workers.load.weights import CheckpointError
 
 PEFT_PREFIXES = ("base_model.model.", "model.")  # PEFT's wrapper, then a *For* model's body
@@ -110,6 +114,10 @@ class Merged(Tensors):
         return self.base.was_read(name)
 
 
+def jina_v5(weights: Tensors, folder: Path, hf: dict) -> Tensors:
+    return Merged(weights, read_adapter(jina_v5_adapter(folder, hf)))
+
+
 def jina_v5_adapter(folder: Path, hf: dict) -> Path:
     """jina-embeddings-v5's adapter folder for config ``jina_task`` (default ``retrieval``), one of ``task_names``."""
     task = hf.get("jina_task", "retrieval")
@@ -119,11 +127,12 @@ def jina_v5_adapter(folder: Path, hf: dict) -> Path:
     return folder / "adapters" / task
 
 
-# architecture → where its checkpoint's task adapter is, from the model folder and its config
-TASK_ADAPTERS: dict[str, Callable[[Path, dict], Path]] = {"JinaEmbeddingsV5Model": jina_v5_adapter}
+# architecture → (the base-model view of its checkpoint, its folder, its config) → that view, its task merged
+TASK_ADAPTERS: dict[str, Callable[[Tensors, Path, dict], Tensors]] = {
+    "JinaEmbeddingsV5Model": jina_v5, "JinaRobertaModel": jina_v3}
 
 
 def with_task_adapter(weights: Tensors, architecture: str, folder: Path, hf: dict) -> Tensors:
     """``weights`` with the architecture's task adapter merged, or unchanged for an architecture without one."""
-    find = TASK_ADAPTERS.get(architecture)
-    return weights if find is None else Merged(weights, read_adapter(find(folder, hf)))
+    merge = TASK_ADAPTERS.get(architecture)
+    return weights if merge is None else merge(weights, folder, hf)

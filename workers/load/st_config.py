@@ -106,6 +106,17 @@ def _derived_max_len(hf: dict) -> int:
     return int(hf.get("max_position_embeddings", 512)) - learned_offset(hf)  # RoBERTa-likes start after the pad
 
 
+# an architecture a config's setting makes another one, as vLLM reads them: jina-embeddings-v3 says XLMRobertaModel,
+# and its rotary positions (and task LoRA) are JinaRobertaModel's (workers.models.jina_xlmr)
+BY_SETTING: dict[str, tuple[str, object, str]] = {
+    "XLMRobertaModel": ("position_embedding_type", "rotary", "JinaRobertaModel")}
+
+
+def _by_setting(architecture: str, hf: dict) -> str:
+    key, value, other = BY_SETTING.get(architecture, (None, None, architecture))
+    return other if key is not None and hf.get(key) == value else architecture
+
+
 def read_prompts(path: Path, hf_config: dict) -> dict[str, str] | None:
     """The model's prompt per input type, as vLLM reads them for Cohere's ``input_type``:
     ``hf_config.task_instructions``, else ``config_sentence_transformers.json``'s ``prompts``."""
@@ -145,7 +156,7 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
     if max_len > derived:
         raise ValueError(f"max_model_len {max_len} exceeds the model's {derived} positions")
     dims = hf.get("matryoshka_dimensions")
-    architecture = (hf.get("architectures") or ["BertModel"])[0]
+    architecture = _by_setting((hf.get("architectures") or ["BertModel"])[0], hf)
     kind = model_kind(architecture, st_config=bool(modules), runner=cfg.runner, convert=cfg.convert)
     if gguf and kind != "embed":
         raise ValueError(f"{path / gguf[1]}: a GGUF checkpoint serves as an embedder (--convert embed); "

@@ -23,6 +23,7 @@ from poolgate.workers.models.bert import BERT
 from poolgate.workers.models.distilbert import DISTILBERT
 from poolgate.workers.models.decoder_families import DECODER_ARCHITECTURES
 from poolgate.workers.models.gte import GTE
+from poolgate.workers.models.jina_xlmr import JINA_XLMR
 from poolgate.workers.models.modernbert import MODERNBERT
 from poolgate.workers.models.mpnet import MPNET
 from poolgate.workers.models.nomic_bert import NOMIC_BERT
@@ -71,6 +72,7 @@ ARCHITECTURES: dict[str, Family] = {
     "GteModel": GTE,
     "GteForSequenceClassification": GTE,
     "GteForTokenClassification": GTE,
+    "JinaRobertaModel": JINA_XLMR,  # jina-embeddings-v3 (an XLMRobertaModel config with rotary positions)
     "NomicBertModel": NOMIC_BERT,
     "NomicBertForSequenceClassification": NOMIC_BERT,
     "NomicBertForTokenClassification": NOMIC_BERT,

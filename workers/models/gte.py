@@ -61,6 +61,7 @@ class GteConfig:
     mlp_down_bias: bool = True
     logn_positions: int = 0  # logn_attention_scale: the max_position_embeddings it divides by; 0 = off
     logn_clip1: bool = False
+    gated: bool = True  # False: a plain up → act → down MLP (jina-embeddings-v3's fc1 / fc2)
 
     @property
     def head_dim(self) -> int:
@@ -94,7 +95,8 @@ class GteLayer(nn.Module):
         self.qkv = ops.linear(c.hidden_size, 3 * c.hidden_size, bias=c.qkv_bias)
         self.attn_out = ops.linear(c.hidden_size, c.hidden_size, bias=c.qkv_bias)
         self.attn_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
-        self.up_gate = ops.linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_up_bias)
+        self.gated = c.gated
+        self.up_gate = ops.linear(c.hidden_size, (2 if c.gated else 1) * c.intermediate_size, bias=c.mlp_up_bias)
         self.down = ops.linear(c.intermediate_size, c.hidden_size, bias=c.mlp_down_bias)
         self.mlp_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
         self.act = ACTIVATIONS[c.hidden_act]
@@ -109,6 +111,8 @@ class GteLayer(nn.Module):
             q = q * q_scale.to(q.dtype)
         a = self.attention(q, self.rope(k, *rope), v, batch, scale=self.head_dim ** -0.5)
         x = self.attn_norm(x + self.attn_out(a.reshape(n, -1)))  # (n, hidden)
+        if not self.gated:
+            return self.mlp_norm(x + self.down(self.act(self.up_gate(x))))  # (n, hidden)
         up, gate = self.up_gate(x).chunk(2, dim=-1)  # 2 × (n, intermediate)
         return self.mlp_norm(x + self.down(self.act(gate) * up))  # (n, hidden)
 
