@@ -8,15 +8,16 @@ grows after big frees, keeps the freed blocks of every size it has seen. A
 4 clients × 16 inputs. ``bound_memory`` (called at the worker's edge, before
 torch loads) bounds both:
 
-- ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` = ``PRIMITIVE_CACHE`` unless the
-  environment sets it (a primitive costs microseconds to recompile next to
-  a batch's milliseconds);
+- ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` = ``PRIMITIVE_CACHE`` (64) unless the
+  environment sets it: enough for the shapes one batch repeats (8 halved the
+  throughput: every batch recompiled its primitives), far below 1,024;
 - at most ``ARENAS`` malloc arenas (``mallopt(M_ARENA_MAX)``);
 - a daemon thread gives freed memory back to the kernel every
   ``TRIM_EVERY_S`` seconds (``malloc_trim(0)``), off the batches' path.
 
-Measured with the bundled model under that load for 3 minutes: ~1.0 GB from
-the second minute on (990–1,045 MB), where it was 1.85 GB and still climbing.
+Measured with the bundled model under that load for 2.5 minutes
+(``gateway.bench.soak``): 1.08–1.20 GB from the second minute on, where it was
+1.85 GB and still climbing.
 Off glibc (musl, macOS) only the cache bound applies.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import MutableMapping
 
 log = logging.getLogger("poolgate.worker.memory")
 
-PRIMITIVE_CACHE = 8
+PRIMITIVE_CACHE = 64
 ARENAS = 2
 TRIM_EVERY_S = 5.0
 M_ARENA_MAX = -8  # glibc's mallopt parameter number

@@ -133,3 +133,14 @@ async def test_a_request_over_max_tokens_per_request_is_a_400_naming_the_flag():
             await engine.submit(call([1, 2, 3], [4, 5, 6]))
     finally:
         await engine.stop()
+
+
+def test_the_measured_rate_weighs_batches_by_their_tokens():
+    from poolgate.workers.engine.stats import PipelineStats
+
+    stats = PipelineStats()
+    stats.record_batch(100, 8000, 8192, 0.5)  # 16,000 tokens/s
+    for _ in range(5):
+        stats.record_batch(1, 4, 8192, 0.004)  # tiny batches at 1,000 tokens/s hardly move it
+    assert 14_000 < stats.tokens_per_s < 16_000
+    assert "tokens_per_s" in stats.to_wire() and not any(k.startswith("_") for k in stats.to_wire())
