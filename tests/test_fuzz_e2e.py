@@ -3,7 +3,9 @@ error body in the shape the document declares for the route's dialect, and the s
 
 Each operation gets schemathesis' schema-valid (positive) and schema-breaking (negative) cases, plus raw
 bodies no schema describes (broken JSON, bad UTF-8, the wrong top-level type, the wrong content type). The
-default run sends a few hundred cases; the slow one a few thousand.
+default run sends a few hundred cases per server; the slow one a few thousand. Two servers: the bundled
+embedder and a tiny random cross-encoder, so the classify routes are fuzzed too (a route is in the
+document only while a served model serves its task).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import requests
 from hypothesis import HealthCheck, Phase, errors, given, settings
 
 from poolgate.shared.models import DEFAULT_MODEL_NAME
+from tests.fakes import make_tiny_cross_encoder
 from tests.live_server import live_server
 
 schemathesis = pytest.importorskip("schemathesis")
@@ -28,12 +31,27 @@ RAW_BODIES = [(b"{", "application/json"), (b"[]", "application/json"), (b"null",
               (b"", "application/json"), (b'{"input": "a"}', "text/plain"), (b"\x00" * 64, "application/octet-stream")]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+# After the fuzz: a request that must still be answered, and what its answer must hold.
+PROBES = {
+    "embedder": ("/v1/embeddings", {"model": DEFAULT_MODEL_NAME, "input": ["still answering"], "encoding_format": "float"},
+                 lambda body: len(body["data"][0]["embedding"]) == 384),
+    "cross_encoder": ("/rerank", {"query": "still", "documents": ["answering", "here"]},
+                      lambda body: sorted(r["index"] for r in body["results"]) == [0, 1]),
+}
+
+
+@pytest.fixture(scope="module", params=["embedder", "cross_encoder"])
+def server(request, tmp_path_factory):
+    """The bundled embedder (the embed, score and TEI routes), or a tiny random cross-encoder (classify,
+    predict and the cross-encoder's rerank and score)."""
     tmp = tmp_path_factory.mktemp("fuzz")
     (tmp / "models").mkdir()  # an empty model root: the admin API is live, its loads find nothing
-    with live_server(tmp, "--api-key", KEY, "--model-root", str(tmp / "models")) as live:
-        yield live
+    model = []
+    if request.param == "cross_encoder":
+        make_tiny_cross_encoder(tmp / "cross-encoder")
+        model = [str(tmp / "cross-encoder")]
+    with live_server(tmp, *model, "--api-key", KEY, "--model-root", str(tmp / "models")) as live:
+        yield live, PROBES[request.param]
 
 
 class Tally:
@@ -85,17 +103,18 @@ def _raw_bodies(url: str, document: dict, tally: Tally) -> None:
             tally.check("POST", path, r.status_code, r.content, body)
 
 
-def _assert_healthy(server, workers_before: list[int]) -> None:
+def _assert_healthy(server, probe, workers_before: list[int]) -> None:
     assert requests.get(f"{server.url}/health", timeout=10).status_code == 200
-    r = requests.post(f"{server.url}/v1/embeddings", headers=AUTH, timeout=60,
-                      json={"model": DEFAULT_MODEL_NAME, "input": ["still answering"], "encoding_format": "float"})
-    assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 384
+    path, body, holds = probe
+    r = requests.post(f"{server.url}{path}", headers=AUTH, timeout=60, json=body)
+    assert r.status_code == 200 and holds(r.json()), r.text
     assert sorted(server.workers()) == sorted(workers_before), "a worker died (and was replaced) during the fuzz"
     assert "Traceback" not in server.log_text(), server.log_text()[-3000:]
 
 
-@pytest.mark.parametrize("n, at_least", [(6, 250), pytest.param(70, 3000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n, at_least", [(5, 200), pytest.param(70, 2500, marks=pytest.mark.slow)])
 def test_fuzz_every_route_from_openapi(server, n, at_least):
+    server, probe = server
     document = requests.get(f"{server.url}/openapi.json", timeout=10).json()
     schema = schemathesis.openapi.from_dict(document)
     workers_before = server.workers()
@@ -103,7 +122,7 @@ def test_fuzz_every_route_from_openapi(server, n, at_least):
     tally = Tally(document)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
-        "POST /v1/embeddings", "POST /v2/embed", "POST /embed", "POST /rerank", "DELETE /admin/models/{name}"}
+        "POST /rerank", "POST /tokenize", "DELETE /admin/models/{name}"}
     for op in operations:
         _fuzz_operation(op, server.url, tally, n)
     _raw_bodies(server.url, document, tally)
@@ -111,4 +130,4 @@ def test_fuzz_every_route_from_openapi(server, n, at_least):
     print(f"fuzz: {sent} cases over {len(operations)} operations, statuses {dict(sorted(tally.statuses.items()))}")
     assert not tally.problems, "\n".join(tally.problems[:30])
     assert sent >= at_least  # the fuzzer really ran
-    _assert_healthy(server, workers_before)
+    _assert_healthy(server, probe, workers_before)
