@@ -6,6 +6,9 @@ request before anything crosses the transport; a worker runs ``check_call``
 Lengths and ``truncate_prompt_tokens`` are checked against the input cap:
 ``max_model_len``, or for embed inputs with chunked processing ``max_embed_len``
 (None: no cap; ``workers.engine.chunking`` then splits what is over ``max_model_len``).
+A multi-output call (``PoolingParams.outputs``) runs each input once, whole, through
+every output's head, so its cap is ``max_model_len`` (``cap_task``); its further
+outputs are checked as calls of their own and must tokenize as the call does.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ def check_call(info: ModelInfo, call: PoolingCall) -> None:
     check_task(info, call.params)
     check_params(info, call.params)
     check_inputs(info, call.inputs, call.params.task)
+    if call.params.outputs:
+        _check_output_inputs(call.params, call.inputs)
 
 
 def check_task(info: ModelInfo, params: PoolingParams) -> None:
@@ -42,19 +47,53 @@ def check_params(info: ModelInfo, params: PoolingParams) -> None:
     _check_task_params(params)
     _check_dimensions(info, params.dimensions)
     _check_sparse(info, params)
+    if params.outputs:
+        _check_outputs(info, params)
     k = params.truncate_prompt_tokens
     if k is not None:
         if k < -1 or k == 0:
             raise InvalidRequest(
                 "truncate_prompt_tokens must be -1 or a positive integer.", param="truncate_prompt_tokens"
             )
-        cap = input_cap(info, params.task)
+        cap = input_cap(info, cap_task(params))
         if cap is not None and k > cap:
             raise InvalidRequest(
-                f"truncate_prompt_tokens value is greater than {_cap_name(info, params.task)}. "
+                f"truncate_prompt_tokens value is greater than {_cap_name(info, cap_task(params))}. "
                 "Please request a smaller truncation size.",
                 param="truncate_prompt_tokens",
             )
+
+
+TOKENIZING = ("truncate_prompt_tokens", "add_special_tokens", "truncation_side")  # what the outputs share
+
+
+def _check_outputs(info: ModelInfo, params: PoolingParams) -> None:
+    """A multi-output call's further outputs: each a call of its own to this model, tokenized as the call is."""
+    for out in params.outputs:
+        if out.outputs:
+            raise InvalidRequest("a further output cannot ask for outputs of its own", param="outputs")
+        differ = [name for name in TOKENIZING if getattr(out, name) != getattr(params, name)]
+        if differ:
+            raise InvalidRequest(f"every output of one call reads the same tokens: {differ[0]} differs",
+                                 param=differ[0])
+        check_task(info, out)
+        check_params(info, out)
+
+
+def _check_output_inputs(params: PoolingParams, inputs: list[Input]) -> None:
+    """A multi-output call's inputs: plain inputs, pairs only where every output reads pairs."""
+    for x in inputs:
+        if isinstance(x, (WindowedText, LateChunkText)):
+            raise InvalidRequest("windowed and late-chunked inputs take one output per call", param="outputs")
+        if isinstance(x, TextPair):
+            for out in params.outputs:
+                _check_pair(x, out.task)
+
+
+def cap_task(params: PoolingParams) -> str | None:
+    """The task whose input cap applies: the call's own, or none (``max_model_len``, no chunking) for a
+    multi-output call, whose every output reads each input whole in one forward."""
+    return None if params.outputs else params.task
 
 
 def _check_sparse(info: ModelInfo, params: PoolingParams) -> None:
@@ -124,7 +163,7 @@ def truncation_length(info: ModelInfo, params: PoolingParams) -> int | None:
     k = params.truncate_prompt_tokens
     if k is None:
         return None
-    return input_cap(info, params.task) if k == -1 else k
+    return input_cap(info, cap_task(params)) if k == -1 else k
 
 
 def check_length(info: ModelInfo, n_tokens: int, task: str | None = None) -> None:

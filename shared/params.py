@@ -26,10 +26,19 @@ class PoolingParams:
     truncation_side: str = "right"  # "left": truncation keeps the last tokens (vLLM's truncation_side; Cohere START)
     sparse: bool = False  # answer each input's sparse vector (shared.sparse) instead of the task's rows
     return_tokens: bool = False  # with sparse: each id's token string too
+    # further outputs of the same forward (a multi-output call): each its own params (task, dimensions,
+    # sparse, ...) with this call's tokenizing params; the call answers one block per output, its own first
+    outputs: tuple["PoolingParams", ...] = ()
 
     def to_wire(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_wire(cls, body: dict) -> "PoolingParams":
+        body = dict(body)
+        body["outputs"] = tuple(cls.from_wire(o) for o in body.get("outputs") or ())
         return cls(**body)
+
+    def all_outputs(self) -> tuple["PoolingParams", ...]:
+        """Every output this call asks for, its own first (the further ones as they were given)."""
+        return (self, *self.outputs) if self.outputs else (self,)

@@ -5,7 +5,8 @@ here). Every message is one ``shared.wire`` frame. A request header is ``{"id", 
 ``op`` in ``pool | info | health | tokenize | detokenize | cancel`` (and ``hello``, the
 token frame that opens a connection); a response header is
 ``{"id", "ok": true, "result"}`` (a call's outputs ride as the frame's arrays:
-one ``Rows`` block, never one array per input) or
+one ``Rows`` block, never one array per input; a multi-output call's further blocks follow it,
+their array counts in the result's ``more``) or
 ``{"id", "ok": false, "error": PoolgateError.to_wire()}``. Many requests share
 one connection, matched by id; ``cancel`` (no response) tells the worker the
 caller left so it drops that request's sequences. Losing the connection fails
@@ -84,8 +85,10 @@ class WorkerClient:
 
     async def pool(self, call: PoolingCall) -> PoolingResult:
         result, arrays = await self._request({"op": "pool", "call": call.to_wire()})
+        more = _more_blocks(result, arrays, len(call.params.outputs))
         try:
-            outputs = Rows.from_arrays(arrays)
+            outputs = Rows.from_arrays(arrays[:len(arrays) - sum(len(block) for block, _ in more)])
+            more_rows = [Rows.from_arrays(block) for block, _ in more]
         except ValueError as exc:
             raise InternalError(f"worker sent malformed outputs: {exc}") from None
         try:
@@ -93,11 +96,13 @@ class WorkerClient:
         except (KeyError, TypeError, ValueError) as exc:
             raise InternalError(f"worker sent malformed windows: {exc}") from None
         rows = len(call.inputs) if windows is None else len(windows.spans)
-        if len(result["prompt_tokens"]) != len(call.inputs) or len(outputs) != rows:
+        if len(result["prompt_tokens"]) != len(call.inputs) or any(len(r) != rows for r in (outputs, *more_rows)):
             raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
-        return PoolingResult(outputs=outputs, prompt_tokens=list(result["prompt_tokens"]),
+        prompt_tokens = list(result["prompt_tokens"])
+        return PoolingResult(outputs=outputs, prompt_tokens=prompt_tokens,
                              timings=dict(result.get("timings") or {}), windows=windows,
-                             tokens=result.get("tokens"))
+                             tokens=result.get("tokens"),
+                             more=[PoolingResult(r, prompt_tokens, tokens=t) for r, (_, t) in zip(more_rows, more)])
 
     async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
                        return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
@@ -189,3 +194,19 @@ class WorkerClient:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(Unavailable(f"worker at {self.address}: {self._lost}"))
+
+
+def _more_blocks(result: dict, arrays: list, expected: int) -> list[tuple[list, list | None]]:
+    """A multi-output call's further blocks: (their arrays, the tail of ``arrays``; their token strings)."""
+    specs = result.get("more") or []
+    if len(specs) != expected:
+        raise InternalError(f"worker sent {len(specs)} further outputs for the call's {expected}")
+    counts = [int(spec["arrays"]) for spec in specs]
+    at = len(arrays) - sum(counts)
+    if at < 1 or min(counts, default=1) < 1:
+        raise InternalError("worker sent malformed further outputs")
+    blocks = []
+    for spec, count in zip(specs, counts):
+        blocks.append((list(arrays[at:at + count]), spec.get("tokens")))
+        at += count
+    return blocks

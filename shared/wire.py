@@ -131,13 +131,15 @@ class PoolingResult:
     """A call's outputs as one block (``Rows``, in input order), each input's token count, and
     the worker's timings in seconds (``tokenize_s``, ``queue_s``, ``inference_s``). A call with
     ``WindowedText`` inputs has one row per window and its ``windows`` (``shared.windows``); its token
-    counts are per input, every window counted."""
+    counts are per input, every window counted. A multi-output call (``PoolingParams.outputs``) has one
+    more result per further output in ``more`` (its rows and, for a sparse output, token strings)."""
 
     outputs: Rows
     prompt_tokens: list[int]
     timings: dict[str, float] = field(default_factory=dict)
     windows: Windows | None = None
     tokens: list[list[str | None]] | None = None  # a sparse call with return_tokens: each row's token string
+    more: list["PoolingResult"] = field(default_factory=list)  # a multi-output call's further outputs, in order
 
     @property
     def total_tokens(self) -> int:

@@ -74,7 +74,11 @@ async def _pool(conn: "_Connection", header: dict) -> OpResult:
         header["windows"] = result.windows.to_wire()
     if result.tokens is not None:
         header["tokens"] = result.tokens
-    return header, result.outputs.arrays()
+    arrays = result.outputs.arrays()
+    if result.more:  # a multi-output call: each further block's array count (and token strings), arrays after
+        header["more"] = [{"arrays": len(more.outputs.arrays()), "tokens": more.tokens} for more in result.more]
+        arrays += [a for more in result.more for a in more.outputs.arrays()]
+    return header, arrays
 
 
 async def _info(conn: "_Connection", header: dict) -> OpResult:

@@ -12,13 +12,14 @@ OpenAI answer) lists the outputs each item carries:
 
 ``dimensions`` applies to the dense output only (a 400 without it).
 
-BGE-M3 answers all three for the same inputs in one request; the outputs are
-served as concurrent calls (one forward each) and usage counts the inputs'
-tokens once.
+BGE-M3 answers all three for the same inputs in one request: the outputs go
+to the worker as one multi-output call (``PoolingParams.outputs``), so each
+input runs one forward whose hidden states feed every asked head, and the call
+answers one block per output; usage counts the inputs' tokens once. A
+multi-output call's inputs run whole (up to ``max_model_len``, never chunked).
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import replace
 from typing import Literal
@@ -27,9 +28,12 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.encoding import dumps, json_encoder
 from poolgate.gateway.dialects.envelope import usage
-from poolgate.gateway.dialects.sparse import serve_sparse
-from poolgate.gateway.serving import ServeRequest, serve
+from poolgate.gateway.dialects.sparse import sparse_request
+from poolgate.gateway.http.state import CONFIG
+from poolgate.gateway.serving import ServeRequest, serve, with_policy
 from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.params import PoolingParams
+from poolgate.shared.sparse import sparse_vector
 from poolgate.shared.wire import ModelInfo
 
 EmbeddingType = Literal["dense", "sparse", "multi_vector"]
@@ -61,33 +65,35 @@ async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, typ
     """The response body with every asked output per item, and the request id it carries."""
     types = list(dict.fromkeys(types))
     check(types, info, encoding_format, return_tokens, base.params.dimensions)
-    calls = {}
-    if "dense" in types:
-        calls["dense"] = serve(request, base)
-    if "sparse" in types:
-        calls["sparse"] = serve_sparse(request, info, base, return_tokens=return_tokens)
-    if "multi_vector" in types:
-        calls["multi_vector"] = serve(request, replace(base, params=replace(base.params, task="token_embed",
-                                                                             dimensions=None)))
-    answers = dict(zip(calls, await asyncio.gather(*calls.values())))
-    first = next(iter(answers.values()))
-    served = first[0] if isinstance(first, tuple) else first
-    n = len(base.inputs)
-    data = [{"index": i, "object": "embedding"} for i in range(n)]
+    base = replace(base, params=with_policy(request.app[CONFIG], base.params))  # every output tokenizes alike
+    params = [output_params(info, base, kind, return_tokens) for kind in types]
+    served = await serve(request, replace(base, params=replace(params[0], outputs=tuple(params[1:]))))
+    answers = dict(zip(types, [served.result, *served.result.more]))
+    data = [{"index": i, "object": "embedding"} for i in range(len(base.inputs))]
     if "dense" in answers:
-        encode, rows = json_encoder(encoding_format, embed_dtype, endianness), answers["dense"].result.outputs
+        encode, rows = json_encoder(encoding_format, embed_dtype, endianness), answers["dense"].outputs
         for i, item in enumerate(data):
             item["embedding"] = encode(rows.item(i))
     if "sparse" in answers:
-        for item, vector in zip(data, answers["sparse"][1]):
-            item["sparse_embedding"] = vector.to_json()
+        rows, tokens = answers["sparse"].outputs, answers["sparse"].tokens
+        for i, item in enumerate(data):
+            item["sparse_embedding"] = sparse_vector(rows, i, tokens).to_json()
     if "multi_vector" in answers:
-        rows = answers["multi_vector"].result.outputs
+        rows = answers["multi_vector"].outputs
         for i, item in enumerate(data):
             item["multi_vector"] = rows.item(i).tolist()
     body = {"id": f"embd-{served.request_id}", "object": "list", "created": int(time.time()),
             "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
     return body, body["id"]
+
+
+def output_params(info: ModelInfo, base: ServeRequest, kind: str, return_tokens: bool) -> PoolingParams:
+    """The params of one asked output of ``base``'s inputs (``base`` is the dense request)."""
+    if kind == "sparse":
+        return sparse_request(info, base, return_tokens=return_tokens).params
+    if kind == "multi_vector":
+        return replace(base.params, task="token_embed", dimensions=None)
+    return base.params
 
 
 def json_response(body: dict) -> web.Response:

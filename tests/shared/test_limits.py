@@ -1,13 +1,15 @@
 """shared.limits: vLLM's messages for params, lengths and token ids."""
+import json
+
 import pytest
 
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.limits import (
-    check_call, check_inputs, check_length, check_params, check_task, check_token_ids, input_cap, truncation_length,
+    cap_task, check_call, check_inputs, check_length, check_params, check_task, check_token_ids, input_cap, truncation_length,
 )
 from poolgate.shared.wire import PoolingCall
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire import ModelInfo, WindowedText
 
 INFO = ModelInfo(served_model_name="m", architecture="BertModel", tasks=("embed",), max_model_len=16,
                  embedding_dim=8, backend="cpu", dtype="float32", vocab_size=100)
@@ -83,3 +85,24 @@ def test_inputs_are_texts_or_in_vocabulary_ids(inputs, message):
         check_inputs(INFO, inputs)
     assert err.value.param == "input"
     check_inputs(INFO, ["fine", [0, 99], []])  # an empty id list is refused later, by its length
+
+
+def test_a_multi_output_calls_outputs_are_checked_and_read_whole_inputs():
+    dense, tokens = PoolingParams(), PoolingParams(task="token_embed")
+    multi = PoolingParams(outputs=(tokens,))
+    assert PoolingParams.from_wire(json.loads(json.dumps(multi.to_wire()))) == multi
+    check_params(CHUNKED, multi)
+    assert multi.all_outputs() == (multi, tokens) and dense.all_outputs() == (dense,)
+    assert input_cap(CAPPED, cap_task(multi)) == 16 and input_cap(CAPPED, cap_task(dense)) == 40  # no chunking
+    assert truncation_length(CAPPED, PoolingParams(truncate_prompt_tokens=-1, outputs=(
+        PoolingParams(task="token_embed", truncate_prompt_tokens=-1),))) == 16
+    for outputs, message in [
+        ((PoolingParams(task="classify"),), "Unsupported task"),
+        ((PoolingParams(task="token_embed", truncate_prompt_tokens=4),), "truncate_prompt_tokens differs"),
+        ((PoolingParams(task="token_embed", outputs=(dense,)),), "outputs of its own"),
+        ((PoolingParams(task="token_embed", dimensions=4),), "does not support Matryoshka"),
+    ]:
+        with pytest.raises(InvalidRequest, match=message):
+            check_params(CHUNKED, PoolingParams(outputs=outputs))
+    with pytest.raises(InvalidRequest, match="one output per call"):
+        check_call(CHUNKED, PoolingCall("r", "m", [WindowedText("a b c", max_windows=2)], multi))

@@ -19,10 +19,11 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 from poolgate.shared.rows import Rows
-from poolgate.workers.engine.runner_api import RunOutput, Runner, Step
+from poolgate.workers.engine.runner_api import RunOutput, Runner, Step, join_outputs
 from poolgate.workers.engine.sequence import Sequence
 
 Key = tuple
+Entry = tuple[Rows, tuple[Rows, ...]]  # one sequence's rows, and its further outputs' rows (a multi-output call)
 
 
 def key_of(seq: Sequence) -> Key:
@@ -33,7 +34,7 @@ def key_of(seq: Sequence) -> Key:
 @dataclass
 class _Batch:
     keys: list[Key]
-    hits: dict[int, Rows]  # sequence index -> its cached rows
+    hits: dict[int, Entry]  # sequence index -> its cached rows (and a multi-output call's further rows)
     misses: list[int]  # the sequence indexes the runner runs, in order
     inner: Any  # the runner's prepared batch of the misses (None: all hits)
 
@@ -43,13 +44,13 @@ class CachingRunner:
 
     def __init__(self, runner: Runner, max_bytes: int):
         self.runner, self.max_bytes = runner, max_bytes
-        self._table: OrderedDict[Key, tuple[Rows, int]] = OrderedDict()
+        self._table: OrderedDict[Key, tuple[Entry, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.bytes = 0
 
     def prepare(self, seqs: list[Sequence]) -> _Batch:
         keys = [key_of(s) for s in seqs]
-        hits: dict[int, Rows] = {}
+        hits: dict[int, Entry] = {}
         with self._lock:
             for i, key in enumerate(keys):
                 entry = self._table.get(key)
@@ -65,17 +66,17 @@ class CachingRunner:
     def execute(self, batch: _Batch, steps: list[Step] | None = None) -> list[RunOutput]:
         rows = dict(batch.hits)
         if batch.inner is not None:
-            for run in self.runner.execute(batch.inner, steps):
+            for run in join_outputs(self.runner.execute(batch.inner, steps)):
                 for j in range(run.start, run.stop):
-                    one = run.rows.slice(j - run.start, j - run.start + 1)
-                    rows[batch.misses[j]] = Rows(one.values.copy(), None if one.offsets is None else one.offsets.copy())
+                    k = j - run.start
+                    rows[batch.misses[j]] = (_copy(run.rows, k), tuple(_copy(more, k) for more in run.more))
             self._store([(batch.keys[i], rows[i]) for i in batch.misses])
-        return [RunOutput(i, i + 1, rows[i]) for i in range(len(batch.keys))]
+        return [RunOutput(i, i + 1, *rows[i]) for i in range(len(batch.keys))]
 
-    def _store(self, entries: list[tuple[Key, Rows]]) -> None:
+    def _store(self, entries: list[tuple[Key, Entry]]) -> None:
         with self._lock:
             for key, rows in entries:
-                size = rows.values.nbytes + 8 * len(key[1]) + 64
+                size = sum(r.values.nbytes for r in (rows[0], *rows[1])) + 8 * len(key[1]) + 64
                 if key in self._table or size > self.max_bytes:
                     continue
                 self._table[key] = (rows, size)
@@ -87,3 +88,9 @@ class CachingRunner:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"hits": self.hits, "misses": self.misses, "entries": len(self._table), "bytes": self.bytes}
+
+
+def _copy(rows: Rows, k: int) -> Rows:
+    """Sequence ``k``'s rows of a run, copied out of the batch's block."""
+    one = rows.slice(k, k + 1)
+    return Rows(one.values.copy(), None if one.offsets is None else one.offsets.copy())

@@ -22,7 +22,11 @@ host work hides behind the device, and at low load a batch is still
 everything that queued while the last one ran. A batch's outputs are sliced
 per call (views); a call's pieces are joined once, when its last sequence is
 done (chunked inputs folded back to one row each, vectorized over the call),
-and its future is resolved on the loop once. A client that leaves cancels its
+and its future is resolved on the loop once. A multi-output call
+(``PoolingParams.outputs``) runs one forward per batch like any other; each of
+its runs carries every output's rows (``runner_api.join_outputs``), gathered
+per output, and the call answers one block per output (``PoolingResult.more``,
+sparse outputs turned to sparse rows). A client that leaves cancels its
 sequences and the scheduler drops them.
 """
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
-from poolgate.shared.limits import chunks_inputs
+from poolgate.shared.limits import cap_task, chunks_inputs
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import LateChunkText, PoolingCall, PoolingResult, WindowedText
 from poolgate.workers.engine.cache import CachingRunner
@@ -46,7 +50,7 @@ from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
 from poolgate.workers.engine.policy import BatchPolicy
-from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput, Step
+from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput, Step, join_outputs
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 from poolgate.workers.engine.sparse import SparseOutput
 from poolgate.workers.engine.sequence import Sequence
@@ -65,6 +69,7 @@ class _Call:
     future: asyncio.Future
     seqs: list[Sequence] = field(default_factory=list)
     pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
+    more: list[tuple[Rows, ...]] = field(default_factory=list)  # a multi-output call's further outputs, per piece
     chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
     done: int = 0
     failed: bool = False
@@ -84,6 +89,12 @@ class _Call:
         """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
         rows = Rows.concat(self.pieces)
         return rows if self.chunks is None else fold(rows, self.chunks)
+
+    def more_rows(self, count: int) -> list[Rows]:
+        """A multi-output call's ``count`` further outputs, each one row block over the inputs (never chunked)."""
+        if any(len(piece) != count for piece in self.more) or len(self.more) != len(self.pieces):
+            raise InternalError(f"the runner did not answer the call's {count} further outputs")
+        return [Rows.concat(list(blocks)) for blocks in zip(*self.more)]
 
     def abandon(self) -> None:
         """Never run what is left of this call (it failed, or its client left)."""
@@ -193,7 +204,7 @@ class Engine:
         prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
         _check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
         state = _Call(self._loop.create_future())
-        if chunks_inputs(self.info, call.params.task):  # embed: no text pairs, so no token types
+        if chunks_inputs(self.info, cap_task(call.params)):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
             types = [None] * len(token_lists)
         arrival = time.monotonic()
@@ -221,8 +232,20 @@ class Engine:
             rows, tokens = self.sparse(rows, token_lists, call.params)
         if encoded.late is not None:  # workers.engine.late_chunking: a vector per chunk
             rows, windows = encoded.late.fold(rows)
+        more = self._more(state, token_lists, prompt_tokens, call.params.outputs) if call.params.outputs else []
         return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
-                             timings=state.timings(), windows=windows, tokens=tokens)
+                             timings=state.timings(), windows=windows, tokens=tokens, more=more)
+
+    def _more(self, state: _Call, token_lists: list[list[int]], prompt_tokens: list[int],
+              outputs: tuple) -> list[PoolingResult]:
+        """A multi-output call's further outputs, each answered as its own call would be."""
+        results = []
+        for rows, params in zip(state.more_rows(len(outputs)), outputs):
+            tokens = None
+            if params.sparse:
+                rows, tokens = self.sparse(rows, token_lists, params)
+            results.append(PoolingResult(outputs=rows, prompt_tokens=prompt_tokens, tokens=tokens))
+        return results
 
     async def _encode(self, call: PoolingCall) -> Encoded:
         """The call's tokens from the tokenizer pool; a call of many inputs in slices of TOKENIZE_SLICE,
@@ -345,14 +368,14 @@ class Engine:
         """The runner's outputs for the batch; on device out-of-memory, those of its halves
         (``workers.engine.oom``), failing with a 400 only the calls of an input too big to run alone."""
         try:
-            outputs = self.runner.execute(prepared.batch, steps)
+            outputs = join_outputs(self.runner.execute(prepared.batch, steps))  # a multi-output run: one each
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             prepared.batch = None  # its device buffers go before the halves are uploaded
             split = run_in_halves(self.runner, prepared.seqs, steps)
             self._out_of_memory(prepared, split, exc)
-            return split.outputs
+            return join_outputs(split.outputs)
         _check_cover(outputs, len(prepared.seqs))
         return outputs
 
@@ -378,6 +401,8 @@ class Engine:
                 if a >= b or call.failed:
                     continue
                 call.pieces.append(run.rows.slice(a - run.start, b - run.start))
+                if run.more:
+                    call.more.append(tuple(rows.slice(a - run.start, b - run.start) for rows in run.more))
                 call.done += b - a
                 if call.done == len(call.seqs):
                     finished.append((call, call.rows()))

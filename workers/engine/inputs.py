@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import check_call, check_length, check_token_ids, truncation_length
+from poolgate.shared.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
@@ -57,7 +57,7 @@ class InputStage:
         if late:  # workers.engine.late_chunking: one sequence per document, a vector per chunk
             encoded = replace(encoded, late=late_chunking.plan(self.encoder, late, encoded.ids, call.params))
         for x in encoded.ids:
-            check_length(self.info, len(x), TOKEN_TASK if late else call.params.task)
+            check_length(self.info, len(x), TOKEN_TASK if late else cap_task(call.params))
         return encoded
 
     def _encode_inputs(self, inputs: list[Input], k: int | None, params: PoolingParams) -> Encoded:

@@ -79,11 +79,31 @@ Step = tuple[str, float, float]  # (name, perf_counter start, end) of one runner
 
 @dataclass(frozen=True)
 class RunOutput:
-    """The outputs of the batch's sequences ``start..stop`` (one run of equal params)."""
+    """The outputs of the batch's sequences ``start..stop`` (one run of equal params); for a multi-output
+    run (``PoolingParams.outputs``), ``more`` holds its further outputs' rows, in order."""
 
     start: int
     stop: int
     rows: Rows
+    more: tuple[Rows, ...] = ()
+
+
+def join_outputs(outputs: list[RunOutput]) -> list[RunOutput]:
+    """A runner's outputs with a multi-output run's outputs as one ``RunOutput``.
+
+    A runner pools a multi-output run once per output, over the same sequences, and reports one
+    ``RunOutput`` per output, consecutive and in order (two runs of different params never cover the
+    same sequences); this folds each such group into its first, the others' rows in ``more``."""
+    if len(outputs) < 2:
+        return outputs
+    joined = [outputs[0]]
+    for run in outputs[1:]:
+        last = joined[-1]
+        if run.start == last.start and run.stop == last.stop:
+            joined[-1] = RunOutput(last.start, last.stop, last.rows, (*last.more, run.rows, *run.more))
+        else:
+            joined.append(run)
+    return joined
 
 
 class Runner(Protocol):

@@ -6,7 +6,10 @@ LAST per sequence; ALL per token) and a head (embed or classify). The
 when built (token tasks need a token method, sequence tasks a sequence one),
 and gives ``ModelInfo.tasks`` in vLLM's order (the first is the active task).
 A batch may mix tasks: each run of sequences with equal params goes through
-its task's pooler; sequence methods are computed once per batch.
+its task's pooler; sequence methods are computed once per batch. A multi-output
+run (``PoolingParams.outputs``) is planned once per output, over the same
+sequences and the same hidden states, so one forward feeds every head; the
+runner reports one output per plan (``runner_api.join_outputs`` groups them).
 
 ``plan`` is the host half, run in the runner's ``prepare``: each run's token
 range and, for token tasks, the rows kept and their offsets (the row index
@@ -101,13 +104,14 @@ class DispatchPooler:
         ids = batch.input_ids.numpy()
         plans, rows = [], []
         for a, b, params in runs:
-            pooler, lo, hi = self.poolers[params.task], int(bounds[a]), int(bounds[b])
-            index, offsets = None, None
-            if pooler.per_token:
-                index, counts = pooler.rows(ids[lo:hi], batch.lengths[a:b])
-                offsets = np.cumsum([0, *counts], dtype=np.int64)
-            rows.append(None if index is None else torch.from_numpy(index.astype(np.int64)))
-            plans.append(RunPlan(a, b, params, lo, hi, offsets))
+            lo, hi = int(bounds[a]), int(bounds[b])
+            for out in params.all_outputs():  # a multi-output run: one plan per output, same sequences
+                pooler, index, offsets = self.poolers[out.task], None, None
+                if pooler.per_token:
+                    index, counts = pooler.rows(ids[lo:hi], batch.lengths[a:b])
+                    offsets = np.cumsum([0, *counts], dtype=np.int64)
+                rows.append(None if index is None else torch.from_numpy(index.astype(np.int64)))
+                plans.append(RunPlan(a, b, out, lo, hi, offsets))
         batch.run_rows = rows
         return plans
 

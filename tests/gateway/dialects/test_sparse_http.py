@@ -12,6 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
 from poolgate.shared.config import WorkerConfig
+from poolgate.workers.engine.engine import Engine
 from poolgate.workers.load.build import load_model
 from tests.fakes import make_tiny_tokenizer
 from tests.workers.pooling.test_bge_m3 import _layout
@@ -114,6 +115,46 @@ async def test_bge_m3_dense_sparse_and_multi_vector_in_one_request(gateway, bge_
         np.testing.assert_allclose(dense_of(sparse), ref, atol=1e-5)
     plain = await post(client, "/v1/embeddings", {"input": TEXTS})  # without the field: the OpenAI answer
     assert set(plain["data"][0]) == {"index", "object", "embedding"}
+
+
+class Counting:
+    """Wraps the runner's model: counts its forwards."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+
+    def __call__(self, batch):
+        self.calls += 1
+        return self.model(batch)
+
+
+async def test_bge_m3_three_outputs_are_one_call_and_one_forward_equal_to_three_calls(gateway, bge_m3, monkeypatch):
+    model, _, _ = bge_m3
+    forwards = Counting(model.runner.model)
+    monkeypatch.setattr(model.runner, "model", forwards)
+    submits = []
+    submit = Engine.submit
+    monkeypatch.setattr(Engine, "submit", lambda self, call: (submits.append(call), submit(self, call))[1])
+    client = await gateway(models=[model])
+    one = {"dense": {}, "sparse": {"return_tokens": True}, "multi_vector": {}}
+    separate = {}
+    for kind, extra in one.items():
+        before = forwards.calls
+        separate[kind] = await post(client, "/v1/embeddings", {"input": TEXTS, "embedding_types": [kind], **extra})
+        per_call = forwards.calls - before  # 1, or one per CPU lane the batch was cut into
+    submits.clear()
+    before = forwards.calls
+    out = await post(client, "/v1/embeddings", {"input": TEXTS, "embedding_types": list(one), "return_tokens": True})
+    assert len(submits) == 1 and forwards.calls - before == per_call
+    assert [p.task for p in submits[0].params.all_outputs()] == ["embed", "token_classify", "token_embed"]
+    fields = {"dense": "embedding", "sparse": "sparse_embedding", "multi_vector": "multi_vector"}
+    for kind, field in fields.items():
+        for item, alone in zip(out["data"], separate[kind]["data"]):
+            assert item[field] == alone[field], kind  # bit for bit: the same floats from the same forward
+    assert out["usage"] == separate["dense"]["usage"]
+    out = await post(client, "/v1/embeddings", {"input": TEXTS, "embedding_types": ["multi_vector", "dense"]})
+    for item, alone in zip(out["data"], separate["dense"]["data"]):
+        assert item["embedding"] == alone["embedding"] and "sparse_embedding" not in item
 
 
 async def test_sparse_of_a_model_without_a_sparse_head_is_a_400(gateway):

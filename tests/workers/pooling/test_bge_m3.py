@@ -1,4 +1,6 @@
 """BGE-M3's dense, sparse and ColBERT outputs from a tiny random checkpoint in BGE-M3's layout."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -6,7 +8,9 @@ from safetensors.torch import save_file
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.rows import Rows
 from poolgate.workers.load.build import load_model
+from poolgate.workers.engine.runner_api import join_outputs
 from poolgate.workers.engine.sequence import Sequence
 from tests.fakes import make_tiny_checkpoint
 from tests.workers.pooled import pool_ids
@@ -63,3 +67,26 @@ def test_pickled_heads_need_the_flag_and_safetensors_heads_do_not(tmp_path):
         _load(tmp_path / "pt")
     _layout(tmp_path / "st", pickles=False)
     assert _load(tmp_path / "st").info.tasks[0] == "embed"
+
+
+def test_one_multi_output_run_is_one_forward_equal_to_three_runs(tmp_path, monkeypatch):
+    _layout(tmp_path, pickles=False)
+    model = _load(tmp_path)
+    forwards = []
+    forward = model.runner.model
+    monkeypatch.setattr(model.runner, "model", lambda batch: (forwards.append(batch), forward(batch))[1])
+    asked = [PoolingParams(), PoolingParams(task="token_classify"), PoolingParams(task="token_embed")]
+    alone = [_token_run(model, p.task) for p in asked]
+    per_run = len(forwards) // len(asked)  # 1, or one per CPU lane the batch was cut into
+    assert per_run * len(asked) == len(forwards)
+    forwards.clear()
+    multi = replace(asked[0], outputs=tuple(asked[1:]))
+    outputs = join_outputs(model.runner.execute(model.runner.prepare([Sequence(s, multi) for s in SEQS])))
+    assert len(forwards) == per_run
+    assert outputs[0].start == 0 and outputs[-1].stop == len(SEQS) and all(len(o.more) == 2 for o in outputs)
+    for k, rows in enumerate(alone):
+        got = Rows.concat([(o.rows, *o.more)[k] for o in outputs])
+        np.testing.assert_array_equal(got.values, rows.values)  # bit for bit: the same hidden states
+        assert (got.offsets is None) == (rows.offsets is None)
+        if got.offsets is not None:
+            np.testing.assert_array_equal(got.offsets, rows.offsets)
