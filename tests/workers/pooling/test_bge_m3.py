@@ -10,6 +10,7 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.workers.load.build import load_model
+from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.runner_api import join_outputs
 from poolgate.workers.engine.sequence import Sequence
 from tests.fakes import make_tiny_checkpoint
@@ -90,3 +91,24 @@ def test_one_multi_output_run_is_one_forward_equal_to_three_runs(tmp_path, monke
         assert (got.offsets is None) == (rows.offsets is None)
         if got.offsets is not None:
             np.testing.assert_array_equal(got.offsets, rows.offsets)
+
+
+def test_the_embedding_cache_answers_a_multi_output_run_as_its_miss_did(tmp_path, monkeypatch):
+    _layout(tmp_path, pickles=False)
+    model = _load(tmp_path)
+    forwards = []
+    forward = model.runner.model
+    monkeypatch.setattr(model.runner, "model", lambda batch: (forwards.append(batch), forward(batch))[1])
+    cache = CachingRunner(model.runner, 1 << 20)
+    multi = PoolingParams(outputs=(PoolingParams(task="token_classify"), PoolingParams(task="token_embed")))
+    seqs = [Sequence(s, multi) for s in SEQS]
+    miss = join_outputs(cache.execute(cache.prepare(seqs)))
+    ran = len(forwards)
+    hit = join_outputs(cache.execute(cache.prepare(seqs)))
+    assert len(forwards) == ran and cache.stats()["hits"] == len(SEQS)
+    assert [len(o.more) for o in hit] == [2] * len(SEQS)
+    for a, b in zip(miss, hit):
+        for x, y in zip((a.rows, *a.more), (b.rows, *b.more)):
+            np.testing.assert_array_equal(x.values, y.values)
+    single = join_outputs(cache.execute(cache.prepare([Sequence(s, PoolingParams()) for s in SEQS])))
+    assert len(forwards) > ran and all(not o.more for o in single)  # a dense-only call is its own entry
