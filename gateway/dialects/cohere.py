@@ -17,7 +17,6 @@ Cohere's ``{"message": ...}``.
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Literal
 
 from aiohttp import web
@@ -27,7 +26,7 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.dialects.sparse import serve_sparse
+from poolgate.gateway.dialects.sparse import serve_dense_and_sparse, serve_sparse
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
@@ -150,12 +149,11 @@ async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) ->
         record.encoding_formats = tuple(types or ("float",))
     info = request.app[ROUTER].lookup(req.model).info
     call, texts = to_request(req, info)
-    dense = types is None or any(t != SPARSE for t in types)
-    calls = ([serve(request, call)] if dense else []) + (
-        [serve_sparse(request, info, call)] if types and SPARSE in types else [])
-    answers = await asyncio.gather(*calls)
-    served = answers[0] if dense else answers[0][0]
-    sparse = answers[-1][1] if types and SPARSE in types else None
+    dense, sparse = types is None or any(t != SPARSE for t in types), None
+    if types and SPARSE in types:  # with a dense type too: one call, one forward (dialects.sparse)
+        served, sparse = await (serve_dense_and_sparse if dense else serve_sparse)(request, info, call)
+    else:
+        served = await serve(request, call)
     check_max_tokens(req, served.result.prompt_tokens)
     body = to_response(served, texts, types, version=version, sparse=sparse)
     if record is not None:

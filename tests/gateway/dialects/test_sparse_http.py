@@ -155,6 +155,13 @@ async def test_bge_m3_three_outputs_are_one_call_and_one_forward_equal_to_three_
     out = await post(client, "/v1/embeddings", {"input": TEXTS, "embedding_types": ["multi_vector", "dense"]})
     for item, alone in zip(out["data"], separate["dense"]["data"]):
         assert item["embedding"] == alone["embedding"] and "sparse_embedding" not in item
+    cohere = {kind: await post(client, "/v2/embed", {"texts": TEXTS, "embedding_types": [kind]})
+              for kind in ("float", "sparse")}
+    submits.clear()
+    before = forwards.calls
+    both = await post(client, "/v2/embed", {"texts": TEXTS, "embedding_types": ["float", "sparse"]})
+    assert len(submits) == 1 and forwards.calls - before == per_call
+    assert both["embeddings"] == {**cohere["float"]["embeddings"], **cohere["sparse"]["embeddings"]}
 
 
 async def test_sparse_of_a_model_without_a_sparse_head_is_a_400(gateway):
