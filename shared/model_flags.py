@@ -71,7 +71,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--trust-remote-code", action="store_true",
                    help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
-                   help="torch threads per worker (default: physical cores)")
+                   help="CPU: run every batch whole on one team of this many torch threads (default: one "
+                        "single-threaded lane per physical core, each batch cut into a part per lane)")
     g.add_argument("--embedding-cache-mb", type=non_negative_int, default=0, metavar="MB",
                    help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token "
                         "ids, and answer repeated inputs from it (bit-identical; hits and misses in /metrics); "

@@ -49,6 +49,11 @@ class Backend(ABC):
         """Whether packed batches need the grouped-SDPA plan (host-side work)."""
         return self.attention(dtype) is grouped_sdpa
 
+    def lanes(self) -> int:
+        """How many parts the runner cuts a batch into, run at once on single-threaded lanes
+        (``workers.engine.lanes``; CPUs); 1 = the whole batch on the device as one."""
+        return 1
+
     def ops(self, dtype: torch.dtype) -> Ops:
         """The kernels a packed model is built with for ``dtype`` here (``workers.kernels.ops``):
         the torch references around this backend's attention, unless a backend says otherwise."""

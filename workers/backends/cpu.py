@@ -49,10 +49,20 @@ class CpuBackend(Backend):
     def fast_dtype(self) -> torch.dtype:
         return torch.bfloat16 if cpu_flags() & set(BF16_FLAGS) else torch.float32
 
+    def __init__(self) -> None:
+        self._lanes = 1
+
     def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
-        """Pin first (so the default thread count is the physical cores of this worker's share)."""
+        """Pin first (so the default is the physical cores of this worker's share). By default each core is a
+        lane (``workers.engine.lanes``: a batch's parts at once, one torch thread each); ``num_threads``
+        instead runs every batch whole on one team of that many threads."""
         super().setup(num_threads, cpu_affinity)
-        torch.set_num_threads(num_threads or len(physical_cores(available_cpus())))
+        cores = len(physical_cores(available_cpus()))
+        self._lanes = 1 if num_threads else cores
+        torch.set_num_threads(num_threads or 1)
+
+    def lanes(self) -> int:
+        return self._lanes
 
     def device_name(self) -> str:
         return cpu_model()

@@ -8,7 +8,10 @@ nothing back until the results. ``execute`` is the forward, then each run of
 sequences with equal params (and so one task) through its task's pooler
 (``workers.pooling.dispatch``: pooled in the model's dtype, cast to fp32 after),
 and one copy of the results back to the host; for detailed traces it also
-reports how long the forward and the pooling took.
+reports how long the forward and the pooling took. Where the backend runs
+several CPU lanes (``workers.engine.lanes``), a batch of several sequences is
+prepared as parts, one per lane, executed at once, and their outputs joined in
+order.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from torch import nn
 
 from poolgate.shared.rows import Rows
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.engine.lanes import Lanes, cut
 from poolgate.workers.engine.packing import PackedBatch, pack
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
@@ -36,6 +40,13 @@ class PreparedBatch:
     ready: Any = None
 
 
+@dataclass
+class LanedBatch:
+    """A batch prepared as parts for the lanes: (index of the part's first sequence in the batch, the part)."""
+
+    parts: list[tuple[int, PreparedBatch]]
+
+
 class PoolingRunner:
     """One model on one backend in one dtype, built whole (see ``workers.load.build``)."""
 
@@ -45,16 +56,35 @@ class PoolingRunner:
         # the SDPA group plan is host work: made here in prepare when the backend's attention or the model
         # (a relative bias, soft-capping: PackedModel.needs_groups) reads it
         self.group_attention = grouped or backend.uses_groups(dtype)
+        self.lanes = Lanes(backend.lanes()) if backend.lanes() > 1 else None
 
-    def prepare(self, seqs: list[Sequence]) -> PreparedBatch:
+    def prepare(self, seqs: list[Sequence]) -> PreparedBatch | LanedBatch:
+        if self.lanes is None or len(seqs) < 2:
+            return self._prepare_part(seqs)
+        parts = cut([s.num_tokens for s in seqs], self.lanes.n)
+        return LanedBatch([(a, self._prepare_part(seqs[a:b])) for a, b in parts])
+
+    def _prepare_part(self, seqs: list[Sequence]) -> PreparedBatch:
         packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
                       group_attention=self.group_attention)
         runs = self.pooler.plan(packed, param_runs(seqs))
         packed, ready = self.backend.upload(packed)
         return PreparedBatch(packed, runs, ready)
 
+    def execute(self, batch: PreparedBatch | LanedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
+        if isinstance(batch, PreparedBatch):
+            return self._execute_part(batch, steps)
+        timings: list[list[Step] | None] = [[] if steps is not None else None for _ in batch.parts]
+        done = self.lanes.map(lambda i: self._execute_part(batch.parts[i][1], timings[i]), range(len(batch.parts)))
+        if steps is not None:  # the parts ran at once: forward from the first start to the last forward's end
+            forward = [t[0] for t in timings]
+            pool_end = max(t[1][2] for t in timings)
+            steps += [("forward", min(f[1] for f in forward), max(f[2] for f in forward)),
+                      ("pool", max(f[2] for f in forward), pool_end)]
+        return _joined(batch, done)
+
     @torch.inference_mode()
-    def execute(self, batch: PreparedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
+    def _execute_part(self, batch: PreparedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
         start = time.perf_counter()
         self.backend.wait_upload(batch.ready, batch.packed)
         hidden = self.model(batch.packed)  # (n_tokens, hidden) in the model's dtype; poolers cast what they pool
@@ -71,3 +101,17 @@ class PoolingRunner:
     def run(self, seqs: list[Sequence]) -> list[RunOutput]:
         """prepare + execute in one go (start-up probes, warm-up, tests)."""
         return self.execute(self.prepare(seqs))
+
+
+def _joined(batch: LanedBatch, done: list[list[RunOutput]]) -> list[RunOutput]:
+    """The parts' outputs in batch order, a run cut between two parts made one again (as unlaned)."""
+    joined: list[tuple[RunOutput, object]] = []
+    for (a, part), outs in zip(batch.parts, done):
+        for plan, o in zip(part.runs, outs):
+            o = RunOutput(o.start + a, o.stop + a, o.rows)
+            if joined and joined[-1][1] == plan.params and joined[-1][0].stop == o.start:
+                prev = joined[-1][0]
+                o = RunOutput(prev.start, o.stop, Rows.concat([prev.rows, o.rows]))
+                joined.pop()
+            joined.append((o, plan.params))
+    return [o for o, _ in joined]
