@@ -126,7 +126,9 @@ async def _json_object(request: web.Request) -> dict:
 
 
 ROUTES = (
-    Route("GET", "/admin/pools", list_pools, summary="Every model's pools and workers: state and load (admin)"),
-    Route("POST", "/admin/models", load_model, summary="Load a model from the model roots and serve it (admin)"),
-    Route("DELETE", "/admin/models/{name}", unload_model, summary="Drain and unload a model (admin)"),
+    Route("GET", "/admin/pools", list_pools, admin=True,
+          summary="Every model's pools and workers: state and load (admin)"),
+    Route("POST", "/admin/models", load_model, admin=True,
+          summary="Load a model from the model roots and serve it (admin)"),
+    Route("DELETE", "/admin/models/{name}", unload_model, admin=True, summary="Drain and unload a model (admin)"),
 )

@@ -13,7 +13,8 @@ from poolgate.gateway.http import ops as routes_ops
 from poolgate.gateway.dialects import all_routes, register
 from poolgate.gateway.http.middleware import edge_middleware
 from poolgate.gateway.pools.router import Router
-from poolgate.gateway.http.state import CONFIG, ROUTE_OF, ROUTER, TELEMETRY
+from poolgate.gateway.http.state import CONFIG, ROUTE_OF, ROUTER, TELEMETRY, TENANTS
+from poolgate.gateway.http.tenants import Tenants
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
 
@@ -33,6 +34,7 @@ def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[Cle
     app[ROUTER] = router
     app[ROUTE_OF] = {}
     app[TELEMETRY] = telemetry or Telemetry()
+    app[TENANTS] = Tenants(config)
     routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES, *docs.ROUTES]
     app[openapi.ROUTES_KEY] = routes
     register(app, routes)

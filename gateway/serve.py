@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="truncate over-long inputs instead of rejecting them with 400")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API and admin route (/health, /ping, /version, /metrics and /openapi.json stay open)")
     p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from FILE")
+    p.add_argument("--api-keys-file", default=None, metavar="FILE",
+                   help="a TOML file of [[tenants]]: name, keys or key_sha256, priority, requests_per_minute, "
+                        "tokens_per_minute, max_concurrent (see docs/operations.md); any of its keys is accepted "
+                        "beside --api-key, and a tenant over its quota gets 429 with Retry-After")
     p.add_argument("--model-root", action="append", default=[], metavar="DIR",
                    help="a folder the admin API may load models from (repeatable; none: no loading)")
     p.add_argument("--io-processor-plugin", default=None, metavar="NAME",

@@ -33,7 +33,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER
+from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER, TENANT
 from poolgate.gateway.pools.job import Job
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.shared.config import GatewayConfig
@@ -48,12 +48,12 @@ TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's
 @dataclass(frozen=True)
 class ServeRequest:
     """What a dialect asks for, in no dialect's terms; ``model`` None = the default model; ``priority``
-    as vLLM's (lower runs earlier, default 0)."""
+    as vLLM's (lower runs earlier), None = the caller's tenant's default (else 0)."""
 
     model: str | None
     inputs: list[Input]
     params: PoolingParams
-    priority: int = 0
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,14 @@ def deadline(config: GatewayConfig, now: float, timeout: str | None = None) -> f
     return now + seconds
 
 
+def priority(request: web.Request, asked: int | None) -> int:
+    """The request's own priority, else its tenant's default, else 0."""
+    if asked is not None:
+        return asked
+    tenant = request.get(TENANT)
+    return tenant.tenant.priority if tenant is not None else 0
+
+
 def request_deadline(request: web.Request) -> float | None:
     return deadline(request.app[CONFIG], time.time(), request.headers.get(TIMEOUT_HEADER))
 
@@ -105,9 +113,11 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     check_inputs(pool.info, req.inputs)
     request_id = request[REQUEST_ID]
     call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
-                       deadline=request_deadline(request), priority=req.priority,
+                       deadline=request_deadline(request), priority=priority(request, req.priority),
                        trace_context=record.trace_context if record is not None else {})
     result = await pool.submit(call)
+    if (tenant := request.get(TENANT)) is not None:
+        tenant.charge(result.total_tokens)
     if record is not None:
         record.prompt_tokens = result.total_tokens
         record.tokenize_s = result.timings.get("tokenize_s")

@@ -110,12 +110,26 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
+class Tenant:
+    """One API keys file tenant (``gateway.config.tenants``): its keys as sha256 hex digests, the default
+    priority of its requests and its quotas (None = none)."""
+
+    name: str
+    key_sha256: tuple[str, ...]
+    priority: int = 0
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent: int | None = None
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """The HTTP side: where to listen, auth, truncation policy, the workers."""
 
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    tenants: tuple[Tenant, ...] = ()  # --api-keys-file: more keys, each a tenant with quotas (gateway.http.tenants)
     auto_truncate: bool = False
     transport: Literal["unix", "tcp"] = "unix"
     pools: tuple[PoolConfig, ...] = ()  # every served model's pools, in config order

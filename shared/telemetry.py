@@ -20,6 +20,7 @@ STATUS = "status"
 BACKEND = "backend"
 WORKER = "worker"
 REASON = "reason"
+TENANT = "tenant"  # a tenant's name from the API keys file, never its key
 ERROR_TYPE = "error_type"
 
 # --- gateway-side metrics (recorded per HTTP request) --------------------------
@@ -32,6 +33,8 @@ QUEUE_TIME = f"{PREFIX}_request_queue_time_seconds"  # histogram {model, task, b
 INFERENCE_TIME = f"{PREFIX}_request_inference_time_seconds"  # histogram {model, task, backend}
 REQUESTS_IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge {model}
 ADMISSION_REJECTIONS = f"{PREFIX}_admission_rejections"  # counter {model, reason}
+TENANT_REQUESTS = f"{PREFIX}_tenant_requests"  # counter {tenant, model, status}
+TENANT_PROMPT_TOKENS = f"{PREFIX}_tenant_prompt_tokens"  # counter {tenant, model}
 
 # --- worker-side metrics (pulled from every worker at scrape time) -------------
 WORKER_UP = f"{PREFIX}_worker_up"  # gauge {model, backend, worker}

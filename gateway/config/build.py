@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from poolgate.gateway.config.tenants import load_tenants
 from poolgate.gateway.pools.discovery import check_url
 from poolgate.shared.backends import place, placed
 from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
@@ -75,6 +76,20 @@ def check_pools(pools: tuple[PoolConfig, ...]) -> None:
         seen.add(key)
 
 
+API_KEY_ENV = "POOLGATE_API_KEY"  # the API key when neither --api-key nor --api-key-file is given
+
+
+def tenants(settings: argparse.Namespace) -> tuple:
+    """The tenants of ``api_keys_file`` (``gateway.config.tenants``), or none."""
+    path = getattr(settings, "api_keys_file", None)
+    if path is None:
+        return ()
+    try:
+        return load_tenants(path)
+    except ValueError as exc:
+        raise SettingError(("api_keys_file",), str(exc)) from None
+
+
 def api_key(settings: argparse.Namespace) -> str | None:
     """``api_key``, or the first line of ``api_key_file`` (not both)."""
     path = getattr(settings, "api_key_file", None)
@@ -119,7 +134,8 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
         if not Path(root).is_dir():
             raise SettingError(("model_roots",), f"model root {root} is not a folder")
     return GatewayConfig(
-        host=settings.host, port=settings.port, api_key=api_key(settings), auto_truncate=settings.auto_truncate,
+        host=settings.host, port=settings.port, api_key=api_key(settings) or environ.get(API_KEY_ENV) or None,
+        tenants=tenants(settings), auto_truncate=settings.auto_truncate,
         transport=settings.transport, pools=pools, model_roots=roots, io_processor_plugin=plugin_name(settings),
         startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
         max_request_bytes=settings.max_request_bytes, max_chars_per_input=settings.max_chars_per_input,

@@ -54,7 +54,7 @@ Positive = Annotated[int, Field(ge=1)]
 Port = Annotated[int, Field(ge=0, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]
 ALIASES = {"name": "served_model_name", "model_roots": "model_root"}  # file key -> flag dest
-PATH_KEYS = frozenset({"model", "model_roots", "api_key_file", "worker_token_file", "worker_tls_ca"})
+PATH_KEYS = frozenset({"model", "model_roots", "api_key_file", "api_keys_file", "worker_token_file", "worker_tls_ca"})
 ENTRY_KEYS = frozenset({"replicas", "devices", "remote", "max_in_flight_per_worker"})  # not model flags
 MODEL_FLAGS_OF_SERVE = {"workers": "replicas", "worker_url": "remote"}  # serve flags that fill every table
 EITHER = {"api_key": "api_key_file", "api_key_file": "api_key"}  # a flag for one replaces the file's other
@@ -132,6 +132,7 @@ class FileSettings(Table):
     auto_truncate: bool | None = None
     api_key: str | None = None
     api_key_file: str | None = None
+    api_keys_file: str | None = None
     model_roots: list[str] | None = None
     io_processor_plugin: str | None = None
     transport: Literal["unix", "tcp"] | None = None

@@ -67,7 +67,7 @@ class CohereEmbedRequest(BaseModel):
     embedding_types: list[EmbeddingType] | None = None
     truncate: Literal["NONE", "START", "END"] = "END"
     max_tokens: Annotated[int, Field(ge=1)] | None = None
-    priority: int = 0
+    priority: int | None = None  # None: the tenant's default (else 0)
 
 
 class CohereEmbedResponse(BaseModel):

@@ -77,7 +77,7 @@ class ScoringBody(BaseModel):
     max_chunks_per_doc: int | None = None  # poolgate: long documents in windows (Cohere v1's name)
     chunk_overlap: int = 0  # tokens consecutive windows share
     chunk_aggregation: str = "max"  # how window scores fold: "max" or "mean"
-    priority: int = 0  # vLLM's (and Cohere's): lower runs earlier
+    priority: int | None = None  # vLLM's (and Cohere's): lower runs earlier; None: the tenant's default (else 0)
     instruction: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 

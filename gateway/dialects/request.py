@@ -37,7 +37,7 @@ class PoolingBody(BaseModel):
     use_activation: bool | None = None
     add_special_tokens: bool = True
     truncation_side: Literal["left", "right"] | None = None  # None: right (keep the first tokens)
-    priority: int = 0  # vLLM's: lower runs earlier
+    priority: int | None = None  # vLLM's: lower runs earlier; None: the tenant's default (else 0)
 
     @model_validator(mode="before")
     @classmethod

@@ -46,6 +46,7 @@ class Route:
     ``operation`` names what a ``serves`` route does in the 400 for a model without it ("score").
     ``errors``: the error body shape, a key of ``http.errors.ERROR_FORMATS``.
     ``public``: served without the API key (ops routes, the API document); every other route needs it.
+    ``admin``: only the ``--api-key`` opens it (a tenant's key from ``--api-keys-file`` does not).
     ``recorded``: counted in the metrics and traced (ops routes are not, as in vLLM).
     ``quiet_503``: a 503 here is routine ("still loading"), not logged as a failure.
     ``shape``: on a path two dialects share, whether a JSON body is this route's (module doc);
@@ -64,6 +65,7 @@ class Route:
     errors: str = "openai"
     summary: str = ""
     public: bool = False
+    admin: bool = False
     recorded: bool = True
     quiet_503: bool = False
     shape: Callable[[object], bool] | None = None

@@ -2,7 +2,10 @@
 
 Every rule about a request comes from the route it matched
 (``dialects.route.route_of``): the API key is checked unless the route is
-``public``, a telemetry record is opened only for a ``recorded`` route, and
+``public`` (any key of ``http.tenants``: ``--api-key`` or a tenant's from
+``--api-keys-file``; an ``admin`` route takes ``--api-key`` only), a recorded
+request counts against its tenant's quotas (429 with ``Retry-After`` over
+one), a telemetry record is opened only for a ``recorded`` route, and
 errors are written in the route's ``errors`` shape. A request that matches no
 route (404) needs the key like any API route, is recorded under the route
 label "unmatched" and answers in OpenAI's shape; a wrong method on a known
@@ -16,12 +19,12 @@ response is written, so the span and the latency cover writing the body too.
 Every exception a handler lets out is turned into an error body here and
 nowhere else: ``PoolgateError`` by its own status, aiohttp's HTTP exceptions
 (404 no route, 405 wrong method, 413 body too large) by theirs, anything
-else as a logged 500.
+else as a logged 500. A 429 or 503 carries ``Retry-After``: the error's own
+``retry_after_s`` (admission's drain time, a tenant's bucket), else 1 s.
 """
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import uuid
 
@@ -29,8 +32,9 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.route import Route, route_of
 from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
-from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY
-from poolgate.shared.errors import ClientClosedRequest, InternalError, PoolgateError, Unauthorized
+from poolgate.gateway.http.state import CHOSEN, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
+from poolgate.gateway.http.tenants import TenantState
+from poolgate.shared.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +52,19 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
     telemetry = request.app[TELEMETRY]
     record = request[RECORD] = telemetry.begin(request, request_id) if route.recorded else None
     error: PoolgateError | None = None
+    tenant = request[TENANT] = None
     try:
-        _check_api_key(request, route)
-        response = await handler(request)
+        tenant = request[TENANT] = _authenticate(request, route)
+        if tenant is not None and record is not None:
+            record.tenant = tenant.name
+            tenant.admit()  # its quotas (http.tenants): 429 with Retry-After when over one
+        else:
+            tenant = None  # nothing to leave
+        try:
+            response = await handler(request)
+        finally:
+            if tenant is not None:
+                tenant.leave()
     except asyncio.CancelledError:  # the client left and aiohttp cancelled the handler
         if record is not None:
             closed = ClientClosedRequest("client closed the request")
@@ -100,20 +114,33 @@ def _request_id(request: web.Request) -> str:
     return uuid.uuid4().hex
 
 
-def _check_api_key(request: web.Request, route: Route) -> None:
-    key = request.app[CONFIG].api_key
-    if not key or request.method == "OPTIONS" or route.public:
-        return
-    sent = request.headers.get("Authorization", "")
-    if not hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), f"Bearer {key}".encode()):
+def _authenticate(request: web.Request, route: Route) -> TenantState | None:
+    """The caller's tenant by its ``Authorization: Bearer KEY`` (``http.tenants``, constant time); None when
+    no key is needed (no keys configured, a public route, a CORS preflight); 401 without a known key, 403 for
+    a tenant's key on an admin route."""
+    tenants = request.app[TENANTS]
+    if not tenants.enabled or request.method == "OPTIONS" or route.public:
+        return None
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    tenant = tenants.identify(key) if scheme == "Bearer" else None
+    if tenant is None:
         raise Unauthorized("Unauthorized: missing or invalid API key.")
+    if route.admin and not tenant.admin:
+        raise Forbidden("The admin API takes the server's own API key (--api-key), not a tenant's.")
+    return tenant
+
+
+def _retry_after(err: PoolgateError) -> str:
+    """Whole seconds: the error's own (admission's drain time, a tenant's bucket), else the default."""
+    seconds = getattr(err, "retry_after_s", None)
+    return str(max(1, round(seconds))) if seconds is not None else RETRY_AFTER_S
 
 
 def error_response(request: web.Request, err: PoolgateError, route: Route) -> web.Response:
     """The error body for ``err`` in ``route``'s shape."""
     if err.status >= 500 and not (err.status == 503 and route.quiet_503):
         log.warning("request %s failed: %s %s", request.get(REQUEST_ID), err.status, err.message)
-    headers = {"Retry-After": RETRY_AFTER_S} if err.status in RETRY_STATUSES else {}
+    headers = {"Retry-After": _retry_after(err)} if err.status in RETRY_STATUSES else {}
     if isinstance(err, HTTPError) and err.allow:
         headers["Allow"] = err.allow
     return web.json_response(ERROR_FORMATS[route.errors](err), status=err.status, headers=headers)

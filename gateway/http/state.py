@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from poolgate.gateway.http.tenants import Tenants, TenantState
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import RequestRecord, Telemetry
 from poolgate.shared.config import GatewayConfig
@@ -16,3 +17,5 @@ REQUEST_ID = web.RequestKey("request_id", str)
 CHOSEN = web.RequestKey("chosen", object)
 TELEMETRY = web.AppKey("telemetry", Telemetry)
 RECORD = web.RequestKey("record", RequestRecord | None)  # None: not recorded (ops route, telemetry off)
+TENANTS = web.AppKey("tenants", Tenants)  # every API key's tenant (http.tenants)
+TENANT = web.RequestKey("tenant", TenantState | None)  # the caller's; None: no key needed (public, auth off)

@@ -169,6 +169,10 @@ class GatewayMetrics:
                                    [names.MODEL, names.TASK, names.BACKEND], buckets=lat, registry=r)
         self.rejections = Counter(names.ADMISSION_REJECTIONS, "Requests refused with 429 by admission control.",
                                   [names.MODEL, names.REASON], registry=r)
+        self.tenant_requests = Counter(names.TENANT_REQUESTS, "API requests by tenant, model and HTTP status.",
+                                       [names.TENANT, names.MODEL, names.STATUS], registry=r)
+        self.tenant_tokens = Counter(names.TENANT_PROMPT_TOKENS, "Prompt tokens pooled per tenant.",
+                                     [names.TENANT, names.MODEL], registry=r)
         self.workers = WorkerCollector(router)
         r.register(self.workers)
 
@@ -180,6 +184,10 @@ class GatewayMetrics:
             self.errors.labels(record.route, model, record.error_type).inc()
             if record.status == 429:
                 self.rejections.labels(model, record.reason or record.error_type).inc()
+        if record.tenant is not None:
+            self.tenant_requests.labels(record.tenant, model, str(record.status)).inc()
+            if record.prompt_tokens is not None:
+                self.tenant_tokens.labels(record.tenant, model).inc(record.prompt_tokens)
         if record.prompt_tokens is not None and record.task is not None:
             self.prompt_tokens.labels(model, record.task).inc(record.prompt_tokens)
             self.request_tokens.labels(model, record.task).observe(record.prompt_tokens)

@@ -45,6 +45,7 @@ class RequestRecord:
     status: int = 0
     error_type: str | None = None  # the error's code (e.g. "invalid_request"); None on success
     reason: str | None = None  # why a 429 was refused (``Overloaded.reason``, e.g. "queue_full")
+    tenant: str | None = None  # the caller's tenant name (``gateway.http.tenants``); None: no key needed
     duration_s: float = 0.0
     span: Any = None  # the tracer's handle on the llm_request span
     trace_context: dict[str, str] = field(default_factory=dict)  # W3C headers to carry to the worker
