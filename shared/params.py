@@ -26,6 +26,9 @@ class PoolingParams:
     truncation_side: str = "right"  # "left": truncation keeps the last tokens (vLLM's truncation_side; Cohere START)
     sparse: bool = False  # answer each input's sparse vector (shared.sparse) instead of the task's rows
     return_tokens: bool = False  # with sparse: each id's token string too
+    # a model that encodes queries and documents differently (PyLate ColBERT: ModelInfo.input_roles): the call's
+    # first query_inputs inputs are queries, the rest documents; None = no roles
+    query_inputs: int | None = None
     # further outputs of the same forward (a multi-output call): each its own params (task, dimensions,
     # sparse, ...) with this call's tokenizing params; the call answers one block per output, its own first
     outputs: tuple["PoolingParams", ...] = ()

@@ -169,6 +169,7 @@ class ModelInfo:
     device_memory: dict[str, int] | None = None  # bytes once loaded: allocated/reserved/total (host: total/peak_rss)
     prompts: dict[str, str] | None = None  # input type -> prompt (config_sentence_transformers.json; Cohere input_type)
     chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere puts a prompt in a system turn)
+    input_roles: bool = False  # queries and documents encode differently (PyLate): calls say PoolingParams.query_inputs
 
     def to_wire(self) -> dict:
         return asdict(self)

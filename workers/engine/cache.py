@@ -2,7 +2,7 @@
 
 ``--embedding-cache-mb N`` (a model flag; 0 = off) wraps the model's runner
 in ``CachingRunner``. A sequence's key is what decides its output in this
-model: its pooling params, token ids and token type ids (the model is the
+model: its pooling params, token ids, token type ids and attended keys (the model is the
 worker's own). ``prepare`` looks every sequence up and hands only the misses
 to the runner; ``execute`` stores each miss's rows (a copy) and answers every
 sequence, hits with the very array a miss stored, so a hit is bit-identical
@@ -28,7 +28,8 @@ Entry = tuple[Rows, tuple[Rows, ...]]  # one sequence's rows, and its further ou
 
 def key_of(seq: Sequence) -> Key:
     types = tuple(seq.token_type_ids) if seq.token_type_ids is not None else None
-    return astuple(seq.params), tuple(seq.token_ids), types
+    attend = tuple(seq.attend) if seq.attend is not None else None
+    return astuple(seq.params), tuple(seq.token_ids), types, attend
 
 
 @dataclass

@@ -209,9 +209,10 @@ class Engine:
             types = [None] * len(token_lists)
         arrival = time.monotonic()
         params = call.params if encoded.late is None else encoded.late.params  # late chunking: token vectors
+        attend = encoded.attend if encoded.attend is not None and state.chunks is None else [None] * len(token_lists)
         state.seqs = [Sequence(ids, params, arrival=arrival, handle=state, token_type_ids=t,
-                               priority=call.priority, deadline=call.deadline)
-                      for ids, t in zip(token_lists, types)]
+                               priority=call.priority, deadline=call.deadline, attend=a)
+                      for ids, t, a in zip(token_lists, types, attend)]
         state.queued_at = time.perf_counter()
         state.tokenize_s = state.queued_at - start
         self._live.add(state)
@@ -252,7 +253,8 @@ class Engine:
         one after the other, so other calls' tokenizing runs between them (windowed and late-chunked documents,
         whose plans span the call: at once)."""
         inputs = call.inputs
-        if len(inputs) <= TOKENIZE_SLICE or any(isinstance(x, (WindowedText, LateChunkText)) for x in inputs):
+        if (len(inputs) <= TOKENIZE_SLICE or call.params.query_inputs is not None  # roles count over the call
+                or any(isinstance(x, (WindowedText, LateChunkText)) for x in inputs)):
             return await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
         ids, types = [], []
         for at in range(0, len(inputs), TOKENIZE_SLICE):

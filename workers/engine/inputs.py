@@ -11,7 +11,8 @@ splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-
 cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
 through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
 its token type ids. A long document to score in windows (``WindowedText``) is
-cut into one input per window first (``workers.windows``).
+cut into one input per window first (``workers.windows``). A PyLate model's inputs are
+tokenized by their role instead (``workers.engine.roles``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
-from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair
+from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
 from poolgate.workers.engine import late_chunking
 from poolgate.workers.engine.runner_api import Encoded, TextEncoder
 from poolgate.workers.engine.windows import Expanded, expand, shrink, window_input
@@ -45,6 +46,8 @@ class InputStage:
         """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs); a
         ``WindowedText`` becomes one sequence per window (``workers.windows``), named in ``windows``."""
         k = truncation_length(self.info, call.params)
+        if getattr(self.encoder, "roles", None) is not None:  # PyLate: queries and documents (workers.engine.roles)
+            return self._encode_roles(call, k)
         inputs = render_chats(self.encoder, call.inputs)
         late = [x for x in inputs if isinstance(x, LateChunkText)]  # a late-chunking call holds only these
         inputs = [x.text for x in late] if late else inputs
@@ -59,6 +62,16 @@ class InputStage:
         for x in encoded.ids:
             check_length(self.info, len(x), TOKEN_TASK if late else cap_task(call.params))
         return encoded
+
+    def _encode_roles(self, call: PoolingCall, k: int | None) -> Encoded:
+        if any(isinstance(x, (WindowedText, LateChunkText)) for x in call.inputs):
+            raise InvalidRequest("a PyLate model's documents are cut to its document_length: windows and late "
+                                 "chunking do not apply", param="input")
+        inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in call.inputs]
+        ids, attend = self.encoder.roles.encode(inputs, call.params, k)
+        for x in ids:
+            check_length(self.info, len(x), cap_task(call.params))
+        return Encoded(ids, [None] * len(ids), attend=attend)
 
     def _encode_inputs(self, inputs: list[Input], k: int | None, params: PoolingParams) -> Encoded:
         inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in inputs]

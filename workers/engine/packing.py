@@ -14,10 +14,11 @@ class AttnGroup:
     n: int  # sequences in the group
     max_len: int
     gather: torch.Tensor  # (n * max_len,) token rows to read; padding reads row 0
-    mask: torch.Tensor | None  # (n, 1, 1, max_len) True = real key; None = no padding
+    mask: torch.Tensor | None  # (n, 1, 1, max_len) True = real key a query may attend; None = no padding
     valid: torch.Tensor  # (n_tokens_in_group,) rows of the padded block that are real
     dst: torch.Tensor  # (n_tokens_in_group,) where those rows go in the packed output
     masks: dict = field(default_factory=dict, repr=False)  # attention masks built for this group, by kind
+    rows: torch.Tensor | None = None  # (n, 1, max_len, 1) True = a real query row; only where keys are masked
 
 
 @dataclass
@@ -38,6 +39,7 @@ class PackedBatch:
     groups: list[AttnGroup] | None = None
     token_type_ids: torch.Tensor | None = None
     run_rows: list[torch.Tensor | None] | None = None  # per run, the token rows its pooler keeps (planned in prepare)
+    key_masked: bool = False  # some real tokens are keys no query attends (``pack(attend=...)``): grouped attention
 
     @property
     def n_tokens(self) -> int:
@@ -45,12 +47,15 @@ class PackedBatch:
 
 
 def pack(seqs: list[list[int]], *, token_types: list[list[int] | None] | None = None,
-         group_attention: bool = True, waste: float = 1.1, max_group: int = 256,
-         group_tokens: int = 8192) -> PackedBatch:
+         attend: list[list[bool] | None] | None = None, group_attention: bool = True, waste: float = 1.1,
+         max_group: int = 256, group_tokens: int = 8192) -> PackedBatch:
     """Concatenate ``seqs``; with ``group_attention`` also plan length-sorted SDPA groups.
 
     ``token_types`` gives each sequence's segment ids (same length as the
     sequence; None for a sequence means zeros); without any, the batch has none.
+    ``attend`` gives each sequence's attention mask over its keys (False: no query attends that token,
+    as a padded batch's ``attention_mask`` 0; PyLate's query expansion); None for a sequence means all.
+    A batch with such keys is always planned in groups (their masks carry it) and marked ``key_masked``.
     """
     lengths = [len(s) for s in seqs]
     ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
@@ -59,6 +64,7 @@ def pack(seqs: list[list[int]], *, token_types: list[list[int] | None] | None = 
     starts = np.repeat(cu[:-1], lengths)
     positions = np.arange(ids.shape[0], dtype=np.int64) - starts
     seg_ids = np.repeat(np.arange(len(seqs), dtype=np.int64), lengths)
+    keys = _keys(attend, lengths)  # (n_tokens,) bool, or None: every key attended
     return PackedBatch(
         input_ids=torch.from_numpy(ids),
         positions=torch.from_numpy(positions),
@@ -66,9 +72,21 @@ def pack(seqs: list[list[int]], *, token_types: list[list[int] | None] | None = 
         seg_ids=torch.from_numpy(seg_ids),
         lengths=lengths,
         max_len=max(lengths),
-        groups=_plan_groups(lengths, cu, waste, max_group, group_tokens) if group_attention else None,
+        groups=_plan_groups(lengths, cu, waste, max_group, group_tokens, keys)
+        if group_attention or keys is not None else None,
         token_type_ids=_token_types(token_types, lengths),
+        key_masked=keys is not None,
     )
+
+
+def _keys(attend: list[list[bool] | None] | None, lengths: list[int]) -> np.ndarray | None:
+    if attend is None or all(a is None or all(a) for a in attend):
+        return None
+    for i, (a, n) in enumerate(zip(attend, lengths)):
+        if a is not None and len(a) != n:
+            raise ValueError(f"sequence {i}: an attention mask of {len(a)} for {n} tokens")
+    return np.fromiter((bool(x) for a, n in zip(attend, lengths) for x in (a if a is not None else [True] * n)),
+                       dtype=bool, count=sum(lengths))
 
 
 def _token_types(types: list[list[int] | None] | None, lengths: list[int]) -> torch.Tensor | None:
@@ -85,7 +103,7 @@ def _token_types(types: list[list[int] | None] | None, lengths: list[int]) -> to
 
 
 def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: int,
-                 group_tokens: int = 8192) -> list[AttnGroup]:
+                 group_tokens: int = 8192, keys: np.ndarray | None = None) -> list[AttnGroup]:
     """Greedy groups over length-sorted sequences, padded cost ≤ ``waste`` × exact cost.
 
     A group also holds at most ``max_group`` sequences and ``group_tokens``
@@ -99,41 +117,44 @@ def _plan_groups(lengths: list[int], cu: np.ndarray, waste: float, max_group: in
         top = lengths[current[0]] if current else s
         if current and (len(current) >= max_group or (len(current) + 1) * top > group_tokens
                         or (len(current) + 1) * top * top > waste * (exact + s * s)):
-            groups.append(_group(current, lengths, cu))
+            groups.append(_group(current, lengths, cu, keys))
             current, exact = [], 0
         current.append(i)
         exact += s * s
     if current:
-        groups.append(_group(current, lengths, cu))
+        groups.append(_group(current, lengths, cu, keys))
     return groups
 
 
-def _group(members: list[int], lengths: list[int], cu: np.ndarray) -> AttnGroup:
+def _group(members: list[int], lengths: list[int], cu: np.ndarray, keys: np.ndarray | None = None) -> AttnGroup:
     n, top = len(members), lengths[members[0]]
     lens = np.array([lengths[i] for i in members])
     col = np.arange(top)
     real = col[None, :] < lens[:, None]  # (n, top)
     gather = np.where(real, cu[members][:, None] + col[None, :], 0)
-    full = bool(real.all())
+    attended = real if keys is None else real & keys[gather]  # (n, top) keys a query may attend
+    full = bool(attended.all())
     return AttnGroup(
         n=n, max_len=top,
         gather=torch.from_numpy(gather.reshape(-1)),
-        mask=None if full else torch.from_numpy(real[:, None, None, :].copy()),
+        mask=None if full else torch.from_numpy(attended[:, None, None, :].copy()),
         valid=torch.from_numpy(np.flatnonzero(real.reshape(-1))),
         dst=torch.from_numpy(gather.reshape(-1)[real.reshape(-1)]),
+        rows=None if keys is None else torch.from_numpy(real[:, None, :, None].copy()),
     )
 
 
 def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
     """A copy of ``batch`` with ``fn`` applied to every tensor (device moves, pinning)."""
     groups = None if batch.groups is None else [
-        AttnGroup(g.n, g.max_len, fn(g.gather), None if g.mask is None else fn(g.mask), fn(g.valid), fn(g.dst))
+        AttnGroup(g.n, g.max_len, fn(g.gather), None if g.mask is None else fn(g.mask), fn(g.valid), fn(g.dst),
+                  rows=None if g.rows is None else fn(g.rows))
         for g in batch.groups
     ]
     types = None if batch.token_type_ids is None else fn(batch.token_type_ids)
     rows = None if batch.run_rows is None else [None if r is None else fn(r) for r in batch.run_rows]
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups, types, rows)
+                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked)
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:
@@ -142,7 +163,7 @@ def tensors(batch: PackedBatch) -> list[torch.Tensor]:
     if batch.token_type_ids is not None:
         out.append(batch.token_type_ids)
     for g in batch.groups or ():
-        out += [t for t in (g.gather, g.mask, g.valid, g.dst) if t is not None]
+        out += [t for t in (g.gather, g.mask, g.valid, g.dst, g.rows) if t is not None]
     return out + [r for r in batch.run_rows or () if r is not None]
 
 

@@ -66,7 +66,7 @@ class PoolingRunner:
 
     def _prepare_part(self, seqs: list[Sequence]) -> PreparedBatch:
         packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
-                      group_attention=self.group_attention)
+                      attend=[s.attend for s in seqs], group_attention=self.group_attention)
         runs = self.pooler.plan(packed, param_runs(seqs))
         packed, ready = self.backend.upload(packed)
         return PreparedBatch(packed, runs, ready)

@@ -30,6 +30,7 @@ class Encoded:
     type_ids: list[list[int] | None]
     windows: Windows | None = None
     late: LatePlan | None = None  # a late-chunking call's chunks (workers.engine.late_chunking)
+    attend: list[list[bool] | None] | None = None  # per sequence, the keys attended (workers.engine.roles)
 
     def prompt_tokens(self) -> list[int]:
         """Each input's token count (a windowed document: all its windows' tokens)."""

@@ -15,7 +15,9 @@ class Sequence:
     ``token_type_ids``: the segment of each token (a BERT cross-encoder pair marks its second text
     with 1), or None when every token is segment 0 (all other inputs). ``priority`` (lower runs
     earlier), ``deadline`` (unix time, None = none) and ``arrival`` (monotonic, when its call was
-    queued) come from its call and are what a batch policy (``workers.engine.policy``) orders by."""
+    queued) come from its call and are what a batch policy (``workers.engine.policy``) orders by.
+    ``attend``: per token, whether it is a key other tokens attend (False: PyLate's [MASK] query expansion
+    without attention to it, ``workers.engine.roles``), or None when every token is."""
 
     token_ids: list[int]
     params: PoolingParams
@@ -25,6 +27,7 @@ class Sequence:
     token_type_ids: list[int] | None = None
     priority: int = 0
     deadline: float | None = None
+    attend: list[bool] | None = None
 
     @property
     def num_tokens(self) -> int:

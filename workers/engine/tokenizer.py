@@ -34,6 +34,7 @@ class TextEncoder:
         self.backend.no_truncation()
         self.backend.no_padding()
         self.do_lower_case = do_lower_case
+        self.roles = None  # a PyLate model's RoleEncoder (workers.engine.roles), set where the model is built
         self.score_template = SCORE_TEMPLATES[score_template] if score_template else None  # workers.engine.score_templates
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:

@@ -65,7 +65,8 @@ def _group_mask(g: AttnGroup, causal: bool, window: tuple[int, int] | None, bias
     """The SDPA mask of one group: bool (n|1, 1, L|1, L), or float with the bias (n|1, heads|1, L, L).
 
     Padded query rows always keep their own (padding) key, so no row is fully
-    masked (no NaN); their outputs are dropped anyway.
+    masked (no NaN); their outputs are dropped anyway. A real row never gains a key its mask
+    leaves out (``AttnGroup.rows``: a batch packed with ``attend``).
     """
     key = (causal, window, id(bias), dtype)
     if key in g.masks:
@@ -77,6 +78,8 @@ def _group_mask(g: AttnGroup, causal: bool, window: tuple[int, int] | None, bias
         rule = rule[None, None]  # (1, 1, L, L)
         if mask is not None:
             diag = torch.eye(g.max_len, dtype=torch.bool, device=device)[None, None]
+            if g.rows is not None:  # only padded rows keep their own key
+                diag = diag & ~g.rows  # (n, 1, L, L)
             rule = rule & (mask | diag)  # (n, 1, L, L)
         mask = rule
     if bias is not None:
@@ -148,8 +151,9 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
 def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                  causal: bool = False, window: tuple[int, int] | None = None,
                  bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
-    """fp16/bf16 on a GPU, no padding; a bias or a soft cap goes through ``grouped_sdpa`` instead."""
-    if bias is not None or softcap is not None:
+    """fp16/bf16 on a GPU, no padding; a bias, a soft cap or masked keys (``PackedBatch.key_masked``) go
+    through ``grouped_sdpa`` instead."""
+    if bias is not None or softcap is not None or batch.key_masked:
         return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias, softcap=softcap)
     from torch.nn.attention.varlen import varlen_attn
 

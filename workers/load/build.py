@@ -26,11 +26,13 @@ from poolgate.shared.wire import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.load.inspect import plan, settled
+from poolgate.workers.load.pylate import pylate_config, read_settings
 from poolgate.workers.load.checkpoint import Tensors
 from poolgate.workers.models import Architecture, architecture_for, build_model, open_weights
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.engine.runner import PoolingRunner
+from poolgate.workers.engine.roles import RoleEncoder
 from poolgate.workers.engine.runner_api import LoadedModel
 from poolgate.workers.engine.score_templates import template_for
 from poolgate.workers.engine.sequence import Sequence
@@ -152,6 +154,8 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file,
                           score_template=template_for(spec.hf_config), trust_remote_code=cfg.trust_remote_code)
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
+    if pylate_config(spec) is not None:  # PyLate ColBERT: inputs tokenized by role (workers.engine.roles)
+        encoder.roles = RoleEncoder(read_settings(spec, encoder.tokenizer), encoder)
     if not arch.packed:
         check_supported(spec, cfg.trust_remote_code)  # before looking for weights it could not run
     weights = open_weights(spec, allow_pickle=cfg.allow_pickle_weights)  # the one read, shared by model and heads
@@ -181,6 +185,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
         max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
         prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.tokenizer.chat_template),
+        input_roles=encoder.roles is not None,
     )
     table = settled(plan(cfg, backend, spec), spec, backend, tasks=info.tasks, dtype=runner.dtype).table()
     for line in table.splitlines():  # the table `poolgate inspect` prints, as loading settled it

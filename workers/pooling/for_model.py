@@ -8,7 +8,7 @@ sentence-transformers folders project token vectors, normalized). A classifier
 serves classify and token_classify (a ``*ForTokenClassification``
 checkpoint token_classify only) with its score layer (``workers.models.score``)
 and activation. The special models (SPLADE, BGE-M3) get their registry entry's
-poolers (``workers.pooling.special``). Every head reads the load's one checkpoint
+poolers (``workers.pooling.special``), a PyLate ColBERT folder its own (``workers.pooling.pylate``). Every head reads the load's one checkpoint
 handle (``workers.load.checkpoint``) and the worker's tokenizer.
 """
 from __future__ import annotations
@@ -24,16 +24,21 @@ from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead, load_dense
 from poolgate.workers.pooling.rows import all_rows, step_rows
 from poolgate.workers.pooling.sources import PoolerSources
+from poolgate.workers.pooling.pylate import pylate_poolers
 from poolgate.workers.pooling.special import SPECIAL_MODELS
+from poolgate.workers.load.pylate import pylate_config
 from poolgate.workers.load.st_config import ModelSpec
 
 # the token-level twin of each sequence task, pooled over every token
 TOKEN_METHOD = "ALL"
+PYLATE_TASKS = ("token_embed",)
 
 
 def served_tasks(spec: ModelSpec) -> tuple[str, ...]:
     """The tasks ``spec`` is served with, before anything is loaded (``poolgate inspect``)."""
     special = SPECIAL_MODELS.get(spec.architecture)
+    if special is None and pylate_config(spec) is not None:
+        return PYLATE_TASKS
     return special.tasks if special is not None else KIND_TASKS[spec.kind]
 
 
@@ -48,11 +53,8 @@ def poolers_for(spec: ModelSpec, device: torch.device, *, weights: Tensors, toke
             raise ValueError(f"{spec.architecture}: its poolers serve {sorted(pooler.poolers)}, its registry "
                              f"entry says {sorted(special.tasks)} (a bug in poolgate)")
         return pooler
-    if spec.pylate:
-        raise ValueError(
-            f"{spec.path / 'config_sentence_transformers.json'}: a PyLate ColBERT folder ({', '.join(spec.pylate)}): "
-            "poolgate does not apply PyLate's query/document markers, [MASK] query expansion and punctuation "
-            "skiplist, so its token vectors would not be PyLate's; it is refused rather than served wrong")
+    if pylate_config(spec) is not None:  # PyLate ColBERT (workers.pooling.pylate)
+        return pylate_poolers(src)
     return _embed(src) if spec.kind == "embed" else _classify(src)
 
 

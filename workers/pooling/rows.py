@@ -19,7 +19,7 @@ def all_rows(ids: np.ndarray, lengths: list[int]) -> tuple[None, list[int]]:
     return None, list(lengths)
 
 
-def _per_sequence(keep: np.ndarray, lengths: list[int]) -> list[int]:
+def per_sequence_counts(keep: np.ndarray, lengths: list[int]) -> list[int]:
     """How many True entries of ``keep`` (the run's tokens) fall in each sequence."""
     bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=bounds[1:])
@@ -34,7 +34,7 @@ def step_rows(step_tag_id: int | None) -> RowSelector:
 
     def select(ids: np.ndarray, lengths: list[int]) -> tuple[np.ndarray, list[int]]:
         keep = ids == step_tag_id  # (run tokens,)
-        return np.flatnonzero(keep), _per_sequence(keep, lengths)
+        return np.flatnonzero(keep), per_sequence_counts(keep, lengths)
 
     return select
 
@@ -47,6 +47,6 @@ def drop_ends(first: int = 1, last: int = 0) -> RowSelector:
         starts = np.repeat(np.cumsum([0, *lengths[:-1]], dtype=np.int64), lengths)
         position = np.arange(n.shape[0], dtype=np.int64) - starts
         keep = (position >= first) & (position < n - last)
-        return np.flatnonzero(keep), _per_sequence(keep, lengths)
+        return np.flatnonzero(keep), per_sequence_counts(keep, lengths)
 
     return select

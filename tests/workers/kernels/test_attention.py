@@ -207,3 +207,23 @@ def test_fused_qkv_views_are_gathered_once_and_exactly():
         torch.testing.assert_close(got, _naive(q, k, v, b, scale=0.3, **case), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got, grouped_sdpa(q.clone(), k.clone(), v.clone(), b, scale=0.3, **case),
                                    atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", [dict(), dict(window=(4, 4))], ids=["full", "window"])
+def test_masked_keys_are_attended_by_no_token(case):
+    """pack(attend=...): a False token is a key no query attends (itself included), as a padded batch's
+    attention_mask 0, yet its own row is computed; the batch goes through the groups even where varlen would."""
+    lengths = [6, 9, 1, 12]
+    attend = [[True] * 3 + [False] * 3, None, [True], [True] * 8 + [False] * 4]
+    b = pack([[7] * n for n in lengths], attend=attend, group_attention=False)
+    assert b.key_masked and b.groups is not None
+    q, k, v = _qkv(b)
+    got = grouped_sdpa(q, k, v, b, scale=0.3, **case)
+    keys = torch.tensor([x for a, n in zip(attend, lengths) for x in (a if a is not None else [True] * n)])
+    for s, e in zip(b.cu_seqlens[:-1].tolist(), b.cu_seqlens[1:].tolist()):
+        n = e - s
+        ok = torch.tensor([[bool(keys[s + j]) and (not case or i - 4 <= j <= i + 4) for j in range(n)]
+                           for i in range(n)])
+        for h in range(q.shape[1]):
+            want = (q[s:e, h] @ k[s:e, h].T * 0.3).masked_fill(~ok, float("-inf")).softmax(-1) @ v[s:e, h]
+            torch.testing.assert_close(got[s:e, h], want, atol=1e-5, rtol=1e-5)

@@ -62,18 +62,3 @@ def test_a_missing_projection_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"HF_ColBERT checkpoint needs its projection linear\.weight"):
         _load(tmp_path)
 
-
-def test_a_pylate_folder_is_refused_rather_than_served_without_its_markers(tmp_path):
-    import json
-
-    from tests.fakes import make_tiny_checkpoint
-
-    make_tiny_checkpoint(tmp_path)
-    (tmp_path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]))
-    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({
-        "query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 32,
-        "attend_to_expansion_tokens": False, "skiplist_words": ["!", ","], "similarity_fn_name": "MaxSim"}))
-    with pytest.raises(ValueError, match=r"config_sentence_transformers\.json: a PyLate ColBERT folder \(query_prefix, "
-                                         r"document_prefix, query_length, attend_to_expansion_tokens, skiplist_words\)"):
-        _load(tmp_path)
