@@ -90,3 +90,12 @@ def test_a_bucket_never_holds_more_than_a_minute():
     bucket = Bucket(60, clock)
     clock.now += 3600
     assert bucket.refill() == 60 and bucket.wait_s(61) == pytest.approx(1.0)
+
+
+def test_a_429_carries_its_own_retry_after_else_one_second():
+    from poolgate.gateway.http.middleware import _retry_after
+    from poolgate.shared.errors import Unavailable
+
+    assert _retry_after(Overloaded("full", retry_after_s=2.6)) == "3"
+    assert _retry_after(Overloaded("full", retry_after_s=0.2)) == "1"
+    assert _retry_after(Overloaded("full")) == "1" and _retry_after(Unavailable("gone")) == "1"
