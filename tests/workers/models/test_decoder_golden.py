@@ -231,3 +231,21 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@pytest.mark.parametrize("case,grouped", [("gemma2-softcap", True), ("qwen3", False)])
+def test_soft_capped_logits_get_their_groups_at_prepare_on_any_backend(tmp_path, monkeypatch, case, grouped):
+    """Soft-capping only runs grouped: on a backend whose attention reads no plan (CUDA's varlen path), a
+    soft-capped model still has its groups planned in prepare, never in the forward; a laned run agrees."""
+    from poolgate.workers.backends.cpu import CpuBackend
+    from poolgate.workers.engine.sequence import Sequence
+    from poolgate.workers.kernels.attention import reference_attention
+
+    monkeypatch.setattr(CpuBackend, "attention", lambda self, dtype: reference_attention)
+    _case(tmp_path, case)
+    model = _load(tmp_path, num_threads=1)  # one lane: the batch prepared whole
+    prepared = model.runner.prepare([Sequence(s, PoolingParams()) for s in SEQS])
+    assert (prepared.packed.groups is not None) == grouped
+    assert model.runner.model.needs_groups == grouped
+    np.testing.assert_allclose(np.concatenate([o.rows.values for o in model.runner.execute(prepared)]),
+                               pool_ids(_load(tmp_path), SEQS), atol=1e-5)
