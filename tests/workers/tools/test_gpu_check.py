@@ -4,7 +4,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from poolgate.workers.tools.gpu_check import TARGETS, rows
+from poolgate.workers.tools.gpu_check import TARGETS, cuda_test_files, rows
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -20,11 +20,17 @@ def test_dry_run_writes_every_row(tmp_path):
     for row in result["rows"]:
         assert isinstance(row["measured"], (int, float)) and row["measured"] > 0, row
         assert row["command"] and row["met"] in (True, False)
+    assert result["steps"]["pytest_cuda"]["rc"] == 0  # the cuda-marked files, skipped on the CPU
     http = result["steps"]["bert"]["http"]["report"]
     assert http["errors"] == 0 and http["sentence_transformers"]["device"] == "cpu"
     latency = result["steps"]["bert"]["latency"]["report"]
     assert latency["mode"] == "latency" and latency["batch_size"] == 1 and latency["concurrency"] == 1
     assert latency["prompt_tokens"] == 16 * latency["requests"]  # 14 one-token words + [CLS]/[SEP]
+
+
+def test_the_pytest_step_finds_the_cuda_tests():
+    files = cuda_test_files()
+    assert "tests/workers/backends/test_cuda.py" in files and all(f.startswith("tests/") for f in files)
 
 
 def test_rows_say_when_a_step_gave_no_figure():
