@@ -21,6 +21,9 @@ are decided once:
   document's score is the max (default) or mean of its windows' scores
   (``shared.windows.fold``), its best window's span named. Without a spec the
   plan is vLLM's.
+- a model whose queries and documents encode differently (``ModelInfo.input_roles``:
+  PyLate's markers and query expansion) is told the queries come first
+  (``PoolingParams.query_inputs``).
 """
 from __future__ import annotations
 
@@ -121,10 +124,12 @@ class ScorePlan:
     n_documents: int
     inputs: list[Input]
     windows: WindowSpec | None = None
+    query_inputs: int | None = None  # a model with input roles (PyLate): the queries come first
 
     def params(self, **fields) -> PoolingParams:
-        """The call's pooling params: the scorer's task, with ``fields`` (truncation, activation)."""
-        return PoolingParams(task=self.task, **fields)
+        """The call's pooling params: the scorer's task, with ``fields`` (truncation, activation); a model
+        with input roles (``ModelInfo.input_roles``) is told which inputs are the queries."""
+        return PoolingParams(task=self.task, query_inputs=self.query_inputs, **fields)
 
     def scores(self, rows: Rows, windows: Windows | None = None) -> PairScores:
         """One score per pair, in document order, from the call's rows (one per window with ``windows``)."""
@@ -165,7 +170,8 @@ def plan_scores(info: ModelInfo, queries: list[Input], documents: list[Input], c
             WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in documents]
     else:
         inputs = [_capped(q, caps.query) for q in queries] + [_capped(d, caps.document) for d in documents]
-    return ScorePlan(kind, info.tasks[0], len(queries), len(documents), inputs, windows)
+    roles = len(queries) if info.input_roles and kind != "cross-encoder" else None
+    return ScorePlan(kind, info.tasks[0], len(queries), len(documents), inputs, windows, roles)
 
 
 def _capped(x: Input, cap: int) -> Input:

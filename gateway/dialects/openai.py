@@ -16,7 +16,9 @@ document (``dialects.late_chunking``).
 
 ``input_type`` (Cohere's name) or ``prompt_name`` (TEI's) prefix each text
 with one of the model's prompts, as sentence-transformers does
-(``dialects.prompts``: Cohere's four standard types are always accepted).
+(``dialects.prompts``: Cohere's four standard types are always accepted); for a
+model with input roles (PyLate ColBERT) ``input_type`` also says whether the
+inputs are queries or documents, and is required (``dialects.roles``).
 
 A model whose active task is ``token_embed`` answers with one vector per
 token (``[[float]]``), float only and without ``dimensions``, as vLLM's
@@ -35,13 +37,14 @@ from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
-from poolgate.gateway.dialects.prompts import prompt_for
+from poolgate.gateway.dialects.prompts import prompted
+from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import Input, ModelInfo
+from poolgate.shared.wire import ModelInfo
 
 
 class EmbeddingRequest(EncodedBody):
@@ -88,20 +91,11 @@ def to_request(req: EmbeddingRequest, task: str = "embed", info: ModelInfo | Non
         _check_token_embed(req)
     inputs, special = req.call_inputs()
     if req.input_type is not None or req.prompt_name is not None:
-        inputs = _prompted(inputs, prompt_for(info, req.input_type, req.prompt_name))
+        inputs = prompted(inputs, role_prompt(info, req.input_type, req.prompt_name))
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
-                           add_special_tokens=special, **req.truncation())
+                           add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),
+                           **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
-
-
-def _prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
-    """Each text prefixed with ``prompt``, as sentence-transformers' ``encode(prompt=...)`` does."""
-    if not prompt:
-        return inputs
-    if not all(isinstance(x, str) for x in inputs):
-        raise InvalidRequest("input_type and prompt_name prefix texts: pass the input as strings, "
-                             "not token ids or chat messages", param="input_type")
-    return [prompt + x for x in inputs]
 
 
 def _check_token_embed(req: EmbeddingRequest) -> None:

@@ -25,7 +25,7 @@ names one in two ways:
 from __future__ import annotations
 
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire import Input, ModelInfo
 
 COHERE_TYPES: dict[str, tuple[str, ...]] = {
     "search_query": ("search_query", "query"),
@@ -54,6 +54,16 @@ def prompt_for(info: ModelInfo, input_type: str | None = None, prompt_name: str 
         return next((prompts[name] for name in COHERE_TYPES[input_type] if name in prompts), None)
     raise InvalidRequest(f"Unsupported input_type '{input_type}'. {_supported(prompts, standard=True)}",
                          param="input_type")
+
+
+def prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
+    """Each text prefixed with ``prompt``, as sentence-transformers' ``encode(prompt=...)`` does."""
+    if not prompt:
+        return inputs
+    if not all(isinstance(x, str) for x in inputs):
+        raise InvalidRequest("input_type and prompt_name prefix texts: pass the input as strings, "
+                             "not token ids or chat messages", param="input_type")
+    return [prompt + x for x in inputs]
 
 
 def _supported(prompts: dict[str, str], *, standard: bool = False) -> str:

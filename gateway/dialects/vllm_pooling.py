@@ -16,7 +16,10 @@ via --pooler-config.task x."): a poolgate worker serves all its tasks, mixed
 in one batch, so there is nothing to switch. ``pool_factor`` (poolgate's, for
 ``token_embed``) pools each input's token vectors into about ``1/pool_factor``
 as many (PyLate's hierarchical pooling, ``shared.token_pooling``): fewer vectors
-to index per document, at a cost in MaxSim agreement.
+to index per document, at a cost in MaxSim agreement. ``input_type`` (poolgate's, as
+on ``/v1/embeddings``) prefixes the model's prompt of that type, and for a model with
+input roles (PyLate ColBERT) says whether the inputs are queries or documents
+(``dialects.roles``; required there).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response
 from poolgate.gateway.dialects.io_processor import NO_PLUGIN
 from poolgate.gateway.dialects.chat import EncodedBody
+from poolgate.gateway.dialects.prompts import prompted
+from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
@@ -54,6 +59,7 @@ class PoolingRequest(EncodedBody):
     """The body of ``POST /pooling``; unknown fields are allowed and ignored."""
 
     task: PoolingTask | None = None
+    input_type: str | None = None  # poolgate: a prompt, and a role model's query / document (dialects.roles)
     pool_factor: Annotated[int, Field(ge=1)] | None = None  # poolgate: token_embed rows pooled (shared.token_pooling)
 
 
@@ -94,8 +100,11 @@ def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
     inputs, special = req.call_inputs()
+    if req.input_type is not None:
+        inputs = prompted(inputs, role_prompt(info, req.input_type, None))
     params = PoolingParams(task=pooling_task(info, req.task), use_activation=req.use_activation,
-                           add_special_tokens=special, **req.truncation())
+                           add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),
+                           **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
