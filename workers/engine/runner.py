@@ -47,6 +47,9 @@ class LanedBatch:
     parts: list[tuple[int, PreparedBatch]]
 
 
+MAX_PART_SHARE = 0.7  # with lanes, a batch runs whole when its biggest part would hold more of its tokens
+
+
 class PoolingRunner:
     """One model on one backend in one dtype, built whole (see ``workers.load.build``)."""
 
@@ -59,9 +62,14 @@ class PoolingRunner:
         self.lanes = Lanes(backend.lanes()) if backend.lanes() > 1 else None
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch | LanedBatch:
+        """One batch, or with lanes a part per lane; a batch that cannot be cut into parts of about equal
+        tokens (one sequence, one long one among short ones) runs whole, on a team of every lane's core."""
         if self.lanes is None or len(seqs) < 2:
             return self._prepare_part(seqs)
-        parts = cut([s.num_tokens for s in seqs], self.lanes.n)
+        tokens = [s.num_tokens for s in seqs]
+        parts = cut(tokens, self.lanes.n)
+        if len(parts) < 2 or max(sum(tokens[a:b]) for a, b in parts) > MAX_PART_SHARE * sum(tokens):
+            return self._prepare_part(seqs)
         return LanedBatch([(a, self._prepare_part(seqs[a:b])) for a, b in parts])
 
     def _prepare_part(self, seqs: list[Sequence]) -> PreparedBatch:
@@ -73,6 +81,8 @@ class PoolingRunner:
 
     def execute(self, batch: PreparedBatch | LanedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
         if isinstance(batch, PreparedBatch):
+            if self.lanes is not None:  # a whole batch on a CPU with lanes: one team over their cores
+                torch.set_num_threads(self.lanes.n)
             return self._execute_part(batch, steps)
         timings: list[list[Step] | None] = [[] if steps is not None else None for _ in batch.parts]
         done = self.lanes.map(lambda i: self._execute_part(batch.parts[i][1], timings[i]), range(len(batch.parts)))

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.models import bundled_model_path
@@ -51,6 +52,10 @@ def test_a_laned_batch_gives_what_the_whole_batch_gives():
     tokens = [o for o in laned if o.rows.offsets is not None][0].rows
     assert list(tokens.offsets) == [0, len(ids[2])]
     assert [name for name, _, _ in steps] == ["forward", "pool"] and steps[0][1] <= steps[0][2] <= steps[1][2]
+    lopsided = [Sequence(s, PoolingParams()) for s in model.encoder.encode(["a", "a b c d e f g h i j k l m n o p"])]
+    assert not hasattr(runner.prepare(lopsided), "parts")  # no cut within 70% of the tokens: runs whole, on a team
+    runner.run(lopsided)
+    assert torch.get_num_threads() == 2
     same = [Sequence(s, PoolingParams()) for s in model.encoder.encode(["one two", "three four"] * 2)]
     assert len(runner.prepare(same).parts) == 2
     (joined,) = runner.run(same)  # one run cut between the two parts is one run again
