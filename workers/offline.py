@@ -199,14 +199,20 @@ class PoolingModel:
         return self._pool(inputs, params).values
 
     def encode(self, inputs: Inputs, *, pooling_task: str | None = None, dimensions: int | None = None,
-               use_activation: bool | None = None, truncate_prompt_tokens: int | None = None) -> list[np.ndarray]:
-        """One array per input: ``(dim,)`` for ``embed``/``classify``, ``(T, dim)`` for the token tasks."""
+               use_activation: bool | None = None, truncate_prompt_tokens: int | None = None,
+               input_type: str | None = None) -> list[np.ndarray]:
+        """One array per input: ``(dim,)`` for ``embed``/``classify``, ``(T, dim)`` for the token tasks;
+        ``input_type`` ``"query"`` or ``"document"``: the inputs' role for a PyLate ColBERT model (required there)."""
         if pooling_task is None:
             raise InvalidRequest(NO_TASK, param="pooling_task")
         if pooling_task in REMOVED_TASKS:
             raise InvalidRequest(REMOVED_TASKS[pooling_task], param="pooling_task")
+        if input_type not in (None, "query", "document"):
+            raise InvalidRequest(f"input_type is 'query' or 'document', got {input_type!r}", param="input_type")
+        inputs = _as_inputs(inputs)
+        roles = None if input_type is None else len(inputs) if input_type == "query" else 0
         params = PoolingParams(task=pooling_task, dimensions=dimensions, use_activation=use_activation,
-                               truncate_prompt_tokens=truncate_prompt_tokens)
+                               truncate_prompt_tokens=truncate_prompt_tokens, query_inputs=roles)
         rows = self._pool(inputs, params)
         return [rows.item(i) for i in range(len(rows))]
 

@@ -9,7 +9,7 @@ import torch
 
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention, varlen_flash
 from poolgate.workers.models.positions import RelativeBuckets
-from poolgate.workers.engine.packing import pack, to_device
+from poolgate.workers.engine.packing import map_tensors, pack, to_device
 
 LENGTHS = [5, 1, 17, 3, 40, 9, 2, 30, 33, 1, 12]
 
@@ -215,7 +215,7 @@ def test_masked_keys_are_attended_by_no_token(case):
     attention_mask 0, yet its own row is computed; the batch goes through the groups even where varlen would."""
     lengths = [6, 9, 1, 12]
     attend = [[True] * 3 + [False] * 3, None, [True], [True] * 8 + [False] * 4]
-    b = pack([[7] * n for n in lengths], attend=attend, group_attention=False)
+    b = map_tensors(pack([[7] * n for n in lengths], attend=attend, group_attention=False), torch.clone)  # as uploaded
     assert b.key_masked and b.groups is not None
     q, k, v = _qkv(b)
     got = grouped_sdpa(q, k, v, b, scale=0.3, **case)

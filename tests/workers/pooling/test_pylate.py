@@ -124,3 +124,15 @@ def test_a_marker_the_tokenizer_lacks_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"config_sentence_transformers\.json: query_prefix '\[Q\] ' is not a token "
                                          r"of the folder's tokenizer"):
         _load(tmp_path)
+
+
+def test_the_offline_api_says_roles_too(tmp_path, venv):
+    from poolgate.workers.offline import PoolingModel
+
+    folder, want_q, want_d, want_scores = _reference(tmp_path, SETTINGS["expansion, not attended"])
+    with PoolingModel(str(folder), dtype="float32") as model:
+        queries = model.encode(QUERIES, pooling_task="token_embed", input_type="query")
+        documents = model.encode(DOCUMENTS, pooling_task="token_embed", input_type="document")
+        for g, w in zip(queries + documents, want_q + want_d):
+            np.testing.assert_allclose(g, w, atol=2e-5)
+        np.testing.assert_allclose(model.score(QUERIES[2], DOCUMENTS), want_scores[2], atol=1e-4)
