@@ -4,7 +4,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from poolgate.workers.tools.gpu_check import TARGETS, cuda_test_files, rows
+from poolgate.gateway.bench.gpu_check import TARGETS, cuda_test_files, rows
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,7 +1,7 @@
 """Every GPU test and every GPU row of the speed table in one run, written as JSON (``.ci/gpu-check`` wraps it).
 
 On a machine with an NVIDIA GPU: ``pytest -m cuda``; random-weight BERT-base and
-Qwen3-0.6B folders (``shape_folder``); the BERT runner alone on packed batches
+Qwen3-0.6B folders (``poolgate bench-arch --write-to``); the BERT runner alone on packed batches
 (``poolgate bench-runner``); ``poolgate serve`` + ``poolgate bench`` over HTTP
 (base64) for BERT-base in fp16 with sentence-transformers fp16 in the same run,
 then one 16-token request at a time (p50 latency); the same HTTP run for
@@ -29,7 +29,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from poolgate.workers.tools.shape_folder import write_shape
 
 
 @dataclass(frozen=True)
@@ -161,8 +160,9 @@ def run(plan: Plan, work: Path) -> dict:
     steps: dict = {"pytest_cuda": _step([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
                                          *cuda_test_files()], 240.0)}
     bert, qwen = work / "bert", work / "qwen"
-    write_shape(bert, *plan.bert)
-    write_shape(qwen, *plan.qwen)
+    for folder, (family, shape) in ((bert, plan.bert), (qwen, plan.qwen)):
+        steps[f"write_{folder.name}"] = _step(_cli("bench-arch", "--family", family, "--shape", shape,
+                                                   "--write-to", str(folder)), plan.step_timeout_s)
     steps["bert_runner"] = _step(_cli("bench-runner", str(bert), "--backend", plan.backend, "--dtype", plan.dtype,
                                       "--num-texts", str(plan.texts)), plan.step_timeout_s)
     steps["bert"] = _http_steps(bert, plan, compare=True, latency=True)
@@ -173,7 +173,8 @@ def run(plan: Plan, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poolgate.workers.tools.gpu_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m poolgate.gateway.bench.gpu_check",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="where to write the JSON results")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (CI), no pytest step")
     args = parser.parse_args(argv)
