@@ -19,6 +19,8 @@ from poolgate.workers.backends.base import Backend
 from poolgate.workers.models import Architecture, architecture_for
 from poolgate.workers.pooling.for_model import sequence_pooling, served_tasks, token_pooling
 from poolgate.workers.pooling.special import SPECIAL_MODELS
+from poolgate.workers.pooling.pylate import PYLATE_POOLING
+from poolgate.workers.load.pylate import pylate_config
 from poolgate.workers.load.st_config import ModelSpec, read_spec
 from poolgate.workers.load.weights import weights_source
 
@@ -54,6 +56,8 @@ def _pooling(spec: ModelSpec) -> str:
     """The pooling as ``workers.pooling.for_model`` chooses it (a special model: its registry entry's)."""
     if spec.architecture in SPECIAL_MODELS:
         return SPECIAL_MODELS[spec.architecture].pooling
+    if pylate_config(spec) is not None:
+        return PYLATE_POOLING
     method, source = sequence_pooling(spec)
     normalize = "" if spec.kind != "embed" else (
         ", normalized" if spec.normalize in (None, True) else ", not normalized")

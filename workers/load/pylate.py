@@ -10,7 +10,8 @@ token attends the expansion) and ``skiplist_words`` (``string.punctuation``:
 tokens dropped from document vectors, each word mapped by
 ``convert_tokens_to_ids`` as PyLate does, so a word the vocabulary lacks drops
 the unknown token). A folder is PyLate's when that file says
-``model_type: "ColBERT"`` or sets any of those keys.
+``model_type: "ColBERT"`` or sets any of those keys. Its max_model_len (unless set) covers those
+lengths, which PyLate encodes past the folder's ``max_seq_length`` (``workers.load.st_config``).
 
 Refused at start-up, by name: a marker its tokenizer does not have (PyLate
 would add it with a random embedding), an empty or shared marker (poolgate
@@ -24,11 +25,11 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from poolgate.workers.load.st_config import PYLATE_KEYS, ModelSpec
+from poolgate.workers.load.st_config import PYLATE_KEYS, PYLATE_LENGTHS, ModelSpec
 
 CONFIG = "config_sentence_transformers.json"
-DEFAULTS = {"query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": 180,
-            "do_query_expansion": True, "attend_to_expansion_tokens": False}
+DEFAULTS = {"query_prefix": "[Q] ", "document_prefix": "[D] ", **PYLATE_LENGTHS, "do_query_expansion": True,
+            "attend_to_expansion_tokens": False}
 
 
 @dataclass(frozen=True)

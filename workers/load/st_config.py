@@ -29,6 +29,7 @@ POOLING_ALIASES = {"lasttoken": "LAST"}
 # query expansion, the punctuation skiplist): settings of its encode path, not of the modules poolgate runs
 PYLATE_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length", "attend_to_expansion_tokens",
                "skiplist_words", "do_query_expansion")
+PYLATE_LENGTHS = {"query_length": 32, "document_length": 180}  # PyLate's defaults
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,14 @@ def _dense_spec(module_dir: Path) -> DenseSpec:
     )
 
 
+def _pylate_len(path: Path) -> int:
+    """The longest sequence a PyLate folder's own encode makes (its query / document length), else 0."""
+    st = _read_json(path / "config_sentence_transformers.json")
+    if not isinstance(st, dict) or (st.get("model_type") != "ColBERT" and not any(k in st for k in PYLATE_KEYS)):
+        return 0
+    return max(int(st.get(k) or v) for k, v in PYLATE_LENGTHS.items())
+
+
 def _st6_max_len(path: Path) -> int | None:
     """sentence-transformers ≥ 6 saves ``max_seq_length`` as the tokenizer's ``model_max_length``."""
     n = (_read_json(path / "tokenizer_config.json") or {}).get("model_max_length")
@@ -155,6 +164,8 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
     max_len = cfg.max_model_len or st.get("max_seq_length") or (_st6_max_len(path) if modules else None) or derived
     if max_len > derived:
         raise ValueError(f"max_model_len {max_len} exceeds the model's {derived} positions")
+    if not cfg.max_model_len:  # PyLate encodes past max_seq_length: its marker comes on top
+        max_len = min(max(max_len, _pylate_len(path)), derived)
     dims = hf.get("matryoshka_dimensions")
     architecture = _by_setting((hf.get("architectures") or ["BertModel"])[0], hf)
     kind = model_kind(architecture, st_config=bool(modules), runner=cfg.runner, convert=cfg.convert)

@@ -19,6 +19,9 @@ from poolgate.workers.pooling.head import EmbedHead, load_dense
 from poolgate.workers.pooling.rows import RowSelector, per_sequence_counts
 from poolgate.workers.pooling.sources import PoolerSources
 
+PYLATE_POOLING = ("PyLate ColBERT: every token through its Dense modules, normalized; queries [Q]-marked and "
+                  "[MASK]-expanded, documents [D]-marked without the skiplist; scored with MaxSim")
+
 
 def skiplist_rows(settings: PyLateSettings) -> RowSelector:
     """A document's tokens (its marker at position 1) but those in the skiplist; a query's every token."""

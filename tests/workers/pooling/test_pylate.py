@@ -136,3 +136,17 @@ def test_the_offline_api_says_roles_too(tmp_path, venv):
         for g, w in zip(queries + documents, want_q + want_d):
             np.testing.assert_allclose(g, w, atol=2e-5)
         np.testing.assert_allclose(model.score(QUERIES[2], DOCUMENTS), want_scores[2], atol=1e-4)
+
+
+def test_max_model_len_covers_pylates_lengths_past_max_seq_length(tmp_path):
+    from poolgate.shared.config import WorkerConfig
+    from poolgate.workers.load.st_config import read_spec
+
+    make_tiny_checkpoint(tmp_path)
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 15}))
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({
+        "model_type": "ColBERT", "query_length": 8, "document_length": 20}))
+    assert read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="t")).max_model_len == 20  # 19 tokens + [D], as PyLate
+    assert read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="t", max_model_len=12)).max_model_len == 12
