@@ -48,6 +48,9 @@ class InputStage:
         k = truncation_length(self.info, call.params)
         if getattr(self.encoder, "roles", None) is not None:  # PyLate: queries and documents (workers.engine.roles)
             return self._encode_roles(call, k)
+        if call.params.query_inputs is not None:
+            raise InvalidRequest("this model encodes queries and documents alike: query_inputs does not apply",
+                                 param="query_inputs")
         inputs = render_chats(self.encoder, call.inputs)
         late = [x for x in inputs if isinstance(x, LateChunkText)]  # a late-chunking call holds only these
         inputs = [x.text for x in late] if late else inputs

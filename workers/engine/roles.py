@@ -41,7 +41,10 @@ class RoleEncoder:
         if not all(isinstance(x, str) for x in inputs):
             raise InvalidRequest("a PyLate model's queries and documents are texts: pass the inputs as strings",
                                  param="input")
-        n = max(0, min(params.query_inputs, len(inputs)))
+        n = params.query_inputs
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(inputs):
+            raise InvalidRequest(f"query_inputs must be between 0 and the {len(inputs)} inputs, got {n!r}",
+                                 param="query_inputs")
         queries = self._queries([x.strip() for x in inputs[:n]], k)
         documents = self._documents([x.strip() for x in inputs[n:]], k)
         return [q for q, _ in queries] + documents, [a for _, a in queries] + [None] * len(documents)

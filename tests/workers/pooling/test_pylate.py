@@ -113,6 +113,17 @@ def test_a_call_without_roles_or_with_token_ids_is_refused(tmp_path, venv):
         stage.encode(PoolingCall("r", "t", ["w1"], PoolingParams(task="token_embed")))
     with pytest.raises(InvalidRequest, match="pass the inputs as strings"):
         stage.encode(PoolingCall("r", "t", [[2, 5, 3]], PoolingParams(task="token_embed", query_inputs=1)))
+    with pytest.raises(InvalidRequest, match="query_inputs must be between 0 and the 1 inputs, got 2"):
+        stage.encode(PoolingCall("r", "t", ["w1"], PoolingParams(task="token_embed", query_inputs=2)))
+
+
+def test_a_model_without_roles_refuses_query_inputs():
+    from poolgate.shared.models import bundled_model_path
+    from poolgate.workers.engine.inputs import InputStage
+
+    model = _load(bundled_model_path())
+    with pytest.raises(InvalidRequest, match="encodes queries and documents alike"):
+        InputStage(model.info, model.encoder).encode(PoolingCall("r", "t", ["a"], PoolingParams(query_inputs=1)))
 
 
 def test_a_marker_the_tokenizer_lacks_is_refused(tmp_path):
