@@ -35,6 +35,7 @@ from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER, TENANT
 from poolgate.gateway.pools.job import Job
+from poolgate.gateway.pools.member import estimate_tokens
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import InvalidRequest
@@ -115,9 +116,14 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
                        deadline=request_deadline(request), priority=priority(request, req.priority),
                        trace_context=record.trace_context if record is not None else {})
-    result = await pool.submit(call)
-    if (tenant := request.get(TENANT)) is not None:
-        tenant.charge(result.total_tokens)
+    tenant, pooled = request.get(TENANT), 0
+    reserved = tenant.reserve(estimate_tokens(req.inputs)) if tenant is not None else 0
+    try:
+        result = await pool.submit(call)
+        pooled = result.total_tokens
+    finally:
+        if tenant is not None:
+            tenant.charge(pooled, reserved)
     if record is not None:
         record.prompt_tokens = result.total_tokens
         record.tokenize_s = result.timings.get("tokenize_s")

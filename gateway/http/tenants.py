@@ -82,18 +82,30 @@ class TenantState:
         if self.requests is not None and self.requests.wait_s(1):
             self._refuse("tenant_requests", f"{self.tenant.requests_per_minute} requests per minute",
                          self.requests.wait_s(1))
-        if self.tokens is not None and self.tokens.refill() < 0:
-            self._refuse("tenant_tokens", f"{self.tenant.tokens_per_minute} tokens per minute",
-                         self.tokens.wait_s(0))
+        self._check_tokens()
         if self.requests is not None:
             self.requests.take(1)
         self.in_flight += 1
         self.logged.clear()
 
-    def charge(self, prompt_tokens: int) -> None:
-        """A request of this tenant pooled ``prompt_tokens`` (``gateway.serving``)."""
-        if self.tokens is not None and prompt_tokens:
-            self.tokens.take(prompt_tokens)
+    def reserve(self, estimated_tokens: int) -> int:
+        """Charge a request's estimated tokens before it runs (refused while the bucket is in debt), so
+        requests in flight together cannot all spend the same tokens; ``charge`` corrects it once pooled."""
+        if self.tokens is None:
+            return 0
+        self._check_tokens()
+        self.tokens.take(estimated_tokens)
+        return estimated_tokens
+
+    def charge(self, prompt_tokens: int, reserved: int = 0) -> None:
+        """A request of this tenant pooled ``prompt_tokens`` (0: it failed) after ``reserve`` took ``reserved``."""
+        if self.tokens is not None and prompt_tokens != reserved:
+            self.tokens.take(prompt_tokens - reserved)
+
+    def _check_tokens(self) -> None:
+        if self.tokens is not None and self.tokens.refill() < 0:
+            self._refuse("tenant_tokens", f"{self.tenant.tokens_per_minute} tokens per minute",
+                         self.tokens.wait_s(0))
 
     def leave(self) -> None:
         """One admitted request ended."""

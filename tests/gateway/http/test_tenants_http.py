@@ -93,3 +93,25 @@ async def test_keys_unknown_keys_and_the_admin_api(served):
     assert (await client.get("/admin/pools", headers=auth(LIVE))).status == 403
     assert (await client.get("/admin/pools", headers=auth(MAIN))).status == 200
     assert (await client.get("/health")).status == 200  # public routes need no key
+
+
+async def test_a_concurrent_burst_cannot_spend_more_than_its_tokens_per_minute():
+    """Requests in flight together are each charged before any is answered (their estimate, corrected
+    once pooled): a burst of 5 x 8 tokens on a 10-token-a-minute quota is not all admitted."""
+    model = fake_model()
+    burst = Tenant("burst", (sha(BULK),), tokens_per_minute=10)
+    async with served_router([model]) as router:
+        client = TestClient(TestServer(make_app(GatewayConfig(tenants=(burst,)), router)))
+        await client.start_server()
+        try:
+            model.runner.release.clear()  # all five in flight at once
+            sent = [asyncio.create_task(client.post(EMBED, json={"input": [list(range(1, 9))]}, headers=auth(BULK)))
+                    for _ in range(5)]
+            await asyncio.to_thread(model.runner.entered.wait, 2)
+            await asyncio.sleep(0.2)
+            model.runner.release.set()
+            statuses = sorted([(await r).status for r in sent])
+        finally:
+            model.runner.release.set()
+            await client.close()
+    assert statuses.count(200) <= 2 and statuses.count(429) >= 3, statuses  # 10 tokens: one in, one into debt
