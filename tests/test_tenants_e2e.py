@@ -103,9 +103,10 @@ def test_two_tenants_with_different_quotas_and_priorities_under_shared_load(tmp_
         assert reasons["tenant_concurrency"] + reasons["tenant_tokens"] == len(bulk_429)  # its quotas, not the pool's
         assert reasons["tenant_concurrency"] > 0 and reasons["tenant_tokens"] > 0
         answered = sum(o.body["usage"]["prompt_tokens"] for o in bulk_ok)
-        # A request's tokens are charged when it is answered, so the requests admitted while the bucket was
-        # still above zero (up to max_concurrent of them) may all take it into debt: a minute's worth, the
-        # refill over the load, and at most BULK_CONCURRENT requests over.
+        # A request reserves its estimated tokens (chars/4 + 2 an input) before it runs and is charged its
+        # real count once pooled; the bucket admits while not in debt. So: a minute's worth, the refill over
+        # the load, and the requests in flight together going past their estimates: at most BULK_CONCURRENT
+        # requests over.
         one = max(o.body["usage"]["prompt_tokens"] for o in bulk_ok)
         assert answered <= BULK_TOKENS_PER_MINUTE * (1 + DURATION_S / 60) + BULK_CONCURRENT * one
         tokens = sum(o.body["usage"]["prompt_tokens"] for o in interactive)
