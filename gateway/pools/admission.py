@@ -9,15 +9,19 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   answer otherwise, before any tokenizing;
 - ``max_calls_per_worker`` (``max_in_flight_per_worker``): a worker with that
   many jobs in flight is not picked; when every ready worker is at it, 429;
-- queued work: the pool's admitted, unfinished work in estimated tokens
-  (``gateway.pools.member.estimate_tokens``) may not pass ``max_queued_tokens``
-  or, when that is not set, ``max_queued_s`` seconds of the pool's measured
-  capacity (the sum of its ready workers' ``tokens_per_s``, from their health
-  answers; at least ``MIN_QUEUED_TOKENS``; no limit until a worker measured
-  one). This is on by default (``GatewayConfig.max_queued_s``, 5 s). A job that
-  would pass it is refused with 429, except when nothing is admitted (a lone
-  job bigger than the limit still runs, or it never could); its
-  ``Retry-After`` is how long the excess takes to drain at that capacity.
+- queued work, in estimated tokens (``gateway.pools.member.estimate_tokens``):
+  the work that runs before a new job is done may not pass
+  ``max_queued_tokens`` or, when that is not set, ``max_queued_s`` seconds of
+  the pool's measured capacity (the sum of its ready workers' ``tokens_per_s``,
+  from their health answers; at least ``MIN_QUEUED_TOKENS``; no limit until a
+  worker measured one). On by default (``GatewayConfig.max_queued_s``, 5 s).
+  Since the workers' fair policy serves jobs round robin, that work is the
+  job's own tokens plus, of each admitted job, at most as many
+  (``work_before``): a 1-input request beside one of 2,048 inputs is admitted
+  (it runs beside it), a burst of equal jobs is admitted up to the limit. A
+  job past it is refused with 429, except when nothing is admitted (a lone job
+  bigger than the limit still runs, or it never could); its ``Retry-After`` is
+  how long the excess takes to drain at that capacity.
 
 A refusal is ``Overloaded`` (with its ``reason`` and ``retry_after_s``), raised
 before anything is sent, so ``ModelPools`` tries the model's next pool. What
@@ -71,6 +75,7 @@ class Admission:
         self.model = model
         self.tokens = 0  # estimated tokens of admitted jobs not yet finished
         self.jobs = 0
+        self._sizes: list[int] = []  # each admitted job's estimated tokens
         self.refused: Counter[str] = Counter()  # reason -> refusals
 
     def check(self, inputs: int, longest_chars: int = 0) -> None:
@@ -102,21 +107,29 @@ class Admission:
             return None
         return max(MIN_QUEUED_TOKENS, int(capacity * self.limits.max_queued_s))
 
+    def work_before(self, tokens: int) -> int:
+        """The work that runs before a new job of ``tokens`` is done, as the workers' fair batch policy
+        shares the device (round robin over jobs): its own tokens, and of every admitted job at most as
+        many (a job bigger than the newcomer runs beside it, not before it)."""
+        return tokens + sum(min(size, tokens) for size in self._sizes)
+
     def admit(self, tokens: int, capacity: float = 0.0) -> None:
-        """Count a job of ``tokens`` estimated tokens in, or refuse it (429) when the pool is full;
-        ``capacity``: the pool's measured tokens/s (0 = not known)."""
+        """Count a job of ``tokens`` estimated tokens in, or refuse it (429) when the work that would run
+        before it is done passes the limit; ``capacity``: the pool's measured tokens/s (0 = not known)."""
         cap = self.queue_limit(capacity)
-        if cap is not None and self.jobs and self.tokens + tokens > cap:
+        if cap is not None and self.jobs and (before := self.work_before(tokens)) > cap:
             self._refuse(REASON_QUEUE_FULL, f"Model '{self.model}' has {self.tokens} tokens of work queued "
                                             f"(the limit is {cap}); retry shortly.",
-                         retry_after(self.tokens + tokens - cap, capacity))
+                         retry_after(before - cap, capacity))
         self.tokens += tokens
         self.jobs += 1
+        self._sizes.append(tokens)
 
     def release(self, tokens: int) -> None:
         """The admitted job of ``tokens`` ended (answered, failed or cancelled)."""
         self.tokens -= tokens
         self.jobs -= 1
+        self._sizes.remove(tokens)
 
     def _refuse(self, reason: str, message: str, retry_after_s: float | None = None) -> None:
         self.refused[reason] += 1

@@ -50,13 +50,16 @@ def test_the_characters_of_one_input_are_capped_before_any_tokenizing():
 def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
     admission = Admission(AdmissionLimits(max_queued_tokens=10), model="m")
     admission.admit(50)  # nothing admitted yet: even a job over the limit runs
-    with pytest.raises(Overloaded, match="Model 'm' has 50 tokens of work queued"):
-        admission.admit(1)
+    admission.admit(2)  # runs beside the big one (round robin): 2 + 2 before it is done
+    with pytest.raises(Overloaded, match="Model 'm' has 52 tokens of work queued"):
+        admission.admit(5)  # 5 + 5 + 2 > 10
     admission.release(50)
-    admission.admit(6)
-    admission.admit(4)
+    admission.release(2)
+    for _ in range(2):
+        admission.admit(5)  # equal jobs: 5, then 5 + 5
     with pytest.raises(Overloaded):
-        admission.admit(1)
+        admission.admit(5)  # 15 > 10
+    assert admission.work_before(1) == 3 and admission.work_before(20) == 30
     assert admission.refused == {REASON_QUEUE_FULL: 2} and (admission.tokens, admission.jobs) == (10, 2)
 
 
@@ -138,7 +141,7 @@ def test_the_limit_is_seconds_of_measured_capacity_and_retry_after_is_the_drain_
     with pytest.raises(Overloaded) as refused:
         admission.admit(26_000, 10_000.0)  # 25,000 tokens over the limit drain in 2.5 s -> 3
     assert refused.value.retry_after_s == 3.0 and refused.value.reason == REASON_QUEUE_FULL
-    admission.admit(1_000, 10_000.0)  # exactly at the limit
+    admission.admit(1_000, 10_000.0)  # a small job runs beside the big one: 2,000 before it is done
     assert Admission(AdmissionLimits(max_queued_tokens=10, max_queued_s=2.0)).queue_limit(1e6) == 10
 
 
@@ -152,7 +155,7 @@ async def test_a_pool_reads_its_capacity_from_health_answers_and_refuses_past_it
     held = asyncio.create_task(only.submit(call("x" * 16_000)))  # ~4,002 tokens admitted
     await until(lambda: client.calls)
     with pytest.raises(Overloaded) as refused:
-        await only.submit(call("y" * 8_000))  # 4,002 + 2,002 > max(4096, 5000)
+        await only.submit(call("y" * 20_000))  # 5,002 + 4,002 > max(4096, 5000)
     assert refused.value.retry_after_s == 1.0
     client.health_answer = {"ready": True}  # an answer without a rate keeps the last one
     await only.probe(1.0)
