@@ -33,7 +33,8 @@ RAW_BODIES = [(b"{", "application/json"), (b"[]", "application/json"), (b"null",
 
 # After the fuzz: a request that must still be answered, and what its answer must hold.
 PROBES = {
-    "embedder": ("/v1/embeddings", {"model": DEFAULT_MODEL_NAME, "input": ["still answering"], "encoding_format": "float"},
+    "embedder": ("/v1/embeddings",
+                 {"model": DEFAULT_MODEL_NAME, "input": ["still answering"], "encoding_format": "float"},
                  lambda body: len(body["data"][0]["embedding"]) == 384),
     "cross_encoder": ("/rerank", {"query": "still", "documents": ["answering", "here"]},
                       lambda body: sorted(r["index"] for r in body["results"]) == [0, 1]),

@@ -1,6 +1,7 @@
 """Two tenants of an API keys file under shared load on a live `poolgate serve`: a bulk tenant (priority 10,
-4 requests at once, 30,000 tokens a minute: it keeps the worker busy for the first seconds) sending big requests faster than it may, beside an
-interactive tenant (priority 0, no quota it reaches) sending one-input requests.
+4 requests at once, 30,000 tokens a minute: it keeps the worker busy for the first seconds) sending big
+requests faster than it may, beside an interactive tenant (priority 0, no quota it reaches) sending
+one-input requests.
 
 The bulk tenant is refused with 429 + Retry-After once over its quotas, and what it was admitted is
 answered; the interactive tenant is never refused, and its p99 stays under ``INTERACTIVE_P99_S`` (the
@@ -82,9 +83,11 @@ def test_two_tenants_with_different_quotas_and_priorities_under_shared_load(tmp_
               f"interactive {len(interactive)} x 1 input: {len(fast)} answered, p50 {percentile(fast, 0.5):.3f}s "
               f"p99 {p99:.3f}s")
 
-        assert [o.status for o in interactive] == [200] * len(interactive), [str(o.body)[:300] for o in interactive if o.status != 200]
+        assert [o.status for o in interactive] == [200] * len(interactive), [
+            str(o.body)[:300] for o in interactive if o.status != 200]
         assert p99 <= INTERACTIVE_P99_S
-        assert len(bulk_ok) + len(bulk_429) == len(bulk), [str(o.body)[:200] for o in bulk if o.status not in (200, 429)]
+        assert len(bulk_ok) + len(bulk_429) == len(bulk), [
+            str(o.body)[:200] for o in bulk if o.status not in (200, 429)]
         assert bulk_429 and bulk_ok
         assert all(len(o.body["data"]) == BULK_INPUTS for o in bulk_ok)
         for o in bulk_429:

@@ -2,8 +2,9 @@
 gateway retries the dead worker's calls on the other one), and the pool serves on afterwards.
 
 Admission is off (``--max-queued-seconds 0``) so every request is accepted: each one must come back 200
-with its vectors. The load is open-loop at about half the two workers' measured capacity (at least 6 requests/s); the worker
-killed is one that has calls in flight at that moment (``/admin/pools``), so there is work to lose.
+with its vectors. The load is open-loop at about half the two workers' measured capacity (at least 3
+requests/s); the worker killed is one that has calls in flight at that moment (``/admin/pools``), so there
+is work to lose.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ KEY = "kill-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 DURATION_S = 10.0
 KILL_AFTER_S = 3.0
-N_INPUTS = 16
+N_INPUTS = 64  # calls long enough (~0.1-0.3 s) that the one killed is still running
 
 
 def _embed_body() -> dict:
@@ -77,7 +78,7 @@ def test_a_worker_killed_mid_load_loses_no_accepted_request(tmp_path):
                      "--health-check-interval", "0.5") as server:
         assert len(_worker_pids_by_address(server)) == 2
         tokens = _warm_both(server.url)
-        rate = max(0.5 * server.capacity(AUTH) / tokens, 6.0)  # measured on small batches, capacity is low
+        rate = max(0.5 * server.capacity(AUTH) / tokens, 3.0)
         killer = Killer(server)
         killer.start()
         outcomes = asyncio.run(open_loop(f"{server.url}/v1/embeddings", rate, DURATION_S, _embed_body,
