@@ -47,6 +47,7 @@ def check_params(info: ModelInfo, params: PoolingParams) -> None:
     _check_task_params(params)
     _check_dimensions(info, params.dimensions)
     _check_sparse(info, params)
+    _check_adapter(info, params.adapter)
     if params.outputs:
         _check_outputs(info, params)
     k = params.truncate_prompt_tokens
@@ -76,8 +77,21 @@ def _check_outputs(info: ModelInfo, params: PoolingParams) -> None:
         if differ:
             raise InvalidRequest(f"every output of one call reads the same tokens: {differ[0]} differs",
                                  param=differ[0])
+        if out.adapter != params.adapter:
+            raise InvalidRequest("every output of one call runs the same forward: task differs", param="task")
         check_task(info, out)
         check_params(info, out)
+
+
+def _check_adapter(info: ModelInfo, adapter: str | None) -> None:
+    """The task adapter a call names (Jina's ``task``): one of the model's ``adapters``."""
+    if adapter is None:
+        return
+    if not info.adapters:
+        raise InvalidRequest(f"task {adapter!r}: model {info.served_model_name!r} has no task adapters", param="task")
+    if adapter not in info.adapters:
+        raise InvalidRequest(f"task {adapter!r} is not one of model {info.served_model_name!r}'s tasks: "
+                             f"{', '.join(info.adapters)}", param="task")
 
 
 def _check_output_inputs(params: PoolingParams, inputs: list[Input]) -> None:

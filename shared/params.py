@@ -29,6 +29,9 @@ class PoolingParams:
     # a model that encodes queries and documents differently (PyLate ColBERT: ModelInfo.input_roles): the call's
     # first query_inputs inputs are queries, the rest documents; None = no roles
     query_inputs: int | None = None
+    # the task LoRA adapter this call's forward runs with (Jina's request field ``task``; ModelInfo.adapters),
+    # None = the model's default; only a model served with per-request adapters takes other than its merged one
+    adapter: str | None = None
     # further outputs of the same forward (a multi-output call): each its own params (task, dimensions,
     # sparse, ...) with this call's tokenizing params; the call answers one block per output, its own first
     outputs: tuple["PoolingParams", ...] = ()

@@ -170,6 +170,7 @@ class ModelInfo:
     prompts: dict[str, str] | None = None  # input type -> prompt (config_sentence_transformers.json; Cohere input_type)
     chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere puts a prompt in a system turn)
     input_roles: bool = False  # queries and documents encode differently (PyLate): calls say PoolingParams.query_inputs
+    adapters: tuple[str, ...] | None = None  # the task adapters a call may name (PoolingParams.adapter); None = none
 
     def to_wire(self) -> dict:
         return asdict(self)
@@ -178,7 +179,7 @@ class ModelInfo:
     def from_wire(cls, body: dict) -> "ModelInfo":
         body = dict(body)
         body["tasks"] = tuple(body["tasks"])
-        for key in ("matryoshka_dimensions", "labels"):
+        for key in ("matryoshka_dimensions", "labels", "adapters"):
             if body.get(key) is not None:
                 body[key] = tuple(body[key])
         return cls(**body)

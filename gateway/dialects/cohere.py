@@ -68,6 +68,7 @@ class CohereEmbedRequest(BaseModel):
     truncate: Literal["NONE", "START", "END"] = "END"
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     priority: int | None = None  # None: the tenant's default (else 0)
+    task: str | None = None  # poolgate (Jina's field): the task adapter the forward runs with (ModelInfo.adapters)
 
 
 class CohereEmbedResponse(BaseModel):
@@ -109,7 +110,7 @@ def to_request(req: CohereEmbedRequest, info: ModelInfo) -> tuple[ServeRequest, 
     k = None if req.truncate == "NONE" else _keep(req.max_tokens, input_cap(info, "embed"))
     params = PoolingParams(task="embed", dimensions=req.output_dimension, truncate_prompt_tokens=k,
                            truncation_side="left" if req.truncate == "START" else "right",
-                           add_special_tokens=not chat)
+                           add_special_tokens=not chat, adapter=req.task)
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority), texts
 
 

@@ -57,6 +57,7 @@ class EmbeddingRequest(EncodedBody):
     late_chunking: bool = False  # Jina's: one document encoded once, a vector per chunk (dialects.late_chunking)
     chunk_boundaries: list[int] | None = None  # late chunking: where chunks start (characters)
     chunk_size: int | None = None  # late chunking: tokens per chunk
+    task: str | None = None  # Jina's: the task adapter the forward runs with (ModelInfo.adapters; shared.limits)
 
 
 class EmbeddingData(BaseModel):
@@ -94,6 +95,7 @@ def to_request(req: EmbeddingRequest, task: str = "embed", info: ModelInfo | Non
         inputs = prompted(inputs, role_prompt(info, req.input_type, req.prompt_name))
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
                            add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),
+                           adapter=req.task,
                            **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 

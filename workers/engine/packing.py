@@ -40,6 +40,8 @@ class PackedBatch:
     token_type_ids: torch.Tensor | None = None
     run_rows: list[torch.Tensor | None] | None = None  # per run, the token rows its pooler keeps (planned in prepare)
     key_masked: bool = False  # some real tokens are keys no query attends (``pack(attend=...)``): grouped attention
+    # per-request task adapters (workers.models.task_adapters): per adapter index, its token rows (None = all)
+    adapter_rows: list[tuple[int, torch.Tensor | None]] | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -153,8 +155,10 @@ def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
     ]
     types = None if batch.token_type_ids is None else fn(batch.token_type_ids)
     rows = None if batch.run_rows is None else [None if r is None else fn(r) for r in batch.run_rows]
+    adapters = None if batch.adapter_rows is None else [(t, None if r is None else fn(r))
+                                                        for t, r in batch.adapter_rows]
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked)
+                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters)
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:
@@ -164,7 +168,8 @@ def tensors(batch: PackedBatch) -> list[torch.Tensor]:
         out.append(batch.token_type_ids)
     for g in batch.groups or ():
         out += [t for t in (g.gather, g.mask, g.valid, g.dst, g.rows) if t is not None]
-    return out + [r for r in batch.run_rows or () if r is not None]
+    return out + [r for r in batch.run_rows or () if r is not None] + [r for _, r in batch.adapter_rows or ()
+                                                                        if r is not None]
 
 
 def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:

@@ -16,6 +16,7 @@ order.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from poolgate.workers.engine.packing import PackedBatch, pack
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
 from poolgate.workers.engine.sequence import Sequence, param_runs
+from poolgate.workers.models.task_adapters import active
 
 
 @dataclass
@@ -60,6 +62,7 @@ class PoolingRunner:
         # (a relative bias, soft-capping: PackedModel.needs_groups) reads it
         self.group_attention = grouped or backend.uses_groups(dtype)
         self.lanes = Lanes(backend.lanes()) if backend.lanes() > 1 else None
+        self.adapters = getattr(model, "task_adapters", None)  # per-request task LoRAs (models.task_adapters)
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch | LanedBatch:
         """One batch, or with lanes a part per lane; a batch that cannot be cut into parts of about equal
@@ -76,6 +79,8 @@ class PoolingRunner:
         packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
                       attend=[s.attend for s in seqs], group_attention=self.group_attention)
         runs = self.pooler.plan(packed, param_runs(seqs))
+        if self.adapters is not None:  # per task, the rows of its sequences' tokens
+            packed.adapter_rows = self.adapters.plan([s.params.adapter for s in seqs], packed.cu_seqlens)
         packed, ready = self.backend.upload(packed)
         return PreparedBatch(packed, runs, ready)
 
@@ -97,7 +102,8 @@ class PoolingRunner:
     def _execute_part(self, batch: PreparedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
         start = time.perf_counter()
         self.backend.wait_upload(batch.ready, batch.packed)
-        hidden = self.model(batch.packed)  # (n_tokens, hidden) in the model's dtype; poolers cast what they pool
+        with active(batch.packed.adapter_rows) if self.adapters is not None else nullcontext():
+            hidden = self.model(batch.packed)  # (n_tokens, hidden) in the model's dtype; poolers cast what they pool
         if steps is not None:
             self.backend.synchronize()
             forwarded = time.perf_counter()

@@ -28,6 +28,7 @@ from poolgate.workers.backends.base import Backend
 from poolgate.workers.load.inspect import plan, settled
 from poolgate.workers.load.pylate import pylate_config, read_settings
 from poolgate.workers.load.checkpoint import Tensors
+from poolgate.workers.load.lora import adapter_names
 from poolgate.workers.models import Architecture, architecture_for, build_model, open_weights
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.pooling.for_model import poolers_for
@@ -185,7 +186,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
         max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
         prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.tokenizer.chat_template),
-        input_roles=encoder.roles is not None,
+        input_roles=encoder.roles is not None, adapters=adapter_names(spec.architecture, spec.hf_config),
     )
     table = settled(plan(cfg, backend, spec), spec, backend, tasks=info.tasks, dtype=runner.dtype).table()
     for line in table.splitlines():  # the table `poolgate inspect` prints, as loading settled it

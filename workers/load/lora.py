@@ -14,6 +14,8 @@ whole, tensors other than ``lora_A``/``lora_B``) or one whose target the
 checkpoint does not have is refused, naming the file and the setting or tensor.
 
 jina-embeddings-v3 keeps its task LoRAs inside the checkpoint (``workers.load.lora_parametrized``).
+With ``jina_task: "per_request"`` nothing is merged: ``task_loras`` reads every task's LoRA for
+``workers.models.task_adapters``, which applies the one each call names.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from pathlib import Path
 import torch
 
 from poolgate.workers.load.checkpoint import Tensors, few, read_file
-from poolgate.workers.load.lora_parametrized import jina_v3
+from poolgate.workers.load.lora_parametrized import PER_REQUEST, Parametrized, jina_v3
 from poolgate.workers.load.weights import CheckpointError
 
 PEFT_PREFIXES = ("base_model.model.", "model.")  # PEFT's wrapper, then a *For* model's body
@@ -115,6 +117,8 @@ class Merged(Tensors):
 
 
 def jina_v5(weights: Tensors, folder: Path, hf: dict) -> Tensors:
+    if hf.get("jina_task") == PER_REQUEST:
+        return weights
     return Merged(weights, read_adapter(jina_v5_adapter(folder, hf)))
 
 
@@ -130,6 +134,36 @@ def jina_v5_adapter(folder: Path, hf: dict) -> Path:
 # architecture → (the base-model view of its checkpoint, its folder, its config) → that view, its task merged
 TASK_ADAPTERS: dict[str, Callable[[Tensors, Path, dict], Tensors]] = {
     "JinaEmbeddingsV5Model": jina_v5, "JinaRobertaModel": jina_v3}
+
+
+DEFAULT_TASKS = {"JinaEmbeddingsV5Model": "retrieval", "JinaRobertaModel": "text-matching"}
+TASK_LISTS = {"JinaEmbeddingsV5Model": "task_names", "JinaRobertaModel": "lora_adaptations"}  # config keys
+# ("linear", A (r, in), s·B (out, r)) or ("embedding", A (vocab, r), s·B (r, dim)): scale s folded into B
+Lora = tuple[str, torch.Tensor, torch.Tensor]
+
+
+def adapter_names(architecture: str, hf: dict) -> tuple[str, ...] | None:
+    """The tasks a call may name (``ModelInfo.adapters``): every one served per request, else the merged one."""
+    if architecture not in TASK_ADAPTERS:
+        return None
+    task = hf.get("jina_task", DEFAULT_TASKS[architecture])
+    return tuple(hf.get(TASK_LISTS[architecture]) or ()) if task == PER_REQUEST else (task,)
+
+
+def task_loras(weights: Tensors, architecture: str, folder: Path, hf: dict) -> dict[str, dict[str, Lora]]:
+    """Per task (in the config's order), its LoRA by base weight name, scale folded into B, in fp32;
+    ``weights`` is the unmerged view ``with_task_adapter`` gave for ``jina_task: per_request``."""
+    tasks = list(hf.get(TASK_LISTS[architecture]) or ())
+    if not tasks:
+        raise ValueError(f"jina_task per_request needs the model's {TASK_LISTS[architecture]} in config.json")
+    if isinstance(weights, Parametrized):
+        return dict(zip(tasks, weights.loras(len(tasks))))
+    out = {}
+    for task in tasks:
+        adapter = read_adapter(folder / "adapters" / task)
+        Merged(weights, adapter)  # refuses targets the checkpoint lacks, or shapes that do not fit
+        out[task] = {name: ("linear", a.float(), adapter.scale * b.float()) for name, (a, b) in adapter.deltas.items()}
+    return out
 
 
 def with_task_adapter(weights: Tensors, architecture: str, folder: Path, hf: dict) -> Tensors:

@@ -4,7 +4,8 @@ jinaai/jina-embeddings-v3 stores every linear and embedding weight of its encode
 ``X.parametrizations.weight.original`` with the LoRA of each of its ``lora_adaptations``
 stacked in ``X.parametrizations.weight.0.lora_A`` / ``lora_B``. ``Parametrized`` shows
 that checkpoint as plain ``X.weight`` tensors with one task merged; ``jina_task``
-(default ``text-matching``, the one vLLM merges) picks it, at ``lora_alpha / lora_rank``.
+(default ``text-matching``, the one vLLM merges) picks it, at ``lora_alpha / lora_rank``;
+with ``per_request`` the originals are shown unmerged and ``loras`` gives every task's LoRA.
 A LoRA without its weight, a weight without its LoRA pair, or shapes that fit neither
 a linear nor an embedding are refused, naming the tensors.
 """
@@ -18,6 +19,7 @@ import torch
 from poolgate.workers.load.checkpoint import Tensors, few
 from poolgate.workers.load.weights import CheckpointError
 
+PER_REQUEST = "per_request"  # jina_task: the base unmerged, each call's task LoRA applied (models.task_adapters)
 ORIGINAL = ".parametrizations.weight.original"  # torch parametrizations, as jina-embeddings-v3 saves them
 LORA_PARTS = (".parametrizations.weight.0.lora_A", ".parametrizations.weight.0.lora_B")
 
@@ -28,7 +30,7 @@ class Parametrized(Tensors):
     with task ``index`` merged: ``B[i] @ A[i]`` for a linear, ``A[i] @ B[i]`` for an embedding (its LoRA is stored
     transposed), times ``scale``."""
 
-    def __init__(self, base: Tensors, index: int, scale: float):
+    def __init__(self, base: Tensors, index: int | None, scale: float):  # index None: the originals, unmerged
         self.base, self.index, self.scale, self.source = base, index, scale, base.source
         self._names = {}
         loras = {k for k in base if k.endswith(LORA_PARTS)}
@@ -50,7 +52,7 @@ class Parametrized(Tensors):
     def _kind(self, stem: str) -> str | None:
         out, inp = self.base.shape(stem + ORIGINAL)
         (n_a, *a), (n_b, *b) = self.base.shape(stem + LORA_PARTS[0]), self.base.shape(stem + LORA_PARTS[1])
-        if not -n_a <= self.index < n_a or n_a != n_b:
+        if (self.index is not None and not -n_a <= self.index < n_a) or n_a != n_b:
             return None
         if b[0] == out and a[1] == inp and a[0] == b[1]:
             return "linear"  # A (r, in), B (out, r)
@@ -59,12 +61,25 @@ class Parametrized(Tensors):
     def __getitem__(self, name: str) -> torch.Tensor:
         theirs = self._names[name]
         weight = self.base[theirs]
-        if not theirs.endswith(ORIGINAL):
+        if not theirs.endswith(ORIGINAL) or self.index is None:
             return weight
         stem = theirs.removesuffix(ORIGINAL)
         a, b = (self.base[stem + part][self.index].float() for part in LORA_PARTS)
         delta = b @ a if self._kind(stem) == "linear" else a @ b  # (out, in) / (vocab, dim)
         return (weight.float() + self.scale * delta).to(weight.dtype)
+
+    def loras(self, count: int) -> list[dict[str, tuple[str, torch.Tensor, torch.Tensor]]]:
+        """Per task index < ``count``, each parametrized weight's (kind, A, ``scale`` · B) by its plain name."""
+        out: list[dict] = [{} for _ in range(count)]
+        for name, theirs in self._names.items():
+            if theirs.endswith(ORIGINAL):
+                stem, kind = theirs.removesuffix(ORIGINAL), self._kind(theirs.removesuffix(ORIGINAL))
+                a, b = (self.base[stem + part].float() for part in LORA_PARTS)
+                if a.shape[0] < count:
+                    raise CheckpointError(self.base.source, f"{stem}: LoRAs for {a.shape[0]} tasks, not {count}")
+                for i in range(count):
+                    out[i][name] = (kind, a[i], self.scale * b[i])
+        return out
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -87,6 +102,9 @@ def jina_v3(weights: Tensors, folder: Path, hf: dict) -> Tensors:
     ``lora_adaptations`` merged, at ``lora_alpha / lora_rank``."""
     tasks = list(hf.get("lora_adaptations") or [])
     task = hf.get("jina_task", "text-matching")
+    scale = float(hf.get("lora_alpha", 1)) / float(hf.get("lora_rank", 4))
+    if task == PER_REQUEST:  # the originals; every task's LoRA applied per call (workers.models.task_adapters)
+        return Parametrized(weights, None, scale)
     if task not in tasks:
         raise ValueError(f"jina_task {task!r} is not one of the model's lora_adaptations {tasks}")
-    return Parametrized(weights, tasks.index(task), float(hf.get("lora_alpha", 1)) / float(hf.get("lora_rank", 4)))
+    return Parametrized(weights, tasks.index(task), scale)

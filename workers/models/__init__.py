@@ -31,7 +31,8 @@ from poolgate.workers.models.hf_auto import HfAutoEncoder
 from poolgate.workers.load.st_config import ModelSpec
 from poolgate.workers.pooling.special import SPECIAL_MODELS
 from poolgate.workers.load.checkpoint import Checkpoint, Deferred, Tensors, strip_prefix
-from poolgate.workers.load.lora import with_task_adapter
+from poolgate.workers.load.lora import DEFAULT_TASKS, PER_REQUEST, task_loras, with_task_adapter
+from poolgate.workers.models.task_adapters import attach
 
 ARCHITECTURES: dict[str, Family] = {
     "BertModel": BERT,
@@ -195,4 +196,7 @@ def build_model(spec: ModelSpec, ops: Ops, *, weights: Tensors | None = None, al
     state = with_task_adapter(strip_prefix(weights, arch.family.prefixes), spec.architecture, spec.path,
                               spec.hf_config)  # jina-embeddings-v5: its task's LoRA merged (workers.load.lora)
     model.load_weights(state, weights.source)
+    if spec.architecture in DEFAULT_TASKS and spec.hf_config.get("jina_task") == PER_REQUEST:  # unmerged base:
+        loras = task_loras(state, spec.architecture, spec.path, spec.hf_config)  # each call's task LoRA applied
+        attach(model, loras, DEFAULT_TASKS[spec.architecture], state.shape)
     return model.eval(), arch

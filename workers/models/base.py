@@ -119,6 +119,8 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
         for ours, found in plan.items():  # one tensor (or one fused group) in memory at a time
             parts = [tensors[f] for f in found]
             own[ours].copy_(parts[0] if len(parts) == 1 else torch.cat(parts, dim))
+    # where each tensor came from, fused along dim (per-request task adapters wrap by it: workers.models.task_adapters)
+    module.checkpoint_names, module.checkpoint_fused_dim = {ours: tuple(f) for ours, f in plan.items()}, dim
 
 
 def _joined_shape(parts: list[tuple[int, ...]], dim: int) -> tuple[int, ...] | None:

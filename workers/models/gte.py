@@ -137,7 +137,8 @@ class GteEncoder(nn.Module):
         x = self.word(batch.input_ids)  # (n_tokens, hidden)
         if self.token_type is not None:
             types = batch.token_type_ids
-            x = x + (self.token_type.weight[0] if types is None else self.token_type(types))
+            x = x + self.token_type(torch.zeros_like(batch.input_ids) if types is None else types)  # through forward:
+            # a per-request adapter's embedding LoRA (workers.models.task_adapters) applies there
         x = self.emb_norm(x)
         rope = self.rope.cos_sin(batch.positions)  # 2 × (n_tokens, 1, head_dim)
         q_scale = self.logn_scale(batch)

@@ -1,0 +1,175 @@
+"""Per-request task adapters: the base weights unmerged, every task's LoRA on the device, applied per row segment.
+
+Merged at load stays the default (``workers.load.lora``: one task fixed per served
+model, as vLLM does). Served with ``--hf-overrides '{"jina_task": "per_request"}'``,
+jina-embeddings-v3 (``JinaRobertaModel``) and -v5 (``JinaEmbeddingsV5Model``) load their
+base weights as saved and keep each task's LoRA A and ``scale · B`` as buffers:
+``attach`` wraps every LoRA-targeted linear (``LoraLinear``) and embedding
+(``LoraEmbedding``, v3) of the built model, found by the checkpoint names
+``load_mapped`` recorded, so no family changes. A fused projection (our ``qkv``,
+``gate_up``) takes its parts' LoRAs stacked: A's rows concatenated, B block-diagonal
+(zero where a part is not targeted), which is exactly the sum of the parts' deltas.
+
+A call names its task in ``PoolingParams.adapter`` (Jina's ``task`` on /v1/embeddings;
+``shared.limits`` refuses a name the model lacks); None is the model's default task (the
+one merged at load without an override). The runner's ``prepare`` calls ``plan``: per task
+in the batch, the row index tensor of its sequences' tokens (None: the whole batch), uploaded
+with the batch. ``execute`` runs the forward inside ``active(plan)``; each wrapped linear adds
+``(x[rows] @ A_t.T) @ (s·B_t).T`` to those rows (segment LoRA), each wrapped embedding
+``A_t[ids[rows]] @ (s·B_t)``. The plan is thread-local, since the CPU lanes run parts of a
+batch at once on one model; a wrapped module run without a plan raises rather than answering
+with the bare base weights.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from torch import nn
+
+from poolgate.workers.load.lora import Lora
+
+Plan = list[tuple[int, "torch.Tensor | None"]]  # (task index, its token rows (n_t,) int64, None = every row)
+_ACTIVE = threading.local()
+
+
+@contextmanager
+def active(plan: Plan | None) -> Iterator[None]:
+    """Run the forward inside with ``plan`` (the batch's ``adapter_rows``) as this thread's."""
+    saved = getattr(_ACTIVE, "plan", None)
+    _ACTIVE.plan = plan
+    try:
+        yield
+    finally:
+        _ACTIVE.plan = saved
+
+
+def _plan() -> Plan:
+    plan = getattr(_ACTIVE, "plan", None)
+    if plan is None:
+        raise RuntimeError("a per-request adapter model ran without its batch's adapter plan (a bug in poolgate)")
+    return plan
+
+
+class LoraLinear(nn.Module):
+    """``base(x)`` plus, on each planned task's rows, ``(x @ A_t.T) @ B_t.T``; x: (n, in) → (n, out)."""
+
+    def __init__(self, base: nn.Module, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
+        super().__init__()
+        self.base, self.tasks = base, frozenset(loras)
+        for t, (a, b) in loras.items():
+            self.register_buffer(f"a{t}", a.contiguous())  # (r, in)
+            self.register_buffer(f"b{t}", b.contiguous())  # (out, r), scale folded in
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)  # (n, out)
+        for t, rows in _plan():
+            if t in self.tasks:
+                a, b = getattr(self, f"a{t}"), getattr(self, f"b{t}")
+                if rows is None:
+                    y = y + (x @ a.T) @ b.T
+                else:
+                    y.index_add_(0, rows, (x[rows] @ a.T) @ b.T)  # (n_t, out) onto the task's rows
+        return y
+
+
+class LoraEmbedding(nn.Module):
+    """``base(ids)`` plus, on each planned task's rows, ``A_t[ids] @ B_t``; ids: (n,) → (n, dim)."""
+
+    def __init__(self, base: nn.Embedding, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
+        super().__init__()
+        self.base, self.tasks = base, frozenset(loras)
+        for t, (a, b) in loras.items():
+            self.register_buffer(f"a{t}", a.contiguous())  # (vocab, r)
+            self.register_buffer(f"b{t}", b.contiguous())  # (r, dim), scale folded in
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        y = self.base(ids)  # (n, dim)
+        for t, rows in _plan():
+            if t in self.tasks:
+                a, b = getattr(self, f"a{t}"), getattr(self, f"b{t}")
+                if rows is None:
+                    y = y + a[ids] @ b
+                else:
+                    y.index_add_(0, rows, a[ids[rows]] @ b)
+        return y
+
+
+class TaskAdapters:
+    """A model's task names (index = buffer suffix) and its default; ``plan`` is the prepare step."""
+
+    def __init__(self, names: list[str], default: str):
+        self.names, self.index = list(names), {n: i for i, n in enumerate(names)}
+        if default not in self.index:
+            raise ValueError(f"default task {default!r} is not one of the model's tasks {self.names}")
+        self.default = default
+
+    def plan(self, adapters: list[str | None], cu_seqlens: np.ndarray | torch.Tensor) -> Plan:
+        """Per task of the batch's sequences (``adapters``: each one's, None = default), its token rows."""
+        spans: dict[int, list[tuple[int, int]]] = {}
+        cu = [int(c) for c in cu_seqlens]
+        for i, name in enumerate(adapters):
+            t = self.index.get(name or self.default)
+            if t is None:
+                raise ValueError(f"task {name!r} is not one of the model's tasks {self.names}")
+            spans.setdefault(t, []).append((cu[i], cu[i + 1]))
+        if len(spans) == 1:
+            return [(next(iter(spans)), None)]
+        return [(t, torch.from_numpy(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in s])))
+                for t, s in spans.items()]
+
+
+def attach(model: nn.Module, loras: dict[str, dict[str, Lora]], default: str,
+           shape: Callable[[str], tuple[int, ...]]) -> TaskAdapters:
+    """Wrap every module of ``model`` whose checkpoint tensors a task's LoRA targets; ``shape`` gives a
+    checkpoint tensor's shape (an untargeted part of a fused projection). Sets ``model.task_adapters``."""
+    names = list(loras)
+    placed: set[str] = set()
+    for ours, found in model.checkpoint_names.items():
+        if not ours.endswith(".weight") or not any(f in task for task in loras.values() for f in found):
+            continue
+        path = ours.removesuffix(".weight")
+        module = model.get_submodule(path)
+        per_task = {i: _stacked(loras[n], found, shape, model.checkpoint_fused_dim, path)
+                    for i, n in enumerate(names) if any(f in loras[n] for f in found)}
+        kinds = {task[f][0] for task in loras.values() for f in found if f in task}
+        if kinds == {"embedding"} and isinstance(module, nn.Embedding):
+            wrapped: nn.Module = LoraEmbedding(module, per_task)
+        elif kinds == {"linear"} and getattr(module, "activation", "none") == "none" and not isinstance(
+                module, nn.Embedding):
+            wrapped = LoraLinear(module, per_task)
+        else:
+            raise ValueError(f"{path}: a {'/'.join(sorted(kinds))} LoRA on {type(module).__name__} "
+                             f"(activation {getattr(module, 'activation', 'none')!r}) cannot be applied per request")
+        parent, _, leaf = path.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, leaf, wrapped)
+        placed.update(found)
+    unplaced = sorted({f for task in loras.values() for f in task} - placed)
+    if unplaced:
+        raise ValueError(f"task LoRAs on tensors the model does not run: {unplaced[:5]}")
+    model.task_adapters = TaskAdapters(names, default)
+    return model.task_adapters
+
+
+def _stacked(task: dict[str, Lora], found: tuple[str, ...], shape, dim: int,
+             path: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One task's LoRA on a module loaded from ``found`` (fused along ``dim``): (A, s·B), parts stacked."""
+    if len(found) == 1:
+        _, a, b = task[found[0]]
+        return a, b
+    if dim != 0:
+        raise ValueError(f"{path}: per-request LoRA on a projection fused along dim {dim}")
+    parts = [(task.get(f), shape(f)[0]) for f in found]
+    a = torch.cat([lora[1] for lora, _ in parts if lora is not None])  # (sum r, in)
+    b = torch.zeros(sum(out for _, out in parts), a.shape[0])  # (sum out, sum r), block-diagonal
+    row = col = 0
+    for lora, out in parts:
+        if lora is not None:
+            r = lora[1].shape[0]
+            b[row:row + out, col:col + r] = lora[2]
+            col += r
+        row += out
+    return a, b
