@@ -74,3 +74,41 @@ def test_v5_each_task_equals_its_merged_model_and_peft(tmp_path):
     alone = {t: pool_ids(served, SEQS, PoolingParams(adapter=t)) for t in set(tasks)}
     _agree("v5 mixed batch vs alone", _mixed(served, SEQS, tasks), [alone[t][i] for i, t in enumerate(tasks)])
 
+
+
+def test_bf16_prepacked_linears_keep_their_lora(tmp_path):
+    from poolgate.shared.config import WorkerConfig
+    from poolgate.workers.load.build import load_model
+
+    state = v3._checkpoint(tmp_path)
+    load = lambda **hf: load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="j3",  # noqa: E731
+                                                dtype="bfloat16", max_batch_tokens=1024, hf_overrides=hf))
+    served = load(**PER_REQUEST)
+    assert served.info.dtype == "bfloat16"
+    got = pool_ids(served, v3.SEQS, PoolingParams(adapter="separation"))
+    assert worst_cosine(got, pool_ids(load(jina_task="separation"), v3.SEQS)) > 0.9999
+    assert worst_cosine(got, v3.reference(state, v3.TASKS.index("separation"))) > 0.9999
+
+
+def test_a_wrapped_model_run_without_a_plan_refuses(tmp_path):
+    from poolgate.workers.engine.packing import pack
+
+    v3._checkpoint(tmp_path)
+    model = v3._load(tmp_path, **PER_REQUEST).runner.model
+    with pytest.raises(RuntimeError, match="without its batch's adapter plan"):
+        model(pack(v3.SEQS[:1]))
+
+
+def test_v5_per_request_needs_its_task_names(tmp_path):
+    pytest.importorskip("peft")
+    import json
+
+    from tests.workers.models import test_jina_v5 as v5
+    from tests.workers.models.test_decoder_golden import save_tiny
+
+    v5._as_jina_v5(tmp_path, save_tiny(tmp_path, "qwen3", "Qwen3Model"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["task_names"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="jina_task per_request needs the model's task_names"):
+        v5._load(tmp_path, **PER_REQUEST)
