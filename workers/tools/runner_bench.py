@@ -18,6 +18,7 @@ from poolgate.shared.corpus import synthetic_corpus
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.build import load_model
+from poolgate.workers.tools.bench_arch import batches
 
 
 @dataclass(frozen=True)
@@ -32,17 +33,6 @@ class RunnerBench:
     passes: int = 1
 
 
-def _batches(ids: list[list[int]], budget: int) -> list[list[list[int]]]:
-    out, current, used = [], [], 0
-    for s in ids:
-        if current and used + len(s) > budget:
-            out.append(current)
-            current, used = [], 0
-        current.append(s)
-        used += len(s)
-    return out + ([current] if current else [])
-
-
 def run_runner_bench(cfg: RunnerBench) -> dict:
     model = load_model(WorkerConfig(model_path=cfg.model_path, served_model_name="bench", backend=cfg.backend,
                                     dtype=cfg.dtype, max_batch_tokens=cfg.max_batch_tokens,
@@ -50,7 +40,7 @@ def run_runner_bench(cfg: RunnerBench) -> dict:
     runner, info = model.runner, model.info
     params = PoolingParams(task=info.tasks[0])
     ids = model.encoder.encode(synthetic_corpus(cfg.num_texts, cfg.seed), max_tokens=info.max_model_len)
-    work = [[Sequence(s, params) for s in b] for b in _batches(ids, model.max_batch_tokens)] * cfg.passes
+    work = [[Sequence(s, params) for s in b] for b in batches(ids, model.max_batch_tokens)] * cfg.passes
     tokens = sum(len(s) for s in ids) * cfg.passes
     runner.execute(runner.prepare(work[0]))  # warm-up (kernel choice, caches)
     prepared = [runner.prepare(b) for b in work]
