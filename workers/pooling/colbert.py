@@ -11,11 +11,8 @@ by vLLM); PyLate folders carry theirs in their sentence-transformers config.
 """
 from __future__ import annotations
 
-from torch import nn
-
-from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
-from poolgate.workers.pooling.head import EmbedHead
+from poolgate.workers.pooling.head import EmbedHead, linear_projection
 from poolgate.workers.pooling.sources import PoolerSources
 
 PROJECTION = "linear.weight"
@@ -23,15 +20,7 @@ PROJECTION = "linear.weight"
 
 def colbert_poolers(src: PoolerSources) -> DispatchPooler:
     """token_embed = normalize(linear(h)) for every token h (the packed BERT body's last hidden states)."""
-    if PROJECTION not in src.weights:
-        raise CheckpointError(src.weights.source, f"an HF_ColBERT checkpoint needs its projection {PROJECTION}")
-    weight = src.weights[PROJECTION].float()  # (dim, hidden)
-    dim = src.spec.hf_config.get("dim")
-    if dim is not None and int(dim) != weight.shape[0]:
-        raise CheckpointError(src.weights.source, f"{PROJECTION} projects to {weight.shape[0]} dimensions, but "
-                                                  f"config.json says dim={dim}")
-    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-    linear.load_state_dict({"weight": weight})
-    head = EmbedHead(linear.eval().to(src.device), True)
+    linear = linear_projection(src, PROJECTION, "an HF_ColBERT", "dim")
+    head = EmbedHead(linear, True)
     return DispatchPooler({"token_embed": Pooler("ALL", head)}, active=src.spec.pooler.task,
-                          out_dim=int(weight.shape[0]))
+                          out_dim=linear.out_features)

@@ -8,7 +8,9 @@ from torch import nn
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.st_config import DenseSpec
+from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.pooling.classify import torch_activation
+from poolgate.workers.pooling.sources import PoolerSources
 
 
 def load_dense(spec: DenseSpec, *, allow_pickle: bool) -> nn.Module:
@@ -18,6 +20,21 @@ def load_dense(spec: DenseSpec, *, allow_pickle: bool) -> nn.Module:
     linear.load_state_dict({k.removeprefix("linear."): weights[k].float() for k in weights})
     weights.close()
     return nn.Sequential(linear, torch_activation(spec.activation, "Dense activation"))
+
+
+def linear_projection(src: PoolerSources, name: str, checkpoint: str, config_key: str) -> nn.Linear:
+    """The checkpoint's bias-free ``name`` weight (dim, hidden) as an fp32 Linear on the device; its rows must match
+    config.json's ``config_key`` where it is set. ``checkpoint`` names the kind in the errors ("an HF_ColBERT ...")."""
+    if name not in src.weights:
+        raise CheckpointError(src.weights.source, f"{checkpoint} checkpoint needs its projection {name}")
+    weight = src.weights[name].float()  # (dim, hidden)
+    dim = src.spec.hf_config.get(config_key)
+    if dim is not None and int(dim) != weight.shape[0]:
+        raise CheckpointError(src.weights.source, f"{name} projects to {weight.shape[0]} dimensions, but "
+                                                  f"config.json says {config_key}={dim}")
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.load_state_dict({"weight": weight})
+    return linear.eval().to(src.device)
 
 
 class EmbedHead(nn.Module):

@@ -13,11 +13,8 @@ token's projection, normalized. Query / document prompts are the client's.
 """
 from __future__ import annotations
 
-from torch import nn
-
-from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
-from poolgate.workers.pooling.head import EmbedHead
+from poolgate.workers.pooling.head import EmbedHead, linear_projection
 from poolgate.workers.pooling.sources import PoolerSources
 
 PROJECTION = "linear.weight"
@@ -26,20 +23,10 @@ POOLING = "MEAN"
 
 def voyage_poolers(src: PoolerSources) -> DispatchPooler:
     """embed = normalize(linear(pool(h))) (MEAN unless --pooler-config); token_embed = normalize(linear(h))."""
-    if PROJECTION not in src.weights:
-        raise CheckpointError(src.weights.source, f"a VoyageQwen3BidirectionalEmbedModel checkpoint needs its "
-                                                  f"projection {PROJECTION}")
-    weight = src.weights[PROJECTION].float()  # (dim, hidden)
-    labels = src.spec.hf_config.get("num_labels")
-    if labels is not None and int(labels) != weight.shape[0]:
-        raise CheckpointError(src.weights.source, f"{PROJECTION} projects to {weight.shape[0]} dimensions, but "
-                                                  f"config.json says num_labels={labels}")
-    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-    linear.load_state_dict({"weight": weight})
-    linear = linear.eval().to(src.device)
+    linear = linear_projection(src, PROJECTION, "a VoyageQwen3BidirectionalEmbedModel", "num_labels")
     pooler = src.spec.pooler
     normalize = True if src.spec.normalize is None else src.spec.normalize
     return DispatchPooler({
         "embed": Pooler(pooler.sequence_pooling or POOLING, EmbedHead(linear, normalize, pooler.dimensions)),
         "token_embed": Pooler(pooler.token_pooling or "ALL", EmbedHead(linear, normalize)),
-    }, active=pooler.task, out_dim=int(weight.shape[0]))
+    }, active=pooler.task, out_dim=linear.out_features)
