@@ -260,21 +260,31 @@ def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 
 
 
 @contextlib.asynccontextmanager
-async def running_worker(model: LoadedModel, address: str):
-    """A real worker (transport server + Engine) serving ``model`` on ``address``; yields the engine."""
+async def running_engine(model: LoadedModel):
+    """A started ``Engine`` over ``model`` (no transport); stopped on exit."""
     from poolgate.workers.engine.engine import Engine
-    from poolgate.workers.server import serve
 
     engine = Engine(model)
     await engine.start()
-    server = await serve(address, engine, model.info)
     try:
         yield engine
     finally:
-        server.close()
-        if isinstance(model.runner, FakeRunner):  # let a held fake batch finish (a real runner holds none)
-            model.runner.release.set()
         await engine.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_worker(model: LoadedModel, address: str):
+    """A real worker (transport server + Engine) serving ``model`` on ``address``; yields the engine."""
+    from poolgate.workers.server import serve
+
+    async with running_engine(model) as engine:
+        server = await serve(address, engine, model.info)
+        try:
+            yield engine
+        finally:
+            server.close()
+            if isinstance(model.runner, FakeRunner):  # let a held fake batch finish (a real runner holds none)
+                model.runner.release.set()
 
 
 @contextlib.asynccontextmanager

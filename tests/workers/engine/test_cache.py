@@ -8,9 +8,8 @@ import numpy as np
 
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import PoolingCall
-from poolgate.workers.engine.engine import Engine
 from poolgate.workers.offline import PoolingModel
-from tests.fakes import fake_model
+from tests.fakes import fake_model, running_engine
 
 TEXTS = ["a b c", "d e", "f g h i"]
 
@@ -22,12 +21,8 @@ def call(inputs, **params) -> PoolingCall:
 @contextlib.asynccontextmanager
 async def engine_for(cache_bytes: int):
     model = replace(fake_model(tasks=("embed", "token_embed")), cache_bytes=cache_bytes)
-    engine = Engine(model)
-    await engine.start()
-    try:
+    async with running_engine(model) as engine:
         yield engine, model.runner
-    finally:
-        await engine.stop()
 
 
 async def test_a_repeated_input_is_answered_from_the_cache_without_the_model():

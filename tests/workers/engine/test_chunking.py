@@ -13,8 +13,7 @@ from poolgate.shared.rows import Rows
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.load.build import _check_chunking
 from poolgate.workers.engine.chunking import Chunks, fold, split
-from poolgate.workers.engine.engine import Engine
-from tests.fakes import fake_ids, fake_model, fake_output, fake_vector
+from tests.fakes import fake_ids, fake_model, fake_output, fake_vector, running_engine
 
 MAX_LEN = 32
 
@@ -38,12 +37,8 @@ def chunked_mean(ids: list[int], *, normalize: bool | None = None, size: int = M
 @contextlib.asynccontextmanager
 async def engine_for(**kw):
     model = fake_model(max_model_len=MAX_LEN, **kw)
-    engine = Engine(model)
-    await engine.start()
-    try:
+    async with running_engine(model) as engine:
         yield engine, model.runner
-    finally:
-        await engine.stop()
 
 
 async def test_a_long_input_runs_as_chunks_across_batches_and_folds_back_in_order():
