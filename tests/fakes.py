@@ -414,9 +414,20 @@ def make_tiny_cross_encoder(folder, *, seed: int = 0):
     return model
 
 
+def save_random(folder, auto, config, *, seed: int = 0):
+    """``auto.from_config(config)`` with seeded random weights, saved (safetensors) with the tiny tokenizer
+    into ``folder``; returns the transformers model (eval mode), the reference to compare against."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = auto.from_config(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    make_tiny_tokenizer(folder)
+    return model
+
+
 def make_tiny_checkpoint(folder, *, model_type: str = "bert", seed: int = 0, legacy_ln_names: bool = False):
     """A tiny random transformers checkpoint (safetensors) plus a word-level tokenizer."""
-    import torch
     from transformers import AutoConfig, AutoModel
 
     extra = {"pad_token_id": 0} if model_type == "bert" else {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
@@ -424,10 +435,7 @@ def make_tiny_checkpoint(folder, *, model_type: str = "bert", seed: int = 0, leg
         model_type, vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, max_position_embeddings=64 + (2 if model_type != "bert" else 0), **extra,
     )
-    torch.manual_seed(seed)
-    model = AutoModel.from_config(config).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    make_tiny_tokenizer(folder)
+    model = save_random(folder, AutoModel, config, seed=seed)
     if legacy_ln_names:
         from safetensors.torch import load_file, save_file
 

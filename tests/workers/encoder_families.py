@@ -26,7 +26,7 @@ from poolgate.workers.models import architecture_for, build_model
 from poolgate.workers.engine.packing import pack
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.st_config import read_spec
-from tests.fakes import make_tiny_tokenizer
+from tests.fakes import save_random
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], [2, 7, 7, 7, 7, 7, 7, 3], [2]]
 FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet")
@@ -47,11 +47,7 @@ def tiny_config(model_type: str, **extra):
 
 def save_tiny(folder: Path, model_type: str, head: str = "model", seed: int = 0, **extra):
     """Save a tiny random checkpoint with the word-level test tokenizer; returns transformers' model."""
-    torch.manual_seed(seed)
-    model = HEADS[head].from_config(tiny_config(model_type, **extra)).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    make_tiny_tokenizer(folder)
-    return model
+    return save_random(folder, HEADS[head], tiny_config(model_type, **extra), seed=seed)
 
 
 def packed_hidden(folder: Path, seqs=SEQS, token_types=None) -> torch.Tensor:

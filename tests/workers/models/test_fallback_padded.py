@@ -12,7 +12,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
-from tests.fakes import make_tiny_tokenizer
+from tests.fakes import save_random
 from tests.workers.encoder_families import save_tiny
 from tests.workers.pooled import pool_ids
 
@@ -49,11 +49,7 @@ def _save(folder, kind):
         config = AutoConfig.for_model("gpt2", vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=512,
                                       bos_token_id=2, eos_token_id=3,
                                       architectures=["GPT2Model"])
-    torch.manual_seed(0)
-    model = AutoModel.from_config(config).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    make_tiny_tokenizer(folder)
-    return model
+    return save_random(folder, AutoModel, config)
 
 
 @pytest.mark.parametrize("kind", ["electra", "gpt2"])

@@ -7,18 +7,14 @@ from transformers import AutoConfig, AutoModel
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
-from tests.fakes import make_tiny_tokenizer
+from tests.fakes import save_random
 from tests.workers.pooled import pool_ids
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 40)) + [3]]
 
 
 def _save(folder, config):
-    torch.manual_seed(0)
-    model = AutoModel.from_config(config).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    make_tiny_tokenizer(folder)
-    return model
+    return save_random(folder, AutoModel, config)
 
 
 def _pool(model):

@@ -11,7 +11,7 @@ from poolgate.workers.load.build import load_model
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
 from poolgate.workers.engine.sequence import Sequence
-from tests.fakes import make_tiny_tokenizer
+from tests.fakes import make_tiny_tokenizer, save_random
 from tests.workers.pooled import pool_ids
 
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 40)) + [3], [2, 3]]
@@ -24,11 +24,7 @@ def _save(folder, model_type: str, auto, **extra):
     kw = ENCODER if model_type != "distilbert" else dict(vocab_size=100, dim=32, n_layers=2, n_heads=4,
                                                           hidden_dim=64)
     config = AutoConfig.for_model(model_type, max_position_embeddings=positions, **pad, **kw, **extra)
-    torch.manual_seed(0)
-    model = auto.from_config(config).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    make_tiny_tokenizer(folder)
-    return model
+    return save_random(folder, auto, config)
 
 
 def _load(folder):
