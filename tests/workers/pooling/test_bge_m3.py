@@ -70,12 +70,18 @@ def test_pickled_heads_need_the_flag_and_safetensors_heads_do_not(tmp_path):
     assert _load(tmp_path / "st").info.tasks[0] == "embed"
 
 
-def test_one_multi_output_run_is_one_forward_equal_to_three_runs(tmp_path, monkeypatch):
-    _layout(tmp_path, pickles=False)
-    model = _load(tmp_path)
+def _counting_forwards(folder, monkeypatch):
+    """The safetensors layout loaded, and the list its runner's model appends each forward's batch to."""
+    _layout(folder, pickles=False)
+    model = _load(folder)
     forwards = []
     forward = model.runner.model
     monkeypatch.setattr(model.runner, "model", lambda batch: (forwards.append(batch), forward(batch))[1])
+    return model, forwards
+
+
+def test_one_multi_output_run_is_one_forward_equal_to_three_runs(tmp_path, monkeypatch):
+    model, forwards = _counting_forwards(tmp_path, monkeypatch)
     asked = [PoolingParams(), PoolingParams(task="token_classify"), PoolingParams(task="token_embed")]
     alone = [_token_run(model, p.task) for p in asked]
     per_run = len(forwards) // len(asked)  # 1, or one per CPU lane the batch was cut into
@@ -94,11 +100,7 @@ def test_one_multi_output_run_is_one_forward_equal_to_three_runs(tmp_path, monke
 
 
 def test_the_embedding_cache_answers_a_multi_output_run_as_its_miss_did(tmp_path, monkeypatch):
-    _layout(tmp_path, pickles=False)
-    model = _load(tmp_path)
-    forwards = []
-    forward = model.runner.model
-    monkeypatch.setattr(model.runner, "model", lambda batch: (forwards.append(batch), forward(batch))[1])
+    model, forwards = _counting_forwards(tmp_path, monkeypatch)
     cache = CachingRunner(model.runner, 1 << 20)
     multi = PoolingParams(outputs=(PoolingParams(task="token_classify"), PoolingParams(task="token_embed")))
     seqs = [Sequence(s, multi) for s in SEQS]
