@@ -65,3 +65,10 @@ def live_server(tmp: Path, *flags: str, ready_s: float = 180):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def served_url(tmp: Path, *flags: str):
+    """For a module fixture, ``yield from`` it: a live server's URL, then (at teardown) its clean exit asserted."""
+    with live_server(tmp, *flags) as server:
+        yield server.url
+    assert server.proc.returncode == 0, f"exit {server.proc.returncode}\n{server.log_text()[-3000:]}"

@@ -5,9 +5,6 @@ vectors (worst cosine printed with -s)."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import urllib.request
 
 import numpy as np
@@ -15,7 +12,7 @@ import pytest
 
 from poolgate.shared.models import DEFAULT_MODEL_NAME as MODEL
 from tests.dialect_parity import TEXTS
-from tests.processes import free_port, wait_healthy
+from tests.live_server import served_url
 
 KEY = "sk-clients"
 FEW = TEXTS[:8]
@@ -23,17 +20,9 @@ MIN_COSINE = 0.99999
 
 
 @pytest.fixture(scope="module")
-def url():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port),
-                             "--dtype", "float32", "--max-batch-tokens", "2048", "--api-key", KEY],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+def url(tmp_path_factory):
+    yield from served_url(tmp_path_factory.mktemp("serve"), "--dtype", "float32", "--max-batch-tokens", "2048",
+                          "--api-key", KEY)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,6 @@ the openai and cohere SDKs, and the parity of every dialect and encoding with th
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import urllib.request
 
 import cohere
@@ -17,7 +14,7 @@ import torch
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.shared.models import DEFAULT_MODEL_NAME as MODEL
 from tests.dialect_parity import EMBED_DTYPES, TEXTS, collect, table
-from tests.processes import free_port, wait_healthy
+from tests.live_server import served_url
 
 FEW = TEXTS[:6]
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -25,17 +22,8 @@ TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.b
 
 
 @pytest.fixture(scope="module")
-def url():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port),
-                             "--dtype", "float32", "--max-batch-tokens", "2048"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+def url(tmp_path_factory):
+    yield from served_url(tmp_path_factory.mktemp("serve"), "--dtype", "float32", "--max-batch-tokens", "2048")
 
 
 @pytest.fixture(scope="module")
