@@ -13,7 +13,7 @@ path (405) takes that path's rules. On a path two dialects share, errors
 after the body was read answer in the shape of the dialect the body is.
 
 It opens each recorded request's telemetry record (the ``llm_request`` span
-and its metrics, ``gateway.telemetry``) on arrival and ends it once the
+and its metrics, ``gateway.telemetry.record``) on arrival and ends it once the
 response is written, so the span and the latency cover writing the body too.
 
 Every exception a handler lets out is turned into an error body here and

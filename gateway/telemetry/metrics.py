@@ -4,7 +4,7 @@ Every name is a constant in ``shared.telemetry``. Request series (count by
 route, model and status; latency; errors by type; prompt tokens; the
 worker's queue and inference time; admission rejections) are recorded from
 each finished request's ``RequestRecord``: ``GatewayMetrics`` is the
-``Recorder`` of ``gateway.telemetry``. Worker series live in the worker
+``Recorder`` of ``gateway.telemetry.record``. Worker series live in the worker
 processes: each ``GET /metrics`` first asks every worker for its stats over
 the transport (the ``health`` op, at most ``WORKER_STATS_TIMEOUT_S``), and
 ``WorkerCollector`` turns the answers into gauges and histograms labelled by

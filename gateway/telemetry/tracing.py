@@ -35,7 +35,7 @@ INSTRUMENTATION = "poolgate.gateway"
 
 
 class SpanTracer(ExportingTracer):
-    """The gateway's ``Tracer`` (``gateway.telemetry``) over its own OpenTelemetry provider."""
+    """The gateway's ``Tracer`` (``gateway.telemetry.record``) over its own OpenTelemetry provider."""
 
     def __init__(self, cfg: TracingConfig):
         super().__init__(cfg, INSTRUMENTATION)

@@ -11,7 +11,7 @@ splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-
 cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
 through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
 its token type ids. A long document to score in windows (``WindowedText``) is
-cut into one input per window first (``workers.windows``). A PyLate model's inputs are
+cut into one input per window first (``workers.engine.windows``). A PyLate model's inputs are
 tokenized by their role instead (``workers.engine.roles``).
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class InputStage:
 
     def encode(self, call: PoolingCall) -> Encoded:
         """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs); a
-        ``WindowedText`` becomes one sequence per window (``workers.windows``), named in ``windows``."""
+        ``WindowedText`` becomes one sequence per window (``workers.engine.windows``), named in ``windows``."""
         k = truncation_length(self.info, call.params)
         if getattr(self.encoder, "roles", None) is not None:  # PyLate: queries and documents (workers.engine.roles)
             return self._encode_roles(call, k)

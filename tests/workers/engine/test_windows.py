@@ -1,4 +1,5 @@
-"""workers.windows through the input stage with the bundled WordPiece tokenizer: windows that fit, spans that match."""
+"""workers.engine.windows through the input stage with the bundled WordPiece tokenizer: windows that fit,
+spans that match."""
 from __future__ import annotations
 
 from dataclasses import replace
