@@ -68,7 +68,7 @@ class WorkerConfig:
     runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.convert)
     convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.convert)
     num_threads: int | None = None
-    tokenizer_threads: int = 1
+    tokenizer_threads: int = 2  # --tokenizer-threads: the worker's tokenizer pool (the fast batch call frees the GIL)
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
     embedding_cache_mb: int = 0  # --embedding-cache-mb: the worker's embedding cache (workers.engine.cache); 0 = off
     batch_policy: str = "fair"  # --batch-policy: one of BATCH_POLICIES

@@ -73,6 +73,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-threads", type=positive_int, default=None,
                    help="CPU: run every batch whole on one team of this many torch threads (default: one "
                         "single-threaded lane per physical core, each batch cut into a part per lane)")
+    g.add_argument("--tokenizer-threads", type=positive_int, default=2, metavar="N",
+                   help="threads that tokenize requests in each worker (the fast tokenizer's batch call releases "
+                        "the GIL), so one huge input's tokenizing does not hold up a small request's")
     g.add_argument("--embedding-cache-mb", type=non_negative_int, default=0, metavar="MB",
                    help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token "
                         "ids, and answer repeated inputs from it (bit-identical; hits and misses in /metrics); "
@@ -133,6 +136,6 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
         allow_partial_weights=args.allow_partial_weights, verify_on_start=args.verify_on_start,
         pooler=pooler_config_from_args(args),
         hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
-        embedding_cache_mb=args.embedding_cache_mb,
+        tokenizer_threads=args.tokenizer_threads, embedding_cache_mb=args.embedding_cache_mb,
         batch_policy=args.batch_policy, max_tokens_per_request=args.max_tokens_per_request,
     )

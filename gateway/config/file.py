@@ -93,6 +93,7 @@ class ModelTable(Table):
     verify_on_start: Annotated[float, Field(gt=0, le=1)] | None = None
     trust_remote_code: bool = False
     num_threads: Positive | None = None
+    tokenizer_threads: Positive = 2
     embedding_cache_mb: Annotated[int, Field(ge=0)] = 0
     batch_policy: Literal[BATCH_POLICIES] = "fair"
     max_tokens_per_request: Positive | None = None

@@ -1,6 +1,7 @@
 """Text → token ids with the model's fast tokenizer, truncating as sentence-transformers does; pairs, chat templates, decoding."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from poolgate.shared.errors import InvalidRequest
@@ -33,6 +34,9 @@ class TextEncoder:
         self.backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
         self.backend.no_truncation()
         self.backend.no_padding()
+        # transformers' call sets its backend's truncation before each call: one caller at a time when the
+        # engine tokenizes on several threads (the private backend above has no such state and runs at once)
+        self._stateful = threading.Lock()
         self.do_lower_case = do_lower_case
         self.roles = None  # a PyLate model's RoleEncoder (workers.engine.roles), set where the model is built
         self.score_template = SCORE_TEMPLATES[score_template] if score_template else None  # workers.engine.score_templates
@@ -54,15 +58,20 @@ class TextEncoder:
             raise InvalidRequest(f"truncate_prompt_tokens={max_tokens} cannot hold a pair: its special tokens "
                                  "and at least one token of each text", param="truncate_prompt_tokens")
         kwargs = {"truncation": True, "max_length": max_tokens} if max_tokens is not None else {}
-        out = self.tokenizer(firsts, text_pair=seconds, add_special_tokens=True, return_token_type_ids=True, **kwargs)
+        out = self._call(firsts, text_pair=seconds, add_special_tokens=True, return_token_type_ids=True, **kwargs)
         types = out.get("token_type_ids") or [None] * len(pairs)
         return Encoded(out["input_ids"], [t if t is not None and any(t) else None for t in types])
+
+    def _call(self, *args, **kwargs):
+        """The transformers tokenizer's call, serialized (it changes its truncation state)."""
+        with self._stateful:
+            return self.tokenizer(*args, **kwargs)
 
     def _template_ids(self, query: str, document: str, instruction: str | None, max_tokens: int | None) -> list[int]:
         """The score template's prompt as ids; with ``max_tokens``, the document is cut until the prompt fits
         (the template's own tokens, which the score is read after, are never cut)."""
         for _ in range(3):  # a cut can merge differently at its edge: measure again
-            ids = self.tokenizer(self.score_template(query, document, instruction), add_special_tokens=True)["input_ids"]
+            ids = self._call(self.score_template(query, document, instruction), add_special_tokens=True)["input_ids"]
             if max_tokens is None or len(ids) <= max_tokens:
                 return ids
             doc_tokens = len(self.backend.encode(document, add_special_tokens=False).ids)
@@ -99,7 +108,7 @@ class TextEncoder:
         query = self.cut(query, max_query_tokens)
         query = query.lower() if self.do_lower_case else query
         if self.score_template is not None:
-            return len(self.tokenizer(self.score_template(query, "", instruction), add_special_tokens=True)["input_ids"])
+            return len(self._call(self.score_template(query, "", instruction), add_special_tokens=True)["input_ids"])
         return self.backend.num_special_tokens_to_add(True) + len(self.backend.encode(query, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
@@ -134,7 +143,7 @@ class TextEncoder:
             return [self._encode_left(t, max_tokens, add_special_tokens) for t in texts]
         if max_tokens is None:
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
-        out = self.tokenizer(texts, add_special_tokens=add_special_tokens, truncation=True, max_length=max_tokens)
+        out = self._call(texts, add_special_tokens=add_special_tokens, truncation=True, max_length=max_tokens)
         return out["input_ids"]
 
     def _encode_left(self, text: str, max_tokens: int, add_special_tokens: bool) -> list[int]:

@@ -294,3 +294,11 @@ def test_a_flag_does_not_hide_a_bad_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         with_flags('port = 1\n[[models]]\n\nreplicas = "two"\n', tmp_path, "--port", "9")
     assert str(info.value) == f"{tmp_path / 'serve.toml'}:4: models[0].replicas: must be an integer, got 'two'"
+
+
+def test_tokenizer_threads_default_to_two_from_a_flag_or_the_file(tmp_path):
+    assert serve.config_from_args(parser().parse_args([]), {}).workers[0].tokenizer_threads == 2
+    flagged = serve.config_from_args(parser().parse_args(["--tokenizer-threads", "4"]), {})
+    assert flagged.workers[0].tokenizer_threads == 4
+    assert load("[[models]]\ntokenizer_threads = 3\n", tmp_path).workers[0].tokenizer_threads == 3
+    assert "models[0].tokenizer_threads: must be >= 1" in error("[[models]]\ntokenizer_threads = 0\n", tmp_path)
