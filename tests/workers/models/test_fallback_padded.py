@@ -9,7 +9,6 @@ from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 from tests.workers.encoder_families import save_tiny
 
 
-
 @dataclass(eq=False)
 class Item:
     num_tokens: int
