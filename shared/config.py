@@ -12,8 +12,8 @@ DType = Literal["auto", "float32", "float16", "bfloat16"]
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
 SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # the sequence methods of workers.pooling.methods
 DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
-RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.convert)
-CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.convert)
+RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.load.convert)
+CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.load.convert)
 BATCH_POLICIES: tuple[str, ...] = ("fair", "fifo")  # --batch-policy (workers.engine.scheduler.POLICIES)
 
 
@@ -65,8 +65,8 @@ class WorkerConfig:
     trust_remote_code: bool = False  # --trust-remote-code: the fallback may run a checkpoint's own code (auto_map)
     pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
     hf_overrides: dict = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
-    runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.convert)
-    convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.convert)
+    runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.load.convert)
+    convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.load.convert)
     num_threads: int | None = None
     tokenizer_threads: int = 2  # --tokenizer-threads: the worker's tokenizer pool (the fast batch call frees the GIL)
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
@@ -98,7 +98,7 @@ class PoolConfig:
     """One pool of one served model: local worker processes on one backend, plus remote workers.
 
     A model may have several pools (e.g. CUDA replicas, then a CPU overflow pool); the
-    gateway tries them in config order (``gateway.model_pools``).
+    gateway tries them in config order (``gateway.pools.model_pools``).
     """
 
     model: str | None  # the served name; None: whatever the (remote) workers report (--worker-url)
@@ -144,7 +144,7 @@ class GatewayConfig:
     max_in_flight_per_worker: int | None = None  # calls per worker before 429; None = no cap
     max_queued_s: float | None = 5.0  # admit up to this many seconds of a pool's measured capacity; None = off
     max_queued_tokens: int | None = None  # or up to this many estimated tokens per pool (gateway.pools.admission)
-    health_probe_interval_s: float = 0.25  # how often every worker gets a health check (gateway.health)
+    health_probe_interval_s: float = 0.25  # how often every worker gets a health check (gateway.pools.health)
     health_check_timeout_s: float = 0.75  # a worker that does not answer its check within this is down
     drain_timeout_s: float = 30.0  # on SIGTERM, how long calls in flight may take before the gateway stops
     tracing: TracingConfig | None = None  # None: no spans at all

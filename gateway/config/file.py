@@ -13,10 +13,10 @@ table (``ModelTable``) takes the model flags (``model``, ``backend``, ``dtype``,
   remote workers are listed, else 1); ``devices``: one worker per device;
 - ``max_in_flight_per_worker``: this pool's admission cap;
 - ``[[models.remote]]`` tables with ``url`` (``tcp://host:port``, ``unix:/path``,
-  or ``dns+tcp://service:port``, re-resolved, see ``gateway.discovery``).
+  or ``dns+tcp://service:port``, re-resolved, see ``gateway.pools.discovery``).
 
 Several ``[[models]]`` tables with one ``name`` are one model's pools, one per
-backend, tried in file order (``gateway.model_pools``). Relative paths
+backend, tried in file order (``gateway.pools.model_pools``). Relative paths
 (``model``, ``model_roots``, ``api_key_file``, ``worker_token_file``,
 ``worker_tls_ca``) are relative to the file. Defaults are the flags' own.
 
