@@ -96,7 +96,7 @@ class TextEncoder:
 
     def token_spans(self, text: str) -> tuple[str, list[tuple[int, int]]]:
         """The text the tokenizer sees (lower-cased first where the model lower-cases) and each content
-        token's character span in it (the windows of a long document: ``workers.windows``)."""
+        token's character span in it (the windows of a long document: ``workers.engine.windows``)."""
         seen = text.lower() if self.do_lower_case else text
         return seen, [tuple(o) for o in self.backend.encode(seen, add_special_tokens=False).offsets]
 
