@@ -96,6 +96,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus /metrics on this port instead of the API port")
     p.add_argument("--no-metrics", dest="metrics", action="store_false",
                    help="no Prometheus metrics (and no /metrics route)")
+    p.add_argument("--allowed-origins", action="append", default=[], metavar="ORIGINS",
+                   help="answer browsers' CORS preflights and add Access-Control-Allow-Origin for these origins "
+                        "(repeatable or a comma list, e.g. https://app.example.com; \"*\": any origin, never with "
+                        "credentials); default: no CORS headers at all")
     p.add_argument("--log-level", default="INFO")
     add_tracing_arguments(p)
     add_gateway_security_arguments(p)

@@ -148,6 +148,7 @@ class GatewayConfig:
     health_check_timeout_s: float = 0.75  # a worker that does not answer its check within this is down
     drain_timeout_s: float = 30.0  # on SIGTERM, how long calls in flight may take before the gateway stops
     tracing: TracingConfig | None = None  # None: no spans at all
+    allowed_origins: tuple[str, ...] = ()  # --allowed-origins: CORS for these origins ("*": any); () = no CORS
     metrics: bool = True  # Prometheus metrics at /metrics
     metrics_port: int | None = None  # serve /metrics on this port instead of the API port
     worker_security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS to remote workers

@@ -119,6 +119,17 @@ def plugin_name(settings: argparse.Namespace) -> str | None:
     return name
 
 
+def allowed_origins(values: list[str]) -> tuple[str, ...]:
+    """``--allowed-origins`` (each value one origin or a comma list) as origins; SettingError for one that is
+    not ``*`` or ``scheme://host[:port]`` (what a browser sends in ``Origin``: no path, no trailing slash)."""
+    origins = tuple(dict.fromkeys(o.strip() for v in values for o in v.split(",") if o.strip()))
+    for origin in origins:
+        scheme, sep, rest = origin.partition("://")
+        if origin != "*" and not (sep and scheme in ("http", "https") and rest and "/" not in rest):
+            raise SettingError(("allowed_origins",), f"{origin!r} is not an origin (scheme://host[:port], or *)")
+    return origins
+
+
 def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tracing: TracingConfig | None,
                  environ: Mapping[str, str]) -> GatewayConfig:
     """The GatewayConfig of the serve ``settings`` (a Namespace of the serve flags' dests) and ``pools``."""
@@ -144,6 +155,7 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
         max_queued_s=settings.max_queued_seconds or None, max_queued_tokens=settings.max_queued_tokens,
         drain_timeout_s=settings.drain_timeout, health_probe_interval_s=settings.health_check_interval,
         health_check_timeout_s=settings.health_check_timeout,
+        allowed_origins=allowed_origins(settings.allowed_origins),
         tracing=tracing, metrics=settings.metrics, metrics_port=settings.metrics_port, worker_security=security,
     )
 

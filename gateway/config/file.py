@@ -151,6 +151,7 @@ class FileSettings(Table):
     health_check_timeout: Seconds | None = None
     metrics_port: Port | None = None
     metrics: bool | None = None
+    allowed_origins: list[str] | None = None
     otlp_traces_endpoint: str | None = None
     collect_detailed_traces: bool | None = None
     worker_token_file: str | None = None

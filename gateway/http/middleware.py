@@ -6,9 +6,10 @@ Every rule about a request comes from the route it matched
 ``--api-keys-file``; an ``admin`` route takes ``--api-key`` only), a recorded
 request counts against its tenant's quotas (429 with ``Retry-After`` over
 one), a telemetry record is opened only for a ``recorded`` route, and
-errors are written in the route's ``errors`` shape. A request that matches no
-route (404) needs the key like any API route, is recorded under the route
-label "unmatched" and answers in OpenAI's shape; a wrong method on a known
+errors are written in the route's ``errors`` shape. CORS (``http.cors``) only
+for ``--allowed-origins``: their preflights answered, their responses marked.
+A request that matches no route (404) needs the key like any API route, is
+recorded under the route label "unmatched" and answers in OpenAI's shape; a wrong method on a known
 path (405) takes that path's rules. On a path two dialects share, errors
 after the body was read answer in the shape of the dialect the body is.
 
@@ -31,8 +32,9 @@ import uuid
 from aiohttp import web
 
 from poolgate.gateway.dialects.route import Route, route_of
+from poolgate.gateway.http.cors import allowed_origin, mark, preflight
 from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
-from poolgate.gateway.http.state import CHOSEN, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
+from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
 from poolgate.shared.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
 
@@ -49,6 +51,10 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
     request_id = _request_id(request)
     request[REQUEST_ID] = request_id
     route = await route_of(request)
+    origin = allowed_origin(request, request.app[CONFIG].allowed_origins) if CONFIG in request.app else None
+    if origin is not None and (answer := preflight(request, origin)) is not None:  # CORS (http.cors)
+        answer.headers[REQUEST_ID_HEADER] = request_id
+        return answer
     telemetry = request.app[TELEMETRY]
     record = request[RECORD] = telemetry.begin(request, request_id) if route.recorded else None
     error: PoolgateError | None = None
@@ -85,6 +91,8 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
     if error is not None:
         response = error_response(request, error, request.get(CHOSEN, route))
     response.headers[REQUEST_ID_HEADER] = request_id
+    if origin is not None:
+        mark(response, origin)
     if record is not None:
         await _write_and_end(request, response, record, error)
     return response
