@@ -101,6 +101,16 @@ def max_abs(a, b) -> float:
     return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).max())
 
 
+def print_figures(figures, width: int = 50) -> None:
+    """A model test module's ``python -m``: its ``figures(folder)`` rows (label, worst cosine, max abs
+    difference), made in a temporary folder, one a line."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, cos, diff in figures(Path(tmp)):
+            print(f"{label:<{width}} {cos:.9f} {diff:.2e}")
+
+
 def figures(tmp: Path) -> list[tuple[str, str, float, float]]:
     """(family, output, worst cosine, max abs difference) vs transformers for every family and head."""
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification

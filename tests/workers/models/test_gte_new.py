@@ -22,7 +22,7 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from tests.workers.pooled import pool_ids
-from tests.workers.rope_encoders import SEQS, max_abs, reference_hidden, save, worst_cosine
+from tests.workers.rope_encoders import SEQS, max_abs, print_figures, reference_hidden, save, worst_cosine
 
 MIN_COSINE = 0.99999
 NTK = {"type": "ntk", "factor": 8.0}  # gte-multilingual-base's
@@ -203,9 +203,4 @@ def figures(tmp) -> list[tuple[str, float, float]]:
 
 
 if __name__ == "__main__":
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, cos, diff in figures(Path(tmp)):
-            print(f"{label:<58} {cos:.9f} {diff:.2e}")
+    print_figures(figures, 58)

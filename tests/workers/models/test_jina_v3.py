@@ -18,7 +18,7 @@ from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.fakes import make_tiny_tokenizer
 from tests.workers.pooled import pool_ids
-from tests.workers.rope_encoders import SEQS, max_abs, worst_cosine
+from tests.workers.rope_encoders import SEQS, max_abs, print_figures, worst_cosine
 
 TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
 HF = {"architectures": ["XLMRobertaModel"], "model_type": "xlm-roberta", "vocab_size": 100, "hidden_size": 32,
@@ -154,9 +154,4 @@ def figures(tmp) -> list[tuple[str, float, float]]:
 
 
 if __name__ == "__main__":
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, cos, diff in figures(Path(tmp)):
-            print(f"{label:<50} {cos:.9f} {diff:.2e}")
+    print_figures(figures)

@@ -15,7 +15,7 @@ from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.workers.models.test_decoder_golden import SEQS, save_tiny
 from tests.workers.pooled import pool_ids
-from tests.workers.rope_encoders import max_abs, worst_cosine
+from tests.workers.rope_encoders import max_abs, print_figures, worst_cosine
 
 peft = pytest.importorskip("peft")
 
@@ -128,9 +128,4 @@ def figures(tmp) -> list[tuple[str, float, float]]:
 
 
 if __name__ == "__main__":
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, cos, diff in figures(Path(tmp)):
-            print(f"{label:<50} {cos:.9f} {diff:.2e}")
+    print_figures(figures)

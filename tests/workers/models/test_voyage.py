@@ -17,7 +17,7 @@ from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.workers.models.test_decoder_golden import SEQS, save_tiny
 from tests.workers.pooled import pool_ids
-from tests.workers.rope_encoders import max_abs, worst_cosine
+from tests.workers.rope_encoders import max_abs, print_figures, worst_cosine
 
 VOYAGE = {"architectures": ["VoyageQwen3BidirectionalEmbedModel"]}
 DIM = 24  # the projection's width (2048 in voyage-4-nano)
@@ -115,9 +115,4 @@ def figures(tmp) -> list[tuple[str, float, float]]:
 
 
 if __name__ == "__main__":
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, cos, diff in figures(Path(tmp)):
-            print(f"{label:<50} {cos:.9f} {diff:.2e}")
+    print_figures(figures)
