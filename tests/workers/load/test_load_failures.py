@@ -23,21 +23,27 @@ def _rewrite(folder, change):
     save_file(state, path, metadata={"format": "pt"})
 
 
+def _refused(folder, model_type, change, match) -> CheckpointError:
+    """A tiny ``model_type`` checkpoint with ``change`` applied to its tensors fails to load with ``match``."""
+    save_tiny(folder, model_type)
+    _rewrite(folder, change)
+    with pytest.raises(CheckpointError, match=match) as e:
+        _load(folder)
+    return e.value
+
+
 @pytest.mark.parametrize("model_type", ["bert", "distilbert", "mpnet"])
 def test_missing_tensor(tmp_path, model_type):
-    save_tiny(tmp_path, model_type)
-    _rewrite(tmp_path, lambda s: s.pop(next(k for k in s if k.endswith("layer.1.output.dense.weight")
-                                             or k.endswith("layer.1.ffn.lin2.weight"))))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: missing tensors \S*layer\.1\.") as e:
-        _load(tmp_path)
-    assert str(tmp_path / "model.safetensors") in str(e.value)
+    def drop_a_layer_1_tensor(state):
+        state.pop(next(k for k in state if k.endswith(("layer.1.output.dense.weight", "layer.1.ffn.lin2.weight"))))
+
+    err = _refused(tmp_path, model_type, drop_a_layer_1_tensor, r"model\.safetensors: missing tensors \S*layer\.1\.")
+    assert str(tmp_path / "model.safetensors") in str(err)
 
 
 def test_unexpected_tensor(tmp_path):
-    save_tiny(tmp_path, "bert")
-    _rewrite(tmp_path, lambda s: s.update({"encoder.layer.7.attention.self.query.weight": torch.zeros(2, 2)}))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: unexpected tensors encoder\.layer\.7\."):
-        _load(tmp_path)
+    _refused(tmp_path, "bert", lambda s: s.update({"encoder.layer.7.attention.self.query.weight": torch.zeros(2, 2)}),
+             r"model\.safetensors: unexpected tensors encoder\.layer\.7\.")
 
 
 def test_head_tensors_and_saved_buffers_are_not_unexpected(tmp_path):
@@ -47,18 +53,14 @@ def test_head_tensors_and_saved_buffers_are_not_unexpected(tmp_path):
 
 
 def test_shape_mismatch_names_both_shapes(tmp_path):
-    save_tiny(tmp_path, "roberta")
-    _rewrite(tmp_path, lambda s: s.update({"embeddings.position_embeddings.weight": torch.zeros(40, 32)}))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: shape mismatch: embeddings\.position_embeddings"
-                                              r"\.weight: checkpoint \(40, 32\), config expects \(66, 32\)"):
-        _load(tmp_path)
+    _refused(tmp_path, "roberta", lambda s: s.update({"embeddings.position_embeddings.weight": torch.zeros(40, 32)}),
+             r"model\.safetensors: shape mismatch: embeddings\.position_embeddings\.weight: checkpoint \(40, 32\), "
+             r"config expects \(66, 32\)")
 
 
 def test_fused_qkv_shape_mismatch(tmp_path):
-    save_tiny(tmp_path, "mpnet")
-    _rewrite(tmp_path, lambda s: s.update({"encoder.layer.0.attention.attn.k.weight": torch.zeros(16, 32)}))
-    with pytest.raises(CheckpointError, match=r"shape mismatch: .*attn\.q\.weight\+.*attn\.k\.weight"):
-        _load(tmp_path)
+    _refused(tmp_path, "mpnet", lambda s: s.update({"encoder.layer.0.attention.attn.k.weight": torch.zeros(16, 32)}),
+             r"shape mismatch: .*attn\.q\.weight\+.*attn\.k\.weight")
 
 
 def test_pickle_without_the_flag_names_the_file(tmp_path):
