@@ -207,12 +207,18 @@ async def test_add_and_remove_with_drain():
     assert pool.clients == [b] and a.closed
 
 
-async def test_remove_gives_up_waiting_after_the_drain_timeout():
+async def _one_call_held():
+    """A one-worker pool and a call in flight that its worker holds until ``client.gate`` is set."""
     client = FakeWorkerClient()
     client.gate = asyncio.Event()
     pool = WorkerPool(client.info_, [client])
     held = asyncio.create_task(pool.submit(call()))
     await until(lambda: client.calls)
+    return client, pool, held
+
+
+async def test_remove_gives_up_waiting_after_the_drain_timeout():
+    client, pool, held = await _one_call_held()
     await pool.remove(client, drain_timeout_s=0.05)
     assert pool.clients == [] and client.closed
     held.cancel()
@@ -236,11 +242,7 @@ async def test_snapshot_lists_state_and_load():
 
 
 async def test_drain_refuses_new_calls_and_idle_waits_for_the_rest():
-    client = FakeWorkerClient()
-    client.gate = asyncio.Event()
-    pool = WorkerPool(client.info_, [client])
-    held = asyncio.create_task(pool.submit(call()))
-    await until(lambda: client.calls)
+    client, pool, held = await _one_call_held()
     pool.drain()
     assert not pool.ready
     with pytest.raises(Unavailable, match="shutting down"):
