@@ -40,6 +40,7 @@ from aiohttp import web
 
 from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
+from poolgate.gateway.http import server_log
 from poolgate.gateway.pools import health
 from poolgate.gateway.pools.drain import Drain
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
@@ -66,6 +67,7 @@ def run_gateway(config: GatewayConfig) -> int:
     if metrics is not None and config.metrics_port is None:
         metrics.add_route(app)
     app[FLEET] = lifecycle.fleet
+    server_log.install()  # a malformed request: one WARNING line, never its bytes
     try:
         web.run_app(app, host=config.host, port=config.port, print=lifecycle.site_listening,
                     access_log=None, handler_cancellation=True)

@@ -25,12 +25,14 @@ import numpy as np
 
 from poolgate.shared.config import TransportSecurity
 from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
+from poolgate.shared.log_limit import LogLimiter
 from poolgate.shared.transport import FrameError, read_frame
 from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame, input_from_wire
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.listener import authenticate, error_frame, listen
 
 log = logging.getLogger("poolgate.worker.server")
+_failures = LogLimiter(log)  # per-connection and per-call failures: once per window, with a count
 
 OpResult = tuple[dict, list[np.ndarray]]
 
@@ -151,7 +153,7 @@ class _Connection:
         except asyncio.IncompleteReadError:
             pass  # the client closed the connection
         except (FrameError, OSError) as exc:
-            log.warning("closing a transport connection: %s", exc)
+            _failures.log(logging.WARNING, ("connection", str(exc)), "closing a transport connection: %s", exc)
         except asyncio.CancelledError:
             pass  # the loop is shutting down; ending quietly spares 3.11 a spurious error log
         finally:
@@ -165,7 +167,7 @@ class _Connection:
             if not isinstance(header, dict):
                 raise ValueError("frame header is not a JSON object")
         except Exception as exc:
-            log.warning("malformed request frame: %r", exc)
+            _failures.log(logging.WARNING, ("frame", type(exc)), "malformed request frame: %r", exc)
             self._send(error_frame(None, InvalidRequest(f"malformed request frame: {exc}")))
             return
         rid = header.get("id")
@@ -193,7 +195,8 @@ class _Connection:
         except PoolgateError as exc:
             frame = error_frame(rid, exc)
         except Exception as exc:
-            log.exception("request %s (op %r) failed", rid, header.get("op"))
+            _failures.log(logging.ERROR, ("op", header.get("op"), repr(exc)), "request %s (op %r) failed", rid,
+                          header.get("op"), exc_info=True)
             frame = error_frame(rid, InternalError(str(exc) or type(exc).__name__))
         self._send(frame)
         async with self.drain_lock:

@@ -37,8 +37,10 @@ from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
 from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
 from poolgate.shared.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
+from poolgate.shared.log_limit import LogLimiter
 
 log = logging.getLogger(__name__)
+_failures = LogLimiter(log)  # the same failure of many requests (a dead pool): once per window, with a count
 
 REQUEST_ID_HEADER = "X-Request-Id"
 MAX_REQUEST_ID_CHARS = 256
@@ -85,8 +87,9 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
         error = HTTPError(exc)
     except PoolgateError as err:
         error = err
-    except Exception:
-        log.exception("unhandled error in %s %s (request %s)", request.method, request.path, request_id)
+    except Exception as exc:
+        _failures.log(logging.ERROR, ("unhandled", route.path, type(exc)), "unhandled error in %s %s (request %s)",
+                      request.method, request.path, request_id, exc_info=True)
         error = InternalError("Internal server error.")
     if error is not None:
         response = error_response(request, error, request.get(CHOSEN, route))
@@ -147,7 +150,8 @@ def _retry_after(err: PoolgateError) -> str:
 def error_response(request: web.Request, err: PoolgateError, route: Route) -> web.Response:
     """The error body for ``err`` in ``route``'s shape."""
     if err.status >= 500 and not (err.status == 503 and route.quiet_503):
-        log.warning("request %s failed: %s %s", request.get(REQUEST_ID), err.status, err.message)
+        _failures.log(logging.WARNING, (err.status, err.message), "request %s failed: %s %s", request.get(REQUEST_ID),
+                      err.status, err.message)
     headers = {"Retry-After": _retry_after(err)} if err.status in RETRY_STATUSES else {}
     if isinstance(err, HTTPError) and err.allow:
         headers["Allow"] = err.allow

@@ -20,9 +20,11 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from poolgate.shared.log_limit import LogLimiter
 from poolgate.shared.transport import parse_address
 
 log = logging.getLogger("poolgate.gateway.pools.discovery")
+_repeats = LogLimiter(log, 60.0)  # re-resolved every 5 s: a lasting failure once a minute
 
 DNS_SCHEME = "dns+tcp://"
 DEFAULT_INTERVAL_S = 5.0
@@ -104,7 +106,8 @@ class Discovery:
         try:
             addresses = await self.resolver(self.name.host, self.name.port)
         except OSError as exc:
-            log.warning("cannot resolve %s: %s (keeping its %d workers)", self.url, exc, len(self.members))
+            _repeats.log(logging.WARNING, (self.url, str(exc)), "cannot resolve %s: %s (keeping its %d workers)",
+                         self.url, exc, len(self.members))
             return [], []
         urls = {self.name.worker_url(a) for a in addresses}
         gone = [self.members.pop(url) for url in sorted(set(self.members) - urls)]
@@ -120,13 +123,13 @@ class Discovery:
         try:
             client = await self.connect(url)
         except Exception as exc:  # not up yet, refused our token, ...: tried again at the next round
-            log.info("worker %s (from %s) not joining yet: %s", url, self.url, exc)
+            _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url, exc)
             return None
         if expected is not None:
             try:
                 served = (await client.info()).served_model_name
             except Exception as exc:  # dropped before it answered (restarting, a blip): the next round retries
-                log.info("worker %s (from %s) not joining yet: %s", url, self.url, exc)
+                _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url, exc)
                 await client.close()
                 return None
             if served != expected:

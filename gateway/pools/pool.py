@@ -36,11 +36,13 @@ from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.member import Client, Member, State, check, estimate_tokens, load, tokens_per_s
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared.log_limit import LogLimiter
 from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
 
 __all__ = ["AdmissionLimits", "Client", "Job", "Member", "State", "WorkerPool", "estimate_tokens"]
 
 log = logging.getLogger("poolgate.gateway.pools.pool")
+_retries = LogLimiter(log)  # one line per worker and cause per window, not one per call
 
 
 class WorkerPool:
@@ -62,6 +64,7 @@ class WorkerPool:
         self.info = model_info
         self.admission = Admission(limits, model=model_info.served_model_name)
         self.draining = False  # set by ``drain``: the gateway is shutting down
+        self._said_empty = False  # "no ready worker" is logged (once per outage, until one is back)
         self._calls = 0
         self._picks = 0
         self._idle = asyncio.Event()
@@ -123,6 +126,7 @@ class WorkerPool:
         """Move a member to ``state``. Leaving ``ready`` for ``down`` or ``starting`` makes the calls
         on it fail over; arriving at ``ready`` from ``down`` or ``starting`` counts a recovery."""
         member = self.member(client)
+        served = bool(self._ready())
         before, member.state = member.state, state
         if state != before:
             member.since = time.monotonic()
@@ -136,6 +140,12 @@ class WorkerPool:
             member.lost.set()
             if before == "ready":
                 log.warning("worker %s of '%s' is %s: %s", client.address, self.name, state, member.error)
+        if served and not self._ready() and not self.draining:  # once per outage, not per call
+            self._said_empty = True
+            log.warning("pool '%s' has no ready worker: its requests get 503 until one is back", self.name)
+        elif self._said_empty and self._ready():
+            self._said_empty = False
+            log.info("pool '%s' is serving again (%d ready)", self.name, len(self._ready()))
 
     def mark_ready(self, client: Client, ready: bool = True) -> None:
         self.set_state(client, "ready" if ready else "down")
@@ -192,7 +202,8 @@ class WorkerPool:
                 if not others or (job.deadline is not None and job.deadline <= time.time()):
                     raise
                 retry = min(others, key=load)
-                log.info("retrying %s on %s after: %s", job.request_id, retry.client.address, exc)
+                _retries.log(logging.INFO, (member.client.address, str(exc)), "retrying %s on %s after: %s",
+                             job.request_id, retry.client.address, exc)
                 return await self._send(retry, job)
         finally:
             self.admission.release(job.tokens)

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.limits import cap_task, chunks_inputs
+from poolgate.shared.log_limit import LogLimiter
 from poolgate.shared.rows import Rows
 from poolgate.shared.wire import LateChunkText, PoolingCall, PoolingResult, WindowedText
 from poolgate.workers.engine.cache import CachingRunner
@@ -57,6 +58,7 @@ from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.engine.stats import PipelineStats
 
 log = logging.getLogger("poolgate.worker.engine")
+_failures = LogLimiter(log)  # a batch failure that repeats (a lost device) logs once per window
 
 QUEUE_BUDGETS = 128  # the default queue bound, in token budgets (a backstop: the gateway admits less)
 TOKENIZE_SLICE = 128  # inputs per tokenizer job: a big call's tokenizing interleaves with other calls'
@@ -276,7 +278,8 @@ class Engine:
             try:
                 prepared = self._prepare(seqs)
             except Exception as exc:  # never let the thread die with calls waiting on it
-                log.exception("preparing a batch of %d sequences failed", len(seqs))
+                _failures.log(logging.ERROR, ("prepare", repr(exc)), "preparing a batch of %d sequences failed",
+                              len(seqs), exc_info=True)
                 self._fail(_calls_of(seqs), InternalError(f"worker failed to prepare a batch: {exc}"))
                 prepared = None
             if prepared is None:
@@ -309,7 +312,8 @@ class Engine:
         try:
             batch = self.runner.prepare(live)
         except Exception as exc:
-            log.exception("runner failed to prepare a batch of %d sequences", len(live))
+            _failures.log(logging.ERROR, ("runner.prepare", repr(exc)), "runner failed to prepare a batch of %d "
+                          "sequences", len(live), exc_info=True)
             self._fail({c for _, _, c in segments}, InternalError(f"runner failed: {exc}"))
             return None
         end = time.perf_counter()
@@ -329,7 +333,8 @@ class Engine:
             try:
                 self._execute(prepared, calls)
             except Exception as exc:  # never let the thread die with calls waiting on it
-                log.exception("delivering a batch of %d sequences failed", len(prepared.seqs))
+                _failures.log(logging.ERROR, ("deliver", repr(exc)), "delivering a batch of %d sequences failed",
+                              len(prepared.seqs), exc_info=True)
                 self._fail(calls, InternalError(f"worker failed on a batch: {exc}"))
             finally:
                 self._executing_since, self._running = None, 0
@@ -351,7 +356,8 @@ class Engine:
             self._fail(calls, exc)
             return
         except Exception as exc:
-            log.exception("runner failed on a batch of %d sequences", len(prepared.seqs))
+            _failures.log(logging.ERROR, ("runner.execute", repr(exc)), "runner failed on a batch of %d sequences",
+                          len(prepared.seqs), exc_info=True)
             self._fail(calls, InternalError(f"runner failed: {exc}"))
             return
         finally:

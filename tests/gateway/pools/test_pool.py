@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -291,3 +292,22 @@ async def test_a_busy_worker_that_answers_calls_is_not_taken_out_by_a_slow_healt
     assert pool.is_ready(a) and len(a.calls) == 1
     await pool.probe(timeout_s=0.05)  # nothing answered during this one: down
     assert pool.state(a) == "down"
+
+
+async def test_a_pool_without_ready_workers_says_so_once_and_once_when_it_serves_again(caplog):
+    a, b = two_clients()
+    pool = WorkerPool(a.info_, [a, b], ready=False)
+    with caplog.at_level(logging.INFO, logger="poolgate.gateway.pools.pool"):
+        pool.mark_ready(a)
+        pool.mark_ready(b)  # starting up: no "serving again"
+        pool.mark_ready(a, False)
+        pool.mark_ready(b, False)
+        for _ in range(100):
+            with pytest.raises(Unavailable):
+                await pool.submit(call())
+            pool.mark_ready(b, False)
+        pool.mark_ready(a)
+        pool.mark_ready(b)
+    lines = [r.getMessage() for r in caplog.records if "pool 'fake-model'" in r.getMessage()]
+    assert lines == ["pool 'fake-model' has no ready worker: its requests get 503 until one is back",
+                     "pool 'fake-model' is serving again (1 ready)"]
