@@ -5,7 +5,7 @@ length, so every batch has a new token count: the load that grew the worker from
 "Flat" is measured as the soak reports it: over the second half of the run (after 90 s of warm-up), each
 process's highest sample minus its first, at most ``GROWTH_BOUND_MB``. Measured once on the shared 2-core
 machine (2026-12-01, 3,944 requests answered): the gateway 65.7 -> 67.1 MB (second half +0.06 MB), the
-worker 407 -> 469 MB, all of it in the first 20 s, then between 447 and 477 MB (second half +7.8 MB). The
+worker 407 -> 469 MB, nearly all of it in the first 20 s, then between 447 and 477 MB (second half +7.8 MB). The
 bound, 100 MB, is twelve times that growth and three times the samples' spread; unbounded, the worker
 grew about 1.2 GB in the same three minutes.
 """
