@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -28,7 +29,7 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared import telemetry as names
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config import GatewayConfig, Tenant
 from tests.fakes import fake_model
 from tests.gateway.conftest import live_server, served_router  # noqa: F401 (live_server is a fixture)
 
@@ -39,6 +40,7 @@ ALERTS = OBS / "prometheus" / "alerts.yml"
 ALERT_TESTS = OBS / "prometheus" / "alerts_test.yml"
 COLLECTOR = OBS / "otel-collector.yaml"
 
+TENANT_KEY = "sk-observability-tenant"
 INSTALL = "apt-get install prometheus (.ci/run does)"
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason=f"promtool not installed; {INSTALL}")
 needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None,
@@ -46,12 +48,13 @@ needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None,
 
 # What each telemetry name is, so its exposed sample names are known.
 COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADMISSION_REJECTIONS,
-            names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES)
+            names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES,
+            names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
           names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
-          names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES)
+          names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES, names.WORKER_TOKENS_PER_S)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))
 METRIC_NAME = re.compile(r"\b" + names.PREFIX + r"_[a-z_]+")
@@ -262,12 +265,14 @@ async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_ser
                                 cache_bytes=1 << 20)  # the embedding cache's series too
     async with served_router([model], max_in_flight=1) as router:
         metrics = GatewayMetrics(router)
-        app = make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=metrics))
+        # One tenant, so the per-tenant usage series exist (every request below carries its key).
+        tenant = Tenant("team-a", (hashlib.sha256(TENANT_KEY.encode()).hexdigest(),))
+        app = make_app(GatewayConfig(tenants=(tenant,)), router, telemetry=Telemetry(recorder=metrics))
         metrics.add_route(app)
         base = await live_server(app)
         prom = Prometheus(tmp_path, base.removeprefix("http://"))
         try:
-            async with aiohttp.ClientSession() as http:
+            async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TENANT_KEY}"}) as http:
                 await prom.until("a first scrape of the gateway", lambda: prom.query('up{job="poolgate"} == 1'))
                 # Two rounds, each seen by a scrape, so every counter has risen between two samples.
                 sent = await send_load(http, base, model, ok=12, bad=2)
