@@ -83,7 +83,7 @@ class Deferred(Tensors):
         self._tensors = None
 
 
-class _Indexed(Tensors):
+class Indexed(Tensors):
     """Tensors whose names are a dict kept by the handle (``name →`` where to read it)."""
 
     _names: dict
@@ -98,7 +98,7 @@ class _Indexed(Tensors):
         return name in self._names
 
 
-class Checkpoint(_Indexed):
+class Checkpoint(Indexed):
     """A folder's weight files, open: each name maps to the file that holds it (the first, for repeats)."""
 
     def __init__(self, folder: Path, files: dict[Path, object], names: dict[str, Path]):
@@ -164,7 +164,7 @@ def _open(path: Path, pickled: bool) -> SafetensorsFile | _Pickled:
         raise CheckpointError(path, f"cannot read the weights ({type(exc).__name__}: {exc})") from exc
 
 
-class Renamed(_Indexed):
+class Renamed(Indexed):
     """A view of ``base`` under other names (``ours → theirs``); nothing is read until indexed."""
 
     def __init__(self, base: Tensors, names: dict[str, str]):

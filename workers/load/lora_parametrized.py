@@ -11,12 +11,11 @@ a linear nor an embedding are refused, naming the tensors.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-from poolgate.workers.load.checkpoint import Tensors, few
+from poolgate.workers.load.checkpoint import Indexed, Tensors, few
 from poolgate.workers.load.weights import CheckpointError
 
 PER_REQUEST = "per_request"  # jina_task: the base unmerged, each call's task LoRA applied (models.task_adapters)
@@ -24,7 +23,7 @@ ORIGINAL = ".parametrizations.weight.original"  # torch parametrizations, as jin
 LORA_PARTS = (".parametrizations.weight.0.lora_A", ".parametrizations.weight.0.lora_B")
 
 
-class Parametrized(Tensors):
+class Parametrized(Indexed):
     """A checkpoint saved with torch parametrizations (jina-embeddings-v3: ``X.parametrizations.weight.original``
     plus every task's LoRA stacked in ``...weight.0.lora_A`` / ``lora_B``) seen as plain ``X.weight`` tensors
     with task ``index`` merged: ``B[i] @ A[i]`` for a linear, ``A[i] @ B[i]`` for an embedding (its LoRA is stored
@@ -80,15 +79,6 @@ class Parametrized(Tensors):
                 for i in range(count):
                     out[i][name] = (kind, a[i], self.scale * b[i])
         return out
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.base.shape(self._names[name])
