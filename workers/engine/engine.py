@@ -37,16 +37,16 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.limits import cap_task, chunks_inputs
 from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.rows import Rows
 from poolgate.shared.wire import LateChunkText, PoolingCall, PoolingResult, WindowedText
 from poolgate.workers.engine.cache import CachingRunner
-from poolgate.workers.engine.chunking import Chunks, fold, split
+from poolgate.workers.engine.calls import Call, call_runs, calls_of, resolve, settle
+from poolgate.workers.engine.chunking import split
 from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
@@ -64,47 +64,6 @@ QUEUE_BUDGETS = 128  # the default queue bound, in token budgets (a backstop: th
 TOKENIZE_SLICE = 128  # inputs per tokenizer job: a big call's tokenizing interleaves with other calls'
 
 
-@dataclass(eq=False)
-class _Call:
-    """One call inside the engine: its future, its sequences and the rows gathered so far."""
-
-    future: asyncio.Future
-    seqs: list[Sequence] = field(default_factory=list)
-    pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
-    more: list[tuple[Rows, ...]] = field(default_factory=list)  # a multi-output call's further outputs, per piece
-    chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
-    done: int = 0
-    failed: bool = False
-    tokenize_s: float = 0.0
-    queued_at: float = 0.0  # perf_counter when its sequences were queued
-    started: float | None = None  # perf_counter when its first batch began executing
-    finished: float = 0.0  # perf_counter when its last batch finished
-    steps: list[Step] = field(default_factory=list)  # the runner's forward/pool steps, for detailed traces
-
-    def timings(self) -> dict[str, float]:
-        """vLLM's split: time in queue (queued → first execute), in inference (first execute → done)."""
-        started = self.queued_at if self.started is None else self.started
-        return {"tokenize_s": self.tokenize_s, "queue_s": started - self.queued_at,
-                "inference_s": self.finished - started}
-
-    def rows(self) -> Rows:
-        """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
-        rows = Rows.concat(self.pieces)
-        return rows if self.chunks is None else fold(rows, self.chunks)
-
-    def more_rows(self, count: int) -> list[Rows]:
-        """A multi-output call's ``count`` further outputs, each one row block over the inputs (never chunked)."""
-        if any(len(piece) != count for piece in self.more) or len(self.more) != len(self.pieces):
-            raise InternalError(f"the runner did not answer the call's {count} further outputs")
-        return [Rows.concat(list(blocks)) for blocks in zip(*self.more)]
-
-    def abandon(self) -> None:
-        """Never run what is left of this call (it failed, or its client left)."""
-        self.failed = True
-        for seq in self.seqs:
-            seq.cancelled = True
-
-
 class CallTracer(Protocol):
     """``workers.engine.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
 
@@ -115,7 +74,7 @@ class CallTracer(Protocol):
 @dataclass
 class _Prepared:
     seqs: list[Sequence]
-    segments: list[tuple[int, int, _Call]]  # consecutive sequences of one call: [start, stop)
+    segments: list[tuple[int, int, Call]]  # consecutive sequences of one call: [start, stop)
     batch: Any
     tokens: int
 
@@ -146,7 +105,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
         self._submits = 0  # submit() calls not yet returned
-        self._live: set[_Call] = set()  # queued or running calls (touched on the loop only)
+        self._live: set[Call] = set()  # queued or running calls (touched on the loop only)
         self._idle = asyncio.Event()
         self._tracer = tracer  # None: tracing off
 
@@ -162,7 +121,7 @@ class Engine:
     async def stop(self, drain_timeout: float = 5.0) -> None:
         """Fail what is still queued or prepared, finish the running batch, join the threads."""
         left = self.scheduler.close()
-        _settle(_calls_of(left), error=Unavailable("worker is shutting down"))
+        settle(calls_of(left), error=Unavailable("worker is shutting down"))
         for thread in self._threads:
             await asyncio.to_thread(thread.join)
         if self._submits:
@@ -205,7 +164,7 @@ class Engine:
         token_lists, types = encoded.ids, encoded.type_ids
         prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
         _check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
-        state = _Call(self._loop.create_future())
+        state = Call(self._loop.create_future())
         if chunks_inputs(self.info, cap_task(call.params)):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
             types = [None] * len(token_lists)
@@ -239,7 +198,7 @@ class Engine:
         return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
                              timings=state.timings(), windows=windows, tokens=tokens, more=more)
 
-    def _more(self, state: _Call, token_lists: list[list[int]], prompt_tokens: list[int],
+    def _more(self, state: Call, token_lists: list[list[int]], prompt_tokens: list[int],
               outputs: tuple) -> list[PoolingResult]:
         """A multi-output call's further outputs, each answered as its own call would be."""
         results = []
@@ -280,7 +239,7 @@ class Engine:
             except Exception as exc:  # never let the thread die with calls waiting on it
                 _failures.log(logging.ERROR, ("prepare", repr(exc)), "preparing a batch of %d sequences failed",
                               len(seqs), exc_info=True)
-                self._fail(_calls_of(seqs), InternalError(f"worker failed to prepare a batch: {exc}"))
+                self._fail(calls_of(seqs), InternalError(f"worker failed to prepare a batch: {exc}"))
                 prepared = None
             if prepared is None:
                 self._slot.release()
@@ -307,7 +266,7 @@ class Engine:
             live = [seq for seq in live if seq.handle not in late]
         if not live:
             return None
-        segments = _segments(live)
+        segments = call_runs(live)
         start = time.perf_counter()
         try:
             batch = self.runner.prepare(live)
@@ -340,7 +299,7 @@ class Engine:
                 self._executing_since, self._running = None, 0
                 self.scheduler.wake()
 
-    def _execute(self, prepared: _Prepared, calls: set[_Call]) -> None:
+    def _execute(self, prepared: _Prepared, calls: set[Call]) -> None:
         """Run one prepared batch and hand each call its rows (or the batch's error)."""
         if self.scheduler.closed:
             self._fail(calls, Unavailable("worker is shutting down"))
@@ -400,7 +359,7 @@ class Engine:
                 f"An input of {seq.num_tokens} tokens does not fit in the device's memory, even alone; "
                 "send a shorter input (or truncate it).", param="input"))
 
-    def _deliver(self, segments: list[tuple[int, int, _Call]], outputs: list[RunOutput]) -> None:
+    def _deliver(self, segments: list[tuple[int, int, Call]], outputs: list[RunOutput]) -> None:
         """Give each call its slice of every run; resolve the calls that are now complete."""
         finished = []
         for run in outputs:
@@ -415,28 +374,18 @@ class Engine:
                 if call.done == len(call.seqs):
                     finished.append((call, call.rows()))
         if finished:
-            self._call_soon(_resolve, finished)
+            self._call_soon(resolve, finished)
 
     def _fail(self, calls, error: PoolgateError) -> None:
         for call in calls:
             call.abandon()
-        self._call_soon(_settle, list(calls), error)
+        self._call_soon(settle, list(calls), error)
 
     def _call_soon(self, fn, *args) -> None:
         try:
             self._loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
-
-
-def _segments(seqs: list[Sequence]) -> list[tuple[int, int, _Call]]:
-    """Runs of consecutive sequences that belong to one call."""
-    out, start = [], 0
-    for i in range(1, len(seqs) + 1):
-        if i == len(seqs) or seqs[i].handle is not seqs[start].handle:
-            out.append((start, i, seqs[start].handle))
-            start = i
-    return out
 
 
 def _check_cover(outputs: list[RunOutput], n: int) -> None:
@@ -448,24 +397,6 @@ def _check_cover(outputs: list[RunOutput], n: int) -> None:
         at = run.stop
     if at != n:
         raise InternalError(f"runner returned outputs for {at} of {n} sequences")
-
-
-def _calls_of(seqs: list[Sequence]) -> list[_Call]:
-    return list({id(seq.handle): seq.handle for seq in seqs}.values())
-
-
-def _resolve(finished: list[tuple[_Call, Rows]]) -> None:
-    """On the loop: hand each complete call its rows."""
-    for call, rows in finished:
-        if not call.future.done():
-            call.future.set_result(rows)
-
-
-def _settle(calls: list[_Call], error: PoolgateError) -> None:
-    """On the loop: fail each still-pending call with its own copy of ``error``."""
-    for call in calls:
-        if not call.future.done():
-            call.future.set_exception(type(error)(error.message, param=error.param))
 
 
 def _check_tokens(tokens: int, cap: int | None) -> None:

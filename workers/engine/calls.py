@@ -1,0 +1,80 @@
+"""One call inside the engine: its future, its sequences and the rows gathered so far (and its runs in a batch)."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from poolgate.shared.errors import InternalError, PoolgateError
+from poolgate.shared.rows import Rows
+from poolgate.workers.engine.chunking import Chunks, fold
+from poolgate.workers.engine.runner_api import Step
+from poolgate.workers.engine.sequence import Sequence
+
+
+@dataclass(eq=False)
+class Call:
+    """One call inside the engine: its future, its sequences and the rows gathered so far."""
+
+    future: asyncio.Future
+    seqs: list[Sequence] = field(default_factory=list)
+    pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
+    more: list[tuple[Rows, ...]] = field(default_factory=list)  # a multi-output call's further outputs, per piece
+    chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
+    done: int = 0
+    failed: bool = False
+    tokenize_s: float = 0.0
+    queued_at: float = 0.0  # perf_counter when its sequences were queued
+    started: float | None = None  # perf_counter when its first batch began executing
+    finished: float = 0.0  # perf_counter when its last batch finished
+    steps: list[Step] = field(default_factory=list)  # the runner's forward/pool steps, for detailed traces
+
+    def timings(self) -> dict[str, float]:
+        """vLLM's split: time in queue (queued → first execute), in inference (first execute → done)."""
+        started = self.queued_at if self.started is None else self.started
+        return {"tokenize_s": self.tokenize_s, "queue_s": started - self.queued_at,
+                "inference_s": self.finished - started}
+
+    def rows(self) -> Rows:
+        """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
+        rows = Rows.concat(self.pieces)
+        return rows if self.chunks is None else fold(rows, self.chunks)
+
+    def more_rows(self, count: int) -> list[Rows]:
+        """A multi-output call's ``count`` further outputs, each one row block over the inputs (never chunked)."""
+        if any(len(piece) != count for piece in self.more) or len(self.more) != len(self.pieces):
+            raise InternalError(f"the runner did not answer the call's {count} further outputs")
+        return [Rows.concat(list(blocks)) for blocks in zip(*self.more)]
+
+    def abandon(self) -> None:
+        """Never run what is left of this call (it failed, or its client left)."""
+        self.failed = True
+        for seq in self.seqs:
+            seq.cancelled = True
+
+
+def call_runs(seqs: list[Sequence]) -> list[tuple[int, int, Call]]:
+    """Runs of consecutive sequences that belong to one call."""
+    out, start = [], 0
+    for i in range(1, len(seqs) + 1):
+        if i == len(seqs) or seqs[i].handle is not seqs[start].handle:
+            out.append((start, i, seqs[start].handle))
+            start = i
+    return out
+
+
+def calls_of(seqs: list[Sequence]) -> list[Call]:
+    return list({id(seq.handle): seq.handle for seq in seqs}.values())
+
+
+def resolve(finished: list[tuple[Call, Rows]]) -> None:
+    """On the loop: hand each complete call its rows."""
+    for call, rows in finished:
+        if not call.future.done():
+            call.future.set_result(rows)
+
+
+def settle(calls: list[Call], error: PoolgateError) -> None:
+    """On the loop: fail each still-pending call with its own copy of ``error``."""
+    for call in calls:
+        if not call.future.done():
+            call.future.set_exception(type(error)(error.message, param=error.param))
