@@ -1,10 +1,11 @@
-"""One call inside the engine: its future, its sequences and the rows gathered so far (and its runs in a batch)."""
+"""One call inside the engine: its checks, its future, its sequences and the rows gathered so far (and its runs in a batch)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
-from poolgate.shared.errors import InternalError, PoolgateError
+from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError
 from poolgate.shared.rows import Rows
 from poolgate.workers.engine.chunking import Chunks, fold
 from poolgate.workers.engine.runner_api import Step
@@ -78,3 +79,16 @@ def settle(calls: list[Call], error: PoolgateError) -> None:
     for call in calls:
         if not call.future.done():
             call.future.set_exception(type(error)(error.message, param=error.param))
+
+
+def check_tokens(tokens: int, cap: int | None) -> None:
+    """A call's tokens against ``--max-tokens-per-request`` (None: no cap)."""
+    if cap is not None and tokens > cap:
+        raise InvalidRequest(f"The request's inputs have {tokens} tokens; the limit is {cap} tokens per request "
+                             "(--max-tokens-per-request).", param="input")
+
+
+def check_deadline(deadline: float | None) -> None:
+    """A call whose deadline (epoch seconds) has passed is not scheduled."""
+    if deadline is not None and deadline < time.time():
+        raise DeadlineExceeded("deadline exceeded before the request was scheduled")

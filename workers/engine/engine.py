@@ -45,7 +45,7 @@ from poolgate.shared.limits import cap_task, chunks_inputs
 from poolgate.shared.log_limit import LogLimiter
 from poolgate.shared.wire import LateChunkText, PoolingCall, PoolingResult, WindowedText
 from poolgate.workers.engine.cache import CachingRunner
-from poolgate.workers.engine.calls import Call, call_runs, calls_of, resolve, settle
+from poolgate.workers.engine.calls import Call, call_runs, calls_of, check_deadline, check_tokens, resolve, settle
 from poolgate.workers.engine.chunking import split
 from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
@@ -160,10 +160,10 @@ class Engine:
         self.inputs.check(call)
         start = time.perf_counter()
         encoded = await self._encode(call)
-        _check_deadline(call.deadline)
+        check_deadline(call.deadline)
         token_lists, types = encoded.ids, encoded.type_ids
         prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
-        _check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
+        check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
         state = Call(self._loop.create_future())
         if chunks_inputs(self.info, cap_task(call.params)):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
@@ -397,14 +397,3 @@ def _check_cover(outputs: list[RunOutput], n: int) -> None:
         at = run.stop
     if at != n:
         raise InternalError(f"runner returned outputs for {at} of {n} sequences")
-
-
-def _check_tokens(tokens: int, cap: int | None) -> None:
-    if cap is not None and tokens > cap:
-        raise InvalidRequest(f"The request's inputs have {tokens} tokens; the limit is {cap} tokens per request "
-                             "(--max-tokens-per-request).", param="input")
-
-
-def _check_deadline(deadline: float | None) -> None:
-    if deadline is not None and deadline < time.time():
-        raise DeadlineExceeded("deadline exceeded before the request was scheduled")
