@@ -260,11 +260,11 @@ def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 
 
 
 @contextlib.asynccontextmanager
-async def running_engine(model: LoadedModel):
-    """A started ``Engine`` over ``model`` (no transport); stopped on exit."""
+async def running_engine(model: LoadedModel, **settings):
+    """A started ``Engine`` over ``model`` (no transport) with ``Engine``'s keyword ``settings``; stopped on exit."""
     from poolgate.workers.engine.engine import Engine
 
-    engine = Engine(model)
+    engine = Engine(model, **settings)
     await engine.start()
     try:
         yield engine

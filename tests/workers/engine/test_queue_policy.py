@@ -12,7 +12,7 @@ from poolgate.shared.errors import DeadlineExceeded, InvalidRequest, Overloaded
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.engine.engine import QUEUE_BUDGETS, TOKENIZE_SLICE, Engine
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
-from tests.fakes import fake_ids, fake_model, fake_vector
+from tests.fakes import fake_ids, fake_model, fake_vector, running_engine
 
 
 def call(*inputs, priority: int = 0, deadline: float | None = None) -> PoolingCall:
@@ -36,24 +36,18 @@ async def hold_first(engine: Engine, runner) -> asyncio.Task:
 
 async def test_each_sequence_carries_its_calls_priority_deadline_and_arrival():
     model = fake_model(max_batch_tokens=64)
-    engine = Engine(model)
-    await engine.start()
-    try:
+    async with running_engine(model) as engine:
         before = time.monotonic()
         deadline = time.time() + 60
         await engine.submit(call([5, 6], [7], priority=7, deadline=deadline))
         seqs = model.runner.batches[-1]
         assert [(s.priority, s.deadline) for s in seqs] == [(7, deadline), (7, deadline)]
         assert seqs[0].arrival == seqs[1].arrival and before <= seqs[0].arrival <= time.monotonic()
-    finally:
-        await engine.stop()
 
 
 async def test_the_batch_cut_is_the_policy_objects():
     model = fake_model(max_batch_tokens=64)
-    engine = Engine(model, policy=LastInFirstOut())
-    await engine.start()
-    try:
+    async with running_engine(model, policy=LastInFirstOut()) as engine:
         first = await hold_first(engine, model.runner)
         older = asyncio.create_task(engine.submit(call([2])))
         await asyncio.sleep(0.05)
@@ -62,15 +56,11 @@ async def test_the_batch_cut_is_the_policy_objects():
         model.runner.release.set()
         await asyncio.gather(first, older, newer)
         assert [[s.token_ids for s in b] for b in model.runner.batches[1:]] == [[[3], [2]]]
-    finally:
-        await engine.stop()
 
 
 async def test_a_full_queue_answers_overloaded_and_queues_nothing_of_the_call():
     model = fake_model(max_batch_tokens=64)
-    engine = Engine(model, max_queued_tokens=4)
-    await engine.start()
-    try:
+    async with running_engine(model, max_queued_tokens=4) as engine:
         first = await hold_first(engine, model.runner)
         queued = asyncio.create_task(engine.submit(call([2, 3, 4])))  # 3 tokens: fits the bound of 4
         await asyncio.sleep(0.05)
@@ -82,8 +72,6 @@ async def test_a_full_queue_answers_overloaded_and_queues_nothing_of_the_call():
         await asyncio.gather(first, queued)
         big = await engine.submit(call(list(range(10, 20))))  # an empty queue takes a call over the bound
         assert big.prompt_tokens == [10]
-    finally:
-        await engine.stop()
 
 
 def test_the_default_queue_bound_is_a_number_of_token_budgets():
@@ -94,45 +82,33 @@ def test_the_default_queue_bound_is_a_number_of_token_budgets():
 
 async def test_a_call_of_many_inputs_is_tokenized_in_slices_and_keeps_its_order():
     model = fake_model(max_batch_tokens=4096, max_model_len=8)
-    engine = Engine(model)
-    await engine.start()
-    try:
+    async with running_engine(model) as engine:
         texts = [f"t{i}" for i in range(2 * TOKENIZE_SLICE + 5)]
         result = await engine.submit(call(*texts))
         assert [len(batch) for batch, _ in model.encoder.calls] == [TOKENIZE_SLICE, TOKENIZE_SLICE, 5]
         assert result.prompt_tokens == [3] * len(texts)
         assert [c for batch, _ in model.encoder.calls for c in batch] == texts
         np.testing.assert_array_equal(result.outputs.item(len(texts) - 1), fake_vector(fake_ids(texts[-1])))
-    finally:
-        await engine.stop()
 
 
 async def test_a_call_that_cannot_finish_by_its_deadline_is_dropped_before_the_device():
     model = fake_model(max_batch_tokens=64)
-    engine = Engine(model)
-    await engine.start()
-    try:
+    async with running_engine(model) as engine:
         engine.stats.tokens_per_s = 10.0  # measured: 10 tokens per second of device time
         with pytest.raises(DeadlineExceeded, match="deadline exceeded"):
             await engine.submit(call(list(range(1, 21)), deadline=time.time() + 1.0))  # needs ~2 s
         assert model.runner.batches == []
         result = await engine.submit(call([1, 2], deadline=time.time() + 1.0))  # ~0.2 s: runs
         assert result.prompt_tokens == [2]
-    finally:
-        await engine.stop()
 
 
 async def test_a_request_over_max_tokens_per_request_is_a_400_naming_the_flag():
     model = fake_model(max_batch_tokens=64)
-    engine = Engine(model, max_tokens_per_request=5)
-    await engine.start()
-    try:
+    async with running_engine(model, max_tokens_per_request=5) as engine:
         assert (await engine.submit(call([1, 2], [3, 4, 5]))).prompt_tokens == [2, 3]
         with pytest.raises(InvalidRequest, match=r"have 6 tokens; the limit is 5 tokens per request "
                                                  r"\(--max-tokens-per-request\)"):
             await engine.submit(call([1, 2, 3], [4, 5, 6]))
-    finally:
-        await engine.stop()
 
 
 def test_the_measured_rate_weighs_batches_by_their_tokens():
