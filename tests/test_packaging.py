@@ -70,3 +70,4 @@ def test_wheel_holds_only_the_poolgate_namespace(tmp_path):
                f"{'/'.join(p.relative_to(ROOT).parts[1:])}" for f in SOURCE_FOLDERS for p in (ROOT / f).rglob("*.py")}
     assert sources <= set(names)
     assert "poolgate/shared/words.txt" in names
+    assert "poolgate/workers/kernels/packed_attention.c" in names  # built on the machine by cpu_attention.py

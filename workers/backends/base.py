@@ -49,6 +49,10 @@ class Backend(ABC):
         """Whether packed batches need the grouped-SDPA plan (host-side work)."""
         return self.attention(dtype) is grouped_sdpa
 
+    def token_bucket(self, n_tokens: int) -> int:
+        """How many token rows a batch of ``n_tokens`` runs as (``packing.padded_rows``); ``n_tokens``: exactly."""
+        return n_tokens
+
     def lanes(self) -> int:
         """How many parts the runner cuts a batch into, run at once on single-threaded lanes
         (``workers.engine.lanes``; CPUs); 1 = the whole batch on the device as one."""

@@ -10,6 +10,8 @@ import torch
 
 from poolgate.shared.backends import available_cpus, physical_cores
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.kernels import cpu_attention
+from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 from poolgate.workers.kernels.ops import Ops
 
@@ -61,6 +63,13 @@ class CpuBackend(Backend):
         self._lanes = 1 if num_threads else cores
         torch.set_num_threads(num_threads or 1)
 
+    def token_bucket(self, n_tokens: int) -> int:
+        """Rounded up to one of 16 steps an octave (at least 16 rows; at most 6.25% more): oneDNN builds a
+        GEMM primitive for each new row count (10-20 ms for each of a layer's four shapes, measured here),
+        so exact counts, new with nearly every batch, would pay that each batch; buckets pay it once."""
+        step = max(16, 1 << max(0, n_tokens.bit_length() - 5))
+        return -(-n_tokens // step) * step
+
     def lanes(self) -> int:
         return self._lanes
 
@@ -73,6 +82,13 @@ class CpuBackend(Backend):
         if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
             report["total"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return report
+
+    def attention(self, dtype: torch.dtype) -> AttentionFn:
+        """bf16 on a CPU the packed C kernel runs on (``kernels.cpu_attention``): it, with no group plan;
+        else grouped SDPA."""
+        if dtype == torch.bfloat16 and cpu_attention.unavailable() is None:
+            return cpu_attention.packed_cpu_attention
+        return grouped_sdpa
 
     def ops(self, dtype: torch.dtype) -> Ops:
         """bf16: the references, then every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""

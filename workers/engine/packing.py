@@ -1,7 +1,7 @@
 """Turns a list of token-id lists into one packed, padding-free batch (host side)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -144,6 +144,25 @@ def _group(members: list[int], lengths: list[int], cu: np.ndarray, keys: np.ndar
         dst=torch.from_numpy(gather.reshape(-1)[real.reshape(-1)]),
         rows=None if keys is None else torch.from_numpy(real[:, None, :, None].copy()),
     )
+
+
+def padded_rows(batch: PackedBatch, rows: int) -> PackedBatch:
+    """The model's input for ``batch`` run as ``rows`` token rows (a backend's token bucket, ``rows >= n_tokens``):
+    ``rows - n_tokens`` rows of token 0 at position 0 in segment 0 after the real ones, in no sequence
+    (``cu_seqlens``, the groups and every plan still end at the real rows). Row-wise layers carry them along;
+    attention leaves them out; the runner drops their hidden states before pooling. No rows to add: ``batch``."""
+    extra = rows - batch.n_tokens
+    if extra < 0:
+        raise ValueError(f"a bucket of {rows} rows for {batch.n_tokens} tokens")
+    if extra == 0:
+        return batch
+
+    def grow(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t, t.new_zeros(extra)])
+
+    types = None if batch.token_type_ids is None else grow(batch.token_type_ids)
+    return replace(batch, input_ids=grow(batch.input_ids), positions=grow(batch.positions),
+                   seg_ids=grow(batch.seg_ids), token_type_ids=types)
 
 
 def map_tensors(batch: PackedBatch, fn) -> PackedBatch:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -26,7 +26,7 @@ from torch import nn
 from poolgate.shared.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.engine.lanes import Lanes, cut
-from poolgate.workers.engine.packing import PackedBatch, pack
+from poolgate.workers.engine.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
 from poolgate.workers.engine.sequence import Sequence, param_runs
@@ -40,6 +40,7 @@ class PreparedBatch:
     packed: PackedBatch
     runs: list[RunPlan]
     ready: Any = None
+    model_input: PackedBatch | None = None  # ``packed`` with the backend's token-bucket rows; None = ``packed``
 
 
 @dataclass
@@ -63,6 +64,8 @@ class PoolingRunner:
         self.group_attention = grouped or backend.uses_groups(dtype)
         self.lanes = Lanes(backend.lanes()) if backend.lanes() > 1 else None
         self.adapters = getattr(model, "task_adapters", None)  # per-request task LoRAs (models.task_adapters)
+        # a packed model runs its batches as the backend's token buckets (transformers' own forward: exact)
+        self.bucketed = bool(getattr(model, "packed_rows", True))
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch | LanedBatch:
         """One batch, or with lanes a part per lane; a batch that cannot be cut into parts of about equal
@@ -81,8 +84,15 @@ class PoolingRunner:
         runs = self.pooler.plan(packed, param_runs(seqs))
         if self.adapters is not None:  # per task, the rows of its sequences' tokens
             packed.adapter_rows = self.adapters.plan([s.params.adapter for s in seqs], packed.cu_seqlens)
-        packed, ready = self.backend.upload(packed)
-        return PreparedBatch(packed, runs, ready)
+        rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed else packed.n_tokens
+        model_input, ready = self.backend.upload(padded_rows(packed, rows))
+        if rows == packed.n_tokens:
+            return PreparedBatch(model_input, runs, ready)
+        n = packed.n_tokens
+        real = replace(model_input, input_ids=model_input.input_ids[:n], positions=model_input.positions[:n],
+                       seg_ids=model_input.seg_ids[:n], token_type_ids=None if model_input.token_type_ids is None
+                       else model_input.token_type_ids[:n])
+        return PreparedBatch(real, runs, ready, model_input)
 
     def execute(self, batch: PreparedBatch | LanedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
         if isinstance(batch, PreparedBatch):
@@ -103,7 +113,8 @@ class PoolingRunner:
         start = time.perf_counter()
         self.backend.wait_upload(batch.ready, batch.packed)
         with active(batch.packed.adapter_rows) if self.adapters is not None else nullcontext():
-            hidden = self.model(batch.packed)  # (n_tokens, hidden) in the model's dtype; poolers cast what they pool
+            model_input = batch.packed if batch.model_input is None else batch.model_input
+            hidden = self.model(model_input)[:batch.packed.n_tokens]  # (n_tokens, hidden); bucket rows dropped
         if steps is not None:
             self.backend.synchronize()
             forwarded = time.perf_counter()

@@ -57,6 +57,7 @@ class HfAutoEncoder(nn.Module):
     """Pads the packed batch, runs AutoModel, and packs the last hidden states again."""
 
     needs_groups = False  # transformers' own attention: no group plan
+    packed_rows = False  # it pads its own batches: no token-bucket rows (workers.engine.runner)
 
     def __init__(self, spec: ModelSpec, *, allow_pickle: bool, trust_remote_code: bool = False,
                  heads_read: Tensors | None = None, allow_partial: bool = False):

@@ -1,0 +1,136 @@
+"""The packed CPU attention kernel (AVX512-BF16, and AMX where the CPU has it) against the contract.
+
+Each build the machine can run (kernels.cpu_attention builds them with the C compiler) is checked token by
+token against ``reference_attention`` (fp32, one sequence at a time), over mixed lengths (1, odd, around the
+16- and 32-key blocks, longer than a block of queries), causal masks, windows and grouped-query heads, with
+an error no bigger than grouped SDPA's in the same dtype. The fallbacks (a bias, a soft cap, masked keys,
+a head dimension the kernel does not take) and the split of one batch over threads are checked too.
+"""
+import ctypes
+
+import pytest
+import torch
+
+from poolgate.workers.engine.packing import pack
+from poolgate.workers.kernels import cpu_attention
+from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention
+from poolgate.workers.models.positions import RelativeBuckets
+
+REASON = cpu_attention.unavailable()
+needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"packed CPU attention cannot run here: {REASON}")
+LENGTHS = [1, 2, 15, 16, 17, 31, 33, 85, 130, 7]
+CASES = [dict(), dict(causal=True), dict(window=(5, 3)), dict(causal=True, window=(7, 0)), dict(window=(0, 20))]
+
+
+def _qkv(n, heads, kv_heads, dim, seed=0):
+    """q, k, v as the three strided slices of one fused (n, 3, heads, dim) projection (kv: its first kv_heads)."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(n, 3, heads, dim, generator=g).to(torch.bfloat16)
+    return qkv[:, 0], qkv[:, 1, :kv_heads], qkv[:, 2, :kv_heads]
+
+
+def _builds():
+    """(name, amx) of each build this machine runs."""
+    out = [("avx512", False)]
+    if cpu_attention.uses_amx(32):
+        out.append(("amx", True))
+    return out
+
+
+def _call(amx: bool, q, k, v, b, **kw):
+    """The kernel of one build, called as packed_cpu_attention calls it."""
+    head_dim = q.shape[-1]
+    lib = ctypes.CDLL(str(cpu_attention._build(head_dim, amx)))
+    fn = lib.poolgate_attend
+    fn.argtypes, fn.restype = cpu_attention._ARGTYPES, ctypes.c_int
+    real = cpu_attention._kernel
+    cpu_attention._kernel = lambda d: fn
+    try:
+        return cpu_attention.packed_cpu_attention(q, k, v, b, **kw)
+    finally:
+        cpu_attention._kernel = real
+
+
+@needs_kernel
+@pytest.mark.parametrize("build,amx", _builds())
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "full")
+@pytest.mark.parametrize("heads,kv_heads,dim", [(4, 4, 32), (4, 2, 64), (2, 1, 128), (3, 3, 16), (2, 2, 96)])
+def test_kernel_matches_reference(build, amx, case, heads, kv_heads, dim):
+    if amx and dim % 32:
+        pytest.skip("the AMX build takes head dims in multiples of 32")
+    b = pack([[1] * n for n in LENGTHS], group_attention=True)
+    q, k, v = _qkv(b.n_tokens, heads, kv_heads, dim)
+    kw = dict(scale=dim ** -0.5, **case)
+    ref = reference_attention(q.float(), k.float(), v.float(), b, **kw)
+    got = _call(amx, q, k, v, b, **kw)
+    sdpa = grouped_sdpa(q, k, v, b, **kw)
+    assert got.dtype == torch.bfloat16 and got.shape == q.shape and got.is_contiguous()
+    err, sdpa_err = (got.float() - ref).abs().max().item(), (sdpa.float() - ref).abs().max().item()
+    assert err <= 2 * sdpa_err + 1e-3, (err, sdpa_err)
+
+
+@needs_kernel
+def test_long_sequence_and_rows_past_the_last_sequence():
+    """A 700-token sequence (many query blocks, scratch sized per call) beside a short one; rows of a padded
+    token bucket (past cu_seqlens[-1]) come back zero, never another sequence's output."""
+    b = pack([[1] * 700, [1] * 5], group_attention=False)
+    q, k, v = _qkv(b.n_tokens + 11, 2, 2, 64)
+    got = cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.125)
+    ref = reference_attention(q[:705].float(), k[:705].float(), v[:705].float(), b, scale=0.125)
+    assert (got[:705].float() - ref).abs().max().item() < 0.03
+    assert torch.count_nonzero(got[705:]) == 0
+
+
+@needs_kernel
+def test_a_team_of_threads_splits_the_batch_and_agrees(monkeypatch):
+    b = pack([[1] * n for n in LENGTHS * 3], group_attention=False)
+    q, k, v = _qkv(b.n_tokens, 4, 4, 32)
+    one = cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert len(cpu_attention._splits(b.lengths, 4, 3)) == 3
+    assert torch.equal(cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2), one)
+
+
+def test_splits_cover_every_item_once_by_cost():
+    lengths = [100, 1, 1, 1, 100, 1, 50, 50]
+    parts = cpu_attention._splits(lengths, 2, 2)
+    items = [i for a, e in parts for i in range(a, e)]
+    assert items == list(range(len(lengths) * 2))
+    assert all(a % 2 == 0 for a, _ in parts)  # a part never cuts a sequence's heads
+    assert cpu_attention._splits([5], 3, 4) == [(0, 3)]
+
+
+def test_what_the_kernel_does_not_take_goes_where_it_is_exact():
+    """A bias, a soft cap or masked keys: grouped SDPA (those batches carry the plan); an fp32 batch or an odd
+    head dim without a plan: SDPA per sequence. Each against the fp32 reference."""
+    b = pack([[1] * n for n in LENGTHS], group_attention=True)
+    q, k, v = _qkv(b.n_tokens, 4, 4, 24)
+    with torch.no_grad():
+        bias = RelativeBuckets(heads=4, num_buckets=32, max_distance=128).for_length(b.max_len)
+    for kw in (dict(bias=bias), dict(softcap=5.0)):
+        ref = reference_attention(q.float(), k.float(), v.float(), b, scale=0.2, **kw)
+        got = cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2, **kw)
+        assert (got.float() - ref).abs().max().item() < 0.05
+    plain = pack([[1] * n for n in LENGTHS], group_attention=False)
+    for dtype in (torch.float32, torch.bfloat16):
+        qd, kd, vd = (t.to(dtype) for t in (q, k, v))
+        ref = reference_attention(qd.float(), kd.float(), vd.float(), plain, scale=0.2, causal=True)
+        got = cpu_attention.packed_cpu_attention(qd, kd, vd, plain, scale=0.2, causal=True)
+        assert got.dtype == dtype and (got.float() - ref).abs().max().item() < 0.05
+
+
+def test_the_cpu_backend_picks_the_kernel_for_bf16_where_it_runs():
+    import subprocess
+    import sys
+
+    from poolgate.workers.backends.cpu import CpuBackend
+
+    b = CpuBackend()
+    want = grouped_sdpa if REASON else cpu_attention.packed_cpu_attention
+    assert b.attention(torch.bfloat16) is want and b.uses_groups(torch.bfloat16) == (REASON is not None)
+    assert b.attention(torch.float32) is grouped_sdpa and b.uses_groups(torch.float32)
+    code = ("import torch; from poolgate.workers.backends.cpu import CpuBackend; "
+            "print(CpuBackend().attention(torch.bfloat16).__name__)")
+    env = {**__import__("os").environ, cpu_attention.MODE_ENV: "sdpa"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)
+    assert out.stdout.strip() == "grouped_sdpa"  # the switch to measure against (docs/benchmarks.md)
