@@ -19,11 +19,12 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 
 from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
-from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
+from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
@@ -75,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     st.add_argument("--st-batch-size", type=_positive_int, default=32)
     st.add_argument("--st-device", default="cpu")
     st.add_argument("--st-dtype", choices=DTYPE_CHOICES[1:], default="float32")
+    st.add_argument("--check-cosine", action="store_true",
+                    help="after the run, encode the corpus with sentence-transformers in float32 and report the "
+                         "worst and mean cosine of every poolgate vector (and of the --st-dtype baseline's) to it")
 
 
 def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -91,18 +95,49 @@ def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
         url=args.url.rstrip("/"), model=model, api_key=args.api_key, batch_size=1 if args.latency else args.batch_size,
         concurrency=1 if args.latency else args.concurrency, encoding_format=args.encoding_format,
         warmup=max(args.warmup, 0), passes=args.passes, duration_s=args.duration,
-        timeout_s=args.timeout, truncate=args.truncate,
+        timeout_s=args.timeout, truncate=args.truncate, keep_vectors=getattr(args, "check_cosine", False),
     )
 
 
-def reference(args: argparse.Namespace, texts: list[str]) -> dict:
+def reference(args: argparse.Namespace, texts: list[str], vectors_out: list | None = None) -> dict:
     """The sentence-transformers run; torch is imported only on this path."""
     from poolgate.workers.tools.st_reference import run_reference
 
     return run_reference(
         texts, model_path=args.st_model or str(bundled_model_path()), passes=args.passes,
-        batch_size=args.st_batch_size, device=args.st_device, dtype=args.st_dtype,
+        batch_size=args.st_batch_size, device=args.st_device, dtype=args.st_dtype, vectors_out=vectors_out,
     )
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return (a * b).sum(axis=1)
+
+
+def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result, st_vectors: list) -> dict:
+    """poolgate's vectors (and the baseline's) against sentence-transformers in float32 on the same texts."""
+    from poolgate.workers.tools.st_reference import run_reference
+
+    missing = [i for i, (body, _) in enumerate(make_payloads(texts, cfg)) if body not in result.vectors]
+    if missing:
+        return {"error": f"{len(missing)} requests gave no vectors"}
+    ours = np.concatenate([result.vectors[body] for body, _ in make_payloads(texts, cfg)])
+    fp32: list = []
+    run_reference(texts, model_path=args.st_model or str(bundled_model_path()), batch_size=args.st_batch_size,
+                  device=args.st_device, dtype="float32", vectors_out=fp32)
+    if ours.shape != fp32[0].shape:
+        return {"error": f"the served model's vectors {ours.shape} are not the reference's {fp32[0].shape} "
+                         "(--st-model names the served model's folder)"}
+    cos = _cosines(ours, fp32[0])
+    out = {"reference": "sentence-transformers float32", "vectors": int(cos.shape[0]),
+           "poolgate_worst": float(cos.min()), "poolgate_mean": float(cos.mean()),
+           "poolgate_below_0.999": int((cos < 0.999).sum())}
+    if st_vectors:
+        st = _cosines(st_vectors[0], fp32[0])
+        out.update(st_dtype=args.st_dtype, st_worst=float(st.min()), st_mean=float(st.mean()),
+                   **{"st_below_0.999": int((st < 0.999).sum())})
+    return out
 
 
 def kill_plan(args: argparse.Namespace) -> KillPlan | None:
@@ -174,9 +209,13 @@ def main(args: argparse.Namespace) -> int:
     report["mode"] = "latency" if args.latency else "throughput"
     if failover is not None:
         report["failover"] = failover
+    st_vectors: list = []
     if args.compare_sentence_transformers:
         print("poolgate bench: running the sentence-transformers baseline", file=sys.stderr)
-        report = add_reference(report, reference(args, texts))
+        report = add_reference(report, reference(args, texts, st_vectors))
+    if args.check_cosine:
+        print("poolgate bench: encoding the corpus in float32 for --check-cosine", file=sys.stderr)
+        report["cosine_to_fp32"] = check_cosine(args, cfg, texts, result, st_vectors)
     print(format_table(report))
     if failover is not None:
         print(format_failover(failover))

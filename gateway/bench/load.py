@@ -37,6 +37,7 @@ class LoadConfig:
     duration_s: float | None = None
     timeout_s: float = 120.0
     truncate: bool = True  # send truncate_prompt_tokens=-1, as sentence-transformers truncates
+    keep_vectors: bool = False  # keep each request's vectors (by request body) for --check-cosine
 
 
 @dataclass
@@ -53,6 +54,7 @@ class LoadResult:
     error_samples: list[str] = field(default_factory=list)
     embedding_dim: int | None = None
     warmup_errors: int = 0
+    vectors: dict[bytes, np.ndarray] = field(default_factory=dict)  # request body -> its (n, dim) vectors
 
     @property
     def error_count(self) -> int:
@@ -134,6 +136,8 @@ async def send_one(session: aiohttp.ClientSession, url: str, payload: tuple[byte
             result.embedding_dim = vectors.shape[1]
         elif vectors.shape[1] != result.embedding_dim:
             raise BadResponse(f"dimension {vectors.shape[1]} != {result.embedding_dim} seen before")
+        if cfg.keep_vectors:
+            result.vectors.setdefault(body, vectors)
     except BadResponse as exc:
         result.add_error("bad response", str(exc))
     except json.JSONDecodeError as exc:

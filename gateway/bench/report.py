@@ -99,6 +99,16 @@ def format_table(report: dict) -> str:
     if st:
         lines.append(f"  (sentence-transformers: {st['device']} {st['dtype']}, batch {st['batch_size']}, "
                      f"max_seq_length {st['max_seq_length']})")
+    cos = report.get("cosine_to_fp32")
+    if cos and "error" in cos:
+        lines.append(f"  cosine to float32: {cos['error']}")
+    elif cos:
+        line = (f"  cosine to {cos['reference']} over {cos['vectors']:,} vectors: poolgate worst "
+                f"{cos['poolgate_worst']:.6f}, mean {cos['poolgate_mean']:.6f}, {cos['poolgate_below_0.999']} below 0.999")
+        if "st_worst" in cos:
+            line += (f"; sentence-transformers {cos['st_dtype']} worst {cos['st_worst']:.6f}, "
+                     f"mean {cos['st_mean']:.6f}, {cos['st_below_0.999']} below 0.999")
+        lines.append(line)
     for kind, count in report["error_kinds"].items():
         lines.append(f"  error {kind}: {count:,}")
     lines += [f"    e.g. {s}" for s in report["error_samples"]]

@@ -23,8 +23,10 @@ def count_tokens(tokenizer, texts: list[str], max_length: int) -> int:
 
 
 def run_reference(texts: list[str], *, model_path: str, passes: int = 1, batch_size: int = 32,
-                  device: str = "cpu", dtype: str = "float32", warmup_texts: int = 64) -> dict:
-    """Encode ``texts`` ``passes`` times; return counts, wall time and rates."""
+                  device: str = "cpu", dtype: str = "float32", warmup_texts: int = 64,
+                  vectors_out: list | None = None) -> dict:
+    """Encode ``texts`` ``passes`` times; return counts, wall time and rates (the last pass's (n, dim) float32
+    vectors appended to ``vectors_out`` when given)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -44,6 +46,8 @@ def run_reference(texts: list[str], *, model_path: str, passes: int = 1, batch_s
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
+    if vectors_out is not None:
+        vectors_out.append(vectors.astype("float32"))
     return {
         "model_path": str(model_path), "device": device, "dtype": dtype, "batch_size": batch_size,
         "max_seq_length": max_len, "passes": passes, "inputs": len(texts) * passes,

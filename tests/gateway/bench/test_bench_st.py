@@ -39,3 +39,33 @@ async def test_compare_sentence_transformers_end_to_end(serve, capsys):  # noqa:
     ratio = report["tokens_per_s"] / st["tokens_per_s"]
     assert report["ratio_vs_sentence_transformers"] == pytest.approx(ratio)
     assert any("poolgate / ST" in line for line in out)
+
+
+def test_check_cosine_against_a_live_bf16_server(tmp_path):
+    """The speed target's accuracy half: every vector a bf16 poolgate serves (packed CPU attention, token buckets)
+    at cosine >= 0.999 to sentence-transformers in float32, as ``--check-cosine`` reports it."""
+    from tests.live_server import live_server
+
+    with live_server(tmp_path, "--dtype", "bfloat16", "--max-batch-tokens", "2048") as server:
+        out = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "bench", "--url", server.url,
+                              "--num-texts", "48", "--batch-size", "8", "--warmup", "1", "--check-cosine",
+                              "--compare-sentence-transformers", "--st-dtype", "bfloat16", "--st-batch-size", "8"],
+                             capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    cos = json.loads(lines[-1])["cosine_to_fp32"]
+    assert cos["vectors"] == 48 and cos["st_dtype"] == "bfloat16", cos
+    assert 0.999 <= cos["poolgate_worst"] <= cos["poolgate_mean"] <= 1.0 + 1e-6 and cos["poolgate_below_0.999"] == 0
+    assert 0.99 <= cos["st_worst"] <= 1.0 + 1e-6
+    assert any("cosine to sentence-transformers float32 over 48 vectors: poolgate worst" in x for x in lines)
+
+
+async def test_check_cosine_says_when_the_served_model_is_another(serve, capsys):  # noqa: F811
+    from poolgate.gateway.bench.cli import main
+
+    _, url = await serve()
+    args = parse("--url", url, "--num-texts", "6", "--batch-size", "3", "--warmup", "0", "--check-cosine")
+    assert await asyncio.to_thread(main, args) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "are not the reference's" in json.loads(out[-1])["cosine_to_fp32"]["error"]
+    assert any("cosine to float32: the served model's vectors" in line for line in out)
