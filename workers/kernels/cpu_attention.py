@@ -48,7 +48,10 @@ CFLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx51
 AMX_CFLAGS = ("-DPOOLGATE_AMX", "-mamx-tile", "-mamx-bf16")
 MODE_ENV = "POOLGATE_CPU_ATTENTION"  # "sdpa": grouped SDPA even where the kernel runs; "avx512": never AMX
 _ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] \
-    + [ctypes.c_int64] * 3 + [ctypes.c_float, ctypes.c_int] + [ctypes.c_int64] * 4
+    + [ctypes.c_int64] * 3 + [ctypes.c_float, ctypes.c_int] + [ctypes.c_int64] * 5
+# Sequences longer than this go to SDPA on the AVX512-BF16 build: measured here (12 heads of 32, bf16), the
+# kernel is 3x SDPA at 16-40 tokens, 1.7x at 85, even near 200 and half its speed at 512 (AMX: 1.8x at 512).
+AVX512_MAX_LEN = 192
 _lock = threading.Lock()
 
 
@@ -148,18 +151,25 @@ def _warn_slow(reason: str) -> None:
 def _per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                   causal: bool, window: tuple[int, int] | None) -> torch.Tensor:
     """SDPA one sequence at a time, for what the kernel does not take and a batch without a group plan."""
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+    _long_sequences(q, k, v, batch, out, 0, scale=scale, causal=causal, window=window)
+    out[int(batch.cu_seqlens[-1]):].zero_()
+    return out
+
+
+def _long_sequences(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, out: torch.Tensor,
+                    max_len: int, *, scale: float, causal: bool, window: tuple[int, int] | None) -> None:
+    """SDPA for each sequence longer than ``max_len``, into ``out``."""
     from poolgate.workers.kernels.attention import allowed
 
-    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     cu = batch.cu_seqlens.tolist()
     for s, e in zip(cu[:-1], cu[1:]):
-        rule = allowed(e - s, causal=causal, window=window, device=q.device)
-        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None],
-                                           v[s:e].transpose(0, 1)[None], attn_mask=rule, scale=scale,
-                                           enable_gqa=k.shape[1] != q.shape[1])
-        out[s:e] = o[0].transpose(0, 1)
-    out[cu[-1]:].zero_()
-    return out
+        if e - s > max_len:
+            rule = allowed(e - s, causal=causal, window=window, device=q.device)
+            o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None],
+                                               v[s:e].transpose(0, 1)[None], attn_mask=rule, scale=scale,
+                                               enable_gqa=k.shape[1] != q.shape[1])
+            out[s:e] = o[0].transpose(0, 1)
 
 
 def _splits(lengths: list[int], heads: int, parts: int) -> list[tuple[int, int]]:
@@ -184,6 +194,7 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     kv_heads = k.shape[1]
     plain = all(t.dtype == torch.bfloat16 and t.device.type == "cpu" and t.stride(2) == 1 and t.stride(1) == head_dim
                 for t in (q, k, v))
+    plain = plain and k.stride(0) % 2 == 0  # keys are gathered as bf16 pairs
     if not (plain and supported_head_dim(head_dim) and v.shape[-1] == head_dim and heads % kv_heads == 0):
         if batch.groups is not None:
             return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window)
@@ -200,8 +211,9 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
         cu = cu.to(torch.int32).contiguous()
     nseq = cu.shape[0] - 1
     left, right = (-1, -1) if window is None else window
+    max_len = batch.max_len if uses_amx(head_dim) else AVX512_MAX_LEN
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
-            out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right)
+            out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
     threads = torch.get_num_threads()
     ranges = _splits(batch.lengths, heads, threads) if threads > 1 and nseq > 0 else [(0, nseq * heads)]
     codes = [0] * len(ranges)
@@ -220,6 +232,8 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
             w.join()
     if any(codes):
         raise MemoryError("packed CPU attention could not allocate its scratch memory")
+    if batch.max_len > max_len:  # the sequences the kernel left: SDPA each
+        _long_sequences(q, k, v, batch, out, max_len, scale=scale, causal=causal, window=window)
     last = int(batch.cu_seqlens[-1])
     if last < n:  # rows past the last sequence (a padded token bucket) are no sequence's: zeros
         out[last:].zero_()

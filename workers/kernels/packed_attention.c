@@ -51,17 +51,15 @@
 typedef uint16_t bf16_t;
 
 static inline __m512 exp2_ps(__m512 x) {
-    /* 2^x = 2^n * 2^f, n = round(x), f in [-0.5, 0.5]; degree-6 polynomial, relative error ~2e-7 */
-    x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+    /* 2^x = 2^n * 2^f for finite x <= 0, n = round(x), f in [-0.5, 0.5]: a degree-3 minimax fit of 2^f
+     * (relative error 7.5e-5, against the 3.9e-3 of the bf16 the probabilities are rounded to for the PV
+     * product); scalef takes n down to 0 */
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.5403530393381608e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(0.05517132207751274f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24261054396629333f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6932609677314758f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999281167984009f));
     return _mm512_scalef_ps(p, n);
 }
 
@@ -81,9 +79,13 @@ static inline void store_bf16(bf16_t* dst, __m512 x) {
  * of Lp keys) and Vp[jp][c] = v_2jp[c], v_2jp+1[c] (Lp / 2 rows of HD); keys past L are zero. */
 static void layout_kv(const bf16_t* k, const bf16_t* v, int64_t sk, int64_t sv, int64_t t0, int64_t L, int64_t Lp,
                       int64_t kvh, uint32_t* Kp, uint32_t* Vp) {
-    for (int64_t j = 0; j < Lp; j++) {
-        const uint32_t* kr = (const uint32_t*)(k + (t0 + (j < L ? j : 0)) * sk + kvh * HD);
-        for (int r = 0; r < NP; r++) Kp[r * Lp + j] = j < L ? kr[r] : 0u;
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int32_t)(sk / 2)));  /* a key's offset in pairs */
+    for (int64_t jb = 0; jb < Lp; jb += 16) {  /* 16 keys a step: pair r of each, gathered */
+        const __mmask16 real = range_mask(jb, 0, L);
+        const int32_t* base = (const int32_t*)(k + (t0 + jb) * sk + kvh * HD);
+        for (int r = 0; r < NP; r++)
+            _mm512_storeu_si512(Kp + r * Lp + jb, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real, rows, base + r, 4));
     }
     for (int64_t jp = 0; jp < Lp / 2; jp++) {
         const int64_t ja = 2 * jp, jb = 2 * jp + 1;
@@ -106,21 +108,28 @@ static inline void key_range(int64_t i, int64_t L, int causal, int64_t left, int
 }
 
 /* Softmax of the rows' raw scores S[qi][blo .. bhi) (stride Lp) into bf16 P, zero outside each row's [lo, hi);
- * inv[qi] = 1 / the row's fp32 sum. */
+ * inv[qi] = 1 / the row's fp32 sum. Vectors wholly inside a row's range take no mask, wholly outside no work. */
 static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows, const int64_t* lo, const int64_t* hi,
                                 int64_t blo, int64_t bhi, float scale2, float* inv) {
     for (int qi = 0; qi < rows; qi++) {
         const float* s = S + qi * Lp;
+        bf16_t* p = P + qi * Lp;
+        const int64_t a = lo[qi], b = hi[qi];
         __m512 m = _mm512_set1_ps(-INFINITY);
-        for (int64_t jb = blo; jb < bhi; jb += 16)
-            m = _mm512_mask_max_ps(m, range_mask(jb, lo[qi], hi[qi]), m, _mm512_loadu_ps(s + jb));
+        for (int64_t jb = blo; jb < bhi; jb += 16) {
+            if (jb >= a && jb + 16 <= b) m = _mm512_max_ps(m, _mm512_loadu_ps(s + jb));
+            else if (jb < b && jb + 16 > a) m = _mm512_mask_max_ps(m, range_mask(jb, a, b), m, _mm512_loadu_ps(s + jb));
+        }
         const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(m) * scale2), sc = _mm512_set1_ps(scale2);
         __m512 sum = _mm512_setzero_ps();
         for (int64_t jb = blo; jb < bhi; jb += 16) {
-            __m512 p = _mm512_maskz_mov_ps(range_mask(jb, lo[qi], hi[qi]),
-                                           exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, shift)));
-            sum = _mm512_add_ps(sum, p);
-            store_bf16(P + qi * Lp + jb, p);
+            __m512 e;
+            if (jb >= a && jb + 16 <= b) e = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, shift));
+            else if (jb < b && jb + 16 > a)
+                e = _mm512_maskz_mov_ps(range_mask(jb, a, b), exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, shift)));
+            else e = _mm512_setzero_ps();
+            sum = _mm512_add_ps(sum, e);
+            store_bf16(p + jb, e);
         }
         inv[qi] = 1.0f / _mm512_reduce_add_ps(sum);
     }
@@ -185,7 +194,7 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
             _tile_stored(6, S + jb, Lp * 4);
         }
         float inv[QROWS];
-        softmax_rows(S, P, Lp, QROWS, lo, hi, blo, bhi, scale2, inv);
+        softmax_rows(S, P, Lp, nq, lo, hi, blo, bhi, scale2, inv);  /* rows past nq: stale, finite, unused */
         for (int cb = 0; cb < NV; cb += 4) {  /* out: 16 queries x 4 blocks of 16 dims, 32 keys a step */
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
             for (int64_t kb = blo; kb < bhi; kb += 32) {
@@ -257,14 +266,16 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
 }
 #endif
 
-/* Items [item0, item1) of nseq * heads (sequence-major). left/right < 0: no window on that side.
- * Returns 0, or -1 when scratch memory cannot be had (nothing written then). */
+/* Items [item0, item1) of nseq * heads (sequence-major). left/right < 0: no window on that side. Sequences
+ * longer than max_len are skipped (left to the caller). Returns 0, or -1 when scratch memory cannot be had
+ * (nothing written then). */
 int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t sq, int64_t sk, int64_t sv,
                     bf16_t* out, int64_t so, const int32_t* cu, int64_t nseq, int64_t heads, int64_t kv_heads,
-                    float scale, int causal, int64_t left, int64_t right, int64_t item0, int64_t item1) {
+                    float scale, int causal, int64_t left, int64_t right, int64_t max_len,
+                    int64_t item0, int64_t item1) {
     int64_t lmax = 0;
     for (int64_t s = item0 / heads; s < nseq && s * heads < item1; s++)
-        if (cu[s + 1] - cu[s] > lmax) lmax = cu[s + 1] - cu[s];
+        if (cu[s + 1] - cu[s] > lmax && cu[s + 1] - cu[s] <= max_len) lmax = cu[s + 1] - cu[s];
     const int64_t Lp = (lmax + KB - 1) & ~(int64_t)(KB - 1);
     void *Kp = NULL, *Vp = NULL, *S = NULL, *P = NULL, *Qb = NULL, *O = NULL;
     if (posix_memalign(&Kp, 64, (size_t)(NP * Lp + 16) * 4) || posix_memalign(&Vp, 64, (size_t)((Lp / 2 + 1) * HD + 16) * 4)
@@ -273,6 +284,7 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
         free(Kp); free(Vp); free(S); free(P); free(Qb); free(O);
         return -1;
     }
+    memset(P, 0, (size_t)(QROWS * Lp + 32) * 2);  /* every P row finite from the start (AMX reads whole tiles) */
 #ifdef POOLGATE_AMX
     configure_tiles();
 #endif
@@ -281,7 +293,7 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
     for (int64_t item = item0; item < item1; item++) {
         const int64_t s = item / heads, h = item % heads;
         const int64_t L = cu[s + 1] - cu[s];
-        if (L > 0)
+        if (L > 0 && L <= max_len)
             attend_one(q, k, v, sq, sk, sv, out, so, cu[s], L, h, h / group, scale2, causal, left, right,
                        (uint32_t*)Kp, (uint32_t*)Vp, (float*)S, (bf16_t*)P, (bf16_t*)Qb, (float*)O);
     }

@@ -18,7 +18,7 @@ from poolgate.workers.models.positions import RelativeBuckets
 
 REASON = cpu_attention.unavailable()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"packed CPU attention cannot run here: {REASON}")
-LENGTHS = [1, 2, 15, 16, 17, 31, 33, 85, 130, 7]
+LENGTHS = [1, 2, 15, 16, 17, 31, 33, 85, 130, 7, 230]  # 230: past AVX512_MAX_LEN, SDPA on that build
 CASES = [dict(), dict(causal=True), dict(window=(5, 3)), dict(causal=True, window=(7, 0)), dict(window=(0, 20))]
 
 
@@ -38,17 +38,17 @@ def _builds():
 
 
 def _call(amx: bool, q, k, v, b, **kw):
-    """The kernel of one build, called as packed_cpu_attention calls it."""
+    """The kernel of one build, called as packed_cpu_attention calls it (with that build's length limit)."""
     head_dim = q.shape[-1]
     lib = ctypes.CDLL(str(cpu_attention._build(head_dim, amx)))
     fn = lib.poolgate_attend
     fn.argtypes, fn.restype = cpu_attention._ARGTYPES, ctypes.c_int
-    real = cpu_attention._kernel
-    cpu_attention._kernel = lambda d: fn
+    real, real_amx = cpu_attention._kernel, cpu_attention.uses_amx
+    cpu_attention._kernel, cpu_attention.uses_amx = (lambda d: fn), (lambda d: amx)
     try:
         return cpu_attention.packed_cpu_attention(q, k, v, b, **kw)
     finally:
-        cpu_attention._kernel = real
+        cpu_attention._kernel, cpu_attention.uses_amx = real, real_amx
 
 
 @needs_kernel
