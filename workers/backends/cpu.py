@@ -10,7 +10,7 @@ import torch
 
 from poolgate.shared.backends import available_cpus, physical_cores
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.kernels import cpu_attention
+from poolgate.workers.kernels import cpu_attention, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 from poolgate.workers.kernels.ops import Ops
@@ -91,8 +91,14 @@ class CpuBackend(Backend):
         return grouped_sdpa
 
     def ops(self, dtype: torch.dtype) -> Ops:
-        """bf16: the references, then every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""
+        """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they
+        hand what is not bf16 to the references, so a model built in fp32 runs bf16 once cast: ``--dtype
+        auto`` builds once); bf16: every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""
         ops = super().ops(dtype)
+        if cpu_attention.unavailable() is None:
+            ops = replace(ops, attention=cpu_attention.packed_cpu_attention)
+        if fused_norm.unavailable() is None:
+            ops = replace(ops, layer_norm=fused_norm.fused_layer_norm)
         if dtype == torch.bfloat16 and packed_linear_available():
             return replace(ops, finalize=prepack_linears)
         return ops

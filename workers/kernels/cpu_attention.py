@@ -22,13 +22,8 @@ the kernel only when it is None.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
-import threading
 from functools import cache
 from pathlib import Path
 
@@ -36,15 +31,13 @@ import torch
 import torch.nn.functional as F
 
 from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.kernels import cbuild
 from poolgate.workers.kernels.attention import RelativeBias, grouped_sdpa
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("packed_attention.c")
-CPU_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"})
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16"})
-CFLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma",
-          "-fPIC", "-shared")
 AMX_CFLAGS = ("-DPOOLGATE_AMX", "-mamx-tile", "-mamx-bf16")
 MODE_ENV = "POOLGATE_CPU_ATTENTION"  # "sdpa": grouped SDPA even where the kernel runs; "avx512": never AMX
 _ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] \
@@ -52,50 +45,16 @@ _ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, cty
 # Sequences longer than this go to SDPA on the AVX512-BF16 build: measured here (12 heads of 32, bf16), the
 # kernel is 3x SDPA at 16-40 tokens, 1.7x at 85, even near 200 and half its speed at 512 (AMX: 1.8x at 512).
 AVX512_MAX_LEN = 192
-_lock = threading.Lock()
 
 
 def supported_head_dim(head_dim: int) -> bool:
     return head_dim % 16 == 0 and 16 <= head_dim <= 256
 
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("POOLGATE_KERNEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "poolgate" / "kernels"
-
-
 def _build(head_dim: int, amx: bool) -> Path:
-    """The shared object for ``head_dim`` (on AMX or not): built once per source, flags and compiler, then reused."""
-    flags = (*CFLAGS, *(AMX_CFLAGS if amx else ()), f"-DHD={head_dim}")
-    key = hashlib.sha256(SOURCE.read_bytes() + repr(flags).encode()).hexdigest()[:16]
-    target = cache_dir() / f"packed_attention_hd{head_dim}{'_amx' if amx else ''}_{key}.so"
-    if target.is_file():  # built before, here or into an image (``prebuild``): no compiler needed
-        return target
-    cc = _compiler()
-    if cc is None:
-        raise RuntimeError("no C compiler (set CC, or install gcc)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{cc} failed on {SOURCE.name}: {done.stderr.strip()[-500:]}")
-        os.replace(tmp, target)  # atomic: two workers building at once both end with a whole file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    """The shared object for ``head_dim`` (on AMX or not), built once (``kernels.cbuild``)."""
+    flags = (*(AMX_CFLAGS if amx else ()), f"-DHD={head_dim}")
+    return cbuild.build(SOURCE, flags, f"_hd{head_dim}{'_amx' if amx else ''}")
 
 
 def _mode() -> str:
@@ -119,8 +78,8 @@ def uses_amx(head_dim: int) -> bool:
 
 @cache
 def _kernel(head_dim: int):
-    with _lock:
-        lib = ctypes.CDLL(str(_build(head_dim, uses_amx(head_dim))))
+    amx = uses_amx(head_dim)
+    lib = cbuild.load(SOURCE, (*(AMX_CFLAGS if amx else ()), f"-DHD={head_dim}"), f"_hd{head_dim}{'_amx' if amx else ''}")
     fn = lib.poolgate_attend
     fn.argtypes, fn.restype = _ARGTYPES, ctypes.c_int
     return fn
@@ -133,7 +92,7 @@ def unavailable() -> str | None:
 
     if _mode() == "sdpa":
         return f"{MODE_ENV}=sdpa"
-    missing = CPU_FLAGS - cpu_flags()
+    missing = cbuild.AVX512_BF16_FLAGS - cpu_flags()
     if missing:
         return f"the CPU lacks {', '.join(sorted(missing))}"
     try:
@@ -214,23 +173,9 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     max_len = batch.max_len if uses_amx(head_dim) else AVX512_MAX_LEN
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
             out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
-    threads = torch.get_num_threads()
+    threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them
     ranges = _splits(batch.lengths, heads, threads) if threads > 1 and nseq > 0 else [(0, nseq * heads)]
-    codes = [0] * len(ranges)
-
-    def run(i: int) -> None:
-        codes[i] = fn(*args, *ranges[i])
-
-    if len(ranges) == 1:
-        run(0)
-    else:  # a batch on a team of threads: its items split between them (ctypes lets go of the GIL)
-        workers = [threading.Thread(target=run, args=(i,)) for i in range(1, len(ranges))]
-        for w in workers:
-            w.start()
-        run(0)
-        for w in workers:
-            w.join()
-    if any(codes):
+    if any(cbuild.run_split(fn, args, ranges)):
         raise MemoryError("packed CPU attention could not allocate its scratch memory")
     if batch.max_len > max_len:  # the sequences the kernel left: SDPA each
         _long_sequences(q, k, v, batch, out, max_len, scale=scale, causal=causal, window=window)

@@ -23,9 +23,17 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+class LayerNorm(nn.LayerNorm):
+    """torch's LayerNorm (its ``weight``/``bias`` are the checkpoint's names) that also takes the residual:
+    ``norm(x, residual)`` is ``norm(x + residual)``, the post-norm layer's add, so a backend can fuse the two."""
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return super().forward(x if residual is None else x + residual)
+
+
 def layer_norm(dim: int, eps: float, bias: bool = True) -> nn.Module:
-    """The reference LayerNorm: torch's own (its ``weight``/``bias`` are the checkpoint's names)."""
-    return nn.LayerNorm(dim, eps=eps, bias=bias)
+    """The reference LayerNorm (``LayerNorm``)."""
+    return LayerNorm(dim, eps=eps, bias=bias)
 
 
 def rms_norm(dim: int, eps: float, gemma: bool = False) -> nn.Module:

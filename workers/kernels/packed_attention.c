@@ -111,16 +111,23 @@ static inline void key_range(int64_t i, int64_t L, int causal, int64_t left, int
  * inv[qi] = 1 / the row's fp32 sum. Vectors wholly inside a row's range take no mask, wholly outside no work. */
 static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows, const int64_t* lo, const int64_t* hi,
                                 int64_t blo, int64_t bhi, float scale2, float* inv) {
+    float mx[16];  /* rows <= 16: the row maxima first, every row's chain independent of the next */
     for (int qi = 0; qi < rows; qi++) {
         const float* s = S + qi * Lp;
-        bf16_t* p = P + qi * Lp;
         const int64_t a = lo[qi], b = hi[qi];
         __m512 m = _mm512_set1_ps(-INFINITY);
         for (int64_t jb = blo; jb < bhi; jb += 16) {
             if (jb >= a && jb + 16 <= b) m = _mm512_max_ps(m, _mm512_loadu_ps(s + jb));
             else if (jb < b && jb + 16 > a) m = _mm512_mask_max_ps(m, range_mask(jb, a, b), m, _mm512_loadu_ps(s + jb));
         }
-        const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(m) * scale2), sc = _mm512_set1_ps(scale2);
+        mx[qi] = _mm512_reduce_max_ps(m) * scale2;
+    }
+    const __m512 sc = _mm512_set1_ps(scale2);
+    for (int qi = 0; qi < rows; qi++) {
+        const float* s = S + qi * Lp;
+        bf16_t* p = P + qi * Lp;
+        const int64_t a = lo[qi], b = hi[qi];
+        const __m512 shift = _mm512_set1_ps(mx[qi]);
         __m512 sum = _mm512_setzero_ps();
         for (int64_t jb = blo; jb < bhi; jb += 16) {
             __m512 e;
@@ -131,8 +138,9 @@ static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows,
             sum = _mm512_add_ps(sum, e);
             store_bf16(p + jb, e);
         }
-        inv[qi] = 1.0f / _mm512_reduce_add_ps(sum);
+        inv[qi] = _mm512_reduce_add_ps(sum);
     }
+    for (int qi = 0; qi < rows; qi++) inv[qi] = 1.0f / inv[qi];
 }
 
 #ifdef POOLGATE_AMX

@@ -69,8 +69,8 @@ class BertLayer(nn.Module):
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
         a = self.attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias).reshape(n, -1)  # (n, hidden)
-        x = self.attn_norm(x + self.attn_out(a))
-        return self.out_norm(x + self.down(self.up(x)))  # (n, hidden)
+        x = self.attn_norm(self.attn_out(a), x)  # norm(x + attn_out(a)), the add fused where the backend can
+        return self.out_norm(self.down(self.up(x)), x)  # (n, hidden)
 
 
 class BertEncoder(nn.Module):

@@ -1,0 +1,87 @@
+"""Building poolgate's C kernels on the machine: one shared object per source and flags, cached, via ctypes.
+
+The x86 CPU kernels (``packed_attention.c``, ``fused_norm.c``) ship as source
+and are compiled with the machine's C compiler (``$CC``, else ``cc``/``gcc``)
+the first time a worker needs them, into ``$POOLGATE_KERNEL_CACHE`` (default
+``~/.cache/poolgate/kernels``), named by a hash of the source and the flags,
+so a build made earlier (or into an image) is found without a compiler.
+ctypes lets go of the GIL during a call, so ``run_split`` can run one
+kernel's work items on several threads at once.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+BASE_CFLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma",
+               "-fPIC", "-shared")
+AVX512_BF16_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"})
+_lock = threading.Lock()
+
+
+def compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("POOLGATE_KERNEL_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "poolgate" / "kernels"
+
+
+def build(source: Path, flags: Sequence[str], tag: str = "") -> Path:
+    """The shared object of ``source`` built with ``flags`` (after ``BASE_CFLAGS``): made once, then reused."""
+    flags = (*BASE_CFLAGS, *flags)
+    key = hashlib.sha256(source.read_bytes() + repr(flags).encode()).hexdigest()[:16]
+    target = cache_dir() / f"{source.stem}{tag}_{key}.so"
+    if target.is_file():  # built before, here or into an image: no compiler needed
+        return target
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (set CC, or install gcc)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, *flags, str(source), "-o", tmp], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{cc} failed on {source.name}: {done.stderr.strip()[-500:]}")
+        os.replace(tmp, target)  # atomic: two workers building at once both end with a whole file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def load(source: Path, flags: Sequence[str], tag: str = "") -> ctypes.CDLL:
+    with _lock:
+        return ctypes.CDLL(str(build(source, flags, tag)))
+
+
+def run_split(fn: Callable[..., int], args: tuple, ranges: list[tuple[int, int]]) -> list[int]:
+    """``fn(*args, start, stop)`` for each range, the first on this thread and the rest on threads of their own,
+    all at once; the return codes in order."""
+    codes = [0] * len(ranges)
+
+    def run(i: int) -> None:
+        codes[i] = fn(*args, *ranges[i])
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(1, len(ranges))]
+    for w in workers:
+        w.start()
+    run(0)
+    for w in workers:
+        w.join()
+    return codes

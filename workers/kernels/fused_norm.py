@@ -1,0 +1,86 @@
+"""Residual add + LayerNorm in one pass over bf16 rows on x86 CPUs with AVX512-BF16 (``fused_norm.c``).
+
+``FusedLayerNorm`` is the ops bundle's ``LayerNorm`` (``norm(x, residual)`` =
+``norm(x + residual)``) with the C kernel under it for 2-D bf16 rows whose
+width is a multiple of 16: the sum rounded to bf16 as the reference's add
+leaves it, fp32 statistics and affine, one read of each input and one write.
+Anything else (another dtype, other shapes or strides, no kernel on this
+machine) runs the reference. Measured here (4,096 x 384 bf16, one thread):
+see docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from poolgate.workers.kernels import cbuild
+from poolgate.workers.kernels.norm import LayerNorm
+
+SOURCE = Path(__file__).with_name("fused_norm.c")
+MAX_DIM = 16384  # fused_norm.c's row buffer
+
+
+@cache
+def _kernel():
+    import ctypes
+
+    fn = cbuild.load(SOURCE, ()).poolgate_add_layer_norm
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_float] + [ctypes.c_int64] * 2
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@cache
+def unavailable() -> str | None:
+    """Why the kernel cannot run here, or None (the CPU's flags, a build)."""
+    from poolgate.workers.backends.cpu import cpu_flags
+
+    missing = cbuild.AVX512_BF16_FLAGS - cpu_flags()
+    if missing:
+        return f"the CPU lacks {', '.join(sorted(missing))}"
+    try:
+        _kernel()
+    except (OSError, RuntimeError) as exc:
+        return f"the kernel did not build: {exc}"
+    return None
+
+
+def _rows(t: torch.Tensor) -> bool:
+    return t.dtype == torch.bfloat16 and t.device.type == "cpu" and t.dim() == 2 and t.stride(1) == 1
+
+
+class FusedLayerNorm(LayerNorm):
+    """``LayerNorm`` on the C kernel where it applies (see the module docstring)."""
+
+    def _affine(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """fp32 copies of the weight and bias, made again whenever either changes (a load, a cast)."""
+        key = tuple((t.data_ptr(), t.dtype, t._version) if t is not None else None for t in (self.weight, self.bias))
+        cached = getattr(self, "_fp32", None)
+        if cached is None or cached[0] != key:
+            b = None if self.bias is None else self.bias.detach().float().contiguous()
+            self._fp32 = (key, self.weight.detach().float().contiguous(), b)
+        return self._fp32[1], self._fp32[2]
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        dim = x.shape[-1]
+        if not (_rows(x) and (residual is None or (_rows(residual) and residual.shape == x.shape))
+                and dim % 16 == 0 and dim <= MAX_DIM and self.weight is not None
+                and tuple(self.normalized_shape) == (dim,) and unavailable() is None):
+            return super().forward(x, residual)
+        w, b = self._affine()
+        out = torch.empty(x.shape, dtype=x.dtype)
+        n = x.shape[0]
+        args = (x.data_ptr(), 0 if residual is None else residual.data_ptr(), out.data_ptr(), w.data_ptr(),
+                0 if b is None else b.data_ptr(), dim, x.stride(0), 0 if residual is None else residual.stride(0),
+                out.stride(0), float(self.eps))
+        threads = torch.get_num_threads()
+        ranges = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)] if threads > 1 and n > 1 else [(0, n)]
+        if any(cbuild.run_split(_kernel(), args, ranges)):
+            raise RuntimeError(f"the fused LayerNorm kernel refused rows of {dim}")
+        return out
+
+
+def fused_layer_norm(dim: int, eps: float, bias: bool = True) -> LayerNorm:
+    return FusedLayerNorm(dim, eps=eps, bias=bias)
