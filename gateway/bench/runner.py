@@ -50,6 +50,13 @@ def main(args: argparse.Namespace) -> int:
           f"of <= {report['max_batch_tokens']}")
     print(f"  execute (forward + pooling + copy back): {report['execute_tokens_per_s']:>12,.1f} tokens/s")
     print(f"  prepare + execute, one after the other:  {report['tokens_per_s']:>12,.1f} tokens/s")
+    peak, share = report["gemm_peak"], report["gemm_peak_share"]
+    int8 = "-" if peak.get("int8_gflops") is None else f"{peak['int8_gflops']:,.1f}"
+    print(f"  linear layers: {report['linear_gflops']:,.1f} GFLOP/s, "
+          f"{'-' if share is None else f'{share:.0%}'} of a measured {peak['dtype']} GEMM peak of "
+          f"{peak.get('float_gflops') or 0:,.1f} GFLOP/s (int8 GEMM peak: {int8})")
+    att = report["attention_share"]
+    print(f"  attention: {'-' if att is None else f'{att:.1%}'} of a one-thread forward")
     line = json.dumps(report, sort_keys=True)
     print(line, flush=True)
     if args.json:

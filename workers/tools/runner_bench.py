@@ -6,7 +6,9 @@ them under load; after one untimed warm-up pass over the first batch, every
 batch is prepared up front and ``execute`` (forward, pooling, copy back) is
 timed over all of them, then ``prepare`` + ``execute`` together, one batch
 after the other (what one engine thread pair does without overlap). A JSON-able
-report: tokens/s of each, the backend, dtype, attention and device.
+report: tokens/s of each, the backend, dtype, attention and device; the linear
+layers' GFLOP/s over ``execute`` against the GEMM peak measured on the same
+lanes, and attention's share of a one-thread forward (``runner_shares``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from poolgate.shared.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.build import load_model
 from poolgate.workers.tools.bench_arch import batches
+from poolgate.workers.tools.runner_shares import attention_share, gemm_peak, linear_flops
+
+ATTENTION_BATCHES = 8  # batches the one-thread attention-share pass runs
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,15 @@ def run_runner_bench(cfg: RunnerBench) -> dict:
     for b in work:
         runner.execute(runner.prepare(b))
     both_s = time.perf_counter() - start
+    sync = runner.backend.synchronize
+    flops = linear_flops(runner.model)
+    peak = gemm_peak(runner.backend.device(), runner.dtype, runner.lanes.n if runner.lanes else 1, sync)
+    linear_gflops = tokens * flops / execute_s / 1e9
+    inputs = []
+    for b in work[:ATTENTION_BATCHES]:
+        p = runner._prepare_part(b)
+        inputs.append(p.packed if p.model_input is None else p.model_input)
+    share = attention_share(runner.model, inputs, sync)
     return {
         "model_path": cfg.model_path, "architecture": info.architecture, "backend": info.backend,
         "device": info.device, "device_name": info.device_name, "dtype": info.dtype, "attention": info.attention,
@@ -61,4 +75,7 @@ def run_runner_bench(cfg: RunnerBench) -> dict:
         "max_batch_tokens": model.max_batch_tokens, "execute_s": round(execute_s, 4),
         "execute_tokens_per_s": round(tokens / execute_s, 1), "prepare_execute_s": round(both_s, 4),
         "tokens_per_s": round(tokens / both_s, 1),
+        "linear_flops_per_token": flops, "linear_gflops": round(linear_gflops, 1), "gemm_peak": peak,
+        "gemm_peak_share": round(linear_gflops / peak["float_gflops"], 3) if peak.get("float_gflops") else None,
+        "attention_share": None if share is None else round(share, 3),
     }
