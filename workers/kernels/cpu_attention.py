@@ -186,12 +186,15 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
 
 
 def prebuild(head_dims: list[int]) -> list[Path]:
-    """Build every variant for ``head_dims`` into the cache (an image's build step; no CPU check: any x86 gcc)."""
+    """Build every attention variant for ``head_dims`` and the fused LayerNorm into the cache (an image's build
+    step; no CPU check: any x86 gcc)."""
+    from poolgate.workers.kernels import fused_norm
+
     return [_build(d, amx) for d in head_dims for amx in ((False, True) if d % 32 == 0 else (False,))
-            if supported_head_dim(d)]
+            if supported_head_dim(d)] + [cbuild.build(fused_norm.SOURCE, ())]
 
 
-if __name__ == "__main__":  # python -m poolgate.workers.kernels.cpu_attention 32 64 128
+if __name__ == "__main__":  # python -m poolgate.workers.kernels.cpu_attention 32 64 128 (the kernels, prebuilt)
     import sys
 
     for path in prebuild([int(a) for a in sys.argv[1:]] or [32, 64, 128]):

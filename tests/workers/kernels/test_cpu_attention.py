@@ -134,3 +134,34 @@ def test_the_cpu_backend_picks_the_kernel_for_bf16_where_it_runs():
     env = {**__import__("os").environ, cpu_attention.MODE_ENV: "sdpa"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)
     assert out.stdout.strip() == "grouped_sdpa"  # the switch to measure against (docs/benchmarks.md)
+
+
+def _without_compiler(tmp_path, code, cache):
+    import os
+    import subprocess
+    import sys
+
+    bare = tmp_path / "bin"  # a PATH with python and no cc/gcc
+    bare.mkdir(exist_ok=True)
+    env = {**os.environ, "PATH": str(bare), "CC": "", "POOLGATE_KERNEL_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                          check=True).stdout.strip()
+
+
+@needs_kernel
+def test_no_compiler_means_the_torch_paths_and_a_prebuilt_cache_means_none_is_needed(tmp_path):
+    code = ("import torch; from poolgate.workers.kernels import cpu_attention as c, fused_norm as f; "
+            "from poolgate.workers.backends.cpu import CpuBackend; b = CpuBackend(); "
+            "print(c.unavailable(), '|', f.unavailable(), '|', b.attention(torch.bfloat16).__name__, '|', "
+            "type(b.ops(torch.bfloat16).layer_norm(16, 1e-5)).__name__)")
+    empty = _without_compiler(tmp_path, code, tmp_path / "empty")
+    assert empty.count("no C compiler") == 2 and empty.endswith("| grouped_sdpa | LayerNorm"), empty
+    import os
+
+    os.environ["POOLGATE_KERNEL_CACHE"] = str(tmp_path / "built")
+    try:
+        cpu_attention.prebuild([32])
+    finally:
+        del os.environ["POOLGATE_KERNEL_CACHE"]
+    built = _without_compiler(tmp_path, code, tmp_path / "built")
+    assert built == "None | None | packed_cpu_attention | FusedLayerNorm", built

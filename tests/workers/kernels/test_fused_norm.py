@@ -1,0 +1,62 @@
+"""The fused residual add + LayerNorm kernel against torch's LayerNorm of the bf16 sum."""
+import pytest
+import torch
+
+from poolgate.workers.kernels import fused_norm
+from poolgate.workers.kernels.norm import LayerNorm
+
+REASON = fused_norm.unavailable()
+needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"the fused LayerNorm cannot run here: {REASON}")
+
+
+def _pair(dim, bias=True, seed=0):
+    torch.manual_seed(seed)
+    ref = LayerNorm(dim, eps=1e-12, bias=bias)
+    with torch.no_grad():
+        ref.weight.normal_()
+        if bias:
+            ref.bias.normal_()
+    ref = ref.to(torch.bfloat16)
+    fused = fused_norm.FusedLayerNorm(dim, eps=1e-12, bias=bias).to(torch.bfloat16)
+    fused.load_state_dict(ref.state_dict())
+    return ref, fused
+
+
+@needs_kernel
+@pytest.mark.parametrize("dim,bias,residual", [(384, True, True), (768, False, True), (16, True, False),
+                                               (1024, True, True)])
+def test_matches_the_reference_within_a_bf16_step(dim, bias, residual):
+    ref, fused = _pair(dim, bias)
+    x = (torch.randn(257, dim) * 3).to(torch.bfloat16)
+    r = torch.randn(257, dim).to(torch.bfloat16) if residual else None
+    with torch.inference_mode():
+        want, got = ref(x, r), fused(x, r)
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    diff = (got.float() - want.float()).abs()
+    assert diff.max().item() <= 2 * want.float().abs().max().item() / 128  # at most a bf16 step or two
+    assert (got == want).float().mean().item() > 0.999  # almost every element bit-equal
+
+
+@needs_kernel
+def test_new_weights_are_read_again_and_threads_split_rows(monkeypatch):
+    ref, fused = _pair(64)
+    x = torch.randn(100, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        fused(x)
+        with torch.no_grad():
+            fused.weight.mul_(2)
+            ref.weight.mul_(2)
+        one = fused(x)
+        assert torch.equal(one, ref(x)) or (one.float() - ref(x).float()).abs().max() < 0.05
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+        assert torch.equal(fused(x), one)
+
+
+def test_what_the_kernel_does_not_take_runs_the_reference():
+    ref, fused = _pair(24)  # not a multiple of 16
+    x = torch.randn(5, 24).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(fused(x, x), ref(x, x))
+        ref32, fused32 = _pair(32)
+        x32 = torch.randn(2, 3, 32)  # fp32, three dims
+        assert torch.equal(fused32.float()(x32), ref32.float()(x32))
