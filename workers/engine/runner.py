@@ -11,7 +11,10 @@ and one copy of the results back to the host; for detailed traces it also
 reports how long the forward and the pooling took. Where the backend runs
 several CPU lanes (``workers.engine.lanes``), a batch of several sequences is
 prepared as parts, one per lane, executed at once, and their outputs joined in
-order.
+order. A packed model runs each batch (or part) as the backend's token bucket
+(``Backend.token_bucket``; the CPU's rounds up so oneDNN reuses its GEMM
+primitives): ``packing.padded_rows`` adds rows in no sequence, and their hidden
+states are dropped before pooling.
 """
 from __future__ import annotations
 
