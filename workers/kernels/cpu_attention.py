@@ -45,6 +45,7 @@ _ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, cty
 # Sequences longer than this go to SDPA on the AVX512-BF16 build: measured here (12 heads of 32, bf16), the
 # kernel is 3x SDPA at 16-40 tokens, 1.7x at 85, even near 200 and half its speed at 512 (AMX: 1.8x at 512).
 AVX512_MAX_LEN = 192
+SPLIT_WORK = 1 << 20  # heads x length^2 from which a team of threads splits a batch (a thread costs ~0.1 ms)
 
 
 def supported_head_dim(head_dim: int) -> bool:
@@ -174,7 +175,8 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
             out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
     threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them
-    ranges = _splits(batch.lengths, heads, threads) if threads > 1 and nseq > 0 else [(0, nseq * heads)]
+    work = sum(n * n for n in batch.lengths) * heads
+    ranges = _splits(batch.lengths, heads, threads) if threads > 1 and work >= SPLIT_WORK else [(0, nseq * heads)]
     if any(cbuild.run_split(fn, args, ranges)):
         raise MemoryError("packed CPU attention could not allocate its scratch memory")
     if batch.max_len > max_len:  # the sequences the kernel left: SDPA each

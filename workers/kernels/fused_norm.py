@@ -20,6 +20,7 @@ from poolgate.workers.kernels.norm import LayerNorm
 
 SOURCE = Path(__file__).with_name("fused_norm.c")
 MAX_DIM = 16384  # fused_norm.c's row buffer
+SPLIT_ROWS = 1024  # a team of threads splits the rows only from here (starting threads costs ~0.1 ms)
 
 
 @cache
@@ -75,8 +76,8 @@ class FusedLayerNorm(LayerNorm):
         args = (x.data_ptr(), 0 if residual is None else residual.data_ptr(), out.data_ptr(), w.data_ptr(),
                 0 if b is None else b.data_ptr(), dim, x.stride(0), 0 if residual is None else residual.stride(0),
                 out.stride(0), float(self.eps))
-        threads = torch.get_num_threads()
-        ranges = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)] if threads > 1 and n > 1 else [(0, n)]
+        threads = torch.get_num_threads() if n >= SPLIT_ROWS else 1  # a thread costs more than a few rows
+        ranges = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)]
         if any(cbuild.run_split(_kernel(), args, ranges)):
             raise RuntimeError(f"the fused LayerNorm kernel refused rows of {dim}")
         return out

@@ -86,8 +86,9 @@ def test_long_sequence_and_rows_past_the_last_sequence():
 
 @needs_kernel
 def test_a_team_of_threads_splits_the_batch_and_agrees(monkeypatch):
-    b = pack([[1] * n for n in LENGTHS * 3], group_attention=False)
+    b = pack([[1] * n for n in LENGTHS * 6], group_attention=False)
     q, k, v = _qkv(b.n_tokens, 4, 4, 32)
+    assert sum(n * n for n in b.lengths) * 4 >= cpu_attention.SPLIT_WORK  # big enough to split
     one = cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     assert len(cpu_attention._splits(b.lengths, 4, 3)) == 3
