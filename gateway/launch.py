@@ -70,7 +70,7 @@ def run_gateway(config: GatewayConfig) -> int:
     server_log.install()  # a malformed request: one WARNING line, never its bytes
     try:
         web.run_app(app, host=config.host, port=config.port, print=lifecycle.site_listening,
-                    access_log=None, handler_cancellation=True)
+                    access_log=None, handler_cancellation=True, reuse_port=config.reuse_port or None)
     except OSError as exc:
         log.error("could not start: %s", exc)
         return 1

@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8000)
+    p.add_argument("--reuse-port", action="store_true",
+                   help="bind the port with SO_REUSEPORT, so several gateway processes (each with --worker-url to "
+                        "the same `poolgate worker`s) share it and the kernel spreads connections over them")
     p.add_argument("--auto-truncate", action="store_true",
                    help="truncate over-long inputs instead of rejecting them with 400")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API and admin route (/health, /ping, "

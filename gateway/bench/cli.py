@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--gateway-only", action="store_true",
                       help="start a gateway and a zero-cost worker on 127.0.0.1 and measure the gateway alone "
                            "(1 and 32 inputs per request, float and base64); --url and --model are not used")
+    mode.add_argument("--gateway-processes", type=_positive_int, default=1, metavar="N",
+                      help="with --gateway-only: then the same with N gateway processes on one port (--reuse-port), "
+                           "sharing the worker")
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
     kill.add_argument("--kill-worker-after", type=float, default=None, metavar="SECONDS",
                       help="SIGKILL one worker of --gateway-pid this long into the run and time the recovery")
@@ -176,7 +179,7 @@ def gateway_only_main(args: argparse.Namespace) -> int:
     texts, _ = load_texts(args)
     print(f"poolgate bench --gateway-only: {len(texts):,} texts, zero-cost worker", file=sys.stderr)
     try:
-        report = run_gateway_only(load_config(args, "null"), texts)
+        report = run_gateway_only(load_config(args, "null"), texts, args.gateway_processes)
     except (OSError, RuntimeError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2

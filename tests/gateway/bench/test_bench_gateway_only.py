@@ -39,3 +39,31 @@ def test_latency_corpus_texts_differ_and_have_the_asked_length():
     texts = fixed_length_corpus(50, 14, seed=3)
     assert len(set(texts)) == 50 and all(len(t.split()) == 14 for t in texts)
     assert texts == fixed_length_corpus(50, 14, seed=3)
+
+
+def test_gateway_processes_share_one_port_and_one_worker():
+    """--reuse-port: two gateway processes on one port, both serving (each counts requests on its own metrics
+    port), both in front of the same zero-cost worker; and the bench reports one and two processes."""
+    import re
+    import urllib.request
+
+    from poolgate.gateway.bench.gateway_only import null_gateway
+
+    with null_gateway(2) as (url, metrics):
+        body = json.dumps({"model": "null", "input": "a b c"}).encode()
+        for _ in range(40):  # a new connection each: the kernel picks a process per connection
+            req = urllib.request.Request(f"{url}/v1/embeddings", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                assert resp.status == 200 and len(json.loads(resp.read())["data"][0]["embedding"]) == 384
+        served = []
+        for m in metrics:
+            text = urllib.request.urlopen(m, timeout=10).read().decode()
+            served.append(sum(float(v) for v in re.findall(
+                r'^poolgate_requests_total\{[^}]*route="/v1/embeddings"[^}]*status="200"[^}]*\} (\S+)$', text, re.M)))
+    assert sum(served) == 40 and all(n > 0 for n in served), served
+    done = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "bench", "--gateway-only", "--num-texts", "16",
+                           "--concurrency", "2", "--warmup", "0", "--gateway-processes", "2"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.splitlines()[-1])["runs"]
+    assert [r["gateway_processes"] for r in runs] == [1] * 4 + [2] * 4 and all(r["errors"] == 0 for r in runs)
