@@ -55,10 +55,14 @@ def supported_head_dim(head_dim: int) -> bool:
     return head_dim % 16 == 0 and 16 <= head_dim <= 256
 
 
+def _variant(head_dim: int, amx: bool) -> tuple[tuple[str, ...], str]:
+    """The compiler flags and the file tag of one build."""
+    return (*(AMX_CFLAGS if amx else ()), f"-DHD={head_dim}"), f"_hd{head_dim}{'_amx' if amx else ''}"
+
+
 def _build(head_dim: int, amx: bool) -> Path:
     """The shared object for ``head_dim`` (on AMX or not), built once (``kernels.cbuild``)."""
-    flags = (*(AMX_CFLAGS if amx else ()), f"-DHD={head_dim}")
-    return cbuild.build(SOURCE, flags, f"_hd{head_dim}{'_amx' if amx else ''}")
+    return cbuild.build(SOURCE, *_variant(head_dim, amx))
 
 
 def _mode() -> str:
@@ -80,13 +84,24 @@ def uses_amx(head_dim: int) -> bool:
     return head_dim % 32 == 0 and _amx()
 
 
-@cache
 def _kernel(head_dim: int):
-    amx = uses_amx(head_dim)
-    lib = cbuild.load(SOURCE, (*(AMX_CFLAGS if amx else ()), f"-DHD={head_dim}"), f"_hd{head_dim}{'_amx' if amx else ''}")
+    """The kernel's entry point for ``head_dim``; raises RuntimeError (every time, built once) when it cannot."""
+    fn, reason = _loaded(head_dim)
+    if fn is None:
+        raise RuntimeError(reason)
+    return fn
+
+
+@cache
+def _loaded(head_dim: int):
+    """(entry point, None) or (None, why): a failed build is remembered, never tried again on every call."""
+    try:
+        lib = cbuild.load(SOURCE, *_variant(head_dim, uses_amx(head_dim)))
+    except (OSError, RuntimeError) as exc:
+        return None, str(exc)
     fn = lib.poolgate_attend
     fn.argtypes, fn.restype = _ARGTYPES, ctypes.c_int
-    return fn
+    return fn, None
 
 
 @cache
@@ -178,7 +193,7 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
             out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
     threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them
-    work = sum(n * n for n in batch.lengths) * heads
+    work = sum(length * length for length in batch.lengths) * heads
     ranges = _splits(batch.lengths, heads, threads) if threads > 1 and work >= SPLIT_WORK else [(0, nseq * heads)]
     if any(cbuild.run_split(fn, args, ranges)):
         raise MemoryError("packed CPU attention could not allocate its scratch memory")

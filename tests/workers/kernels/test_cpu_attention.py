@@ -169,3 +169,24 @@ def test_no_compiler_means_the_torch_paths_and_a_prebuilt_cache_means_none_is_ne
         del os.environ["POOLGATE_KERNEL_CACHE"]
     built = _without_compiler(tmp_path, code, tmp_path / "built")
     assert built == "None | None | packed_cpu_attention | FusedLayerNorm", built
+
+
+def test_a_head_dim_that_does_not_build_runs_sdpa_and_is_not_built_again(monkeypatch):
+    calls = []
+
+    def failing(*a, **kw):
+        calls.append(a)
+        raise RuntimeError("cc failed on packed_attention.c: (a test)")
+
+    monkeypatch.setattr(cpu_attention.cbuild, "load", failing)
+    cpu_attention._loaded.cache_clear()
+    try:
+        b = pack([[1] * n for n in LENGTHS], group_attention=False)
+        q, k, v = _qkv(b.n_tokens, 2, 2, 48)
+        ref = reference_attention(q.float(), k.float(), v.float(), b, scale=0.2)
+        for _ in range(2):
+            got = cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2)
+            assert (got.float() - ref).abs().max().item() < 0.05
+        assert len(calls) == 1
+    finally:
+        cpu_attention._loaded.cache_clear()
