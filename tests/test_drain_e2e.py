@@ -25,13 +25,15 @@ def post(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
 def test_sigterm_drains_then_exits():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port)],
+    # float32: the call in flight must outlast the checks below however fast the bf16 CPU kernels get
+    proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--port", str(port),
+                             "--dtype", "float32"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_healthy(url, 180, proc)
         workers = children(proc.pid)
         big: list = []
-        texts = [f"word{i} " * 60 for i in range(256)]  # ~30k tokens: a few seconds on a small CPU
+        texts = [f"word{i} " * 60 for i in range(1024)]  # ~120k tokens: seconds in float32 on a small CPU
         thread = threading.Thread(target=lambda: big.append(post(url, {"input": texts})))
         thread.start()
         time.sleep(0.5)
