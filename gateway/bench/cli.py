@@ -122,10 +122,11 @@ def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], re
     """poolgate's vectors (and the baseline's) against sentence-transformers in float32 on the same texts."""
     from poolgate.workers.tools.st_reference import run_reference
 
-    missing = [i for i, (body, _) in enumerate(make_payloads(texts, cfg)) if body not in result.vectors]
+    bodies = [body for body, _ in make_payloads(texts, cfg)]
+    missing = sum(body not in result.vectors for body in bodies)
     if missing:
-        return {"error": f"{len(missing)} requests gave no vectors"}
-    ours = np.concatenate([result.vectors[body] for body, _ in make_payloads(texts, cfg)])
+        return {"error": f"{missing} requests gave no vectors"}
+    ours = np.concatenate([result.vectors[body] for body in bodies])
     fp32: list = []
     run_reference(texts, model_path=args.st_model or str(bundled_model_path()), batch_size=args.st_batch_size,
                   device=args.st_device, dtype="float32", vectors_out=fp32)
@@ -226,4 +227,6 @@ def main(args: argparse.Namespace) -> int:
     print(line, flush=True)
     if args.json:
         Path(args.json).write_text(line + "\n", encoding="utf-8")
-    return 0 if report["errors"] == 0 else 1
+    cos = report.get("cosine_to_fp32")
+    failed_check = cos is not None and ("error" in cos or cos["poolgate_below_0.999"] > 0)
+    return 0 if report["errors"] == 0 and not failed_check else 1
