@@ -214,8 +214,10 @@ def prebuild(head_dims: list[int]) -> list[Path]:
             if supported_head_dim(d)] + [cbuild.build(fused_norm.SOURCE, ())]
 
 
-if __name__ == "__main__":  # python -m poolgate.workers.kernels.cpu_attention 32 64 128 (the kernels, prebuilt)
+HEAD_DIMS = tuple(range(16, 257, 16))  # every head dim the kernel takes
+
+if __name__ == "__main__":  # python -m poolgate.workers.kernels.cpu_attention [HEAD_DIM ...] (default: all)
     import sys
 
-    for path in prebuild([int(a) for a in sys.argv[1:]] or [32, 64, 128]):
+    for path in prebuild([int(a) for a in sys.argv[1:]] or list(HEAD_DIMS)):
         print(path)
