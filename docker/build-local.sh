@@ -46,9 +46,9 @@ base() {
 }
 
 wheels() {
-  if ls docker/wheels/torch-*.whl >/dev/null 2>&1; then echo "wheels: docker/wheels/ is filled"; return; fi
   # the package's dependencies (which include the gateway's list), torch pinned to the local CPU wheel,
-  # and the build backend for `pip install .` inside the image
+  # and the build backend for `pip install .` inside the image; every run, so a dependency added since the
+  # folder was filled is fetched too (pip keeps the files already there)
   pip download -q -d docker/wheels -c .ci/constraints.txt . "setuptools>=68" wheel
   echo "wheels: $(ls docker/wheels/*.whl | wc -l) files, $(du -sh docker/wheels | cut -f1)"
 }

@@ -58,6 +58,7 @@ def build(source: Path, flags: Sequence[str], tag: str = "") -> Path:
         done = subprocess.run([cc, *flags, str(source), "-o", tmp], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{cc} failed on {source.name}: {done.stderr.strip()[-500:]}")
+        os.chmod(tmp, 0o644)  # mkstemp made it 0600: a cache built by root (an image) is read by its user
         os.replace(tmp, target)  # atomic: two workers building at once both end with a whole file
     finally:
         if os.path.exists(tmp):

@@ -190,3 +190,14 @@ def test_a_head_dim_that_does_not_build_runs_sdpa_and_is_not_built_again(monkeyp
         assert len(calls) == 1
     finally:
         cpu_attention._loaded.cache_clear()
+
+
+def test_a_build_is_readable_by_every_user(tmp_path, monkeypatch):
+    """An image builds the cache as root and runs as another user: the shared objects are 0644, not mkstemp's 0600."""
+    from poolgate.workers.kernels import cbuild, fused_norm
+
+    monkeypatch.setenv("POOLGATE_KERNEL_CACHE", str(tmp_path))
+    if cbuild.compiler() is None:
+        pytest.skip("no C compiler here")
+    path = cbuild.build(fused_norm.SOURCE, ())
+    assert path.stat().st_mode & 0o777 == 0o644
