@@ -96,8 +96,10 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
         return asyncio.run(run_worker(cfg, listen, model, report_fd=report_fd))
     except KeyboardInterrupt:
         return 130
-    except Exception:
-        log.exception("worker for %s failed", cfg.served_model_name)
+    except (OSError, ValueError, RuntimeError, MemoryError, ImportError) as exc:
+        # what a load (a missing or refused checkpoint, torch, an optional library) or the listener raises;
+        # anything else is a bug and leaves with its traceback (exit code 1 as well)
+        log.error("worker for %s failed: %s", cfg.served_model_name, exc, exc_info=True)
         return 1
 
 
