@@ -54,15 +54,19 @@ def _plan() -> Plan:
     return plan
 
 
-class LoraLinear(nn.Module):
-    """``base(x)`` plus, on each planned task's rows, ``(x @ A_t.T) @ B_t.T``; x: (n, in) → (n, out)."""
+class _TaskLora(nn.Module):
+    """``base(x)`` plus, on each planned task's rows, that task's low-rank ``delta``; the A/B of every task are
+    buffers ``a{t}`` / ``b{t}`` (scale folded into B)."""
 
     def __init__(self, base: nn.Module, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
         super().__init__()
         self.base, self.tasks = base, frozenset(loras)
         for t, (a, b) in loras.items():
-            self.register_buffer(f"a{t}", a.contiguous())  # (r, in)
-            self.register_buffer(f"b{t}", b.contiguous())  # (out, r), scale folded in
+            self.register_buffer(f"a{t}", a.contiguous())
+            self.register_buffer(f"b{t}", b.contiguous())
+
+    def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)  # (n, out)
@@ -70,32 +74,24 @@ class LoraLinear(nn.Module):
             if t in self.tasks:
                 a, b = getattr(self, f"a{t}"), getattr(self, f"b{t}")
                 if rows is None:
-                    y = y + (x @ a.T) @ b.T
+                    y = y + self.delta(x, a, b)
                 else:
-                    y.index_add_(0, rows, (x[rows] @ a.T) @ b.T)  # (n_t, out) onto the task's rows
+                    y.index_add_(0, rows, self.delta(x[rows], a, b))  # (n_t, out) onto the task's rows
         return y
 
 
-class LoraEmbedding(nn.Module):
-    """``base(ids)`` plus, on each planned task's rows, ``A_t[ids] @ B_t``; ids: (n,) → (n, dim)."""
+class LoraLinear(_TaskLora):
+    """x: (n, in) → (n, out); A (r, in), B (out, r): ``(x @ A.T) @ B.T``."""
 
-    def __init__(self, base: nn.Embedding, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
-        super().__init__()
-        self.base, self.tasks = base, frozenset(loras)
-        for t, (a, b) in loras.items():
-            self.register_buffer(f"a{t}", a.contiguous())  # (vocab, r)
-            self.register_buffer(f"b{t}", b.contiguous())  # (r, dim), scale folded in
+    def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (x @ a.T) @ b.T
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        y = self.base(ids)  # (n, dim)
-        for t, rows in _plan():
-            if t in self.tasks:
-                a, b = getattr(self, f"a{t}"), getattr(self, f"b{t}")
-                if rows is None:
-                    y = y + a[ids] @ b
-                else:
-                    y.index_add_(0, rows, a[ids[rows]] @ b)
-        return y
+
+class LoraEmbedding(_TaskLora):
+    """ids: (n,) → (n, dim); A (vocab, r), B (r, dim): ``A[ids] @ B``."""
+
+    def delta(self, ids: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a[ids] @ b
 
 
 class TaskAdapters:
