@@ -8,11 +8,15 @@
  * cu holds the sequence boundaries (nseq + 1 int32). A work item is one (sequence, head); a call does
  * items [item0, item1), so a caller can split one batch over threads.
  *
- * Per item the keys are laid out as bf16 pairs across keys (Kp[r][j] = k_j[2r], k_j[2r+1]) and the
- * values as pairs across keys (Vp[jp][c] = v_2jp[c], v_2jp+1[c]): the two layouts VDPBF16PS multiplies
- * in, 32 multiply-adds an instruction. Scores are fp32 (scaled by scale * log2 e, so softmax is exp2);
- * the softmax is exact (row max subtracted, fp32 sum); probabilities are rounded to bf16 for the PV
- * product, as the CPU flash kernels do, and the fp32 output is divided by the row sum at the end.
+ * Per item the keys are laid out as bf16 pairs across keys (Kp[r][j] = k_j[2r], k_j[2r+1], a 32-bit
+ * transpose in registers) and the values as pairs across keys (Vp[jp][c] = v_2jp[c], v_2jp+1[c]): the two
+ * layouts VDPBF16PS multiplies in, 32 multiply-adds an instruction. Scores are fp32 (scaled by
+ * scale * log2 e, so softmax is exp2). The softmax is exact: each row is shifted by a score of its own
+ * (its first; the exact maximum where that would overflow, see softmax_rows), the probabilities are
+ * rounded to bf16 for the PV product, as the CPU flash kernels do, and the fp32 output is divided by the
+ * sum of those bf16 values, so it is a true convex combination of the values. Denormals are flushed for
+ * the call (MXCSR restored after): terms that small weigh nothing, and each costs a microcode assist
+ * (peaked attention ran 8x slower with them). The next item's rows are prefetched while one computes.
  *
  * Built with -DPOOLGATE_AMX (CPUs with AMX-BF16, HD a multiple of 32), the two products run on AMX
  * tiles instead: 16 queries x 16 keys of scores, and 16 queries x 16 dims of output over 32 keys, an
@@ -75,17 +79,45 @@ static inline void store_bf16(bf16_t* dst, __m512 x) {
     _mm256_storeu_si256((__m256i*)dst, (__m256i)_mm512_cvtneps_pbh(x));
 }
 
+/* r[i][j] -> r[j][i] for a 16 x 16 block of 32-bit elements (64 shuffles). */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {  /* u[4g + c], 128-bit lane l: column 4l + c of rows 4g .. 4g + 3 */
+        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44), w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+        r[8 + c] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+    }
+}
+
 /* Lays out one (sequence, head)'s keys and values for the products: Kp[r][j] = k_j[2r], k_j[2r+1] (NP rows
  * of Lp keys) and Vp[jp][c] = v_2jp[c], v_2jp+1[c] (Lp / 2 rows of HD); keys past L are zero. */
 static void layout_kv(const bf16_t* k, const bf16_t* v, int64_t sk, int64_t sv, int64_t t0, int64_t L, int64_t Lp,
                       int64_t kvh, uint32_t* Kp, uint32_t* Vp) {
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int32_t)(sk / 2)));  /* a key's offset in pairs */
-    for (int64_t jb = 0; jb < Lp; jb += 16) {  /* 16 keys a step: pair r of each, gathered */
-        const __mmask16 real = range_mask(jb, 0, L);
-        const int32_t* base = (const int32_t*)(k + (t0 + jb) * sk + kvh * HD);
-        for (int r = 0; r < NP; r++)
-            _mm512_storeu_si512(Kp + r * Lp + jb, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real, rows, base + r, 4));
+    for (int64_t jb = 0; jb < Lp; jb += 16) {  /* 16 keys x 16 pairs a step, transposed in registers */
+        const int nk = L - jb >= 16 ? 16 : (L - jb > 0 ? (int)(L - jb) : 0);
+        for (int rb = 0; rb < NP; rb += 16) {
+            const int np = NP - rb >= 16 ? 16 : NP - rb;
+            const __mmask16 cols = (__mmask16)((1u << np) - 1);
+            __m512i r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j < nk ? _mm512_maskz_loadu_epi32(cols, (const int32_t*)(k + (t0 + jb + j) * sk + kvh * HD) + rb)
+                              : _mm512_setzero_si512();
+            transpose16(r);
+            for (int p = 0; p < np; p++) _mm512_storeu_si512(Kp + (rb + p) * Lp + jb, r[p]);
+        }
     }
     for (int64_t jp = 0; jp < Lp / 2; jp++) {
         const int64_t ja = 2 * jp, jb = 2 * jp + 1;
@@ -107,40 +139,67 @@ static inline void key_range(int64_t i, int64_t L, int causal, int64_t left, int
     if (right >= 0 && i + right + 1 < *hi) *hi = i + right + 1;
 }
 
+/* The largest of S[blo .. bhi) within [a, b). */
+static inline float row_max(const float* s, int64_t a, int64_t b, int64_t blo, int64_t bhi) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t jb = blo; jb < bhi; jb += 16) {
+        if (jb >= a && jb + 16 <= b) m = _mm512_max_ps(m, _mm512_loadu_ps(s + jb));
+        else if (jb < b && jb + 16 > a) m = _mm512_mask_max_ps(m, range_mask(jb, a, b), m, _mm512_loadu_ps(s + jb));
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+/* exp2(S * scale2 - shift) over the row's [a, b) as a vector (zero outside it), for keys jb .. jb + 15. */
+static inline __m512 exp_vec(const float* s, int64_t jb, int64_t a, int64_t b, __m512 sc, __m512 sh) {
+    if (jb >= a && jb + 16 <= b) return exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, sh));
+    if (jb < b && jb + 16 > a)
+        return _mm512_maskz_mov_ps(range_mask(jb, a, b), exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, sh)));
+    return _mm512_setzero_ps();
+}
+
+/* exp2(S * scale2 - shift) over the row's [a, b) into bf16 p (zero elsewhere in [blo, bhi)); returns the sum of
+ * the bf16 values as stored (VDPBF16PS against ones, fp32), the very weights the PV product multiplies, so
+ * the output is their exact convex combination. */
+static inline float exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, int64_t blo, int64_t bhi, __m512 sc,
+                            float shift) {
+    const __m512 sh = _mm512_set1_ps(shift);
+    const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
+    __m512 sum = _mm512_setzero_ps();
+    int64_t jb = blo;
+    for (; jb + 32 <= bhi; jb += 32) {
+        __m512bh pp;
+        if (jb >= a && jb + 32 <= b)  /* wholly inside the row's keys: no masks */
+            pp = _mm512_cvtne2ps_pbh(exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb + 16), sc, sh)),
+                                     exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, sh)));
+        else
+            pp = _mm512_cvtne2ps_pbh(exp_vec(s, jb + 16, a, b, sc, sh), exp_vec(s, jb, a, b, sc, sh));
+        _mm512_storeu_si512(p + jb, (__m512i)pp);
+        sum = _mm512_dpbf16_ps(sum, pp, ones);
+    }
+    if (jb < bhi) {  /* an odd 16 keys (the AVX-512 build's 16-key padding) */
+        const __m256bh half = _mm512_cvtneps_pbh(exp_vec(s, jb, a, b, sc, sh));
+        _mm256_storeu_si256((__m256i*)(p + jb), (__m256i)half);
+        sum = _mm512_dpbf16_ps(sum, (__m512bh)_mm512_zextsi256_si512((__m256i)half), ones);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
 /* Softmax of the rows' raw scores S[qi][blo .. bhi) (stride Lp) into bf16 P, zero outside each row's [lo, hi);
- * inv[qi] = 1 / the row's fp32 sum. Vectors wholly inside a row's range take no mask, wholly outside no work. */
+ * inv[qi] = 1 / the row's fp32 sum. The shift is the row's first score, not its maximum (a pass fewer): the
+ * largest term is then >= 1, so nothing that counts underflows; a row whose sum passes SHIFT_LIMIT (a score
+ * far above the first) is done again with its exact maximum, so no term or product overflows either. */
+#define SHIFT_LIMIT 1.8446744e19f /* 2^64 */
 static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows, const int64_t* lo, const int64_t* hi,
                                 int64_t blo, int64_t bhi, float scale2, float* inv) {
-    float mx[16];  /* rows <= 16: the row maxima first, every row's chain independent of the next */
-    for (int qi = 0; qi < rows; qi++) {
-        const float* s = S + qi * Lp;
-        const int64_t a = lo[qi], b = hi[qi];
-        __m512 m = _mm512_set1_ps(-INFINITY);
-        for (int64_t jb = blo; jb < bhi; jb += 16) {
-            if (jb >= a && jb + 16 <= b) m = _mm512_max_ps(m, _mm512_loadu_ps(s + jb));
-            else if (jb < b && jb + 16 > a) m = _mm512_mask_max_ps(m, range_mask(jb, a, b), m, _mm512_loadu_ps(s + jb));
-        }
-        mx[qi] = _mm512_reduce_max_ps(m) * scale2;
-    }
     const __m512 sc = _mm512_set1_ps(scale2);
     for (int qi = 0; qi < rows; qi++) {
         const float* s = S + qi * Lp;
         bf16_t* p = P + qi * Lp;
-        const int64_t a = lo[qi], b = hi[qi];
-        const __m512 shift = _mm512_set1_ps(mx[qi]);
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t jb = blo; jb < bhi; jb += 16) {
-            __m512 e;
-            if (jb >= a && jb + 16 <= b) e = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, shift));
-            else if (jb < b && jb + 16 > a)
-                e = _mm512_maskz_mov_ps(range_mask(jb, a, b), exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, shift)));
-            else e = _mm512_setzero_ps();
-            sum = _mm512_add_ps(sum, e);
-            store_bf16(p + jb, e);
-        }
-        inv[qi] = _mm512_reduce_add_ps(sum);
+        float total = exp_row(s, p, lo[qi], hi[qi], blo, bhi, sc, s[lo[qi]] * scale2);
+        if (!(total <= SHIFT_LIMIT))
+            total = exp_row(s, p, lo[qi], hi[qi], blo, bhi, sc, row_max(s, lo[qi], hi[qi], blo, bhi) * scale2);
+        inv[qi] = 1.0f / total;
     }
-    for (int qi = 0; qi < rows; qi++) inv[qi] = 1.0f / inv[qi];
 }
 
 #ifdef POOLGATE_AMX
@@ -293,6 +352,8 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
         return -1;
     }
     memset(P, 0, (size_t)(QROWS * Lp + 32) * 2);  /* every P row finite from the start (AMX reads whole tiles) */
+    const unsigned int csr = _mm_getcsr();  /* flush tiny terms to zero: denormals cost a microcode assist each */
+    _mm_setcsr(csr | 0x8040);
 #ifdef POOLGATE_AMX
     configure_tiles();
 #endif
@@ -301,6 +362,18 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
     for (int64_t item = item0; item < item1; item++) {
         const int64_t s = item / heads, h = item % heads;
         const int64_t L = cu[s + 1] - cu[s];
+        if (item + 1 < item1) {  /* the next item's rows, fetched while this one computes (the rows are far apart:
+                                    no hardware prefetcher follows them, and a miss each costs more than the work) */
+            const int64_t s2 = (item + 1) / heads, h2 = (item + 1) % heads, kh2 = h2 / group;
+            if (cu[s2 + 1] - cu[s2] <= max_len)
+                for (int64_t t = cu[s2]; t < cu[s2 + 1]; t++)
+                    for (int c = 0; c < HD; c += 32) {  /* each 64-byte line of the head's slice */
+                        _mm_prefetch((const char*)(q + t * sq + h2 * HD + c), _MM_HINT_T0);
+                        _mm_prefetch((const char*)(k + t * sk + kh2 * HD + c), _MM_HINT_T0);
+                        _mm_prefetch((const char*)(v + t * sv + kh2 * HD + c), _MM_HINT_T0);
+                        _mm_prefetch((const char*)(out + t * so + h2 * HD + c), _MM_HINT_T0);
+                    }
+        }
         if (L > 0 && L <= max_len)
             attend_one(q, k, v, sq, sk, sv, out, so, cu[s], L, h, h / group, scale2, causal, left, right,
                        (uint32_t*)Kp, (uint32_t*)Vp, (float*)S, (bf16_t*)P, (bf16_t*)Qb, (float*)O);
@@ -308,6 +381,7 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
 #ifdef POOLGATE_AMX
     _tile_release();
 #endif
+    _mm_setcsr(csr);
     free(Kp); free(Vp); free(S); free(P); free(Qb); free(O);
     return 0;
 }

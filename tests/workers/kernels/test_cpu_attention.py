@@ -73,6 +73,40 @@ def test_kernel_matches_reference(build, amx, heads, kv_heads, dim, case):
 
 
 @needs_kernel
+@pytest.mark.parametrize("build,amx", _builds() if REASON is None else [])
+@pytest.mark.parametrize("causal", [False, True])
+def test_peaked_scores_far_from_the_first_key(build, amx, causal):
+    """Scores hundreds of log2 units apart: rows whose best key scores far above their first take the exact
+    maximum (no term overflows), the rest shift by the first score; terms far below the best flush to zero.
+    Either way each row matches the fp32 reference as closely as SDPA in bf16 does."""
+    b = pack([[1] * n for n in LENGTHS], group_attention=True)
+    q, k, v = _qkv(b.n_tokens, 4, 4, 32, seed=3)
+    q = (q.float() * 30).to(torch.bfloat16)
+    kw = dict(scale=32 ** -0.5, causal=causal)
+    first = torch.cat([torch.full((e - a,), a) for a, e in zip(b.cu_seqlens[:-1].tolist(), b.cu_seqlens[1:].tolist())])
+    scores = torch.einsum("nhd,mhd->hnm", q.float(), k.float()) * 32 ** -0.5 * 1.4427
+    gap = scores.amax(-1) - scores[:, torch.arange(b.n_tokens), first]
+    assert (gap > 64).any() and (gap < 64).any()  # rows on both paths
+    ref = reference_attention(q.float(), k.float(), v.float(), b, **kw)
+    got = _call(amx, q, k, v, b, **kw)
+    sdpa = grouped_sdpa(q, k, v, b, **kw)
+    assert torch.isfinite(got.float()).all()
+    err, sdpa_err = (got.float() - ref).abs().max().item(), (sdpa.float() - ref).abs().max().item()
+    assert err <= 2 * sdpa_err + 1e-3, (err, sdpa_err)
+
+
+@needs_kernel
+def test_the_callers_denormals_are_left_as_they_were():
+    """The kernel flushes denormals for its own call only: the thread's floating-point state comes back."""
+    tiny = torch.tensor([1e-39])
+    assert (tiny * 0.5).item() != 0  # denormals on here
+    b = pack([[1] * 40], group_attention=False)
+    q, k, v = _qkv(b.n_tokens, 2, 2, 32)
+    cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2)
+    assert (tiny * 0.5).item() != 0
+
+
+@needs_kernel
 def test_long_sequence_and_rows_past_the_last_sequence():
     """A 700-token sequence (many query blocks, scratch sized per call) beside a short one; rows of a padded
     token bucket (past cu_seqlens[-1]) come back zero, never another sequence's output."""
