@@ -160,8 +160,8 @@ static inline __m512 exp_vec(const float* s, int64_t jb, int64_t a, int64_t b, _
 /* exp2(S * scale2 - shift) over the row's [a, b) into bf16 p (zero elsewhere in [blo, bhi)); returns the sum of
  * the bf16 values as stored (VDPBF16PS against ones, fp32), the very weights the PV product multiplies, so
  * the output is their exact convex combination. */
-static inline float exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, int64_t blo, int64_t bhi, __m512 sc,
-                            float shift) {
+static inline __m512 exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, int64_t blo, int64_t bhi, __m512 sc,
+                             float shift) {
     const __m512 sh = _mm512_set1_ps(shift);
     const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
     __m512 sum = _mm512_setzero_ps();
@@ -181,7 +181,20 @@ static inline float exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, int
         _mm256_storeu_si256((__m256i*)(p + jb), (__m256i)half);
         sum = _mm512_dpbf16_ps(sum, (__m512bh)_mm512_zextsi256_si512((__m256i)half), ones);
     }
-    return _mm512_reduce_add_ps(sum);
+    return sum;
+}
+
+/* Lane i of the result = the sum of x[i]'s 16 lanes, for 16 vectors at once (45 instructions, not 16 chains). */
+static inline __m512 sum16(const __m512 x[16]) {
+    __m512 t[8], u[4], w[2];
+    for (int i = 0; i < 8; i++)  /* a 128-bit lane of t[i]: x[2i] at 0, 2 and x[2i+1] at 1, 3 */
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
+    for (int i = 0; i < 4; i++)  /* a 128-bit lane of u[i]: rows 4i .. 4i + 3, one each */
+        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[2 * i]), _mm512_castps_pd(t[2 * i + 1]))),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[2 * i]), _mm512_castps_pd(t[2 * i + 1]))));
+    for (int i = 0; i < 2; i++)  /* w[i]: rows 8i .. 8i + 3 in lanes 0, 1 and 8i + 4 .. 8i + 7 in lanes 2, 3 */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
 }
 
 /* Softmax of the rows' raw scores S[qi][blo .. bhi) (stride Lp) into bf16 P, zero outside each row's [lo, hi);
@@ -192,14 +205,36 @@ static inline float exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, int
 static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows, const int64_t* lo, const int64_t* hi,
                                 int64_t blo, int64_t bhi, float scale2, float* inv) {
     const __m512 sc = _mm512_set1_ps(scale2);
-    for (int qi = 0; qi < rows; qi++) {
-        const float* s = S + qi * Lp;
-        bf16_t* p = P + qi * Lp;
-        float total = exp_row(s, p, lo[qi], hi[qi], blo, bhi, sc, s[lo[qi]] * scale2);
-        if (!(total <= SHIFT_LIMIT))
-            total = exp_row(s, p, lo[qi], hi[qi], blo, bhi, sc, row_max(s, lo[qi], hi[qi], blo, bhi) * scale2);
-        inv[qi] = 1.0f / total;
-    }
+    __m512 sums[16];  /* rows <= 16 */
+    for (int qi = 0; qi < 16; qi++)
+        sums[qi] = qi < rows ? exp_row(S + qi * Lp, P + qi * Lp, lo[qi], hi[qi], blo, bhi, sc, S[qi * Lp + lo[qi]] * scale2)
+                             : _mm512_set1_ps(1.0f);
+    float total[16];
+    _mm512_storeu_ps(total, sum16(sums));
+    for (int qi = 0; qi < rows; qi++)
+        if (!(total[qi] <= SHIFT_LIMIT)) {
+            const float* s = S + qi * Lp;
+            const __m512 sum = exp_row(s, P + qi * Lp, lo[qi], hi[qi], blo, bhi, sc, row_max(s, lo[qi], hi[qi], blo, bhi) * scale2);
+            total[qi] = _mm512_reduce_add_ps(sum);
+        }
+    _mm512_storeu_ps(total, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(total)));
+    for (int qi = 0; qi < rows; qi++) inv[qi] = total[qi];
+}
+
+/* The next item's rows, fetched a slice at a time while this one computes (its rows are far apart: no
+ * hardware prefetcher follows them, and a burst of them at once would stall on the fill buffers). */
+typedef struct { const bf16_t *q, *k, *v, *o; int64_t sq, sk, sv, so, next, end; } ahead_t;
+
+static inline void fetch_ahead(ahead_t* a, int64_t rows) {
+    const int64_t stop = a->next + rows < a->end ? a->next + rows : a->end;
+    for (int64_t t = a->next; t < stop; t++)
+        for (int c = 0; c < HD; c += 32) {  /* each 64-byte line of the head's slice */
+            _mm_prefetch((const char*)(a->q + t * a->sq + c), _MM_HINT_T0);
+            _mm_prefetch((const char*)(a->k + t * a->sk + c), _MM_HINT_T0);
+            _mm_prefetch((const char*)(a->v + t * a->sv + c), _MM_HINT_T0);
+            _mm_prefetch((const char*)(a->o + t * a->so + c), _MM_HINT_T0);
+        }
+    a->next = stop;
 }
 
 #ifdef POOLGATE_AMX
@@ -230,12 +265,14 @@ int poolgate_amx_init(void) {
 static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t sq, int64_t sk, int64_t sv,
                        bf16_t* out, int64_t so, int64_t t0, int64_t L, int64_t h, int64_t kvh, float scale2,
                        int causal, int64_t left, int64_t right,
-                       uint32_t* Kp, uint32_t* Vp, float* S, bf16_t* P, bf16_t* Qb, float* O) {
+                       uint32_t* Kp, uint32_t* Vp, float* S, bf16_t* P, bf16_t* Qb, float* O, ahead_t* ahead) {
     const int64_t Lp = (L + KB - 1) & ~(int64_t)(KB - 1);
     layout_kv(k, v, sk, sv, t0, L, Lp, kvh, Kp, Vp);
+    const int64_t slice = (ahead->end - ahead->next + (L + QROWS - 1) / QROWS - 1) / ((L + QROWS - 1) / QROWS);
     for (int64_t i0 = 0; i0 < L; i0 += QROWS) {
         const int nq = L - i0 < QROWS ? (int)(L - i0) : QROWS;
         int64_t lo[QROWS], hi[QROWS], blo = L, bhi = 0;
+        fetch_ahead(ahead, slice);
         for (int qi = 0; qi < QROWS; qi++) {
             key_range(i0 + (qi < nq ? qi : 0), L, causal, left, right, lo + qi, hi + qi);
             if (lo[qi] < blo) blo = lo[qi];
@@ -284,12 +321,14 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
 static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t sq, int64_t sk, int64_t sv,
                        bf16_t* out, int64_t so, int64_t t0, int64_t L, int64_t h, int64_t kvh, float scale2,
                        int causal, int64_t left, int64_t right,
-                       uint32_t* Kp, uint32_t* Vp, float* S, bf16_t* P, bf16_t* Qb, float* O) {
+                       uint32_t* Kp, uint32_t* Vp, float* S, bf16_t* P, bf16_t* Qb, float* O, ahead_t* ahead) {
     (void)Qb; (void)O;
     const int64_t Lp = (L + KB - 1) & ~(int64_t)(KB - 1), Lh = (L + 1) / 2;
     layout_kv(k, v, sk, sv, t0, L, Lp, kvh, Kp, Vp);
+    const int64_t slice = (ahead->end - ahead->next + (L + QB - 1) / QB - 1) / ((L + QB - 1) / QB);
     for (int64_t i0 = 0; i0 < L; i0 += QB) {
         const int nq = L - i0 < QB ? (int)(L - i0) : QB;
+        fetch_ahead(ahead, slice);
         int64_t lo[QB], hi[QB], blo = L, bhi = 0;
         const uint32_t* qr[QB];
         for (int qi = 0; qi < QB; qi++) {
@@ -362,21 +401,16 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
     for (int64_t item = item0; item < item1; item++) {
         const int64_t s = item / heads, h = item % heads;
         const int64_t L = cu[s + 1] - cu[s];
-        if (item + 1 < item1) {  /* the next item's rows, fetched while this one computes (the rows are far apart:
-                                    no hardware prefetcher follows them, and a miss each costs more than the work) */
+        ahead_t ahead = {0};
+        if (item + 1 < item1) {
             const int64_t s2 = (item + 1) / heads, h2 = (item + 1) % heads, kh2 = h2 / group;
-            if (cu[s2 + 1] - cu[s2] <= max_len)
-                for (int64_t t = cu[s2]; t < cu[s2 + 1]; t++)
-                    for (int c = 0; c < HD; c += 32) {  /* each 64-byte line of the head's slice */
-                        _mm_prefetch((const char*)(q + t * sq + h2 * HD + c), _MM_HINT_T0);
-                        _mm_prefetch((const char*)(k + t * sk + kh2 * HD + c), _MM_HINT_T0);
-                        _mm_prefetch((const char*)(v + t * sv + kh2 * HD + c), _MM_HINT_T0);
-                        _mm_prefetch((const char*)(out + t * so + h2 * HD + c), _MM_HINT_T0);
-                    }
+            ahead = (ahead_t){q + h2 * HD, k + kh2 * HD, v + kh2 * HD, out + h2 * HD, sq, sk, sv, so, cu[s2], cu[s2 + 1]};
+            if (cu[s2 + 1] - cu[s2] > max_len) ahead.end = ahead.next;
         }
+        if (!(L > 0 && L <= max_len)) fetch_ahead(&ahead, ahead.end - ahead.next);
         if (L > 0 && L <= max_len)
             attend_one(q, k, v, sq, sk, sv, out, so, cu[s], L, h, h / group, scale2, causal, left, right,
-                       (uint32_t*)Kp, (uint32_t*)Vp, (float*)S, (bf16_t*)P, (bf16_t*)Qb, (float*)O);
+                       (uint32_t*)Kp, (uint32_t*)Vp, (float*)S, (bf16_t*)P, (bf16_t*)Qb, (float*)O, &ahead);
     }
 #ifdef POOLGATE_AMX
     _tile_release();
