@@ -9,9 +9,10 @@ the GIL for the call. It reads q, k and v where the QKV projection left them
 place, one (sequence, head) at a time, the two products on AMX tiles where the
 CPU has AMX-BF16 (else VDPBF16PS), an exact fp32 softmax between them.
 Measured on this project's 2-core Xeon, one thread, 4,096 tokens of 12 heads
-of 32 in bf16, against grouped SDPA (torch's CPU flash kernel): AMX 5x at 85
-tokens a sequence, 3x at 250, 1.8x at 512; AVX512-BF16 alone 3x at 16-40
-tokens, 1.7x at 85, about even near 200 (``AVX512_MAX_LEN``).
+of 32 in bf16, against grouped SDPA (torch's CPU flash kernel): AMX 6.5x at 16
+tokens a sequence, 8x at 85, 4.5x at 250, 2x at 512; AVX512-BF16 alone 3.3x
+at 16-40 tokens, 2x at 85, 1.1x at 128-144, even at 160 and slower past it
+(``AVX512_MAX_LEN``).
 
 ``packed_cpu_attention`` has the ``kernels.attention`` contract. It runs bf16
 with a head dimension that is a multiple of 16 (at most 256), causal or not,
@@ -46,8 +47,8 @@ MODE_ENV = "POOLGATE_CPU_ATTENTION"  # "sdpa": grouped SDPA even where the kerne
 _ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] \
     + [ctypes.c_int64] * 3 + [ctypes.c_float, ctypes.c_int] + [ctypes.c_int64] * 5
 # Sequences longer than this go to SDPA on the AVX512-BF16 build: measured here (12 heads of 32, bf16), the
-# kernel is 3x SDPA at 16-40 tokens, 1.7x at 85, even near 200 and half its speed at 512 (AMX: 1.8x at 512).
-AVX512_MAX_LEN = 192
+# kernel is 3.3x SDPA at 16-40 tokens, 2x at 85, even at 160 and 0.9x at 192 (AMX: 2x at 512).
+AVX512_MAX_LEN = 160
 SPLIT_WORK = 1 << 20  # heads x length^2 from which a team of threads splits a batch (a thread costs ~0.1 ms)
 
 
