@@ -197,7 +197,7 @@ static inline __m512 sum16(const __m512 x[16]) {
 }
 
 /* Softmax of the rows' raw scores S[qi][blo .. bhi) (stride Lp) into bf16 P, zero outside each row's [lo, hi);
- * inv[qi] = 1 / the row's fp32 sum. The shift is the row's first score, not its maximum (a pass fewer): the
+ * inv[qi] = 1 / the sum of the row's bf16 weights (fp32). The shift is the row's first score, not its maximum (a pass fewer): the
  * largest term is then >= 1, so nothing that counts underflows; a row whose sum passes SHIFT_LIMIT (a score
  * far above the first) is done again with its exact maximum, so no term or product overflows either. */
 #define SHIFT_LIMIT 1.8446744e19f /* 2^64 */
@@ -224,8 +224,9 @@ static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows,
  * hardware prefetcher follows them, and a burst of them at once would stall on the fill buffers). */
 typedef struct { const bf16_t *q, *k, *v, *o; int64_t sq, sk, sv, so, next, end; } ahead_t;
 
-static inline void fetch_ahead(ahead_t* a, int64_t rows) {
-    const int64_t stop = a->next + rows < a->end ? a->next + rows : a->end;
+/* The next slice: an equal share of the rows still to fetch over the ``blocks`` (>= 1) this item has left. */
+static inline void fetch_ahead(ahead_t* a, int64_t blocks) {
+    const int64_t stop = a->next + (a->end - a->next + blocks - 1) / blocks;
     for (int64_t t = a->next; t < stop; t++)
         for (int c = 0; c < HD; c += 32) {  /* each 64-byte line of the head's slice */
             _mm_prefetch((const char*)(a->q + t * a->sq + c), _MM_HINT_T0);
@@ -267,11 +268,10 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
                        uint32_t* Kp, uint32_t* Vp, float* S, bf16_t* P, bf16_t* Qb, float* O, ahead_t* ahead) {
     const int64_t Lp = (L + KB - 1) & ~(int64_t)(KB - 1);
     layout_kv(k, v, sk, sv, t0, L, Lp, kvh, Kp, Vp);
-    const int64_t slice = (ahead->end - ahead->next + (L + QROWS - 1) / QROWS - 1) / ((L + QROWS - 1) / QROWS);
     for (int64_t i0 = 0; i0 < L; i0 += QROWS) {
         const int nq = L - i0 < QROWS ? (int)(L - i0) : QROWS;
         int64_t lo[QROWS], hi[QROWS], blo = L, bhi = 0;
-        fetch_ahead(ahead, slice);
+        fetch_ahead(ahead, (L - i0 + QROWS - 1) / QROWS);
         for (int qi = 0; qi < QROWS; qi++) {
             key_range(i0 + (qi < nq ? qi : 0), L, causal, left, right, lo + qi, hi + qi);
             if (lo[qi] < blo) blo = lo[qi];
@@ -324,10 +324,9 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
     (void)Qb; (void)O;
     const int64_t Lp = (L + KB - 1) & ~(int64_t)(KB - 1), Lh = (L + 1) / 2;
     layout_kv(k, v, sk, sv, t0, L, Lp, kvh, Kp, Vp);
-    const int64_t slice = (ahead->end - ahead->next + (L + QB - 1) / QB - 1) / ((L + QB - 1) / QB);
     for (int64_t i0 = 0; i0 < L; i0 += QB) {
         const int nq = L - i0 < QB ? (int)(L - i0) : QB;
-        fetch_ahead(ahead, slice);
+        fetch_ahead(ahead, (L - i0 + QB - 1) / QB);
         int64_t lo[QB], hi[QB], blo = L, bhi = 0;
         const uint32_t* qr[QB];
         for (int qi = 0; qi < QB; qi++) {
@@ -406,10 +405,11 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
             ahead = (ahead_t){q + h2 * HD, k + kh2 * HD, v + kh2 * HD, out + h2 * HD, sq, sk, sv, so, cu[s2], cu[s2 + 1]};
             if (cu[s2 + 1] - cu[s2] > max_len) ahead.end = ahead.next;
         }
-        if (!(L > 0 && L <= max_len)) fetch_ahead(&ahead, ahead.end - ahead.next);
         if (L > 0 && L <= max_len)
             attend_one(q, k, v, sq, sk, sv, out, so, cu[s], L, h, h / group, scale2, causal, left, right,
                        (uint32_t*)Kp, (uint32_t*)Vp, (float*)S, (bf16_t*)P, (bf16_t*)Qb, (float*)O, &ahead);
+        else
+            fetch_ahead(&ahead, 1);  /* an item left to the caller: the next one's rows at once */
     }
 #ifdef POOLGATE_AMX
     _tile_release();
