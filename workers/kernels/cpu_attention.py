@@ -194,8 +194,8 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
             out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
     threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them
-    work = sum(length * length for length in batch.lengths) * heads
-    ranges = _splits(batch.lengths, heads, threads) if threads > 1 and work >= SPLIT_WORK else [(0, nseq * heads)]
+    split = threads > 1 and sum(length * length for length in batch.lengths) * heads >= SPLIT_WORK
+    ranges = _splits(batch.lengths, heads, threads) if split else [(0, nseq * heads)]
     if any(cbuild.run_split(fn, args, ranges)):
         raise MemoryError("packed CPU attention could not allocate its scratch memory")
     if batch.max_len > max_len:  # the sequences the kernel left: SDPA each
