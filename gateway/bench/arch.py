@@ -69,6 +69,9 @@ def write_folder(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from poolgate.workers.memory import bound_memory
+
+    bound_memory()  # the worker's allocator bounds, before torch loads: measured as the worker runs
     from poolgate.workers.tools.bench_arch import BenchConfig, run, shape_config
 
     try:

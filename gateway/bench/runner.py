@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from poolgate.workers.memory import bound_memory
+
+    bound_memory()  # the worker's allocator bounds, before torch loads: measured as the worker runs
     from poolgate.workers.tools.runner_bench import RunnerBench, run_runner_bench
 
     cfg = RunnerBench(model_path=args.model, backend=args.backend, dtype=args.dtype, num_texts=args.num_texts,
