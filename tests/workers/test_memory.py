@@ -90,3 +90,18 @@ def test_a_forwards_tensors_reuse_the_heap_instead_of_faulting_in_new_pages():
     bounded = _faults_per_batch("bound_malloc(memory._glibc())")
     arenas_only = _faults_per_batch("_glibc().mallopt(memory.M_ARENA_MAX, memory.ARENAS)")
     assert bounded < arenas_only / 4, (bounded, arenas_only)
+
+
+def test_a_value_glibc_refuses_is_logged_and_the_rest_still_applied(caplog):
+    calls = []
+
+    class Refusing:
+        def mallopt(self, param, value):
+            calls.append(param)
+            return 0 if param == memory.M_MMAP_THRESHOLD else 1
+
+    with caplog.at_level("WARNING", logger="poolgate.worker.memory"):
+        memory.bound_malloc(Refusing())
+    assert calls == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"glibc refused mallopt({memory.M_MMAP_THRESHOLD}, {memory.MMAP_THRESHOLD}); its default stays"]
