@@ -16,7 +16,7 @@
  * rounded to bf16 for the PV product, as the CPU flash kernels do, and the fp32 output is divided by the
  * sum of those bf16 values, so it is a true convex combination of the values. Denormals are flushed for
  * the call (MXCSR restored after): terms that small weigh nothing, and each costs a microcode assist
- * (peaked attention ran 8x slower with them). The next item's rows are prefetched while one computes.
+ * (peaked attention ran 8x slower with them). The next sequence's rows are prefetched while one computes.
  *
  * Built with -DPOOLGATE_AMX (CPUs with AMX-BF16, HD a multiple of 32), the two products run on AMX
  * tiles instead: 16 queries x 16 keys of scores, and 16 queries x 16 dims of output over 32 keys, an
@@ -220,20 +220,24 @@ static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows,
     for (int qi = 0; qi < rows; qi++) inv[qi] = total[qi];
 }
 
-/* The next item's rows, fetched a slice at a time while this one computes (its rows are far apart: no
- * hardware prefetcher follows them, and a burst of them at once would stall on the fill buffers). */
-typedef struct { const bf16_t *q, *k, *v, *o; int64_t sq, sk, sv, so, next, end; } ahead_t;
+/* Rows [next, end) of q and the output (wq elements from q and o) and of k and v (wkv elements), fetched a slice
+ * at a time while an item computes: the next sequence's whole rows, or the next head's slice of them (see
+ * poolgate_attend). A burst of them at once would stall on the fill buffers. */
+typedef struct { const bf16_t *q, *k, *v, *o; int64_t sq, sk, sv, so, next, end, wq, wkv; } ahead_t;
 
 /* The next slice: an equal share of the rows still to fetch over the ``blocks`` (>= 1) this item has left. */
 static inline void fetch_ahead(ahead_t* a, int64_t blocks) {
     const int64_t stop = a->next + (a->end - a->next + blocks - 1) / blocks;
-    for (int64_t t = a->next; t < stop; t++)
-        for (int c = 0; c < HD; c += 32) {  /* each 64-byte line of the head's slice */
+    for (int64_t t = a->next; t < stop; t++) {
+        for (int64_t c = 0; c < a->wq; c += 32) {  /* each 64-byte line */
             _mm_prefetch((const char*)(a->q + t * a->sq + c), _MM_HINT_T0);
-            _mm_prefetch((const char*)(a->k + t * a->sk + c), _MM_HINT_T0);
-            _mm_prefetch((const char*)(a->v + t * a->sv + c), _MM_HINT_T0);
             _mm_prefetch((const char*)(a->o + t * a->so + c), _MM_HINT_T0);
         }
+        for (int64_t c = 0; c < a->wkv; c += 32) {
+            _mm_prefetch((const char*)(a->k + t * a->sk + c), _MM_HINT_T0);
+            _mm_prefetch((const char*)(a->v + t * a->sv + c), _MM_HINT_T0);
+        }
+    }
     a->next = stop;
 }
 
@@ -445,10 +449,19 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
         const int64_t s = item / heads, h = item % heads;
         const int64_t L = cu[s + 1] - cu[s];
         ahead_t ahead = {0};
-        if (item + 1 < item1) {
-            const int64_t s2 = (item + 1) / heads, h2 = (item + 1) % heads, kh2 = h2 / group;
-            ahead = (ahead_t){q + h2 * HD, k + kh2 * HD, v + kh2 * HD, out + h2 * HD, sq, sk, sv, so, cu[s2], cu[s2 + 1]};
-            if (cu[s2 + 1] - cu[s2] > max_len) ahead.end = ahead.next;
+        if ((s + 1) * heads < item1) {
+            /* the next sequence's rows whole, a heads-th of them during each of this sequence's items: each row
+             * is read in one pass, not a head's 64 bytes at a time 2,304 bytes apart, and the next sequence's
+             * items find all their heads in cache (measured in the model: 5-6% faster a layer, 7.6-7.9 -> 7.2-7.4 ms) */
+            const int64_t a0 = cu[s + 1], n = cu[s + 2] - cu[s + 1];
+            ahead = (ahead_t){q, k, v, out, sq, sk, sv, so, a0 + h * n / heads, a0 + (h + 1) * n / heads,
+                              heads * HD, kv_heads * HD};
+            if (n > max_len) ahead.end = ahead.next;
+        } else if (item + 1 < item1) {  /* the range's last sequence: the next head's slice of its rows */
+            const int64_t h2 = h + 1, kh2 = h2 / group;
+            ahead = (ahead_t){q + h2 * HD, k + kh2 * HD, v + kh2 * HD, out + h2 * HD, sq, sk, sv, so, cu[s], cu[s + 1],
+                              HD, HD};
+            if (L > max_len) ahead.end = ahead.next;
         }
         if (L > 0 && L <= max_len)
             attend_one(q, k, v, sq, sk, sv, out, so, cu[s], L, h, h / group, scale2, causal, left, right,
