@@ -1,6 +1,7 @@
 """The worker's memory bounds: oneDNN's primitive cache unless the environment says otherwise, glibc trimming."""
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -72,8 +73,6 @@ print(len(work) - 1, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 def _faults_per_batch(apply: str) -> float:
-    import subprocess
-
     out = subprocess.run([sys.executable, "-c", FORWARD.format(apply=apply)], capture_output=True, text=True,
                          check=True, timeout=300)
     batches, faults = map(int, out.stdout.split()[-2:])

@@ -284,7 +284,7 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
     layout_kv(k, v, sk, sv, t0, L, Lp, kvh, Kp, Vp);
     int last_rows = 0;  /* the block before: its output is in O, written once the next block's scores are issued */
     int64_t last_i0 = 0;
-    float last_inv[QROWS];
+    float inv[QROWS];  /* that block's rows' 1 / sum until then, this block's from its softmax on */
     for (int64_t i0 = 0; i0 < L; i0 += QROWS) {
         const int nq = L - i0 < QROWS ? (int)(L - i0) : QROWS;
         int64_t lo[QROWS], hi[QROWS], blo = L, bhi = 0;
@@ -313,8 +313,7 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
             }
             _tile_stored(6, S + jb, Lp * 4);
         }
-        write_rows(out + (t0 + last_i0) * so + h * HD, so, O, last_inv, last_rows);
-        float inv[QROWS];
+        write_rows(out + (t0 + last_i0) * so + h * HD, so, O, inv, last_rows);
         softmax_rows(S, P, Lp, nq, lo, hi, blo, bhi, scale2, inv);  /* rows past nq: stale, finite, unused */
         for (int cb = 0; cb < NV; cb += 4) {  /* out: 16 queries x 4 blocks of 16 dims, 32 keys a step */
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -326,9 +325,8 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
         }
         last_rows = nq;
         last_i0 = i0;
-        memcpy(last_inv, inv, sizeof inv);
     }
-    write_rows(out + (t0 + last_i0) * so + h * HD, so, O, last_inv, last_rows);
+    write_rows(out + (t0 + last_i0) * so + h * HD, so, O, inv, last_rows);
 }
 #else
 #define QROWS QB
@@ -467,7 +465,7 @@ int poolgate_attend(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t s
             attend_one(q, k, v, sq, sk, sv, out, so, cu[s], L, h, h / group, scale2, causal, left, right,
                        (uint32_t*)Kp, (uint32_t*)Vp, (float*)S, (bf16_t*)P, (bf16_t*)Qb, (float*)O, &ahead);
         else
-            fetch_ahead(&ahead, 1);  /* an item left to the caller: the next one's rows at once */
+            fetch_ahead(&ahead, 1);  /* an item left to the caller: its share of the rows ahead at once */
     }
 #ifdef POOLGATE_AMX
     _tile_release();
