@@ -11,7 +11,7 @@ torch loads) bounds both:
 - ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` = ``PRIMITIVE_CACHE`` (64) unless the
   environment sets it: enough for the shapes one batch repeats (8 halved the
   throughput: every batch recompiled its primitives), far below 1,024;
-- at most ``ARENAS`` malloc arenas (``mallopt(M_ARENA_MAX)``);
+- one malloc arena (``ARENAS``, ``mallopt(M_ARENA_MAX)``) for every thread;
 - a daemon thread gives freed memory back to the kernel every
   ``TRIM_EVERY_S`` seconds (``malloc_trim(0)``), off the batches' path;
 - and only that thread: a free no longer trims the heap's top itself
@@ -23,11 +23,21 @@ torch loads) bounds both:
   heap's top handed it back, so the next layer's tensors were new pages: a
   page fault and the kernel zeroing each 4 KiB. Kept between batches: the
   bundled model's forward on 8,192-token batches faults ~430 pages a batch
-  instead of ~11,000; its worker under ``poolgate bench`` (4,096 texts) faulted
-  67-98 thousand pages instead of 482-645 thousand and answered 41.7k and 44.1k
-  tokens/s where the same commit without them answered 40.8k and 40.2k
-  (alternating, one sitting), resident 415 MB instead of 402. The trimming
-  thread still bounds what stays: the soak's second half grew 10 MB.
+  instead of ~11,000. One arena, not two: a thread other than the main one
+  (torch's intra-op pool, the attention kernel's team) allocates from a second
+  arena, whose heaps are mmapped 64 MiB regions that glibc unmaps as soon as
+  one is wholly free, trim threshold or not. Where oneDNN has no AMX the
+  threads' buffers did that every batch: the same forward, oneDNN held to
+  AVX512-BF16 and the kernel to its AVX512 build, faulted ~3,800 pages a batch
+  with two arenas and ~415 with one (CI's EPYC, with two: 8,355, more than the
+  arena cap alone gave it). Throughput was the same either way (``poolgate
+  bench-runner``, 2,048 texts, alternating: 47.2k and 43.6k tokens/s with two,
+  48.3k and 53.4k with one). With two arenas, the worker under ``poolgate
+  bench`` (4,096 texts) faulted 67-98 thousand pages instead of 482-645
+  thousand and answered 41.7k and 44.1k tokens/s where the same commit without
+  the thresholds answered 40.8k and 40.2k (alternating, one sitting), resident
+  415 MB instead of 402. The trimming thread still bounds what stays: the
+  soak's second half grew 10 MB.
 
 Measured with the bundled model under that load for 2.5 minutes
 (``gateway.bench.soak``): 1.08–1.20 GB from the second minute on, where it was
@@ -46,7 +56,7 @@ from typing import MutableMapping
 log = logging.getLogger("poolgate.worker.memory")
 
 PRIMITIVE_CACHE = 64
-ARENAS = 2
+ARENAS = 1  # every thread on the main arena, whose heap only the trimming thread shrinks
 TRIM_EVERY_S = 5.0
 MMAP_THRESHOLD = 32 << 20  # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit
 TRIM_THRESHOLD = 1 << 30  # above any heap top one batch leaves: trimming is the thread's alone

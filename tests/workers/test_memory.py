@@ -1,11 +1,15 @@
 """The worker's memory bounds: oneDNN's primitive cache unless the environment says otherwise, glibc trimming."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from poolgate.shared.models import bundled_model_path
 from poolgate.workers import memory
 
 
@@ -72,23 +76,30 @@ print(len(work) - 1, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 """
 
 
-def _faults_per_batch(apply: str) -> float:
+def _faults_per_batch(apply: str, env: dict[str, str]) -> float:
     out = subprocess.run([sys.executable, "-c", FORWARD.format(apply=apply)], capture_output=True, text=True,
-                         check=True, timeout=300)
+                         check=True, timeout=300, env={**os.environ, **env})
     batches, faults = map(int, out.stdout.split()[-2:])
     return faults / batches
 
 
+NO_AMX = {"POOLGATE_CPU_ATTENTION": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_a_forwards_tensors_reuse_the_heap_instead_of_faulting_in_new_pages():
+@pytest.mark.parametrize("env", [{}, NO_AMX], ids=["as found", "no AMX"])
+def test_a_forwards_tensors_reuse_the_heap_instead_of_faulting_in_new_pages(env):
     """The bundled model's forward on batches of 8,192 tokens (the CPU budget), in a process of its own, the
-    trimming thread left out: with the bounds the activations reuse the heap (measured: about 430 page faults
-    a batch); with the arena cap alone (the bound before, glibc's thresholds left to move) each free that
-    left a big heap top handed it back and the next tensors faulted it in again (about 11,000 a batch, each
-    4 KiB zeroed by the kernel)."""
-    bounded = _faults_per_batch("bound_malloc(memory._glibc())")
-    arenas_only = _faults_per_batch("_glibc().mallopt(memory.M_ARENA_MAX, memory.ARENAS)")
-    assert bounded < arenas_only / 4, (bounded, arenas_only)
+    trimming thread left out: with the bounds the activations reuse the heap, so a batch faults in fewer than
+    a third of the pages one layer's QKV tensor holds (measured here: 143-760 a batch, 1,536 allowed), as
+    found and with oneDNN and the attention kernel held off AMX, as on CI's EPYC. Each bound matters: with
+    the arena cap alone (glibc's thresholds left to move) a free that left a big heap top handed it back and
+    the next tensors faulted it in again (7,100-23,000 a batch); with two arenas, off AMX, the other
+    threads' heaps were unmapped and mapped again each batch (3,800 here, 8,355 on CI)."""
+    hidden = json.loads((Path(bundled_model_path()) / "config.json").read_text())["hidden_size"]
+    qkv_pages = 8192 * 3 * hidden * 2 // os.sysconf("SC_PAGE_SIZE")
+    bounded = _faults_per_batch("bound_malloc(memory._glibc())", env)
+    assert bounded < qkv_pages / 3, (bounded, qkv_pages)
 
 
 def test_a_value_glibc_refuses_is_logged_and_the_rest_still_applied(caplog):
