@@ -42,6 +42,11 @@ torch loads) bounds both:
 Measured with the bundled model under that load for 2.5 minutes
 (``gateway.bench.soak``): 1.08–1.20 GB from the second minute on, where it was
 1.85 GB and still climbing.
+An operator's own setting of any of the three (``MALLOC_ARENA_MAX``,
+``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or their
+``GLIBC_TUNABLES`` names) is kept: on a many-core host whose tokenizer threads
+allocate in parallel, more arenas may be worth their faults (not measured here:
+two cores).
 Off glibc (musl, macOS) only the cache bound applies.
 """
 from __future__ import annotations
@@ -51,7 +56,7 @@ import ctypes.util
 import logging
 import os
 import threading
-from typing import MutableMapping
+from typing import Mapping, MutableMapping
 
 log = logging.getLogger("poolgate.worker.memory")
 
@@ -69,15 +74,26 @@ def bound_memory(environ: MutableMapping[str, str] = os.environ) -> threading.Ev
     libc = _glibc()
     if libc is None:
         return None
-    bound_malloc(libc)
+    bound_malloc(libc, environ)
     stop = threading.Event()
     threading.Thread(target=_trim_forever, args=(libc, stop), name="poolgate-trim", daemon=True).start()
     return stop
 
 
-def bound_malloc(libc) -> None:
-    """The arena cap and the fixed thresholds (module doc); a value glibc refuses is logged, not fatal."""
-    for param, value in ((M_ARENA_MAX, ARENAS), (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
+# Each bound with the environment variable and the glibc tunable an operator would set it by: one that is set wins
+# (glibc has applied it at start-up), as ONEDNN_PRIMITIVE_CACHE_CAPACITY does.
+MALLOC_BOUNDS = ((M_ARENA_MAX, ARENAS, "MALLOC_ARENA_MAX", "glibc.malloc.arena_max"),
+                 (M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),
+                 (M_TRIM_THRESHOLD, TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"))
+
+
+def bound_malloc(libc, environ: Mapping[str, str] = os.environ) -> None:
+    """The arena cap and the fixed thresholds (module doc), each unless the environment chose it (a
+    ``MALLOC_*`` variable or a ``GLIBC_TUNABLES`` entry); a value glibc refuses is logged, not fatal."""
+    tunables = {item.split("=", 1)[0] for item in environ.get("GLIBC_TUNABLES", "").split(":")}
+    for param, value, variable, tunable in MALLOC_BOUNDS:
+        if variable in environ or tunable in tunables:
+            continue
         if libc.mallopt(param, value) != 1:
             log.warning("glibc refused mallopt(%d, %d); its default stays", param, value)
 

@@ -76,9 +76,13 @@ print(len(work) - 1, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 """
 
 
+def _unset_malloc(environ) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
+
+
 def _faults_per_batch(apply: str, env: dict[str, str]) -> float:
     out = subprocess.run([sys.executable, "-c", FORWARD.format(apply=apply)], capture_output=True, text=True,
-                         check=True, timeout=300, env={**os.environ, **env})
+                         check=True, timeout=300, env={**_unset_malloc(os.environ), **env})
     batches, faults = map(int, out.stdout.split()[-2:])
     return faults / batches
 
@@ -111,7 +115,22 @@ def test_a_value_glibc_refuses_is_logged_and_the_rest_still_applied(caplog):
             return 0 if param == memory.M_MMAP_THRESHOLD else 1
 
     with caplog.at_level("WARNING", logger="poolgate.worker.memory"):
-        memory.bound_malloc(Refusing())
+        memory.bound_malloc(Refusing(), {})
     assert calls == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
     assert [r.getMessage() for r in caplog.records] == [
         f"glibc refused mallopt({memory.M_MMAP_THRESHOLD}, {memory.MMAP_THRESHOLD}); its default stays"]
+
+
+def test_a_bound_the_environment_chose_is_left_to_it():
+    calls = []
+
+    class Libc:
+        def mallopt(self, param, value):
+            calls.append(param)
+            return 1
+
+    memory.bound_malloc(Libc(), {"MALLOC_ARENA_MAX": "8"})
+    assert calls == [memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
+    calls.clear()
+    memory.bound_malloc(Libc(), {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=4096"})
+    assert calls == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD]
