@@ -36,12 +36,14 @@ torch loads) bounds both:
   bench`` (4,096 texts) faulted 67-98 thousand pages instead of 482-645
   thousand and answered 41.7k and 44.1k tokens/s where the same commit without
   the thresholds answered 40.8k and 40.2k (alternating, one sitting), resident
-  415 MB instead of 402. The trimming thread still bounds what stays: the
-  soak's second half grew 10 MB.
+  415 MB instead of 402; with one, 70 and 90 thousand where the commit before
+  them all faulted 676 and 135 thousand (one sitting). The trimming thread
+  still bounds what stays: the soak's second half grew 10 MB.
 
 Measured with the bundled model under that load for 2.5 minutes
 (``gateway.bench.soak``): 1.08–1.20 GB from the second minute on, where it was
 1.85 GB and still climbing.
+
 An operator's own setting of any of the three (``MALLOC_ARENA_MAX``,
 ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or their
 ``GLIBC_TUNABLES`` names) is kept: on a many-core host whose tokenizer threads
