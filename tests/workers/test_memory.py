@@ -23,20 +23,30 @@ def test_the_primitive_cache_is_bounded_unless_the_environment_chose(monkeypatch
     assert chosen["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
 
 
+class RecordingLibc:
+    """glibc's mallopt and malloc_trim, recorded; mallopt refuses the parameters in ``refuse``."""
+
+    def __init__(self, refuse: tuple[int, ...] = ()):
+        self.calls: list[tuple] = []
+        self.refuse = refuse
+
+    def mallopt(self, param, value):
+        self.calls.append(("mallopt", param, value))
+        return 0 if param in self.refuse else 1
+
+    def malloc_trim(self, pad):
+        self.calls.append(("trim", pad))
+        return 1
+
+    def params(self) -> list[int]:
+        return [c[1] for c in self.calls if c[0] == "mallopt"]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and malloc_trim")
 def test_on_glibc_the_arenas_are_capped_and_a_daemon_thread_trims(monkeypatch):
-    calls = []
-
-    class Libc:
-        def mallopt(self, param, value):
-            calls.append(("mallopt", param, value))
-            return 1
-
-        def malloc_trim(self, pad):
-            calls.append(("trim", pad))
-            return 1
-
-    monkeypatch.setattr(memory, "_glibc", Libc)
+    libc = RecordingLibc()
+    calls = libc.calls
+    monkeypatch.setattr(memory, "_glibc", lambda: libc)
     monkeypatch.setattr(memory, "TRIM_EVERY_S", 0.01)
     stop = memory.bound_memory({})
     try:
@@ -56,7 +66,7 @@ def test_on_glibc_the_arenas_are_capped_and_a_daemon_thread_trims(monkeypatch):
 FORWARD = """
 import resource
 from poolgate.workers import memory
-memory.{apply}
+memory.bound_malloc(memory._glibc())
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.corpus import synthetic_corpus
 from poolgate.shared.models import bundled_model_path
@@ -80,8 +90,9 @@ def _unset_malloc(environ) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
 
 
-def _faults_per_batch(apply: str, env: dict[str, str]) -> float:
-    out = subprocess.run([sys.executable, "-c", FORWARD.format(apply=apply)], capture_output=True, text=True,
+def _faults_per_batch(env: dict[str, str]) -> float:
+    """Page faults a batch of the bundled model's forward with the bounds, in a process of its own."""
+    out = subprocess.run([sys.executable, "-c", FORWARD], capture_output=True, text=True,
                          check=True, timeout=300, env={**_unset_malloc(os.environ), **env})
     batches, faults = map(int, out.stdout.split()[-2:])
     return faults / batches
@@ -102,35 +113,23 @@ def test_a_forwards_tensors_reuse_the_heap_instead_of_faulting_in_new_pages(env)
     threads' heaps were unmapped and mapped again each batch (3,800 here, 8,355 on CI)."""
     hidden = json.loads((Path(bundled_model_path()) / "config.json").read_text())["hidden_size"]
     qkv_pages = 8192 * 3 * hidden * 2 // os.sysconf("SC_PAGE_SIZE")
-    bounded = _faults_per_batch("bound_malloc(memory._glibc())", env)
+    bounded = _faults_per_batch(env)
     assert bounded < qkv_pages / 3, (bounded, qkv_pages)
 
 
 def test_a_value_glibc_refuses_is_logged_and_the_rest_still_applied(caplog):
-    calls = []
-
-    class Refusing:
-        def mallopt(self, param, value):
-            calls.append(param)
-            return 0 if param == memory.M_MMAP_THRESHOLD else 1
-
+    libc = RecordingLibc(refuse=(memory.M_MMAP_THRESHOLD,))
     with caplog.at_level("WARNING", logger="poolgate.worker.memory"):
-        memory.bound_malloc(Refusing(), {})
-    assert calls == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
+        memory.bound_malloc(libc, {})
+    assert libc.params() == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
     assert [r.getMessage() for r in caplog.records] == [
         f"glibc refused mallopt({memory.M_MMAP_THRESHOLD}, {memory.MMAP_THRESHOLD}); its default stays"]
 
 
 def test_a_bound_the_environment_chose_is_left_to_it():
-    calls = []
-
-    class Libc:
-        def mallopt(self, param, value):
-            calls.append(param)
-            return 1
-
-    memory.bound_malloc(Libc(), {"MALLOC_ARENA_MAX": "8"})
-    assert calls == [memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
-    calls.clear()
-    memory.bound_malloc(Libc(), {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=4096"})
-    assert calls == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD]
+    libc = RecordingLibc()
+    memory.bound_malloc(libc, {"MALLOC_ARENA_MAX": "8"})
+    assert libc.params() == [memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD]
+    libc = RecordingLibc()
+    memory.bound_malloc(libc, {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=4096"})
+    assert libc.params() == [memory.M_ARENA_MAX, memory.M_MMAP_THRESHOLD]
