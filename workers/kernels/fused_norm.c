@@ -3,11 +3,19 @@
  * out[i] = LayerNorm(x[i] + r[i]) * w + b for rows [row0, row1): the sum is rounded to bf16 first, as the
  * reference's bf16 add leaves it, then mean and variance (two passes, fp32) and the affine map in fp32, and
  * the result rounded to bf16. dim is a multiple of 16, at most MAX_DIM; w and b are fp32 (b may be NULL).
+ * out may be x itself (each row is read whole before it is written): the caller's scratch sublayer output,
+ * so no fresh buffer's lines are fetched to be written (measured in the model below).
+ *
+ * The rows AHEAD_BYTES ahead of x and r are prefetched while a row computes: the sublayer's output and the
+ * residual (6.3 MB each for 8,192 tokens of 384) come from L3, and the hardware prefetcher alone left the
+ * kernel waiting on them. Measured in the bundled model's forward (one thread, 8,192-token batches, 12
+ * calls a forward): 2.3 ms a call as it was, 1.8-1.9 with the prefetch, 1.6 with out = x as well.
  */
 #include <immintrin.h>
 #include <stdint.h>
 
 #define MAX_DIM 16384
+#define AHEAD_BYTES 3072 /* about 4 rows of 384 (2 to 8 rows of 384 measured: 4 best, 8 worse) */
 
 typedef uint16_t bf16_t;
 
@@ -24,9 +32,18 @@ int poolgate_add_layer_norm(const bf16_t* x, const bf16_t* r, bf16_t* out, const
     if (dim % 16 != 0 || dim > MAX_DIM) return -1;
     float h[MAX_DIM] __attribute__((aligned(64)));
     const int64_t nv = dim / 16;
+    const int64_t ahead = (AHEAD_BYTES + dim * 2 - 1) / (dim * 2);  /* rows */
     for (int64_t i = row0; i < row1; i++) {
         const bf16_t* xi = x + i * sx;
         const bf16_t* ri = r ? r + i * sr : 0;
+        if (i + ahead < row1) {
+            const char* xa = (const char*)(x + (i + ahead) * sx);
+            const char* ra = r ? (const char*)(r + (i + ahead) * sr) : 0;
+            for (int64_t c = 0; c < dim * 2; c += 64) {  /* each 64-byte line */
+                _mm_prefetch(xa + c, _MM_HINT_T0);
+                if (ra) _mm_prefetch(ra + c, _MM_HINT_T0);
+            }
+        }
         __m512 sum = _mm512_setzero_ps();
         for (int64_t c = 0; c < nv; c++) {
             __m512 v = load_bf16(xi + c * 16);

@@ -8,6 +8,9 @@ Anything else (another dtype, other shapes or strides, no kernel on this
 machine) runs the reference. Measured here (4,096 x 384 bf16, one thread):
 0.64 ms against 1.28 ms for torch's add then LayerNorm, the same to the bit
 for all but about 2 in 100,000 elements (those one bf16 step apart).
+``overwrite_x=True`` (the caller's leave, see ``norm.LayerNorm``) writes the
+result over ``x``: in the bundled model's forward, with the kernel's row
+prefetch, 1.6 ms a call of 8,192 rows against 2.3 before either.
 """
 from __future__ import annotations
 
@@ -65,14 +68,17 @@ class FusedLayerNorm(LayerNorm):
             self._fp32 = (key, self.weight.detach().float().contiguous(), b)
         return self._fp32[1], self._fp32[2]
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *,
+                overwrite_x: bool = False) -> torch.Tensor:
         dim = x.shape[-1]
         if not (_rows(x) and (residual is None or (_rows(residual) and residual.shape == x.shape))
                 and dim % 16 == 0 and dim <= MAX_DIM and self.weight is not None
                 and tuple(self.normalized_shape) == (dim,) and unavailable() is None):
             return super().forward(x, residual)
         w, b = self._affine()
-        out = torch.empty(x.shape, dtype=x.dtype)
+        # over x where the caller allows it and x's rows are its own (not a broadcast): each row is read whole
+        # before it is written, and a fresh buffer's lines need not be fetched to be written
+        out = x if overwrite_x and x.stride(0) >= dim else torch.empty(x.shape, dtype=x.dtype)
         n = x.shape[0]
         args = (x.data_ptr(), 0 if residual is None else residual.data_ptr(), out.data_ptr(), w.data_ptr(),
                 0 if b is None else b.data_ptr(), dim, x.stride(0), 0 if residual is None else residual.stride(0),

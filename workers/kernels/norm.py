@@ -25,9 +25,13 @@ class RMSNorm(nn.Module):
 
 class LayerNorm(nn.LayerNorm):
     """torch's LayerNorm (its ``weight``/``bias`` are the checkpoint's names) that also takes the residual:
-    ``norm(x, residual)`` is ``norm(x + residual)``, the post-norm layer's add, so a backend can fuse the two."""
+    ``norm(x, residual)`` is ``norm(x + residual)``, the post-norm layer's add, so a backend can fuse the two.
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    ``overwrite_x=True`` is the caller's leave to write the result over ``x`` (a sublayer's fresh output it
+    no longer needs), which saves a fused kernel a fresh buffer; this reference does not take it up."""
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *,
+                overwrite_x: bool = False) -> torch.Tensor:
         return super().forward(x if residual is None else x + residual)
 
 

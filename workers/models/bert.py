@@ -69,8 +69,9 @@ class BertLayer(nn.Module):
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
         a = self.attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias).reshape(n, -1)  # (n, hidden)
-        x = self.attn_norm(self.attn_out(a), x)  # norm(x + attn_out(a)), the add fused where the backend can
-        return self.out_norm(self.down(self.up(x)), x)  # (n, hidden)
+        # norm(x + attn_out(a)), the add fused where the backend can; the sublayer outputs are scratch
+        x = self.attn_norm(self.attn_out(a), x, overwrite_x=True)
+        return self.out_norm(self.down(self.up(x)), x, overwrite_x=True)  # (n, hidden)
 
 
 class BertEncoder(nn.Module):
@@ -94,7 +95,8 @@ class BertEncoder(nn.Module):
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         types = batch.token_type_ids
         segment = self.token_type.weight[0] if types is None else self.token_type(types)
-        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions) + segment)  # (n, hidden)
+        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions) + segment,
+                          overwrite_x=True)  # (n, hidden)
         for layer in self.layers:
             x = layer(x, batch)
         return x

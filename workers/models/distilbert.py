@@ -68,7 +68,8 @@ class DistilBertEncoder(nn.Module):
         return self.config.dim
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions))  # (n_tokens, dim)
+        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions),
+                          overwrite_x=True)  # (n_tokens, dim); the sum is scratch
         for layer in self.layers:
             x = layer(x, batch)
         return x

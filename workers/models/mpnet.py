@@ -55,7 +55,8 @@ class MPNetEncoder(nn.Module):
         return self.config.bert.hidden_size
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions))  # (n_tokens, hidden)
+        x = self.emb_norm(self.word(batch.input_ids) + self.position(batch.positions),
+                          overwrite_x=True)  # (n_tokens, hidden); the sum is scratch
         bias = self.relative.for_length(batch.max_len)  # (heads, max_len, max_len), shared by every layer
         for layer in self.layers:
             x = layer(x, batch, bias)

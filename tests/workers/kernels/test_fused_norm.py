@@ -60,3 +60,24 @@ def test_what_the_kernel_does_not_take_runs_the_reference():
         ref32, fused32 = _pair(32)
         x32 = torch.randn(2, 3, 32)  # fp32, three dims
         assert torch.equal(fused32.float()(x32), ref32.float()(x32))
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 3])
+def test_overwrite_x_writes_the_same_result_over_x_and_nothing_else(monkeypatch, threads):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    ref, fused = _pair(384)
+    x = (torch.randn(fused_norm.SPLIT_ROWS + 7, 384) * 3).to(torch.bfloat16)  # rows past the prefetch's reach too
+    r = torch.randn_like(x)
+    with torch.inference_mode():
+        want = fused(x, r)
+        r_before, x_alias = r.clone(), x.clone()
+        got = fused(x_alias, r, overwrite_x=True)
+        assert got.data_ptr() == x_alias.data_ptr() and torch.equal(got, want)
+        assert torch.equal(r, r_before)
+        assert torch.equal(fused(want.clone(), None, overwrite_x=True), fused(want, None))  # no residual
+        assert torch.equal(ref(x, r, overwrite_x=True), ref(x, r))  # the reference leaves x alone
+        assert not torch.equal(x, want)
+        row = torch.randn(1, 384).to(torch.bfloat16).expand(4, 384)  # rows sharing storage: never written over
+        out = fused(row, None, overwrite_x=True)
+        assert out.data_ptr() != row.data_ptr() and torch.equal(out, fused(row.contiguous(), None))
