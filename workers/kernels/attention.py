@@ -2,7 +2,7 @@
 
 Every backend returns a function with the signature of ``AttentionFn``::
 
-    attention(q, k, v, batch, *, scale, causal=False, window=None, bias=None, softcap=None, overwrite_q=False)
+    attention(q, k, v, batch, *, scale, causal=False, window=None, bias=None, softcap=None)
 
 q is (n_tokens, heads, head_dim); k and v are (n_tokens, kv_heads, head_dim)
 with ``heads % kv_heads == 0`` (grouped-query attention); the result is
@@ -12,10 +12,6 @@ keeps key j for query i only if ``i - left <= j <= i + right`` (positions
 within the sequence); ``bias`` adds a relative-position bias (MPNet) that
 depends only on ``j - i``; ``softcap`` turns the scaled scores ``s`` into
 ``cap * tanh(s / cap)`` before the softmax (Gemma 2), in fp32.
-``overwrite_q=True`` is the caller's leave to write the result over q (a
-projection's fresh output it no longer needs): the packed CPU kernel then
-writes each head's rows where it read them instead of into a fresh buffer
-(``kernels.cpu_attention``); the other paths need not take it up.
 
 ``grouped_sdpa`` reads the batch's plan of similar-length groups
 (``packing.AttnGroup``, made when the batch is packed in the runner's
@@ -45,8 +41,7 @@ class RelativeBias(Protocol):
 class AttentionFn(Protocol):
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *,
                  scale: float, causal: bool = False, window: tuple[int, int] | None = None,
-                 bias: RelativeBias | None = None, softcap: float | None = None,
-                 overwrite_q: bool = False) -> torch.Tensor: ...
+                 bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor: ...
 
 
 def allowed(length: int, *, causal: bool, window: tuple[int, int] | None,
@@ -106,18 +101,6 @@ def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | 
     return q.as_strided((q.shape[0], 3, q.shape[1], q.shape[2]), (q.stride(0), step, q.stride(1), 1))
 
 
-def _fused_kv(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
-    """(n_tokens, 2, kv_heads, d) view of k, v when they are the two slices of one fused KV projection
-    (``kv.view(n, 2, h, d).unbind(1)``, BERT's layers), so a group's keys and values are one copy; else None."""
-    step = k.shape[1] * k.shape[2]
-    if not (k.shape == v.shape and k.stride() == v.stride() and k.stride(1) == k.shape[2] and k.stride(2) == 1
-            and k.stride(0) >= 2 * step and k.device == v.device
-            and k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
-            and v.storage_offset() - k.storage_offset() == step):
-        return None
-    return k.as_strided((k.shape[0], 2, k.shape[1], k.shape[2]), (k.stride(0), step, k.stride(1), 1))
-
-
 def planned_groups(batch: PackedBatch) -> list[AttnGroup]:
     """The batch's SDPA group plan; a batch packed without one is a bug in the caller (the runner plans it)."""
     if batch.groups is None:
@@ -140,24 +123,18 @@ def _softcapped(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, mask: torc
 
 def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                  causal: bool = False, window: tuple[int, int] | None = None,
-                 bias: RelativeBias | None = None, softcap: float | None = None,
-                 overwrite_q: bool = False) -> torch.Tensor:
-    """Exact attention by SDPA per length group; padding stays within the plan's waste factor. (A fresh
-    output buffer whatever ``overwrite_q`` says: groups are gathered, not attended in place.)"""
+                 bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
+    """Exact attention by SDPA per length group; padding stays within the plan's waste factor."""
     n_tokens, heads, dim = q.shape
     kv_heads = k.shape[1]
     out = q.new_empty(n_tokens, heads, v.shape[-1])
     fused = _fused(q, k, v)
-    fused_kv = None if fused is not None else _fused_kv(k, v)
     for g in planned_groups(batch):
         def block(x: torch.Tensor) -> torch.Tensor:  # (n_tokens, h, d) → (n, h, L, d)
             return x.index_select(0, g.gather).view(g.n, g.max_len, x.shape[1], x.shape[2]).transpose(1, 2)
 
         if fused is not None:  # one gather: (n * L, 3, h, d) → 3 × (n, h, L, d)
             qb, kb, vb = fused.index_select(0, g.gather).view(g.n, g.max_len, 3, heads, dim).permute(2, 0, 3, 1, 4)
-        elif fused_kv is not None:  # q, then keys and values in one gather: (n * L, 2, kv_h, d) → 2 × (n, kv_h, L, d)
-            qb = block(q)
-            kb, vb = fused_kv.index_select(0, g.gather).view(g.n, g.max_len, 2, kv_heads, dim).permute(2, 0, 3, 1, 4)
         else:
             qb, kb, vb = block(q), block(k), block(v)
         mask = _group_mask(g, causal, window, bias, q.dtype)
@@ -173,10 +150,9 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
 
 def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                  causal: bool = False, window: tuple[int, int] | None = None,
-                 bias: RelativeBias | None = None, softcap: float | None = None,
-                 overwrite_q: bool = False) -> torch.Tensor:
+                 bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
     """fp16/bf16 on a GPU, no padding; a bias, a soft cap or masked keys (``PackedBatch.key_masked``) go
-    through ``grouped_sdpa`` instead. (``varlen_attn`` returns its own buffer: ``overwrite_q`` is not taken.)"""
+    through ``grouped_sdpa`` instead."""
     if bias is not None or softcap is not None or batch.key_masked:
         return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias, softcap=softcap)
     from torch.nn.attention.varlen import varlen_attn
@@ -191,8 +167,7 @@ def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Packe
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *,
                         scale: float, causal: bool = False, window: tuple[int, int] | None = None,
-                        bias: RelativeBias | None = None, softcap: float | None = None,
-                        overwrite_q: bool = False) -> torch.Tensor:
+                        bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
     """The contract written plainly, one sequence at a time in fp32 (tests and agreement checks only)."""
     out = []
     group = q.shape[1] // k.shape[1]

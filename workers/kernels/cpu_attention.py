@@ -165,10 +165,8 @@ def _splits(lengths: list[int], heads: int, parts: int) -> list[tuple[int, int]]
 
 def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch, *, scale: float,
                          causal: bool = False, window: tuple[int, int] | None = None,
-                         bias: RelativeBias | None = None, softcap: float | None = None,
-                         overwrite_q: bool = False) -> torch.Tensor:
-    """The ``kernels.attention`` contract on the C kernel (see the module docstring for what it hands on);
-    with ``overwrite_q`` the output is q's own rows, each head's written where its queries were read."""
+                         bias: RelativeBias | None = None, softcap: float | None = None) -> torch.Tensor:
+    """The ``kernels.attention`` contract on the C kernel (see the module docstring for what it hands on)."""
     if bias is not None or softcap is not None or batch.key_masked:
         return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias, softcap=softcap)
     n, heads, head_dim = q.shape
@@ -186,11 +184,7 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     except (OSError, RuntimeError) as exc:  # built for head dim 32 here, but not for this one
         _warn_slow(f"no build for head dim {head_dim} ({exc})")
         return _per_sequence(q, k, v, batch, scale=scale, causal=causal, window=window)
-    # Over q where the caller allows it: an item's output rows are written only after its queries' scores
-    # (and a long sequence's SDPA result after its SDPA), and no item reads another's queries. Measured in
-    # the bundled model's forward (8,192-token batches, one thread): 6.9 -> 5.95 ms a call, as a fresh
-    # buffer's lines no longer come from memory only to be written.
-    out = q if overwrite_q else q.new_empty(n, heads, head_dim)
+    out = q.new_empty(n, heads, head_dim)
     cu = batch.cu_seqlens
     if cu.dtype != torch.int32 or not cu.is_contiguous():
         cu = cu.to(torch.int32).contiguous()

@@ -145,14 +145,12 @@ EMBEDDING_NAMES: dict[str, str] = {
 def layer_names(num_layers: int, prefix: str, qkv: tuple[str, str, str],
                 layers: Mapping[str, str]) -> dict[str, str | list[str]]:
     """The name map of an encoder's stack of layers, ours ``layers.{i}.NAME.{weight,bias}`` → the checkpoint's
-    ``prefix.format(i) + THEIRS.{weight,bias}``: ``qkv`` (the query, key and value projections: ours ``q_proj``
-    from the query, ``kv_proj`` from key and value fused in that order, as ``models.bert.BertLayer`` holds
-    them) and each module of ``layers`` (ours → theirs). Every module has a weight and a bias."""
+    ``prefix.format(i) + THEIRS.{weight,bias}``: ``qkv`` (the three projections, fused in that order) and
+    each module of ``layers`` (ours → theirs). Every module has a weight and a bias."""
     names: dict[str, str | list[str]] = {}
     for i in range(num_layers):
         p, ours = prefix.format(i), f"layers.{i}."
         for kind in ("weight", "bias"):
-            names[f"{ours}q_proj.{kind}"] = f"{p}{qkv[0]}.{kind}"
-            names[f"{ours}kv_proj.{kind}"] = [f"{p}{m}.{kind}" for m in qkv[1:]]
+            names[f"{ours}qkv.{kind}"] = [f"{p}{m}.{kind}" for m in qkv]
             names.update({f"{ours}{a}.{kind}": f"{p}{b}.{kind}" for a, b in layers.items()})
     return names

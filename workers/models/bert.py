@@ -5,8 +5,7 @@ linear layers; only attention sees sequence boundaries (``PackedBatch``).
 Learned absolute positions (with RoBERTa's pad offset) come from
 ``models.positions``; token type ids are embedded when the batch has them
 (cross-encoder pairs), else segment 0. Weight names follow transformers'
-``BertModel``; the map in ``weight_names`` is explicit, K and V are fused
-(Q apart: the attention's output may be written over it).
+``BertModel``; the map in ``weight_names`` is explicit and Q/K/V are fused.
 Linears, norms and attention come from the backend's ops bundle (``kernels.ops``).
 The heads (pooler + classifier, RoBERTa's classifier, the MLM head for
 SPLADE) are loaded by the poolers (``models.score``, ``pooling.splade``).
@@ -59,10 +58,7 @@ class BertLayer(nn.Module):
     def __init__(self, c: BertConfig, ops: Ops):
         super().__init__()
         self.heads, self.head_dim, self.attention = c.num_attention_heads, c.hidden_size // c.num_attention_heads, ops.attention
-        # the query apart from key and value: attention may write its output over q (a contiguous (n, hidden)
-        # the output projection reads as it is), not into a fresh buffer (see kernels.attention)
-        self.q_proj = ops.linear(c.hidden_size, c.hidden_size)
-        self.kv_proj = ops.linear(c.hidden_size, 2 * c.hidden_size)
+        self.qkv = ops.linear(c.hidden_size, 3 * c.hidden_size)
         self.attn_out = ops.linear(c.hidden_size, c.hidden_size)
         self.attn_norm = ops.layer_norm(c.hidden_size, c.layer_norm_eps)
         self.up = ops.linear(c.hidden_size, c.intermediate_size, activation=c.hidden_act)
@@ -71,10 +67,8 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, bias: RelativeBias | None = None) -> torch.Tensor:
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.heads, self.head_dim)  # (n, heads, dim)
-        k, v = self.kv_proj(x).view(n, 2, self.heads, self.head_dim).unbind(1)  # 2 × (n, heads, dim)
-        a = self.attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias,
-                           overwrite_q=True).reshape(n, -1)  # (n, hidden)
+        q, k, v = self.qkv(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # 3 × (n, heads, dim)
+        a = self.attention(q, k, v, batch, scale=self.head_dim ** -0.5, bias=bias).reshape(n, -1)  # (n, hidden)
         # norm(x + attn_out(a)), the add fused where the backend can; the sublayer outputs are scratch
         x = self.attn_norm(self.attn_out(a), x, overwrite_x=True)
         return self.out_norm(self.down(self.up(x)), x, overwrite_x=True)  # (n, hidden)

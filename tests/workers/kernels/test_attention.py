@@ -209,26 +209,6 @@ def test_fused_qkv_views_are_gathered_once_and_exactly():
                                    atol=1e-6, rtol=1e-6)
 
 
-
-@pytest.mark.parametrize("kv_heads", [4, 2])
-def test_fused_kv_views_beside_a_separate_q_are_gathered_exactly(kv_heads):
-    """BERT's layers: q from its own projection, k and v the two slices of one (n, 2, kv_heads, d)."""
-    from poolgate.workers.kernels.attention import _fused_kv
-
-    b = _batch()
-    q = torch.randn(b.n_tokens, 4, 8)
-    kv = torch.randn(b.n_tokens, 2 * kv_heads * 8).view(b.n_tokens, 2, kv_heads, 8)
-    k, v = kv.unbind(1)
-    view = _fused_kv(k, v)
-    assert view is not None and torch.equal(view, kv)
-    assert _fused_kv(v, k) is None and _fused_kv(k.clone(), v) is None and _fused_kv(k[:, :1], v[:, :1]) is None
-    for case in CASES:
-        got = grouped_sdpa(q, k, v, b, scale=0.3, **case)
-        torch.testing.assert_close(got, _naive(q, k, v, b, scale=0.3, **case), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(got, grouped_sdpa(q, k.clone(), v.clone(), b, scale=0.3, **case),
-                                   atol=1e-6, rtol=1e-6)
-        assert torch.equal(grouped_sdpa(q, k, v, b, scale=0.3, overwrite_q=True, **case), got)  # leave not taken
-
 @pytest.mark.parametrize("case", [dict(), dict(window=(4, 4))], ids=["full", "window"])
 def test_masked_keys_are_attended_by_no_token(case):
     """pack(attend=...): a False token is a key no query attends (itself included), as a padded batch's

@@ -235,27 +235,3 @@ def test_a_build_is_readable_by_every_user(tmp_path, monkeypatch):
         pytest.skip("no C compiler here")
     path = cbuild.build(fused_norm.SOURCE, ())
     assert path.stat().st_mode & 0o777 == 0o644
-
-
-@needs_kernel
-@pytest.mark.parametrize("build,amx", _builds() if REASON is None else [])
-@pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize("case", [dict(), dict(causal=True), dict(window=(5, 3))], ids=["full", "causal", "window"])
-def test_overwrite_q_writes_the_same_output_over_q(monkeypatch, build, amx, threads, case):
-    """With the caller's leave the output is q's own storage, equal to the bit to a fresh buffer's: over
-    mixed lengths (SDPA's for the AVX512-BF16 build's 230-token one), GQA heads, a team of threads, and a
-    padded bucket's rows (zero). k and v, one fused projection apart from q (BERT's layers), are untouched."""
-    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
-    b = pack([[1] * n for n in LENGTHS * 4], group_attention=False)
-    assert sum(n * n for n in b.lengths) * 4 >= cpu_attention.SPLIT_WORK
-    g = torch.Generator().manual_seed(5)
-    q = torch.randn(b.n_tokens + 9, 4, 32, generator=g).to(torch.bfloat16)
-    kv = torch.randn(b.n_tokens + 9, 2, 2, 32, generator=g).to(torch.bfloat16)
-    k, v = kv.unbind(1)
-    kw = dict(scale=32 ** -0.5, **case)
-    want = _call(amx, q, k, v, b, **kw)
-    q2, kv_before = q.clone(), kv.clone()
-    got = _call(amx, q2, k, v, b, overwrite_q=True, **kw)
-    assert got.data_ptr() == q2.data_ptr() and torch.equal(got, want)
-    assert torch.equal(kv, kv_before) and not torch.equal(q, q2)
-    assert torch.count_nonzero(got[b.n_tokens:]) == 0

@@ -60,7 +60,7 @@ def test_shape_mismatch_names_both_shapes(tmp_path):
 
 def test_fused_qkv_shape_mismatch(tmp_path):
     _refused(tmp_path, "mpnet", lambda s: s.update({"encoder.layer.0.attention.attn.k.weight": torch.zeros(16, 32)}),
-             r"shape mismatch: .*attn\.k\.weight\+.*attn\.v\.weight")
+             r"shape mismatch: .*attn\.q\.weight\+.*attn\.k\.weight")
 
 
 def test_pickle_without_the_flag_names_the_file(tmp_path):
