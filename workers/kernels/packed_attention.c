@@ -13,8 +13,9 @@
  * layouts VDPBF16PS multiplies in, 32 multiply-adds an instruction. Scores are fp32 (scaled by
  * scale * log2 e, so softmax is exp2). The softmax is exact: each row is shifted by a score of its own
  * (its first; the exact maximum where that would overflow, see softmax_rows), the probabilities are
- * rounded to bf16 for the PV product, as the CPU flash kernels do, and the fp32 output is divided by the
- * sum of those bf16 values, so it is a true convex combination of the values. Denormals are flushed for
+ * cut to bf16 for the PV product, as the CPU flash kernels do (rounded; on AMX truncated, see store_weights),
+ * and the fp32 output is divided by the sum of those bf16 values, so it is a true convex combination of the
+ * values. Rows that attend every key (no causal mask, no window) take softmax_full: no masks but the tail's. Denormals are flushed for
  * the call (MXCSR restored after): terms that small weigh nothing, and each costs a microcode assist
  * (peaked attention ran 8x slower with them). The next sequence's rows are prefetched while one computes.
  *
@@ -54,17 +55,21 @@
 
 typedef uint16_t bf16_t;
 
-static inline __m512 exp2_ps(__m512 x) {
-    /* 2^x = 2^floor(x) * 2^f, f = x - floor(x) in [0, 1) (one VREDUCEPS): a degree-3 minimax fit of 2^f (relative
-     * error 7.5e-5, against the 3.9e-3 of the bf16 the probabilities are rounded to for the PV product), and
-     * VSCALEFPS multiplies by 2^floor(x) itself, down to 0 */
+/* 2^f for f = x - floor(x) in [0, 1) (one VREDUCEPS): a degree-3 minimax fit (relative error 7.5e-5, against the
+ * 3.9e-3 of the bf16 the probabilities are cut to for the PV product). */
+static inline __m512 exp2_frac(__m512 x) {
     const __m512 f = _mm512_reduce_ps(x, 0x09);  /* round down, no precision exception */
     __m512 p = _mm512_set1_ps(0.07803683027f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.226049824f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6958393846f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999249526f));
-    return _mm512_scalef_ps(p, x);
+    return _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999249526f));
 }
+
+/* 2^x = 2^floor(x) * 2^f: VSCALEFPS multiplies by 2^floor(x) itself, down to 0. */
+static inline __m512 exp2_ps(__m512 x) { return _mm512_scalef_ps(exp2_frac(x), x); }
+
+/* exp2_ps with the lanes outside k zero (the mask folded into the last instruction). */
+static inline __m512 exp2_ps_mz(__mmask16 k, __m512 x) { return _mm512_maskz_scalef_ps(k, exp2_frac(x), x); }
 
 static inline __mmask16 range_mask(int64_t j0, int64_t lo, int64_t hi) {
     /* lanes j0 .. j0+15 that lie in [lo, hi) */
@@ -119,7 +124,11 @@ static void layout_kv(const bf16_t* k, const bf16_t* v, int64_t sk, int64_t sv, 
         }
     }
     for (int64_t jp = 0; jp < Lp / 2; jp++) {
+#ifdef POOLGATE_AMX
+        const int64_t ja = (jp & ~(int64_t)15) * 2 + (jp & 15), jb = ja + 16;  /* see store_weights */
+#else
         const int64_t ja = 2 * jp, jb = 2 * jp + 1;
+#endif
         for (int cv = 0; cv < NV; cv++) {
             __m512i lo = ja < L ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(v + (t0 + ja) * sv + kvh * HD + cv * 16)))
                                 : _mm512_setzero_si512();
@@ -156,9 +165,27 @@ static inline __m512 exp_vec(const float* s, int64_t jb, int64_t a, int64_t b, _
     return _mm512_setzero_ps();
 }
 
+/* Keys jb .. jb + 31's weights (e0: the first 16, e1: the next) into the PV product's bf16 pairs at p + jb; returns
+ * sum plus the weights as stored, in fp32, so the output is their exact convex combination. The AMX build keeps
+ * the top half of each fp32 (truncation; its bias is common to every weight and cancels in the division by their
+ * sum) and pairs key jb + i with key jb + 16 + i, the pairs layout_kv lays the values out in: an AND, a shift and an
+ * OR, where rounding (VCVTNE2PS2BF16) and VDPBF16PS's sum cost ~2 cycles each on this project's Xeon. The AVX-512
+ * build rounds, keys in order. */
+static inline __m512 store_weights(bf16_t* p, int64_t jb, __m512 e0, __m512 e1, __m512 sum) {
+#ifdef POOLGATE_AMX
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512i lo = _mm512_and_si512(_mm512_castps_si512(e0), top), hi = _mm512_and_si512(_mm512_castps_si512(e1), top);
+    _mm512_storeu_si512(p + jb, _mm512_or_si512(hi, _mm512_srli_epi32(lo, 16)));
+    return _mm512_add_ps(sum, _mm512_add_ps(_mm512_castsi512_ps(lo), _mm512_castsi512_ps(hi)));
+#else
+    const __m512bh pp = _mm512_cvtne2ps_pbh(e1, e0);
+    _mm512_storeu_si512(p + jb, (__m512i)pp);
+    return _mm512_dpbf16_ps(sum, pp, (__m512bh)_mm512_set1_epi16(0x3F80));
+#endif
+}
+
 /* exp2(S * scale2 - shift) over the row's [a, b) into bf16 p (zero elsewhere in [blo, bhi)); returns the sum of
- * the bf16 values as stored (VDPBF16PS against ones, fp32), the very weights the PV product multiplies, so
- * the output is their exact convex combination. */
+ * the bf16 values as stored (fp32), the very weights the PV product multiplies (store_weights). */
 static inline __m512 exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, int64_t blo, int64_t bhi, __m512 sc,
                              float shift) {
     const __m512 sh = _mm512_set1_ps(shift);
@@ -166,14 +193,11 @@ static inline __m512 exp_row(const float* s, bf16_t* p, int64_t a, int64_t b, in
     __m512 sum = _mm512_setzero_ps();
     int64_t jb = blo;
     for (; jb + 32 <= bhi; jb += 32) {
-        __m512bh pp;
         if (jb >= a && jb + 32 <= b)  /* wholly inside the row's keys: no masks */
-            pp = _mm512_cvtne2ps_pbh(exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb + 16), sc, sh)),
-                                     exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, sh)));
+            sum = store_weights(p, jb, exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, sh)),
+                                exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb + 16), sc, sh)), sum);
         else
-            pp = _mm512_cvtne2ps_pbh(exp_vec(s, jb + 16, a, b, sc, sh), exp_vec(s, jb, a, b, sc, sh));
-        _mm512_storeu_si512(p + jb, (__m512i)pp);
-        sum = _mm512_dpbf16_ps(sum, pp, ones);
+            sum = store_weights(p, jb, exp_vec(s, jb, a, b, sc, sh), exp_vec(s, jb + 16, a, b, sc, sh), sum);
     }
     if (jb < bhi) {  /* an odd 16 keys (the AVX-512 build's 16-key padding) */
         const __m256bh half = _mm512_cvtneps_pbh(exp_vec(s, jb, a, b, sc, sh));
@@ -201,6 +225,24 @@ static inline __m512 sum16(const __m512 x[16]) {
  * largest term is then >= 1, so nothing that counts underflows; a row whose sum passes SHIFT_LIMIT (a score
  * far above the first) is done again with its exact maximum, so no term or product overflows either. */
 #define SHIFT_LIMIT 1.8446744e19f /* 2^64 */
+
+/* inv[qi] = 1 / row qi's sum (lane sums in sums[qi]); a row past SHIFT_LIMIT is done again, shifted by its maximum.
+ * Row qi's keys are [lo[qi], hi[qi]), or [0, L) for every row where lo is NULL. */
+static inline void normalize(const __m512 sums[16], const float* S, bf16_t* P, int64_t Lp, int rows, const int64_t* lo,
+                             const int64_t* hi, int64_t L, int64_t blo, int64_t bhi, float scale2, float* inv) {
+    float total[16];
+    _mm512_storeu_ps(total, sum16(sums));
+    for (int qi = 0; qi < rows; qi++)
+        if (!(total[qi] <= SHIFT_LIMIT)) {
+            const float* s = S + qi * Lp;
+            const int64_t a = lo ? lo[qi] : 0, b = hi ? hi[qi] : L;
+            const __m512 sc = _mm512_set1_ps(scale2);
+            total[qi] = _mm512_reduce_add_ps(exp_row(s, P + qi * Lp, a, b, blo, bhi, sc, row_max(s, a, b, blo, bhi) * scale2));
+        }
+    _mm512_storeu_ps(total, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(total)));
+    for (int qi = 0; qi < rows; qi++) inv[qi] = total[qi];
+}
+
 static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows, const int64_t* lo, const int64_t* hi,
                                 int64_t blo, int64_t bhi, float scale2, float* inv) {
     const __m512 sc = _mm512_set1_ps(scale2);
@@ -208,16 +250,44 @@ static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows,
     for (int qi = 0; qi < 16; qi++)
         sums[qi] = qi < rows ? exp_row(S + qi * Lp, P + qi * Lp, lo[qi], hi[qi], blo, bhi, sc, S[qi * Lp + lo[qi]] * scale2)
                              : _mm512_set1_ps(1.0f);
-    float total[16];
-    _mm512_storeu_ps(total, sum16(sums));
-    for (int qi = 0; qi < rows; qi++)
-        if (!(total[qi] <= SHIFT_LIMIT)) {
-            const float* s = S + qi * Lp;
-            const __m512 sum = exp_row(s, P + qi * Lp, lo[qi], hi[qi], blo, bhi, sc, row_max(s, lo[qi], hi[qi], blo, bhi) * scale2);
-            total[qi] = _mm512_reduce_add_ps(sum);
+    normalize(sums, S, P, Lp, rows, lo, hi, 0, blo, bhi, scale2, inv);
+}
+
+/* The lanes of keys jb .. jb + 15 below L. */
+static inline __mmask16 below(int64_t jb, int64_t L) {
+    return L - jb >= 16 ? (__mmask16)0xFFFF : L - jb <= 0 ? (__mmask16)0 : (__mmask16)((1u << (L - jb)) - 1);
+}
+
+/* softmax_rows for rows that all attend every key [0, L) (no causal mask, no window), their scores over [0, Lp):
+ * whole pairs of key vectors with no mask at all, the tail's mask the same for every row and folded into the
+ * exponential's last instruction. The same weights, sums and fallback as softmax_rows. */
+static inline void softmax_full(const float* S, bf16_t* P, int64_t Lp, int rows, int64_t L, float scale2, float* inv) {
+    const __m512 sc = _mm512_set1_ps(scale2);
+    const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
+    const int64_t jfull = L & ~(int64_t)31;  /* keys [0, jfull): whole pairs of vectors */
+    const __mmask16 t0 = below(jfull, L), t1 = below(jfull + 16, L);
+    const int tail2 = jfull + 32 <= Lp, tail1 = !tail2 && jfull + 16 <= Lp;
+    __m512 sums[16];
+    for (int qi = 0; qi < 16; qi++) {
+        if (qi >= rows) { sums[qi] = _mm512_set1_ps(1.0f); continue; }
+        const float* s = S + qi * Lp;
+        bf16_t* p = P + qi * Lp;
+        const __m512 sh = _mm512_set1_ps(s[0] * scale2);
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t jb = 0; jb < jfull; jb += 32)
+            sum = store_weights(p, jb, exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb), sc, sh)),
+                                exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + jb + 16), sc, sh)), sum);
+        if (tail2)
+            sum = store_weights(p, jfull, exp2_ps_mz(t0, _mm512_fmsub_ps(_mm512_loadu_ps(s + jfull), sc, sh)),
+                                exp2_ps_mz(t1, _mm512_fmsub_ps(_mm512_loadu_ps(s + jfull + 16), sc, sh)), sum);
+        else if (tail1) {
+            const __m256bh half = _mm512_cvtneps_pbh(exp2_ps_mz(t0, _mm512_fmsub_ps(_mm512_loadu_ps(s + jfull), sc, sh)));
+            _mm256_storeu_si256((__m256i*)(p + jfull), (__m256i)half);
+            sum = _mm512_dpbf16_ps(sum, (__m512bh)_mm512_zextsi256_si512((__m256i)half), ones);
         }
-    _mm512_storeu_ps(total, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(total)));
-    for (int qi = 0; qi < rows; qi++) inv[qi] = total[qi];
+        sums[qi] = sum;
+    }
+    normalize(sums, S, P, Lp, rows, NULL, NULL, L, 0, Lp, scale2, inv);
 }
 
 /* Rows [next, end) of q and the output (wq elements from q and o) and of k and v (wkv elements), fetched a slice
@@ -285,6 +355,7 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
     int last_rows = 0;  /* the block before: its output is in O, written once the next block's scores are issued */
     int64_t last_i0 = 0;
     float inv[QROWS];  /* that block's rows' 1 / sum until then, this block's from its softmax on */
+    const int full = !causal && left < 0 && right < 0;  /* every row attends every key */
     for (int64_t i0 = 0; i0 < L; i0 += QROWS) {
         const int nq = L - i0 < QROWS ? (int)(L - i0) : QROWS;
         int64_t lo[QROWS], hi[QROWS], blo = L, bhi = 0;
@@ -304,17 +375,19 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
             qa = Qb;
             qs = HD;
         }
+        if (HD == 32) _tile_loadd(4, qa, qs * 2);  /* one step of the head dim: the queries' tile serves every key tile */
         for (int64_t jb = blo; jb < bhi; jb += 16) {  /* scores: 16 queries x 16 keys a tile */
             _tile_zero(6);
             for (int ks = 0; ks < HD / 32; ks++) {
-                _tile_loadd(4, qa + ks * 32, qs * 2);
+                if (HD != 32) _tile_loadd(4, qa + ks * 32, qs * 2);
                 _tile_loadd(5, Kp + (ks * 16) * Lp + jb, Lp * 4);
                 _tile_dpbf16ps(6, 4, 5);
             }
             _tile_stored(6, S + jb, Lp * 4);
         }
         write_rows(out + (t0 + last_i0) * so + h * HD, so, O, inv, last_rows);
-        softmax_rows(S, P, Lp, nq, lo, hi, blo, bhi, scale2, inv);  /* rows past nq: stale, finite, unused */
+        if (full) softmax_full(S, P, Lp, nq, L, scale2, inv);
+        else softmax_rows(S, P, Lp, nq, lo, hi, blo, bhi, scale2, inv);  /* rows past nq: stale, finite, unused */
         for (int cb = 0; cb < NV; cb += 4) {  /* out: 16 queries x 4 blocks of 16 dims, 32 keys a step */
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
             for (int64_t kb = blo; kb < bhi; kb += 32) {
@@ -395,7 +468,8 @@ static void attend_one(const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_
         for (; jb + 32 <= bhi; jb += 32) score_tiles(Kp, Lp, jb, qr, S, 2);
         for (; jb < bhi; jb += 16) score_tiles(Kp, Lp, jb, qr, S, 1);
         float inv[QB];
-        softmax_rows(S, P, Lp, QB, lo, hi, blo, bhi, scale2, inv);
+        if (!causal && left < 0 && right < 0) softmax_full(S, P, Lp, QB, L, scale2, inv);
+        else softmax_rows(S, P, Lp, QB, lo, hi, blo, bhi, scale2, inv);
         __m512 o[PV_SETS][QB][NV];
         for (int st = 0; st < PV_SETS; st++)
             for (int qi = 0; qi < QB; qi++)
