@@ -4,13 +4,20 @@ The reference is the model's own library run in float32: sentence-transformers
 for a sentence-transformers folder (``modules.json``), else transformers with
 the model's pooling (``AutoModel`` + CLS / MEAN / LAST, normalized as served)
 for embed, and ``AutoModelForSequenceClassification`` with the served
-activation for classify. The probes are short, long (past the model's length,
-so both sides truncate), multilingual and odd-character texts; poolgate runs
-them batched and one by one. Each row says, for one task and dtype, the worst
-cosine and the largest absolute difference to the reference, and the worst
-cosine between batched and single; a model passes when every worst cosine is
-at least the threshold. Tasks without a reference here (token tasks, the
-special models) are named and skipped.
+activation for classify. Token tasks are checked token by token, every token a
+row: ``token_embed`` against transformers' last hidden states (normalized as
+served), ``token_classify`` of a ``*ForTokenClassification`` checkpoint against
+``AutoModelForTokenClassification`` with the served activation. Where something
+verify does not reproduce sits between the model and the served rows (a Dense
+projector, STEP pooling, calibration or kept columns, PyLate, a sequence
+classifier's per-token twin) the task is skipped. The probes are short, long
+(past the model's length, so both sides truncate), multilingual and
+odd-character texts; poolgate runs them batched and one by one. Each row says,
+for one task and dtype, the worst cosine and the largest absolute difference to
+the reference, and the worst cosine between batched and single; a model passes
+when every worst cosine is at least the threshold (a token task whose token
+count differs from the reference's fails with -1). Tasks without a reference
+here (those above, the special models) are named and skipped.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ PROBES = (
     "Zürich, München, São Paulo, Kraków, Ångström", "東京は日本の首都です。", "Москва — столица России.",
     "emoji 🙂🚀 tabs\tand\nnew lines", "12345 67890 !!! ??? ... --- ###", "   leading and trailing spaces   ",
 )
-TASKS = ("embed", "classify")
+TASKS = ("embed", "classify", "token_embed", "token_classify")
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class Check:
         return self.worst_cosine >= threshold and self.batched_vs_single >= threshold
 
     def line(self) -> str:
-        return (f"{self.task:<9} {self.dtype:<9} worst cosine {self.worst_cosine:.6f}  max abs diff "
+        return (f"{self.task:<14} {self.dtype:<9} worst cosine {self.worst_cosine:.6f}  max abs diff "
                 f"{self.max_abs_diff:.2e}  batched vs single {self.batched_vs_single:.6f}")
 
 
@@ -76,8 +83,11 @@ def served(model: LoadedModel, ids: list[list[int]], task: str, *, batched: bool
 
 def check(model: LoadedModel, task: str, reference: np.ndarray, ids: list[list[int]]) -> Check:
     batched, single = served(model, ids, task, batched=True), served(model, ids, task, batched=False)
+    apart = float(cosines(batched, single).min()) if batched.shape == single.shape else -1.0
+    if batched.shape != reference.shape:  # a token task whose tokens are not the reference's: nothing agrees
+        return Check(task, model.info.dtype, -1.0, float("inf"), apart)
     return Check(task, model.info.dtype, float(cosines(batched, reference).min()),
-                 float(np.abs(batched - reference).max()), float(cosines(batched, single).min()))
+                 float(np.abs(batched - reference).max()), apart)
 
 
 @torch.no_grad()
@@ -87,6 +97,8 @@ def reference_outputs(spec: ModelSpec, task: str) -> np.ndarray | None:
 
     if task not in TASKS or spec.architecture in SPECIAL_MODELS or spec.gguf_file:
         return None
+    if task.startswith("token_"):
+        return _transformers_tokens(spec, task) if _plain_tokens(spec, task) else None
     if task == "embed" and (Path(spec.path) / "modules.json").is_file():
         return _sentence_transformers(spec)
     return _transformers(spec, task)
@@ -122,6 +134,42 @@ def _transformers(spec: ModelSpec, task: str) -> np.ndarray:
         normalize = spec.normalize in (None, True)
         out.append((torch.nn.functional.normalize(vector, dim=-1) if normalize else vector).numpy())
     return np.stack(out)
+
+
+def _plain_tokens(spec: ModelSpec, task: str) -> bool:
+    """Whether ``task``'s rows are every token straight from the model's head, as transformers computes them:
+    ALL pooling, no Dense projector, no calibration or kept columns, not PyLate; for token_classify, a
+    ``*ForTokenClassification`` checkpoint (a sequence classifier's per-token rows have no such reference)."""
+    from poolgate.workers.load.pylate import pylate_config
+    from poolgate.workers.pooling.for_model import token_pooling
+
+    p = spec.pooler
+    plain = (token_pooling(spec) == "ALL" and not spec.dense and pylate_config(spec) is None
+             and p.logit_mean is None and p.logit_sigma is None and not p.returned_token_ids
+             and not spec.hf_config.get("classifier_from_token"))
+    return plain and (task == "token_embed" or spec.kind == "token_classify")
+
+
+def _transformers_tokens(spec: ModelSpec, task: str) -> np.ndarray:
+    """(probe tokens, dim): every token of every probe, transformers' hidden state normalized as served
+    (token_embed) or its token classifier's labels through the served activation (token_classify)."""
+    from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer
+
+    from poolgate.workers.pooling.classify import activation_for
+
+    cls = AutoModelForTokenClassification if task == "token_classify" else AutoModel
+    ref = cls.from_pretrained(str(spec.path), torch_dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
+    out = []
+    for text in PROBES:
+        result = ref(**tokenizer(text, truncation=True, max_length=spec.max_model_len, return_tensors="pt"))
+        if task == "token_classify":
+            out.append(activation_for(spec.hf_config)(result.logits.float())[0].numpy())  # (tokens, labels)
+            continue
+        hidden = result.last_hidden_state[0].float()  # (tokens, hidden)
+        normalize = spec.normalize in (None, True)
+        out.append((torch.nn.functional.normalize(hidden, dim=-1) if normalize else hidden).numpy())
+    return np.concatenate(out)
 
 
 def verify_loaded(model: LoadedModel, spec: ModelSpec) -> tuple[list[Check], list[str]]:
