@@ -117,7 +117,6 @@ def _transformers(spec: ModelSpec, task: str) -> np.ndarray:
     """transformers with the model's own tokenizer (truncated to the served length) and the served pooling."""
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-    from poolgate.workers.pooling.classify import activation_for
     from poolgate.workers.pooling.for_model import sequence_pooling
 
     cls = AutoModelForSequenceClassification if task == "classify" else AutoModel
@@ -127,13 +126,20 @@ def _transformers(spec: ModelSpec, task: str) -> np.ndarray:
     for text in PROBES:
         result = ref(**tokenizer(text, truncation=True, max_length=spec.max_model_len, return_tensors="pt"))
         if task == "classify":
-            out.append(activation_for(spec.hf_config)(result.logits.float())[0].numpy())
+            out.append(_activated(spec, result.logits.float())[0].numpy())
             continue
         hidden = result.last_hidden_state[0].float()  # (tokens, hidden)
         vector = {"CLS": hidden[0], "LAST": hidden[-1], "MEAN": hidden.mean(0)}[method]
         normalize = spec.normalize in (None, True)
         out.append((torch.nn.functional.normalize(vector, dim=-1) if normalize else vector).numpy())
     return np.stack(out)
+
+
+def _activated(spec: ModelSpec, logits: torch.Tensor) -> torch.Tensor:
+    """The classifier's logits as served: through its activation unless the pooler config turns it off."""
+    from poolgate.workers.pooling.classify import activation_for
+
+    return logits if spec.pooler.use_activation is False else activation_for(spec.hf_config)(logits)
 
 
 def _plain_tokens(spec: ModelSpec, task: str) -> bool:
@@ -155,8 +161,6 @@ def _transformers_tokens(spec: ModelSpec, task: str) -> np.ndarray:
     (token_embed) or its token classifier's labels through the served activation (token_classify)."""
     from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer
 
-    from poolgate.workers.pooling.classify import activation_for
-
     cls = AutoModelForTokenClassification if task == "token_classify" else AutoModel
     ref = cls.from_pretrained(str(spec.path), torch_dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
@@ -164,7 +168,7 @@ def _transformers_tokens(spec: ModelSpec, task: str) -> np.ndarray:
     for text in PROBES:
         result = ref(**tokenizer(text, truncation=True, max_length=spec.max_model_len, return_tensors="pt"))
         if task == "token_classify":
-            out.append(activation_for(spec.hf_config)(result.logits.float())[0].numpy())  # (tokens, labels)
+            out.append(_activated(spec, result.logits.float())[0].numpy())  # (tokens, labels)
             continue
         hidden = result.last_hidden_state[0].float()  # (tokens, hidden)
         normalize = spec.normalize in (None, True)

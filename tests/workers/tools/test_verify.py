@@ -53,14 +53,20 @@ def test_verify_on_start_refuses_a_model_below_the_threshold(tmp_path):
         load_model(WorkerConfig(**cfg, dtype="bfloat16", verify_on_start=1.0))
 
 
-def test_a_token_classifier_is_checked_token_by_token(tmp_path):
-    """A *ForTokenClassification checkpoint: every probe token's label distribution against transformers'."""
+@pytest.mark.parametrize("use_activation", [None, False])
+def test_a_token_classifier_is_checked_token_by_token(tmp_path, use_activation):
+    """A *ForTokenClassification checkpoint: every probe token's label distribution (or, with the pooler
+    config's use_activation off, its logits) against transformers'."""
     save_tiny(tmp_path, "bert", head="token_classification", num_labels=5)
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="n", dtype="float32", max_batch_tokens=4096)
-    checks, skipped = verify_loaded(load_model(cfg), read_spec(cfg))
+    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="n", dtype="float32", max_batch_tokens=4096,
+                       pooler=PoolerConfig(use_activation=use_activation))
+    model = load_model(cfg)
+    checks, skipped = verify_loaded(model, read_spec(cfg))
     (row,) = checks
     assert row.task == "token_classify" and row.worst_cosine > 0.99999 and row.max_abs_diff < 1e-5
     assert row.batched_vs_single > 0.99999 and skipped == []
+    rows = verify.served(model, verify.probe_ids(model), "token_classify", batched=True)
+    assert np.allclose(rows.sum(1), 1.0, atol=1e-5) == (use_activation is None)  # probabilities, or logits
 
 
 def test_an_embedders_token_vectors_are_checked_and_what_verify_cannot_reproduce_is_skipped(tmp_path):
