@@ -239,11 +239,6 @@ static inline void softmax_rows(const float* S, bf16_t* P, int64_t Lp, int rows,
     normalize(sums, S, P, Lp, rows, lo, hi, 0, blo, bhi, scale2, inv);
 }
 
-/* The lanes of keys jb .. jb + 15 below L. */
-static inline __mmask16 below(int64_t jb, int64_t L) {
-    return L - jb >= 16 ? (__mmask16)0xFFFF : L - jb <= 0 ? (__mmask16)0 : (__mmask16)((1u << (L - jb)) - 1);
-}
-
 /* softmax_rows for rows that all attend every key [0, L) (no causal mask, no window), their scores over [0, Lp):
  * whole pairs of key vectors with no mask at all, the tail's mask the same for every row and folded into the
  * exponential's last instruction. The same weights, sums and fallback as softmax_rows. */
@@ -251,7 +246,7 @@ static inline void softmax_full(const float* S, bf16_t* P, int64_t Lp, int rows,
     const __m512 sc = _mm512_set1_ps(scale2);
     const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
     const int64_t jfull = L & ~(int64_t)31;  /* keys [0, jfull): whole pairs of vectors */
-    const __mmask16 t0 = below(jfull, L), t1 = below(jfull + 16, L);
+    const __mmask16 t0 = range_mask(jfull, 0, L), t1 = range_mask(jfull + 16, 0, L);
     const int tail2 = jfull + 32 <= Lp, tail1 = !tail2 && jfull + 16 <= Lp;
     __m512 sums[16];
     for (int qi = 0; qi < 16; qi++) {

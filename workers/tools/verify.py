@@ -98,7 +98,7 @@ def reference_outputs(spec: ModelSpec, task: str) -> np.ndarray | None:
     if task not in TASKS or spec.architecture in SPECIAL_MODELS or spec.gguf_file:
         return None
     if task.startswith("token_"):
-        return _transformers_tokens(spec, task) if _plain_tokens(spec, task) else None
+        return _transformers(spec, task) if _plain_tokens(spec, task) else None
     if task == "embed" and (Path(spec.path) / "modules.json").is_file():
         return _sentence_transformers(spec)
     return _transformers(spec, task)
@@ -114,25 +114,31 @@ def _sentence_transformers(spec: ModelSpec) -> np.ndarray:
 
 
 def _transformers(spec: ModelSpec, task: str) -> np.ndarray:
-    """transformers with the model's own tokenizer (truncated to the served length) and the served pooling."""
-    from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+    """transformers with the model's own tokenizer (truncated to the served length): its last hidden states with
+    the served pooling (embed) or every token's (token_embed), normalized as served, or its classifier's logits
+    through the served activation (classify: the sequence's; token_classify: every token's). (probes, dim); for a
+    token task (probe tokens, dim), every token of every probe a row."""
+    from transformers import (AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+                              AutoTokenizer)
 
     from poolgate.workers.pooling.for_model import sequence_pooling
 
-    cls = AutoModelForSequenceClassification if task == "classify" else AutoModel
+    cls = {"classify": AutoModelForSequenceClassification,
+           "token_classify": AutoModelForTokenClassification}.get(task, AutoModel)
     ref = cls.from_pretrained(str(spec.path), torch_dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
     method, out = sequence_pooling(spec)[0], []
     for text in PROBES:
         result = ref(**tokenizer(text, truncation=True, max_length=spec.max_model_len, return_tensors="pt"))
-        if task == "classify":
-            out.append(_activated(spec, result.logits.float())[0].numpy())
+        if task in ("classify", "token_classify"):
+            out.append(_activated(spec, result.logits.float())[0].numpy())  # (labels,) or (tokens, labels)
             continue
-        hidden = result.last_hidden_state[0].float()  # (tokens, hidden)
-        vector = {"CLS": hidden[0], "LAST": hidden[-1], "MEAN": hidden.mean(0)}[method]
+        rows = result.last_hidden_state[0].float()  # (tokens, hidden): token_embed's rows
+        if task == "embed":
+            rows = {"CLS": rows[0], "LAST": rows[-1], "MEAN": rows.mean(0)}[method]
         normalize = spec.normalize in (None, True)
-        out.append((torch.nn.functional.normalize(vector, dim=-1) if normalize else vector).numpy())
-    return np.stack(out)
+        out.append((torch.nn.functional.normalize(rows, dim=-1) if normalize else rows).numpy())
+    return np.concatenate(out) if task.startswith("token_") else np.stack(out)
 
 
 def _activated(spec: ModelSpec, logits: torch.Tensor) -> torch.Tensor:
@@ -154,26 +160,6 @@ def _plain_tokens(spec: ModelSpec, task: str) -> bool:
              and p.logit_mean is None and p.logit_sigma is None and not p.returned_token_ids
              and not spec.hf_config.get("classifier_from_token"))
     return plain and (task == "token_embed" or spec.kind == "token_classify")
-
-
-def _transformers_tokens(spec: ModelSpec, task: str) -> np.ndarray:
-    """(probe tokens, dim): every token of every probe, transformers' hidden state normalized as served
-    (token_embed) or its token classifier's labels through the served activation (token_classify)."""
-    from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer
-
-    cls = AutoModelForTokenClassification if task == "token_classify" else AutoModel
-    ref = cls.from_pretrained(str(spec.path), torch_dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
-    out = []
-    for text in PROBES:
-        result = ref(**tokenizer(text, truncation=True, max_length=spec.max_model_len, return_tensors="pt"))
-        if task == "token_classify":
-            out.append(_activated(spec, result.logits.float())[0].numpy())  # (tokens, labels)
-            continue
-        hidden = result.last_hidden_state[0].float()  # (tokens, hidden)
-        normalize = spec.normalize in (None, True)
-        out.append((torch.nn.functional.normalize(hidden, dim=-1) if normalize else hidden).numpy())
-    return np.concatenate(out)
 
 
 def verify_loaded(model: LoadedModel, spec: ModelSpec) -> tuple[list[Check], list[str]]:

@@ -88,8 +88,8 @@ def test_a_token_count_that_differs_from_the_reference_fails(tmp_path, monkeypat
     compare the wrong tokens or crash."""
     save_tiny(tmp_path, "bert")
     cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="e", dtype="float32", max_batch_tokens=4096)
-    real = verify._transformers_tokens
-    monkeypatch.setattr(verify, "_transformers_tokens", lambda spec, task: real(spec, task)[1:])
+    real = verify._transformers
+    monkeypatch.setattr(verify, "_transformers", lambda spec, task: real(spec, task)[1:])
     checks, _ = verify_loaded(load_model(cfg), read_spec(cfg))
     row = next(c for c in checks if c.task == "token_embed")
     assert row.worst_cosine == -1.0 and not row.passes(0.5) and np.isinf(row.max_abs_diff)
