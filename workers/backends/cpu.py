@@ -33,6 +33,11 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set(_cpuinfo("flags", cpuinfo).split())
 
 
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD"; empty off Linux)."""
+    return _cpuinfo("vendor_id", cpuinfo)
+
+
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name as the kernel reports it (empty off Linux)."""
     return _cpuinfo("model name", cpuinfo)

@@ -12,7 +12,9 @@ Measured on this project's 2-core Xeon, one thread, 4,096 tokens of 12 heads
 of 32 in bf16, against grouped SDPA (torch's CPU flash kernel): AMX 6.5x at 16
 tokens a sequence, 8x at 85, 4.5x at 250, 2x at 512; AVX512-BF16 alone 3.3x
 at 16-40 tokens, 2x at 85, 1.1x at 128-144, even at 160 and slower past it
-(``AVX512_MAX_LEN``).
+(``AVX512_MAX_LEN``). On the CI's AMD EPYC (Zen 4, AVX512-BF16, no AMX), where
+that build is the default, it is 2.5-3.6x SDPA at every length from 96 to
+2,048 tokens, so there it takes every length (``avx512_max_len``).
 
 ``packed_cpu_attention`` has the ``kernels.attention`` contract. It runs bf16
 with a head dimension that is a multiple of 16 (at most 256), causal or not,
@@ -46,8 +48,10 @@ AMX_CFLAGS = ("-DPOOLGATE_AMX", "-mamx-tile", "-mamx-bf16")
 MODE_ENV = "POOLGATE_CPU_ATTENTION"  # "sdpa": grouped SDPA even where the kernel runs; "avx512": never AMX
 _ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] \
     + [ctypes.c_int64] * 3 + [ctypes.c_float, ctypes.c_int] + [ctypes.c_int64] * 5
-# Sequences longer than this go to SDPA on the AVX512-BF16 build: measured here (12 heads of 32, bf16), the
-# kernel is 3.3x SDPA at 16-40 tokens, 2x at 85, even at 160 and 0.9x at 192 (AMX: 2x at 512).
+# Sequences longer than this go to SDPA on the AVX512-BF16 build on an Intel CPU: measured on the project's
+# Xeon (12 heads of 32, bf16, one thread), the kernel is 3.3x SDPA at 16-40 tokens, 2x at 85, even at 160 and
+# 0.9x at 192 (AMX: 2x at 512). That Xeon issues VDPBF16PS once every ~2.2 cycles; AMD's Zen 4 does not
+# slow down so: see avx512_max_len.
 AVX512_MAX_LEN = 160
 SPLIT_WORK = 1 << 20  # heads x length^2 from which a team of threads splits a batch (a thread costs ~0.1 ms)
 
@@ -79,6 +83,18 @@ def _amx() -> bool:
         return False
     lib = ctypes.CDLL(str(_build(32, True)))
     return lib.poolgate_amx_init() == 0
+
+
+@cache
+def avx512_max_len() -> int | None:
+    """The longest sequence the AVX512-BF16 build takes here (longer ones go to SDPA), None for every length.
+    AMD: every length; measured on the CI's EPYC (Zen 4, 12 heads, one thread, 8,192 tokens a call) the kernel
+    is 2.5-3.6x SDPA from 96 to 2,048 tokens at head dim 32 (3.0x at 96, 3.5x at 160, 2.8x at 256, 2.5x at
+    2,048), 2.4-3.2x to 1,024 at 64 and 2.0-2.2x to 512 at 128, where the 160 cap had sent 55% of the bundled
+    model's attention work (sequences past 160 tokens) to SDPA. Elsewhere ``AVX512_MAX_LEN``."""
+    from poolgate.workers.backends.cpu import cpu_vendor
+
+    return None if cpu_vendor() == "AuthenticAMD" else AVX512_MAX_LEN
 
 
 def uses_amx(head_dim: int) -> bool:
@@ -190,7 +206,7 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
         cu = cu.to(torch.int32).contiguous()
     nseq = cu.shape[0] - 1
     left, right = (-1, -1) if window is None else window
-    max_len = batch.max_len if uses_amx(head_dim) else AVX512_MAX_LEN
+    max_len = batch.max_len if uses_amx(head_dim) else (avx512_max_len() or batch.max_len)
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
             out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
     threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them

@@ -18,7 +18,7 @@ from poolgate.workers.models.positions import RelativeBuckets
 
 REASON = cpu_attention.unavailable()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"packed CPU attention cannot run here: {REASON}")
-LENGTHS = [1, 2, 15, 16, 17, 31, 33, 85, 130, 7, 230]  # 230: past AVX512_MAX_LEN, SDPA on that build
+LENGTHS = [1, 2, 15, 16, 17, 31, 33, 85, 130, 7, 230]  # 230: past AVX512_MAX_LEN, SDPA on that build on Intel
 CASES = [dict(), dict(causal=True), dict(window=(5, 3)), dict(causal=True, window=(7, 0)), dict(window=(0, 20))]
 
 
@@ -127,6 +127,48 @@ def test_a_team_of_threads_splits_the_batch_and_agrees(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     assert len(cpu_attention._splits(b.lengths, 4, 3)) == 3
     assert torch.equal(cpu_attention.packed_cpu_attention(q, k, v, b, scale=0.2), one)
+
+
+@needs_kernel
+@pytest.mark.parametrize("cap", [cpu_attention.AVX512_MAX_LEN, None], ids=["capped", "every-length"])
+@pytest.mark.parametrize("case", [dict(), dict(causal=True)], ids=["full", "causal"])
+def test_the_avx512_builds_length_cap_sends_longer_sequences_to_sdpa(monkeypatch, cap, case):
+    """Capped (Intel): the 230-token sequence goes to SDPA and nothing else does; uncapped (AMD): the kernel
+    takes it. Either way every token matches the reference."""
+    monkeypatch.setattr(cpu_attention, "avx512_max_len", lambda: cap)
+    handed: list[int] = []
+    real = cpu_attention._long_sequences
+
+    def spy(q, k, v, batch, out, max_len, **kw):
+        handed.extend(n for n in batch.lengths if n > max_len)
+        return real(q, k, v, batch, out, max_len, **kw)
+
+    monkeypatch.setattr(cpu_attention, "_long_sequences", spy)
+    b = pack([[1] * n for n in LENGTHS], group_attention=False)
+    q, k, v = _qkv(b.n_tokens, 4, 4, 32)
+    ref = reference_attention(q.float(), k.float(), v.float(), b, scale=0.2, **case)
+    got = _call(False, q, k, v, b, scale=0.2, **case)
+    assert (got.float() - ref).abs().max().item() < 0.03
+    assert handed == ([230] if cap else [])
+
+
+def test_the_avx512_length_cap_follows_the_cpu_vendor(monkeypatch):
+    from poolgate.workers.backends import cpu
+
+    capped = cpu_attention.AVX512_MAX_LEN
+    for vendor, cap in (("AuthenticAMD", None), ("GenuineIntel", capped), ("", capped)):
+        monkeypatch.setattr(cpu, "cpu_vendor", lambda v=vendor: v)
+        assert cpu_attention.avx512_max_len.__wrapped__() == cap
+
+
+def test_cpu_vendor_reads_the_first_cpu(tmp_path):
+    from poolgate.workers.backends.cpu import cpu_vendor
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t: fpu avx512_bf16\n\n"
+                    "processor\t: 1\nvendor_id\t: Other\n")
+    assert cpu_vendor(info) == "AuthenticAMD"
+    assert cpu_vendor(tmp_path / "missing") == ""
 
 
 def test_splits_cover_every_item_once_by_cost():
