@@ -88,7 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="admit work up to this many seconds of a pool's measured capacity (its workers' tokens/s); "
                         "more gets 429 with a Retry-After of the time it takes to drain (0 = no limit)")
     p.add_argument("--max-queued-tokens", type=positive_int, default=None, metavar="TOKENS",
-                   help="admit work up to this many (estimated) tokens per pool instead of --max-queued-seconds")
+                   help="admit work up to this many tokens per pool (the estimate scaled by what recent calls counted) "
+                        "instead of --max-queued-seconds")
     p.add_argument("--drain-timeout", type=positive_float, default=30.0,
                    help="on SIGTERM, seconds the requests in flight may take before the gateway stops anyway")
     p.add_argument("--health-check-interval", type=positive_float, default=0.25,

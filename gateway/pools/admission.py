@@ -21,7 +21,13 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   (it runs beside it), a burst of equal jobs is admitted up to the limit. A
   job past it is refused with 429, except when nothing is admitted (a lone job
   bigger than the limit still runs, or it never could); its ``Retry-After`` is
-  how long the excess takes to drain at that capacity.
+  how long the excess takes to drain at that capacity. The gateway's estimate
+  (characters / 4) is off by the model's tokenizer and the language (English
+  subwords: ~1.6x the tokens the workers count on the bench corpus; CJK text:
+  far fewer than they count), while the capacity and ``max_queued_tokens`` are
+  in counted tokens; so the estimate is scaled by the ratio the pool's answered
+  calls showed (``observe``: counted over estimated tokens, decayed per call;
+  1 until a call was answered) before it is compared with the limit.
 
 A refusal is ``Overloaded`` (with its ``reason`` and ``retry_after_s``), raised
 before anything is sent, so ``ModelPools`` tries the model's next pool. What
@@ -45,6 +51,7 @@ REASON_WORKERS_BUSY = "workers_busy"
 REASON_QUEUE_FULL = "queue_full"
 
 MIN_QUEUED_TOKENS = 4096  # the capacity-derived limit never goes below this
+ESTIMATE_DECAY = 0.9  # per answered call, of the sums behind ``counted_per_estimated``
 MAX_RETRY_AFTER_S = 60
 
 
@@ -77,6 +84,18 @@ class Admission:
         self.jobs = 0
         self._sizes: list[int] = []  # each admitted job's estimated tokens
         self.refused: Counter[str] = Counter()  # reason -> refusals
+        self._estimated = self._counted = 0.0  # decayed sums over answered calls (``observe``)
+
+    def observe(self, estimated: int, counted: int) -> None:
+        """An answered call of ``estimated`` tokens that the worker counted ``counted`` tokens (module doc)."""
+        if estimated > 0 and counted > 0:
+            self._estimated = ESTIMATE_DECAY * self._estimated + estimated
+            self._counted = ESTIMATE_DECAY * self._counted + counted
+
+    @property
+    def counted_per_estimated(self) -> float:
+        """Tokens the workers counted per estimated token, over recent answered calls; 1 until one."""
+        return self._counted / self._estimated if self._estimated else 1.0
 
     def check(self, inputs: int, longest_chars: int = 0) -> None:
         """A request's own limits: its input count and its longest input (400, the same on every pool)."""
@@ -116,10 +135,10 @@ class Admission:
     def admit(self, tokens: int, capacity: float = 0.0) -> None:
         """Count a job of ``tokens`` estimated tokens in, or refuse it (429) when the work that would run
         before it is done passes the limit; ``capacity``: the pool's measured tokens/s (0 = not known)."""
-        cap = self.queue_limit(capacity)
-        if cap is not None and self.jobs and (before := self.work_before(tokens)) > cap:
-            self._refuse(REASON_QUEUE_FULL, f"Model '{self.model}' has {self.tokens} tokens of work queued "
-                                            f"(the limit is {cap}); retry shortly.",
+        cap, scale = self.queue_limit(capacity), self.counted_per_estimated
+        if cap is not None and self.jobs and (before := round(self.work_before(tokens) * scale)) > cap:
+            self._refuse(REASON_QUEUE_FULL, f"Model '{self.model}' has about {round(self.tokens * scale)} tokens "
+                                            f"of work queued (the limit is {cap}); retry shortly.",
                          retry_after(before - cap, capacity))
         self.tokens += tokens
         self.jobs += 1

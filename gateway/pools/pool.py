@@ -12,7 +12,8 @@ calls in flight, counted here when a call is picked (so concurrent picks see eac
 other) and released when it ends. The estimate is cheap and gateway-side:
 ``len(ids)`` for token ids, ``len(text) // 4 + 2`` for text (about four characters
 per token for English subwords, plus two special tokens). It only has to rank
-workers, not bill anyone.
+workers, not bill anyone; admission scales it by the tokens the answered calls
+were counted (``gateway.pools.admission``).
 
 Every op a worker answers (a pooling call, ``/tokenize``, ``/detokenize``) is a
 ``Job`` (``gateway.pools.job``) and goes through the one ``run``: pick →
@@ -196,7 +197,7 @@ class WorkerPool:
         self.admission.admit(job.tokens, self.capacity())
         try:
             try:
-                return await self._send(member, job)
+                return self._counted(job, await self._send(member, job))
             except (Unavailable, Overloaded) as exc:
                 others = [m for m in self._ready() if m is not member]
                 if not others or (job.deadline is not None and job.deadline <= time.time()):
@@ -204,9 +205,15 @@ class WorkerPool:
                 retry = min(others, key=load)
                 _retries.log(logging.INFO, (member.client.address, str(exc)), "retrying %s on %s after: %s",
                              job.request_id, retry.client.address, exc)
-                return await self._send(retry, job)
+                return self._counted(job, await self._send(retry, job))
         finally:
             self.admission.release(job.tokens)
+
+    def _counted(self, job: Job, result):
+        """``result``, its counted tokens told to admission (which scales its estimates by them)."""
+        if isinstance(result, PoolingResult):
+            self.admission.observe(job.tokens, result.total_tokens)
+        return result
 
     async def _send(self, member: Member, job: Job):
         """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""

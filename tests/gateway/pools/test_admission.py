@@ -51,7 +51,7 @@ def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
     admission = Admission(AdmissionLimits(max_queued_tokens=10), model="m")
     admission.admit(50)  # nothing admitted yet: even a job over the limit runs
     admission.admit(2)  # runs beside the big one (round robin): 2 + 2 before it is done
-    with pytest.raises(Overloaded, match="Model 'm' has 52 tokens of work queued"):
+    with pytest.raises(Overloaded, match="Model 'm' has about 52 tokens of work queued"):
         admission.admit(5)  # 5 + 5 + 2 > 10
     admission.release(50)
     admission.release(2)
@@ -160,5 +160,43 @@ async def test_a_pool_reads_its_capacity_from_health_answers_and_refuses_past_it
     client.health_answer = {"ready": True}  # an answer without a rate keeps the last one
     await only.probe(1.0)
     assert only.capacity() == 5000.0
+    client.gate.set()
+    await held
+
+
+def test_estimates_are_scaled_by_the_tokens_answered_calls_counted():
+    admission = Admission(AdmissionLimits(max_queued_tokens=100), model="m")
+    assert admission.counted_per_estimated == 1.0  # nothing answered yet: the estimate as it is
+    admission.observe(100, 50)  # the estimates ran 2x high (English subwords)
+    assert admission.counted_per_estimated == 0.5
+    admission.admit(120)
+    admission.admit(80)  # 80 + 80 estimated = 80 counted (unscaled, 160 would pass 100)
+    admission.release(120)
+    admission.release(80)
+    admission.observe(100, 250)  # then low (CJK): (0.9 * 50 + 250) / (0.9 * 100 + 100)
+    assert admission.counted_per_estimated == pytest.approx(295 / 190)
+    admission.observe(0, 7)  # nothing estimated (or counted): no weight
+    admission.observe(7, 0)
+    assert admission.counted_per_estimated == pytest.approx(295 / 190)
+    admission.admit(40)
+    admission.admit(20)  # (20 + 20) * 1.55 = 62
+    with pytest.raises(Overloaded, match="has about 93 tokens of work queued"):
+        admission.admit(40)  # (40 + 40 + 20) * 1.55 = 155 > 100 (unscaled 100 would be admitted)
+
+
+async def test_a_pool_scales_its_estimates_by_the_tokens_its_workers_counted():
+    only = pool(max_queued_s=1.0)
+    client = only.clients[0]
+    client.health_answer = {"ready": True, "pipeline": {"tokens_per_s": 5000.0}}
+    await only.probe(1.0)
+    text = "w " * 4000  # estimated 2,002 tokens, counted (one per word) about twice that
+    await only.submit(call(text))
+    assert only.admission.counted_per_estimated == pytest.approx(2.0, rel=0.01)
+    client.gate = asyncio.Event()
+    held = asyncio.create_task(only.submit(call(text)))
+    await until(lambda: len(client.calls) == 2)
+    with pytest.raises(Overloaded, match="queued"):
+        await only.submit(call(text))  # 2 x 2,002 estimated = ~8,000 counted > 5,000 (unscaled: 4,004 would pass)
+    assert only.admission.refused == {REASON_QUEUE_FULL: 1}
     client.gate.set()
     await held
