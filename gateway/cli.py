@@ -9,6 +9,7 @@ from poolgate.gateway.bench import arch as bench_arch
 from poolgate.gateway.bench import cli as bench
 from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.gateway.bench import runner as bench_runner
+from poolgate.shared.cpu import apply_cpu_class
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
 from poolgate.workers.tools import inspect_cli as inspect
@@ -39,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        apply_cpu_class()  # POOLGATE_CPU_CLASS: before any torch kernel runs here or in a worker we spawn
+    except ValueError as exc:
+        print(f"poolgate: {exc}", file=sys.stderr)
+        return 2
     return COMMANDS[args.command][0].main(args)
 
 

@@ -26,6 +26,7 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from poolgate.shared.config import WorkerConfig
+from poolgate.shared.cpu import apply_cpu_class
 from poolgate.shared.transport import parse_address
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.scheduler import POLICIES
@@ -86,6 +87,7 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
     try:
         parse_address(listen)
         factory = load_factory(factory_spec)
+        apply_cpu_class()  # POOLGATE_CPU_CLASS: checked, and torch's ISA caps set before its first kernel
     except (ValueError, TypeError, ImportError, AttributeError) as exc:
         log.error("bad worker arguments: %s", exc)
         return 2

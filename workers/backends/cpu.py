@@ -1,46 +1,45 @@
-"""CPU backend: bf16 where the CPU has AMX or AVX512-BF16, fp32 elsewhere; threads per (pinned) worker."""
+"""CPU backend: bf16 where the CPU has AMX or AVX512-BF16, fp32 elsewhere; threads per (pinned) worker.
+
+What runs for each dtype is decided here, once, from the CPU's flags as
+``shared.cpu`` shows them (``POOLGATE_CPU_CLASS`` can show a smaller CPU),
+never by catching a kernel's error: ``--dtype auto`` tries bf16 only where the
+CPU has bf16 instructions; the C kernels need AVX512-BF16; oneDNN's prepacked
+bf16 linears need oneDNN's bf16 path (AVX512BW/VL/DQ or AVX-NE-CONVERT).
+An explicit dtype the CPU has no instructions for still runs, correctly, on
+torch's own kernels, and the worker says once at start how much slower that
+is (``SLOW_DTYPES``; the factors, measured per class, in docs/operations.md).
+"""
 from __future__ import annotations
 
+import logging
 import os
 import resource
 from dataclasses import replace
-from pathlib import Path
+from functools import cache
 
 import torch
 
 from poolgate.shared.backends import available_cpus, physical_cores
+from poolgate.shared.cpu import cpu_class, cpu_flags, cpu_model, dtype_path
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels import cpu_attention, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 from poolgate.workers.kernels.ops import Ops
 
-BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+log = logging.getLogger("poolgate.worker")
 
-
-def _cpuinfo(field: str, cpuinfo: Path) -> str:
-    """The first CPU's ``field`` in /proc/cpuinfo (empty off Linux or when absent)."""
-    if not cpuinfo.is_file():
-        return ""
-    for line in cpuinfo.read_text().splitlines():
-        if line.split(":", 1)[0].strip() == field:
-            return line.split(":", 1)[1].strip()
-    return ""
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The feature flags the kernel reports for the first CPU (empty off Linux)."""
-    return set(_cpuinfo("flags", cpuinfo).split())
-
-
-def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD"; empty off Linux)."""
-    return _cpuinfo("vendor_id", cpuinfo)
-
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name as the kernel reports it (empty off Linux)."""
-    return _cpuinfo("model name", cpuinfo)
+BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})  # where ``--dtype auto`` tries bf16
+# (dtype, shared.cpu.dtype_path) -> what the worker logs once at start; the factors per class, measured with
+# ``poolgate bench-runner``, are in docs/operations.md "CPU classes".
+SLOW_DTYPES: dict[tuple[str, str], str] = {
+    ("bfloat16", "fallback"): "no bf16 instructions and no oneDNN bf16 path: torch's reference kernels run it, "
+                              "correct but several times slower than float32",
+    ("bfloat16", "onednn"): "no bf16 instructions: oneDNN converts bf16 to float32 in registers, correct but "
+                            "slower than float32 (for half the memory)",
+    ("float16", "fallback"): "no fp16 instructions (AVX512-FP16, AMX-FP16): torch's reference kernels run it, "
+                             "correct but several times slower than float32",
+}
 
 
 class CpuBackend(Backend):
@@ -54,7 +53,8 @@ class CpuBackend(Backend):
         return torch.device("cpu")
 
     def fast_dtype(self) -> torch.dtype:
-        return torch.bfloat16 if cpu_flags() & set(BF16_FLAGS) else torch.float32
+        """bf16 where the CPU has its instructions (AVX512-BF16, AMX); fp32 elsewhere (``shared.cpu``)."""
+        return torch.bfloat16 if cpu_flags() & BF16_FLAGS else torch.float32
 
     def __init__(self) -> None:
         self._lanes = 1
@@ -95,10 +95,15 @@ class CpuBackend(Backend):
             return cpu_attention.packed_cpu_attention
         return grouped_sdpa
 
+    def check_dtype(self, dtype: torch.dtype) -> None:
+        """Say once (a warning) when ``dtype`` runs on a slow path on this CPU (``SLOW_DTYPES``)."""
+        _say_slow(str(dtype).removeprefix("torch."), cpu_class().name)
+
     def ops(self, dtype: torch.dtype) -> Ops:
         """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they
         hand what is not bf16 to the references, so a model built in fp32 runs bf16 once cast: ``--dtype
         auto`` builds once); bf16: every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""
+        self.check_dtype(dtype)
         ops = super().ops(dtype)
         if cpu_attention.unavailable() is None:
             ops = replace(ops, attention=cpu_attention.packed_cpu_attention)
@@ -107,3 +112,12 @@ class CpuBackend(Backend):
         if dtype == torch.bfloat16 and packed_linear_available():
             return replace(ops, finalize=prepack_linears)
         return ops
+
+
+@cache
+def _say_slow(dtype: str, cpu_class_name: str) -> None:
+    path = dtype_path(dtype, cpu_flags())
+    note = SLOW_DTYPES.get((dtype, path))
+    if note is not None:
+        log.warning("--dtype %s on this CPU (class %s): %s (docs/operations.md#cpu-classes); --dtype auto picks "
+                    "%s here", dtype, cpu_class_name, note, "bfloat16" if cpu_flags() & BF16_FLAGS else "float32")

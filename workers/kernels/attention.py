@@ -184,6 +184,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch
         if rule is not None:
             scores = scores.masked_fill(~rule, float("-inf"))
         out.append((scores.softmax(-1) @ vs).transpose(0, 1).to(q.dtype))  # (len, heads, d)
+    rest = q.shape[0] - int(batch.cu_seqlens[-1])  # rows of a padded token bucket are no sequence's: zeros
+    out.append(q.new_zeros(rest, q.shape[1], v.shape[-1]))
     return torch.cat(out)
 
 

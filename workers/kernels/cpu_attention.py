@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from poolgate.workers.engine.packing import PackedBatch
+from poolgate.shared.cpu import cpu_flags, cpu_vendor
 from poolgate.workers.kernels import cbuild
 from poolgate.workers.kernels.attention import RelativeBias, grouped_sdpa
 
@@ -77,8 +78,6 @@ def _mode() -> str:
 @cache
 def _amx() -> bool:
     """Whether the AMX build runs here: the CPU has AMX-BF16 and the kernel grants this process the tiles."""
-    from poolgate.workers.backends.cpu import cpu_flags
-
     if _mode() == "avx512" or not AMX_FLAGS <= cpu_flags():
         return False
     lib = ctypes.CDLL(str(_build(32, True)))
@@ -92,8 +91,6 @@ def avx512_max_len() -> int | None:
     is 2.5-3.6x SDPA from 96 to 2,048 tokens at head dim 32 (3.0x at 96, 3.5x at 160, 2.8x at 256, 2.5x at
     2,048), 2.4-3.2x to 1,024 at 64 and 2.0-2.2x to 512 at 128, where the 160 cap had sent 55% of the bundled
     model's attention work (sequences past 160 tokens) to SDPA. Elsewhere ``AVX512_MAX_LEN``."""
-    from poolgate.workers.backends.cpu import cpu_vendor
-
     return None if cpu_vendor() == "AuthenticAMD" else AVX512_MAX_LEN
 
 
@@ -124,8 +121,6 @@ def _loaded(head_dim: int):
 @cache
 def unavailable() -> str | None:
     """Why the kernel cannot run on this machine, or None when it can (checked once: flags, compiler, a build)."""
-    from poolgate.workers.backends.cpu import cpu_flags
-
     if _mode() == "sdpa":
         return f"{MODE_ENV}=sdpa"
     missing = cbuild.AVX512_BF16_FLAGS - cpu_flags()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from poolgate.shared.cpu import cpu_flags
 from poolgate.workers.kernels import cbuild
 from poolgate.workers.kernels.norm import LayerNorm
 
@@ -40,8 +41,6 @@ def _kernel():
 @cache
 def unavailable() -> str | None:
     """Why the kernel cannot run here, or None (the CPU's flags, a build)."""
-    from poolgate.workers.backends.cpu import cpu_flags
-
     missing = cbuild.AVX512_BF16_FLAGS - cpu_flags()
     if missing:
         return f"the CPU lacks {', '.join(sorted(missing))}"

@@ -92,17 +92,6 @@ def test_cpu_report_is_the_host():
     assert report["device_memory"]["total"] > report["device_memory"]["peak_rss"] > 0
 
 
-def test_cpuinfo_fields(tmp_path):
-    from poolgate.workers.backends.cpu import cpu_flags
-
-    info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx512_bf16 amx_bf16\n"
-                    "\nprocessor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")
-    assert cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+"
-    assert cpu_flags(info) == {"fpu", "avx512_bf16", "amx_bf16"}  # the first CPU's
-    assert cpu_flags(tmp_path / "missing") == set() and cpu_model(tmp_path / "missing") == ""
-
-
 def test_the_gateway_and_worker_registries_agree():
     from poolgate.shared.backends import DEVICE_ENV
     from poolgate.shared.config import BACKEND_CHOICES
@@ -171,3 +160,29 @@ def test_half_precision_takes_flash_only_on_gpus_that_run_it(monkeypatch, capabi
     want = varlen_flash if flash and has_varlen() else grouped_sdpa
     assert CudaBackend().attention(torch.float16) is want
     assert CudaBackend().attention(torch.float32) is grouped_sdpa
+
+
+def test_bf16_without_its_instructions_runs_on_torchs_kernels_and_says_so_once(monkeypatch, caplog):
+    """An AVX2 CPU (seen so through a patched view): bf16 is neither prepacked for oneDNN (which has no bf16
+    there) nor refused; the worker warns once, naming the class and what ``auto`` picks instead."""
+    from poolgate.shared.cpu import class_of
+    from poolgate.workers.backends import cpu
+    from poolgate.workers.kernels import linear
+    from poolgate.workers.kernels.ops import REFERENCE
+
+    avx2 = frozenset({"fpu", "avx", "avx2", "fma"})
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: avx2)
+    monkeypatch.setattr(linear, "cpu_flags", lambda: avx2)
+    monkeypatch.setattr(cpu, "cpu_class", lambda: class_of(avx2))
+    cpu._say_slow.cache_clear()
+    backend = CpuBackend()
+    with caplog.at_level("WARNING", logger="poolgate.worker"):
+        ops = backend.ops(torch.bfloat16)
+        backend.ops(torch.bfloat16)
+        backend.ops(torch.float32)
+    assert ops.finalize is REFERENCE.finalize and backend.fast_dtype() == torch.float32
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1, said
+    assert said[0].startswith("--dtype bfloat16 on this CPU (class avx2): no bf16 instructions and no oneDNN")
+    assert said[0].endswith("--dtype auto picks float32 here")
+    cpu._say_slow.cache_clear()

@@ -153,22 +153,10 @@ def test_the_avx512_builds_length_cap_sends_longer_sequences_to_sdpa(monkeypatch
 
 
 def test_the_avx512_length_cap_follows_the_cpu_vendor(monkeypatch):
-    from poolgate.workers.backends import cpu
-
     capped = cpu_attention.AVX512_MAX_LEN
     for vendor, cap in (("AuthenticAMD", None), ("GenuineIntel", capped), ("", capped)):
-        monkeypatch.setattr(cpu, "cpu_vendor", lambda v=vendor: v)
+        monkeypatch.setattr(cpu_attention, "cpu_vendor", lambda v=vendor: v)
         assert cpu_attention.avx512_max_len.__wrapped__() == cap
-
-
-def test_cpu_vendor_reads_the_first_cpu(tmp_path):
-    from poolgate.workers.backends.cpu import cpu_vendor
-
-    info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t: fpu avx512_bf16\n\n"
-                    "processor\t: 1\nvendor_id\t: Other\n")
-    assert cpu_vendor(info) == "AuthenticAMD"
-    assert cpu_vendor(tmp_path / "missing") == ""
 
 
 def test_splits_cover_every_item_once_by_cost():

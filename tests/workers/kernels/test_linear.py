@@ -12,7 +12,8 @@ from poolgate.workers.models import build_model
 from poolgate.workers.engine.packing import pack
 from poolgate.workers.load.st_config import read_spec
 
-onednn = pytest.mark.skipif(not packed_linear_available(), reason="torch built without oneDNN")
+onednn = pytest.mark.skipif(not packed_linear_available(),
+                            reason="no oneDNN bf16 linears here: torch built without oneDNN, or a CPU without its bf16 path")
 
 
 @pytest.mark.parametrize("activation", ["none", "gelu", "silu"])

@@ -187,7 +187,7 @@ def test_prepacked_bf16_linears_match_plain_ones(tmp_path, family):
     from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 
     if not packed_linear_available():
-        pytest.skip("this torch build has no oneDNN prepacked linear")
+        pytest.skip("no oneDNN bf16 linears here (torch built without oneDNN, or a CPU without its bf16 path)")
     save(tmp_path, family, AutoModel)
     model = packed_model(tmp_path).to(torch.bfloat16)
     plain = packed_hidden(model).float()
