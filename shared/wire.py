@@ -171,6 +171,7 @@ class ModelInfo:
     chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere puts a prompt in a system turn)
     input_roles: bool = False  # queries and documents encode differently (PyLate): calls say PoolingParams.query_inputs
     adapters: tuple[str, ...] | None = None  # the task adapters a call may name (PoolingParams.adapter); None = none
+    kernels: dict[str, str] | None = None  # op -> the kernel it runs and why not a faster one (Backend.kernels)
 
     def to_wire(self) -> dict:
         return asdict(self)

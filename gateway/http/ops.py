@@ -14,13 +14,14 @@ from poolgate.shared.wire import ModelInfo
 
 def model_card(info: ModelInfo, created: int) -> dict:
     """One entry of ``/v1/models`` in vLLM's shape, plus ``worker``: where the model runs (its pool's
-    first worker: backend, device, dtype, attention path, memory in bytes once loaded)."""
+    first worker: backend, device, dtype, attention path, each op's kernel (and on a CPU its class), memory in
+    bytes once loaded)."""
     return {
         "id": info.served_model_name, "object": "model", "created": created, "owned_by": "poolgate",
         "root": info.served_model_name, "parent": None, "max_model_len": info.max_model_len,
         "permission": [], "worker": {
             "backend": info.backend, "device": info.device, "device_name": info.device_name, "dtype": info.dtype,
-            "attention": info.attention, "memory": info.device_memory or {},
+            "attention": info.attention, "kernels": info.kernels or {}, "memory": info.device_memory or {},
         },
     }
 

@@ -63,6 +63,12 @@ class Backend(ABC):
         the torch references around this backend's attention, unless a backend says otherwise."""
         return Ops(attention=self.attention(dtype), plans_groups=self.uses_groups(dtype))
 
+    def kernels(self, dtype: torch.dtype) -> dict[str, str]:
+        """What each op of ``ops(dtype)`` runs here, and why not a faster one: op -> one line (reported in
+        ``ModelInfo.kernels``, ``/v1/models`` and ``poolgate inspect``, logged at start)."""
+        attention = self.attention(dtype)
+        return {"attention": getattr(attention, "__name__", type(attention).__name__)}
+
     def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
         """Last, hardware-specific changes once weights and dtype are final: the ops bundle's ``finalize``."""
         self.ops(dtype).finalize(model)
@@ -99,6 +105,7 @@ class Backend(ABC):
             "device_name": self.device_name(),
             "attention": getattr(attention, "__name__", type(attention).__name__),
             "device_memory": self.memory_report(),
+            "kernels": self.kernels(dtype),
         }
 
     def release_memory(self) -> None:

@@ -99,6 +99,23 @@ class CpuBackend(Backend):
         """Say once (a warning) when ``dtype`` runs on a slow path on this CPU (``SLOW_DTYPES``)."""
         _say_slow(str(dtype).removeprefix("torch."), cpu_class().name)
 
+    def kernels(self, dtype: torch.dtype) -> dict[str, str]:
+        """The CPU class, and per op the kernel and why not poolgate's own (``Backend.kernels``)."""
+        bf16, name = dtype == torch.bfloat16, str(dtype).removeprefix("torch.")
+        attention_off, norm_off = cpu_attention.unavailable(), fused_norm.unavailable()
+        if bf16 and attention_off is None:
+            attention = f"packed_cpu_attention (C, {'AMX tiles' if cpu_attention.uses_amx(32) else 'AVX512-BF16'})"
+        else:
+            attention = f"grouped_sdpa ({attention_off or 'the C kernel runs bf16 only'})"
+        norm = "fused add + LayerNorm (C)" if bf16 and norm_off is None else \
+            f"torch ({norm_off or 'the C kernel runs bf16 only'})"
+        path = dtype_path(name, cpu_flags())
+        if bf16 and packed_linear_available():
+            linear = "oneDNN, bf16 weights prepacked, GELU/ReLU fused"
+        else:
+            linear = "torch" + ("" if path == "native" else f" ({SLOW_DTYPES[(name, path)]})")
+        return {"cpu_class": cpu_class().name, "attention": attention, "layer_norm": norm, "linear": linear}
+
     def ops(self, dtype: torch.dtype) -> Ops:
         """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they
         hand what is not bf16 to the references, so a model built in fp32 runs bf16 once cast: ``--dtype

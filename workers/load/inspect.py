@@ -45,6 +45,7 @@ class Plan:
     dtype: str
     backend: str
     attention: str
+    kernels: str
     token_budget: str
 
     def table(self) -> str:
@@ -89,6 +90,13 @@ def _attention(arch: Architecture, backend: Backend, dtype: torch.dtype, hf: dic
     return f"{fn}: {ATTENTION_PATHS.get(fn, fn)}; {'; '.join(notes)}"
 
 
+def _kernels(arch: Architecture, backend: Backend, dtype: torch.dtype) -> str:
+    """What each op runs (``Backend.kernels``); transformers' own modules for the fallback."""
+    if not arch.packed:
+        return "transformers' own modules"
+    return "; ".join(f"{op}: {what}" for op, what in backend.kernels(dtype).items())
+
+
 def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | None = None) -> Plan:
     """The plan for ``cfg``'s model on ``backend`` (default: the one ``cfg.backend`` picks)."""
     spec = spec or read_spec(cfg)
@@ -101,12 +109,13 @@ def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | No
         weights=str(spec.path / spec.gguf_file) if spec.gguf_file else weights_source(spec.path),
         tasks=f"{', '.join(tasks)} (served as {spec.kind})", pooling=_pooling(spec),
         max_length=f"{spec.max_model_len} tokens", dtype=dtype, backend=backend.name,
-        attention=_attention(arch, backend, torch_dtype, spec.hf_config),
+        attention=_attention(arch, backend, torch_dtype, spec.hf_config), kernels=_kernels(arch, backend, torch_dtype),
         token_budget=f"{cfg.max_batch_tokens or backend.default_batch_tokens} tokens per batch",
     )
 
 
 def settled(p: Plan, spec: ModelSpec, backend: Backend, *, tasks: tuple[str, ...], dtype: torch.dtype) -> Plan:
     """The plan once loading has settled the tasks and the dtype (the start-up log's table)."""
+    arch = architecture_for(spec)
     return replace(p, tasks=", ".join(tasks), dtype=str(dtype).removeprefix("torch."),
-                   attention=_attention(architecture_for(spec), backend, dtype, spec.hf_config))
+                   attention=_attention(arch, backend, dtype, spec.hf_config), kernels=_kernels(arch, backend, dtype))

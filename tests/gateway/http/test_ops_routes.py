@@ -18,7 +18,7 @@ async def test_models_lists_every_served_model(gateway):
                      "parent": None, "max_model_len": 16, "permission": []}
     info = fake_model(name="a").info
     assert worker == {"backend": info.backend, "device": info.device, "device_name": info.device_name,
-                      "dtype": info.dtype, "attention": info.attention, "memory": {}}
+                      "dtype": info.dtype, "attention": info.attention, "kernels": {}, "memory": {}}
     assert [m["id"] for m in body["data"]] == ["a", "b"]
 
 

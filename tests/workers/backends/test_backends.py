@@ -15,7 +15,7 @@ import torch
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.models import bundled_model_path
 from poolgate.workers.backends import BACKENDS, get_backend
-from poolgate.workers.backends.cpu import CpuBackend, cpu_model
+from poolgate.workers.backends.cpu import CpuBackend, cpu_class, cpu_model
 from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
 from poolgate.workers.backends.xpu import XpuBackend
 from poolgate.workers.kernels.attention import grouped_sdpa
@@ -59,7 +59,8 @@ def test_rocm_is_detected_from_the_torch_build(monkeypatch):
         get_backend("cuda")
     report = get_backend("rocm").report(torch.float16, device="2")
     assert report == {"device": "rocm:2", "device_name": "AMD Instinct MI300X", "attention": "grouped_sdpa",
-                      "device_memory": {"allocated": 3 * GIB, "reserved": 4 * GIB, "total": 141 * GIB}}
+                      "device_memory": {"allocated": 3 * GIB, "reserved": 4 * GIB, "total": 141 * GIB},
+                      "kernels": {"attention": "grouped_sdpa"}}
 
 
 def test_cuda_is_detected_when_the_build_is_not_hip(monkeypatch):
@@ -78,7 +79,8 @@ def test_xpu_is_detected_through_torch_xpu(monkeypatch):
     assert isinstance(backend, XpuBackend) and backend.fast_dtype() == torch.bfloat16
     assert backend.report(torch.bfloat16, device="1") == {
         "device": "xpu:1", "device_name": "Intel Data Center GPU Max 1550", "attention": "grouped_sdpa",
-        "device_memory": {"allocated": GIB, "reserved": 2 * GIB, "total": 64 * GIB}}
+        "device_memory": {"allocated": GIB, "reserved": 2 * GIB, "total": 64 * GIB},
+        "kernels": {"attention": "grouped_sdpa"}}
     fake_xpu(monkeypatch, available=False)
     assert isinstance(get_backend("auto"), CpuBackend)
     with pytest.raises(RuntimeError, match="'xpu' is not available"):
@@ -124,6 +126,7 @@ def test_a_loaded_model_reports_where_it_runs():
     info = load_model(cfg).info
     assert (info.backend, info.device, info.dtype) == ("cpu", "cpu", "float32")
     assert info.attention and info.device_name == cpu_model()
+    assert info.kernels["cpu_class"] == cpu_class().name and info.kernels["linear"].startswith("torch")
     assert info.device_memory["peak_rss"] > 10_000_000  # the weights are in memory
     assert type(info).from_wire(json.loads(json.dumps(info.to_wire()))) == info
 
@@ -186,3 +189,28 @@ def test_bf16_without_its_instructions_runs_on_torchs_kernels_and_says_so_once(m
     assert said[0].startswith("--dtype bfloat16 on this CPU (class avx2): no bf16 instructions and no oneDNN")
     assert said[0].endswith("--dtype auto picks float32 here")
     cpu._say_slow.cache_clear()
+
+
+def test_the_kernels_report_says_what_each_op_runs_and_why_not_faster(monkeypatch):
+    """bf16 on the CPU's own class (whatever it is) against an AVX2 view of it: the C kernels and oneDNN's
+    prepacked linears are named where they run, and where they do not, the reason is."""
+    from poolgate.shared.cpu import class_of
+    from poolgate.workers.backends import cpu
+    from poolgate.workers.kernels import cpu_attention, fused_norm, linear
+
+    here = CpuBackend().kernels(torch.bfloat16)
+    assert here["cpu_class"] == cpu_class().name
+    assert here["attention"].startswith("packed_cpu_attention (C, " if cpu_attention.unavailable() is None
+                                        else "grouped_sdpa (")
+    assert here["layer_norm"].startswith("fused" if fused_norm.unavailable() is None else "torch (")
+    avx2 = frozenset({"fpu", "avx", "avx2", "fma"})
+    for module in (cpu, linear):
+        monkeypatch.setattr(module, "cpu_flags", lambda: avx2)
+    monkeypatch.setattr(cpu, "cpu_class", lambda: class_of(avx2))
+    for kernel in (cpu_attention, fused_norm):
+        monkeypatch.setattr(kernel, "unavailable", lambda: "the CPU lacks avx512_bf16")
+    seen = CpuBackend().kernels(torch.bfloat16)
+    assert seen == {"cpu_class": "avx2", "attention": "grouped_sdpa (the CPU lacks avx512_bf16)",
+                    "layer_norm": "torch (the CPU lacks avx512_bf16)",
+                    "linear": f"torch ({cpu.SLOW_DTYPES[('bfloat16', 'fallback')]})"}
+    assert CpuBackend().kernels(torch.float32)["linear"] == "torch"
