@@ -1,10 +1,15 @@
 """Typed errors: code raises these; the gateway's one middleware maps them to HTTP.
 
 Each class carries its HTTP status and the OpenAI-style ``type``. Workers send
-them across the transport by class name (``ERRORS``) and the client raises the
-same class again, so a 400 found in a worker is a 400 at the gateway.
+them across the transport by class name (``ERRORS``, every subclass defined
+here) with every field (``to_wire``: the message and each keyword-only argument
+of ``__init__``, which a class keeps as the attribute of the same name), and the
+client raises the same class again with the same fields, so a 400 found in a
+worker is a 400 at the gateway and a worker's 429 keeps its ``Retry-After``.
 """
 from __future__ import annotations
+
+import inspect
 
 
 class PoolgateError(Exception):
@@ -19,8 +24,22 @@ class PoolgateError(Exception):
         self.message = message
         self.param = param
 
+    @classmethod
+    def wire_fields(cls) -> tuple[str, ...]:
+        """The fields beside the message that cross the transport: ``__init__``'s keyword-only arguments."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+
+    def fields(self) -> dict:
+        """This error's wire fields and their values."""
+        return {name: getattr(self, name) for name in self.wire_fields()}
+
+    def copy(self) -> "PoolgateError":
+        """A new error of this class with the same message and fields (one per failed call)."""
+        return type(self)(self.message, **self.fields())
+
     def to_wire(self) -> dict:
-        return {"class": type(self).__name__, "message": self.message, "param": self.param}
+        return {"class": type(self).__name__, "message": self.message, **self.fields()}
 
 
 class InvalidRequest(PoolgateError):
@@ -122,17 +141,17 @@ class InternalError(PoolgateError):
     pass
 
 
-ERRORS: dict[str, type[PoolgateError]] = {
-    cls.__name__: cls
-    for cls in (
-        PoolgateError, InvalidRequest, ContextLengthExceeded, Unauthorized, Forbidden, Conflict, RequestTooLarge,
-        ModelNotFound,
-        RouteNotFound, Overloaded, NotSupported, Unavailable, DeadlineExceeded, InternalError, ClientClosedRequest,
-    )
-}
+def _with_subclasses(cls: type[PoolgateError]) -> list[type[PoolgateError]]:
+    return [cls] + [sub for direct in cls.__subclasses__() for sub in _with_subclasses(direct)]
+
+
+# Every error a worker can raise, by class name: all defined above (the workers never import the gateway).
+ERRORS: dict[str, type[PoolgateError]] = {cls.__name__: cls for cls in _with_subclasses(PoolgateError)}
 
 
 def from_wire(body: dict) -> PoolgateError:
-    """Rebuild the error a worker sent; unknown class names become InternalError."""
+    """Rebuild the error a worker sent, with the fields it sent; an unknown class name becomes InternalError,
+    a field the class does not take (a newer worker's) is dropped, a missing one keeps its default."""
     cls = ERRORS.get(body.get("class", ""), InternalError)
-    return cls(str(body.get("message", "worker error")), param=body.get("param"))
+    fields = {name: body[name] for name in cls.wire_fields() if name in body}
+    return cls(str(body.get("message", "worker error")), **fields)

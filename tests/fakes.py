@@ -242,6 +242,20 @@ class OutOfMemoryRunner(FakeRunner):
         return super().execute(batch, steps)
 
 
+class RefusingRunner(FakeRunner):
+    """A FakeRunner whose "device" refuses every batch with ``error`` (a PoolgateError the worker sends as
+    itself, e.g. ``Overloaded`` with its ``retry_after_s``); ``refused`` counts the refused batches."""
+
+    def __init__(self, error: PoolgateError, dim: int = 8, num_labels: int = 2):
+        super().__init__(dim, num_labels)
+        self.error = error
+        self.refused = 0
+
+    def execute(self, batch: list[Sequence], steps: list | None = None) -> list[RunOutput]:
+        self.refused += 1
+        raise self.error
+
+
 def fake_model(*, name: str = "fake-model", max_model_len: int = 32, dim: int = 8, matryoshka: bool = False,
                max_batch_tokens: int = 64, runner: FakeRunner | None = None,
                encoder: FakeEncoder | None = None, tasks: tuple[str, ...] = ("embed",),

@@ -8,8 +8,10 @@ cannot take) and ``to_response(data, outputs)`` (the request's ``data`` and one
 array per input → the response's ``data``, JSON-ready). The server runs the one
 that ``--io-processor-plugin NAME`` (or ``io_processor_plugin`` in the config
 file) names; a ``/pooling`` body with ``data`` and no ``input`` / ``messages``
-is a plugin request. Without a plugin, such a request and ``task: "plugin"``
-get vLLM's 400 ``No IOProcessor plugin installed.``. Plugins run in the
+is a plugin request. Without a plugin, such a request gets vLLM's 400
+``No IOProcessor plugin installed.``; an ``input`` body with ``task: "plugin"``
+gets vLLM's ``Unsupported task: 'plugin' …`` on a model without that task,
+before any plugin check (``vllm_pooling.pooling_task``). Plugins run in the
 gateway, which imports no torch (a plugin may import what it likes).
 ``examples/io_processor_plugin`` ships one: sentence similarity.
 """

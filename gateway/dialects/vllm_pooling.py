@@ -13,7 +13,9 @@ row-major.
 Unlike vLLM 0.33, any task the model serves is answered, not only its active
 one (vLLM answers the others with 400 "Try switching the model's pooling_task
 via --pooler-config.task x."): a poolgate worker serves all its tasks, mixed
-in one batch, so there is nothing to switch. ``pool_factor`` (poolgate's, for
+in one batch, so there is nothing to switch. A task the model does not serve,
+``plugin`` included, is vLLM's 400 "Unsupported task: 'x' Supported tasks: (…)"
+before any plugin check. ``pool_factor`` (poolgate's, for
 ``token_embed``) pools each input's token vectors into about ``1/pool_factor``
 as many (PyLate's hierarchical pooling, ``shared.token_pooling``): fewer vectors
 to index per document, at a cost in MaxSim agreement. ``input_type`` (poolgate's, as
@@ -53,6 +55,7 @@ from poolgate.shared.wire import ModelInfo
 # The tasks whose output /pooling returns as it is; the others need a vLLM IO-processor plugin.
 RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
 EMBEDDING_TASKS = ("embed", "token_embed")  # whose last axis is gen_ai.embeddings.dimension.count
+PLUGIN_BODY = "task 'plugin': send the plugin's request as \"data\", without \"input\""
 
 
 class PoolingRequest(EncodedBody):
@@ -80,29 +83,32 @@ class PoolingResponse(BaseModel):
     usage: Usage
 
 
-def pooling_task(info: ModelInfo, requested: str | None) -> str:
+def pooling_task(info: ModelInfo, requested: str | None, plugin: str | None = None) -> str:
     """The task to run: the requested one if the model serves it, else its active task (vLLM's 400s).
 
-    A worker lists its tasks active first (the pooler config's task, else vLLM's order)."""
+    A worker lists its tasks active first (the pooler config's task, else vLLM's order). As in vLLM, a task
+    the model does not serve is "Unsupported task" before any plugin check, ``plugin`` (the configured
+    ``--io-processor-plugin``, None = none) included."""
     task = requested or (info.tasks[0] if info.tasks else None)
-    if task == "plugin":  # vLLM's plugin task: a "data" body for the plugin (gateway.dialects.io_processor)
-        raise InvalidRequest(NO_PLUGIN, param="task")
     if task not in info.tasks:
         raise InvalidRequest(unsupported_task(info, task), param="task")  # vLLM: a ValueError, so 400
+    if task == "plugin":  # vLLM's plugin task: a "data" body for the plugin (gateway.dialects.io_processor)
+        raise InvalidRequest(NO_PLUGIN if plugin is None else PLUGIN_BODY, param="task")
     if task not in RAW_TASKS:
         raise InvalidRequest(f"Task {task!r} is only available through an IO processor plugin, "
                              "which poolgate does not load.", param="task")
     return task
 
 
-def to_request(req: PoolingRequest, info: ModelInfo) -> ServeRequest:
-    """The dialect-free request for ``req`` to the model described by ``info``."""
+def to_request(req: PoolingRequest, info: ModelInfo, plugin: str | None = None) -> ServeRequest:
+    """The dialect-free request for ``req`` to the model described by ``info`` (``plugin``: the configured
+    IO-processor plugin, for ``pooling_task``)."""
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
     inputs, special = req.call_inputs()
     if req.input_type is not None:
         inputs = prompted(inputs, role_prompt(info, req.input_type, None))
-    params = PoolingParams(task=pooling_task(info, req.task), use_activation=req.use_activation,
+    params = PoolingParams(task=pooling_task(info, req.task, plugin), use_activation=req.use_activation,
                            add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),
                            **req.truncation())
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
@@ -128,9 +134,7 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     if (record := request.get(RECORD)) is not None:
         record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
-    if req.task == "plugin" and request.app[CONFIG].io_processor_plugin is not None:
-        raise InvalidRequest("task 'plugin': send the plugin's request as \"data\", without \"input\"", param="task")
-    call = to_request(req, info)
+    call = to_request(req, info, request.app[CONFIG].io_processor_plugin)
     if req.pool_factor is not None and call.params.task != "token_embed":
         raise InvalidRequest(f"pool_factor pools token_embed vectors; the task is {call.params.task!r}",
                              param="pool_factor")

@@ -78,7 +78,7 @@ def settle(calls: list[Call], error: PoolgateError) -> None:
     """On the loop: fail each still-pending call with its own copy of ``error``."""
     for call in calls:
         if not call.future.done():
-            call.future.set_exception(type(error)(error.message, param=error.param))
+            call.future.set_exception(error.copy())
 
 
 def check_tokens(tokens: int, cap: int | None) -> None:

@@ -1,5 +1,6 @@
 """IO-processor plugins on /pooling: found by entry point, a custom request in and a custom response out;
-vLLM's "No IOProcessor plugin installed." without one. The plugin is the shipped example (sentence similarity),
+vLLM's "No IOProcessor plugin installed." without one, and its "Unsupported task: 'plugin'" first on a model without
+that task. The plugin is the shipped example (sentence similarity),
 installed for the test as pip would: a dist-info with its entry point on the path."""
 from __future__ import annotations
 
@@ -35,11 +36,19 @@ async def error_of(resp, status: int = 400) -> dict:
     return (await resp.json())["error"]
 
 
-async def test_without_a_plugin_both_forms_get_vllms_message(gateway):
+async def test_without_a_plugin_a_plugin_request_gets_vllms_message(gateway):
     client = await gateway()
     data = await error_of(await client.post("/pooling", json={"data": {"source": "a", "sentences": ["b"]}}))
-    task = await error_of(await client.post("/pooling", json={"input": "a b", "task": "plugin"}))
-    assert data["message"] == task["message"] == NO_PLUGIN
+    assert data["message"] == NO_PLUGIN
+
+
+@pytest.mark.parametrize("plugin", [None, "similarity"])
+async def test_task_plugin_on_a_model_without_it_is_unsupported_before_any_plugin_check(gateway, example_installed,
+                                                                                        plugin):
+    client = await gateway(config=GatewayConfig(io_processor_plugin=plugin))
+    err = await error_of(await client.post("/pooling", json={"input": "a b", "task": "plugin"}))
+    assert err["message"] == "Unsupported task: 'plugin' Supported tasks: ('embed',)"
+    assert err["type"] == "BadRequestError" and err["param"] == "task"
 
 
 async def test_the_example_plugin_answers_its_own_request(gateway, example_installed):

@@ -90,10 +90,11 @@ async def test_token_id_inputs(gateway):
     assert body["usage"]["prompt_tokens"] == 4
 
 
-async def test_a_task_the_model_does_not_serve_is_vllms_400(gateway):
+@pytest.mark.parametrize("task", ["classify", "token_classify", "plugin"])  # vLLM's embed suite: plugin too
+async def test_a_task_the_model_does_not_serve_is_vllms_400(gateway, task):
     client = await gateway(models=[fake_model(**EMBEDDER)])
-    err = await error_of(await post(client, {"input": "a", "task": "classify"}))
-    assert err["message"] == "Unsupported task: 'classify' Supported tasks: ('embed', 'token_embed')"
+    err = await error_of(await post(client, {"input": "a", "task": task}))
+    assert err["message"] == f"Unsupported task: {task!r} Supported tasks: ('embed', 'token_embed')"
     assert err["param"] == "task" and err["type"] == "BadRequestError"
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from poolgate.gateway.dialects import vllm_classify, vllm_pooling
 from poolgate.gateway.dialects.envelope import list_response
+from poolgate.gateway.dialects.io_processor import NO_PLUGIN
 from poolgate.gateway.serving import Served
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
@@ -27,6 +28,23 @@ def test_pooling_task_choice_and_its_400s():
     assert err.value.status == 400 and err.value.param == "task"
     with pytest.raises(InvalidRequest, match="only available through an IO processor plugin"):
         vllm_pooling.pooling_task(info("embed&token_classify", "embed"), None)
+
+
+@pytest.mark.parametrize("plugin", [None, "similarity"])
+def test_task_plugin_is_unsupported_before_any_plugin_check(plugin):
+    with pytest.raises(InvalidRequest) as err:
+        vllm_pooling.pooling_task(info("embed", "token_embed"), "plugin", plugin)
+    assert err.value.message == "Unsupported task: 'plugin' Supported tasks: ('embed', 'token_embed')"
+    assert err.value.param == "task"
+
+
+def test_a_model_that_serves_the_plugin_task_takes_its_inputs_from_a_plugin():
+    with pytest.raises(InvalidRequest) as err:
+        vllm_pooling.pooling_task(info("plugin"), None)  # its active task
+    assert err.value.message == NO_PLUGIN
+    with pytest.raises(InvalidRequest) as err:
+        vllm_pooling.pooling_task(info("embed", "plugin"), "plugin", "similarity")
+    assert err.value.message == vllm_pooling.PLUGIN_BODY
 
 
 def test_pooling_request_carries_the_params():

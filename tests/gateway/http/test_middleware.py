@@ -9,7 +9,7 @@ import pytest
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import Overloaded, Unavailable
-from tests.fakes import fake_model
+from tests.fakes import RefusingRunner, fake_model
 
 KEYED = GatewayConfig(api_key="sekrit")
 
@@ -108,6 +108,17 @@ async def test_retry_after_on_429_and_503(gateway, error, status):
     resp = await client.post("/v1/embeddings", json={"input": "x"})
     assert resp.status == status and resp.headers["Retry-After"] == "1"
     assert (await resp.json())["error"]["message"] == error.message
+
+
+async def test_a_workers_429_reaches_the_client_with_its_own_retry_after(gateway):
+    refusal = Overloaded("The worker's queue is full; retry in 7 s.", retry_after_s=7, reason="queue_full")
+    runner = RefusingRunner(refusal)
+    client = await gateway(models=[fake_model(runner=runner)])
+    resp = await client.post("/v1/embeddings", json={"input": "x"})
+    assert runner.refused == 1  # the worker refused it, over the real transport
+    assert resp.status == 429 and resp.headers["Retry-After"] == "7"
+    assert (await resp.json())["error"] == {"message": refusal.message, "type": "RateLimitError", "param": None,
+                                            "code": "overloaded"}
 
 
 async def test_admission_limit_is_429_over_http(gateway):

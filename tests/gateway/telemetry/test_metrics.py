@@ -15,7 +15,8 @@ from poolgate.gateway.http.state import ROUTER
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared import telemetry as names
 from poolgate.shared.config import GatewayConfig
-from tests.fakes import fake_model
+from poolgate.shared.errors import Overloaded
+from tests.fakes import RefusingRunner, fake_model
 from tests.gateway.conftest import served_router
 
 EMBED = "/v1/embeddings"
@@ -117,6 +118,13 @@ async def test_device_memory_where_the_backend_reports_it(scraped):
     client = await scraped(models=[model])
     got = await samples(client)
     assert value(got, names.DEVICE_MEMORY, model="fake-model", backend="cpu", worker="w0.sock", kind="reserved") == 4096
+
+
+async def test_a_workers_429_is_counted_under_its_own_reason(scraped):
+    client = await scraped(models=[fake_model(runner=RefusingRunner(Overloaded("full", reason="queue_full")))])
+    assert (await client.post(EMBED, json={"input": "x"})).status == 429
+    got = await samples(client)
+    assert value(got, f"{names.ADMISSION_REJECTIONS}_total", model="fake-model", reason="queue_full") == 1
 
 
 async def test_a_worker_that_does_not_answer_is_down(scraped):
