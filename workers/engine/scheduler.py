@@ -18,6 +18,8 @@ The queue is bounded: ``add_all`` refuses a call's sequences with ``Overloaded``
 (429; the gateway tries another worker, then the next pool) when they would take
 the queued tokens past ``max_queued_tokens``, unless the queue is empty (a lone
 call bigger than the bound still runs). A call is queued whole or not at all.
+The refusal's ``reason`` is ``queue_full`` and its ``retry_after_s`` the time the
+queue needs, at the measured rate, to make room for the call.
 
 ``next_batch(hold=...)`` lets the engine cut the next batch early, while the
 device still runs the last one, but only once a full budget is queued: while
@@ -25,6 +27,7 @@ device still runs the last one, but only once a full budget is queued: while
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Callable
@@ -58,6 +61,13 @@ class TokenBudgetScheduler:
         self._cond = threading.Condition()
         self.tokens_per_s: float | None = None  # the worker's measured rate (the engine sets it): the policy's budget
 
+    def _room_in_s(self, excess_tokens: int) -> float | None:
+        """When the queue will have drained ``excess_tokens`` at the measured rate, in whole seconds (1 to 60);
+        None before a batch was measured (the gateway then says 1 s)."""
+        if not self.tokens_per_s:
+            return None
+        return float(min(60, max(1, math.ceil(excess_tokens / self.tokens_per_s))))
+
     def add(self, item: Schedulable) -> None:
         """Queue one item and wake a waiting ``next_batch``."""
         self.add_all([item])
@@ -73,7 +83,8 @@ class TokenBudgetScheduler:
                 self._purge()
                 if self._tokens and self._tokens + tokens > bound:
                     raise Overloaded(f"The worker's queue is full ({self._tokens} tokens queued, the limit is "
-                                     f"{bound}); retry shortly.")
+                                     f"{bound}); retry shortly.", reason="queue_full",
+                                     retry_after_s=self._room_in_s(self._tokens + tokens - bound))
             for item in items:
                 self._policy.add(item)
             self._tokens += tokens

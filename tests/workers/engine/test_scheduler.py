@@ -208,3 +208,19 @@ def test_a_batch_cut_is_always_true_for_its_first_item_and_padded_costs_count_ti
     assert cut.fits(Item("b", 3))  # 2 x 3 = 6
     cut.take(Item("b", 3))
     assert not cut.fits(Item("c", 1))  # 3 x 3 = 9 > 6
+
+
+def test_a_full_queue_says_when_it_will_have_room_at_the_measured_rate():
+    s = TokenBudgetScheduler(10, max_queued_tokens=1000)
+    s.add_all([Item("a", 900)])
+    with pytest.raises(Overloaded) as before:
+        s.add_all([Item("b", 300)])
+    assert before.value.reason == "queue_full" and before.value.retry_after_s is None  # no rate measured yet
+    s.tokens_per_s = 40.0
+    with pytest.raises(Overloaded) as refused:
+        s.add_all([Item("b", 300)])  # 200 tokens over the bound: 5 s at 40 tokens/s
+    assert refused.value.retry_after_s == 5.0
+    s.tokens_per_s = 1.0
+    with pytest.raises(Overloaded) as slow:
+        s.add_all([Item("b", 300)])
+    assert slow.value.retry_after_s == 60.0  # capped, as a tenant's Retry-After is
