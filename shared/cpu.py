@@ -12,7 +12,9 @@ poolgate sorts x86 CPUs into classes, each a superset of the one before:
 
 ``POOLGATE_CPU_CLASS`` (one of those names) makes poolgate's own detection
 see a smaller CPU than the machine's: the flags of every class above it are
-hidden from ``cpu_flags()``. ``apply_cpu_class`` (called at each process's
+hidden from ``cpu_flags()``. An ``ONEDNN_MAX_CPU_ISA`` set on its own below the
+machine's class does the same (``seen_class``): oneDNN then lacks the bigger
+class's paths (its bf16 path below AVX512), so poolgate must not choose them. ``apply_cpu_class`` (called at each process's
 edge: the ``poolgate`` command, the worker, the test suite) also caps oneDNN
 and ATen to the same class through their own variables
 (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) unless those are set, so
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -120,15 +122,41 @@ def shown_flags(flags: set[str], override: str | None) -> set[str]:
     return set(flags) - hidden
 
 
-def override(environ: MutableMapping[str, str] | None = None) -> str | None:
+def override(environ: Mapping[str, str] | None = None) -> str | None:
     """The class ``POOLGATE_CPU_CLASS`` asks for, or None."""
     return (os.environ if environ is None else environ).get(CPU_CLASS_ENV) or None
 
 
+# ONEDNN_MAX_CPU_ISA -> the biggest class whose paths oneDNN then has (its own names, old and new).
+ONEDNN_CLASSES = {
+    "SSE41": "generic", "AVX": "generic", "AVX2": "avx2", "AVX2_VNNI": "avx2", "AVX2_VNNI_2": "avx2",
+    "AVX512_CORE": "avx512", "AVX512_CORE_VNNI": "avx512", "AVX512_CORE_BF16": "avx512_bf16",
+    "AVX512_CORE_FP16": "avx512_bf16", "AVX10_1_512": "avx512_bf16", "AVX512_CORE_AMX": "amx",
+    "AVX10_1_512_AMX": "amx", "AVX512_CORE_AMX_FP16": "amx", "AVX10_1_512_AMX_FP16": "amx",
+}
+
+
+def seen_class(flags: set[str] | frozenset[str], environ: Mapping[str, str]) -> str | None:
+    """The class this process runs as: ``POOLGATE_CPU_CLASS``, or smaller where ``ONEDNN_MAX_CPU_ISA`` caps
+    oneDNN below it on its own (its bf16 path then goes, so poolgate must not prepack for it); None: the
+    machine's own. ValueError for a ``POOLGATE_CPU_CLASS`` that is not a class or above the machine."""
+    name = override(environ)
+    if name is not None:
+        shown_flags(set(flags), name)  # checks it
+    capped = ONEDNN_CLASSES.get(environ.get("ONEDNN_MAX_CPU_ISA", "").upper())
+    names = [n for n in (name, capped) if n is not None]
+    if not names:
+        return None
+    smallest = min(names, key=CLASS_NAMES.index)
+    return smallest if CLASS_NAMES.index(smallest) < CLASS_NAMES.index(class_of(flags).name) else None
+
+
 @cache
 def cpu_flags() -> frozenset[str]:
-    """This process's view of the CPU's flags: the machine's, less what ``POOLGATE_CPU_CLASS`` hides."""
-    return frozenset(shown_flags(machine_flags(), override()))
+    """This process's view of the CPU's flags: the machine's, less what ``POOLGATE_CPU_CLASS`` (or a smaller
+    ``ONEDNN_MAX_CPU_ISA``) hides."""
+    flags = machine_flags()
+    return frozenset(shown_flags(flags, seen_class(flags, os.environ)))
 
 
 def cpu_class() -> CpuClass:

@@ -80,3 +80,18 @@ def test_each_dtype_has_one_path_per_cpu(flags, bf16, fp16):
             cpu.dtype_path("float16", flags)) == ("native", bf16, fp16)
     with pytest.raises(ValueError):
         cpu.dtype_path("int4", flags)
+
+
+def test_a_onednn_cap_set_alone_makes_poolgate_see_that_class_too():
+    """ONEDNN_MAX_CPU_ISA=AVX2 without POOLGATE_CPU_CLASS takes oneDNN's bf16 path away: poolgate sees avx2, so
+    it never prepacks bf16 weights for a oneDNN that would refuse them."""
+    assert cpu.seen_class(SPR, {"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "avx2"
+    assert cpu.seen_class(SPR, {"ONEDNN_MAX_CPU_ISA": "avx512_core_bf16"}) == "avx512_bf16"
+    assert cpu.seen_class(SPR, {"ONEDNN_MAX_CPU_ISA": "ALL"}) is None
+    assert cpu.seen_class(ZEN3, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}) is None  # a cap above the CPU: none
+    both = {cpu.CPU_CLASS_ENV: "avx512", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert cpu.seen_class(SPR, both) == "avx2"  # the smaller of the two
+    assert cpu.seen_class(SPR, {cpu.CPU_CLASS_ENV: "amx"}) is None and cpu.seen_class(SPR, {}) is None
+    with pytest.raises(ValueError):
+        cpu.seen_class(ZEN3, {cpu.CPU_CLASS_ENV: "avx512"})
+    assert set(cpu.ONEDNN_CLASSES.values()) <= set(cpu.CLASS_NAMES)
