@@ -72,7 +72,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="let the transformers fallback run the model's own Python code (config auto_map)")
     g.add_argument("--num-threads", type=positive_int, default=None,
                    help="CPU: run every batch whole on one team of this many torch threads (default: one "
-                        "single-threaded lane per physical core, each batch cut into a part per lane)")
+                        "single-threaded core thread per physical core, each batch cut into a part per core thread)")
     g.add_argument("--tokenizer-threads", type=positive_int, default=2, metavar="N",
                    help="threads that tokenize requests in each worker (the fast tokenizer's batch call releases "
                         "the GIL), so one huge input's tokenizing does not hold up a small request's")

@@ -53,9 +53,9 @@ class Backend(ABC):
         """How many token rows a batch of ``n_tokens`` runs as (``packing.padded_rows``); ``n_tokens``: exactly."""
         return n_tokens
 
-    def lanes(self) -> int:
-        """How many parts the runner cuts a batch into, run at once on single-threaded lanes
-        (``workers.engine.lanes``; CPUs); 1 = the whole batch on the device as one."""
+    def core_threads(self) -> int:
+        """How many parts the runner cuts a batch into, run at once on single-threaded core threads
+        (``workers.engine.core_threads``; CPUs); 1 = the whole batch on the device as one."""
         return 1
 
     def ops(self, dtype: torch.dtype) -> Ops:

@@ -57,15 +57,15 @@ class CpuBackend(Backend):
         return torch.bfloat16 if cpu_flags() & BF16_FLAGS else torch.float32
 
     def __init__(self) -> None:
-        self._lanes = 1
+        self._core_threads = 1
 
     def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
         """Pin first (so the default is the physical cores of this worker's share). By default each core is a
-        lane (``workers.engine.lanes``: a batch's parts at once, one torch thread each); ``num_threads``
+        core thread (``workers.engine.core_threads``: a batch's parts at once, one torch thread each); ``num_threads``
         instead runs every batch whole on one team of that many threads."""
         super().setup(num_threads, cpu_affinity)
         cores = len(physical_cores(available_cpus()))
-        self._lanes = 1 if num_threads else cores
+        self._core_threads = 1 if num_threads else cores
         torch.set_num_threads(num_threads or 1)
 
     def token_bucket(self, n_tokens: int) -> int:
@@ -75,8 +75,8 @@ class CpuBackend(Backend):
         step = max(16, 1 << max(0, n_tokens.bit_length() - 5))
         return -(-n_tokens // step) * step
 
-    def lanes(self) -> int:
-        return self._lanes
+    def core_threads(self) -> int:
+        return self._core_threads
 
     def device_name(self) -> str:
         return cpu_model()

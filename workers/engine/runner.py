@@ -9,8 +9,8 @@ sequences with equal params (and so one task) through its task's pooler
 (``workers.pooling.dispatch``: pooled in the model's dtype, cast to fp32 after),
 and one copy of the results back to the host; for detailed traces it also
 reports how long the forward and the pooling took. Where the backend runs
-several CPU lanes (``workers.engine.lanes``), a batch of several sequences is
-prepared as parts, one per lane, executed at once, and their outputs joined in
+several CPU core threads (``workers.engine.core_threads``), a batch of several sequences is
+prepared as parts, one per core thread, executed at once, and their outputs joined in
 order. A packed model runs each batch (or part) as the backend's token bucket
 (``Backend.token_bucket``; the CPU's rounds up so oneDNN reuses its GEMM
 primitives): ``packing.padded_rows`` adds rows in no sequence, and their hidden
@@ -28,7 +28,7 @@ from torch import nn
 
 from poolgate.shared.rows import Rows
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.engine.lanes import Lanes, cut
+from poolgate.workers.engine.core_threads import CoreThreads, cut
 from poolgate.workers.engine.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
@@ -48,12 +48,12 @@ class PreparedBatch:
 
 @dataclass
 class LanedBatch:
-    """A batch prepared as parts for the lanes: (index of the part's first sequence in the batch, the part)."""
+    """A batch prepared as parts for the core threads: (index of the part's first sequence in the batch, the part)."""
 
     parts: list[tuple[int, PreparedBatch]]
 
 
-MAX_PART_SHARE = 0.7  # with lanes, a batch runs whole when its biggest part would hold more of its tokens
+MAX_PART_SHARE = 0.7  # with core threads, a batch runs whole when its biggest part would hold more of its tokens
 
 
 class PoolingRunner:
@@ -65,18 +65,18 @@ class PoolingRunner:
         # the SDPA group plan is host work: made here in prepare when the backend's attention or the model
         # (a relative bias, soft-capping: PackedModel.needs_groups) reads it
         self.group_attention = grouped or backend.uses_groups(dtype)
-        self.lanes = Lanes(backend.lanes()) if backend.lanes() > 1 else None
+        self.core_threads = CoreThreads(backend.core_threads()) if backend.core_threads() > 1 else None
         self.adapters = getattr(model, "task_adapters", None)  # per-request task LoRAs (models.task_adapters)
         # a packed model runs its batches as the backend's token buckets (transformers' own forward: exact)
         self.bucketed = bool(getattr(model, "packed_rows", True))
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch | LanedBatch:
-        """One batch, or with lanes a part per lane; a batch that cannot be cut into parts of about equal
-        tokens (one sequence, one long one among short ones) runs whole, on a team of every lane's core."""
-        if self.lanes is None or len(seqs) < 2:
+        """One batch, or with core threads a part per core thread; a batch that cannot be cut into parts of about equal
+        tokens (one sequence, one long one among short ones) runs whole, on a team of every core thread's core."""
+        if self.core_threads is None or len(seqs) < 2:
             return self._prepare_part(seqs)
         tokens = [s.num_tokens for s in seqs]
-        parts = cut(tokens, self.lanes.n)
+        parts = cut(tokens, self.core_threads.n)
         if len(parts) < 2 or max(sum(tokens[a:b]) for a, b in parts) > MAX_PART_SHARE * sum(tokens):
             return self._prepare_part(seqs)
         return LanedBatch([(a, self._prepare_part(seqs[a:b])) for a, b in parts])
@@ -99,11 +99,11 @@ class PoolingRunner:
 
     def execute(self, batch: PreparedBatch | LanedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
         if isinstance(batch, PreparedBatch):
-            if self.lanes is not None:  # a whole batch on a CPU with lanes: one team over their cores
-                torch.set_num_threads(self.lanes.n)
+            if self.core_threads is not None:  # a whole batch on a CPU with core threads: one team over their cores
+                torch.set_num_threads(self.core_threads.n)
             return self._execute_part(batch, steps)
         timings: list[list[Step] | None] = [[] if steps is not None else None for _ in batch.parts]
-        done = self.lanes.map(lambda i: self._execute_part(batch.parts[i][1], timings[i]), range(len(batch.parts)))
+        done = self.core_threads.map(lambda i: self._execute_part(batch.parts[i][1], timings[i]), range(len(batch.parts)))
         if steps is not None:  # the parts ran at once: forward from the first start to the last forward's end
             forward = [t[0] for t in timings]
             pool_end = max(t[1][2] for t in timings)
@@ -134,7 +134,7 @@ class PoolingRunner:
 
 
 def _joined(batch: LanedBatch, done: list[list[RunOutput]]) -> list[RunOutput]:
-    """The parts' outputs in batch order, a run cut between two parts made one again (as unlaned)."""
+    """The parts' outputs in batch order, a run cut between two parts made one again (as if run whole)."""
     joined: list[tuple[RunOutput, object]] = []
     for (a, part), outs in zip(batch.parts, done):
         for plan, o in zip(part.runs, outs):

@@ -16,7 +16,7 @@ one merged at load without an override). The runner's ``prepare`` calls ``plan``
 in the batch, the row index tensor of its sequences' tokens (None: the whole batch), uploaded
 with the batch. ``execute`` runs the forward inside ``active(plan)``; each wrapped linear adds
 ``(x[rows] @ A_t.T) @ (s·B_t).T`` to those rows (segment LoRA), each wrapped embedding
-``A_t[ids[rows]] @ (s·B_t)``. The plan is thread-local, since the CPU lanes run parts of a
+``A_t[ids[rows]] @ (s·B_t)``. The plan is thread-local, since the CPU core threads run parts of a
 batch at once on one model; a wrapped module run without a plan raises rather than answering
 with the bare base weights.
 """

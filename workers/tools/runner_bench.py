@@ -8,7 +8,7 @@ timed over all of them, then ``prepare`` + ``execute`` together, one batch
 after the other (what one engine thread pair does without overlap). A JSON-able
 report: tokens/s of each, the backend, dtype, attention and device; the linear
 layers' GFLOP/s over ``execute`` against the GEMM peak measured on the same
-lanes, and attention's share of a one-thread forward (``runner_shares``).
+core threads, and attention's share of a one-thread forward (``runner_shares``).
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def run_runner_bench(cfg: RunnerBench) -> dict:
     both_s = time.perf_counter() - start
     sync = runner.backend.synchronize
     flops = linear_flops(runner.model)
-    peak = gemm_peak(runner.backend.device(), runner.dtype, runner.lanes.n if runner.lanes else 1, sync)
+    peak = gemm_peak(runner.backend.device(), runner.dtype, runner.core_threads.n if runner.core_threads else 1, sync)
     linear_gflops = tokens * flops / execute_s / 1e9
     inputs = []
     for b in work[:ATTENTION_BATCHES]:

@@ -1,7 +1,7 @@
 """What ``poolgate bench-runner`` reports beside tokens/s: the GEMM peak it reaches and attention's share.
 
 ``gemm_peak`` times square-ish bf16 (and int8) matmuls as the runner runs them:
-on each CPU lane at once (one thread each, ``workers.engine.lanes``), or on the
+on each CPU core thread at once (one thread each, ``workers.engine.core_threads``), or on the
 device; its GFLOP/s is what this machine's GEMM library gives, the ceiling
 for a runner whose time is its linears. ``linear_flops`` counts a model's
 linear-layer FLOPs per token (2 x in x out for every ``Linear`` and
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from poolgate.workers.engine.lanes import Lanes
+from poolgate.workers.engine.core_threads import CoreThreads
 
 GEMM = (4096, 1024, 1024)  # rows x in x out: a packed batch through a hidden-1024 layer
 
@@ -34,9 +34,9 @@ def _rate(fn: Callable[[], object], flops: float, sync: Callable[[], None], seco
     return flops * n / (time.perf_counter() - start)
 
 
-def gemm_peak(device: torch.device, dtype: torch.dtype, lanes: int, sync: Callable[[], None]) -> dict:
+def gemm_peak(device: torch.device, dtype: torch.dtype, core_threads: int, sync: Callable[[], None]) -> dict:
     """GFLOP/s of a linear in ``dtype`` (and of int8 ``torch._int_mm`` where this torch has it), summed over
-    the lanes."""
+    the core threads."""
     m, k, n = GEMM
     out = {"shape": list(GEMM), "dtype": str(dtype).removeprefix("torch.")}
     for name, make in (("float", lambda: (torch.randn(m, k, device=device).to(dtype),
@@ -50,7 +50,7 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, lanes: int, sync: Callab
                 return _rate(op, 2.0 * m * k * n, sync)
 
         try:
-            rates = Lanes(lanes).map(one, range(lanes)) if lanes > 1 else [one(0)]
+            rates = CoreThreads(core_threads).map(one, range(core_threads)) if core_threads > 1 else [one(0)]
         except (RuntimeError, NotImplementedError) as exc:  # no int8 matmul in this build / on this device
             out[f"{name}_gflops"] = None
             out[f"{name}_error"] = str(exc).splitlines()[0][:200]

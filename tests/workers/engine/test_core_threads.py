@@ -1,4 +1,4 @@
-"""CPU lanes: a batch cut into parts by tokens, run at once, joined in order; the CPU backend's default."""
+"""CPU core threads: a batch cut into parts by tokens, run at once, joined in order; the CPU backend's default."""
 import json
 import os
 import subprocess
@@ -11,7 +11,7 @@ import torch
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.models import bundled_model_path
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.engine.lanes import Lanes, cut
+from poolgate.workers.engine.core_threads import CoreThreads, cut
 from poolgate.workers.engine.sequence import Sequence
 
 
@@ -27,14 +27,14 @@ def test_cut_keeps_order_and_balances_tokens(lengths, parts, want):
     assert cut(lengths, parts) == want
 
 
-def test_lanes_return_results_in_order_and_raise_the_first_error():
-    lanes = Lanes(2)
-    assert lanes.map(lambda x: x * x, [3, 1, 2]) == [9, 1, 4]
+def test_core_threads_return_results_in_order_and_raise_the_first_error():
+    threads = CoreThreads(2)
+    assert threads.map(lambda x: x * x, [3, 1, 2]) == [9, 1, 4]
     with pytest.raises(ValueError, match="bad"):
-        lanes.map(lambda x: (_ for _ in ()).throw(ValueError("bad")) if x == 1 else x, [0, 1, 2])
+        threads.map(lambda x: (_ for _ in ()).throw(ValueError("bad")) if x == 1 else x, [0, 1, 2])
 
 
-def test_a_laned_batch_gives_what_the_whole_batch_gives():
+def test_a_batch_cut_for_core_threads_gives_what_the_whole_batch_gives():
     from poolgate.workers.load.build import load_model
 
     model = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", backend="cpu",
@@ -43,13 +43,13 @@ def test_a_laned_batch_gives_what_the_whole_batch_gives():
     ids = model.encoder.encode(["a", "Hello world!", "The quick brown fox " * 9, "two words", "x y z", "more"])
     seqs = [Sequence(s, PoolingParams(task="embed" if i != 2 else "token_embed")) for i, s in enumerate(ids)]
     whole = runner.run(seqs)
-    runner.lanes = Lanes(2)
+    runner.core_threads = CoreThreads(2)
     steps = []
-    laned = runner.execute(runner.prepare(seqs), steps)
-    assert [(o.start, o.stop) for o in laned] == [(0, 2), (2, 3), (3, 6)]  # as unlaned: a cut run is one again
-    np.testing.assert_allclose(np.concatenate([o.rows.values for o in laned if o.rows.offsets is None]),
+    cut_up = runner.execute(runner.prepare(seqs), steps)
+    assert [(o.start, o.stop) for o in cut_up] == [(0, 2), (2, 3), (3, 6)]  # as uncut_up: a cut run is one again
+    np.testing.assert_allclose(np.concatenate([o.rows.values for o in cut_up if o.rows.offsets is None]),
                                np.concatenate([o.rows.values for o in whole if o.rows.offsets is None]), atol=1e-5)
-    tokens = [o for o in laned if o.rows.offsets is not None][0].rows
+    tokens = [o for o in cut_up if o.rows.offsets is not None][0].rows
     assert list(tokens.offsets) == [0, len(ids[2])]
     assert [name for name, _, _ in steps] == ["forward", "pool"] and steps[0][1] <= steps[0][2] <= steps[1][2]
     lopsided = [Sequence(s, PoolingParams()) for s in model.encoder.encode(["a", "a b c d e f g h i j k l m n o p"])]
@@ -63,10 +63,10 @@ def test_a_laned_batch_gives_what_the_whole_batch_gives():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_the_cpu_backend_runs_a_lane_per_core_unless_told_a_thread_count():
+def test_the_cpu_backend_runs_a_core_thread_per_core_unless_told_a_thread_count():
     code = ("import json, torch; from poolgate.workers.backends.cpu import CpuBackend; b = CpuBackend(); "
-            "b.setup(None, (0, 1)); lanes = (b.lanes(), torch.get_num_threads()); b.setup(2, (0, 1)); "
-            "print(json.dumps([lanes, [b.lanes(), torch.get_num_threads()]]))")
+            "b.setup(None, (0, 1)); one_each = (b.core_threads(), torch.get_num_threads()); b.setup(2, (0, 1)); "
+            "print(json.dumps([one_each, [b.core_threads(), torch.get_num_threads()]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     cores = json.loads(out.stdout)[0][0]
     assert json.loads(out.stdout) == [[cores, 1], [1, 2]] and cores >= 1

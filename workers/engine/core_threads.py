@@ -1,13 +1,13 @@
-"""CPU lanes: one batch cut into parts at sequence boundaries, the parts run at once, one thread each.
+"""CPU core threads: one batch cut into parts at sequence boundaries, the parts run at once, one thread each.
 
 On a CPU, one OpenMP team over every core stalls at each op's barrier whenever
 any other thread (the gateway, the tokenizer, the prepare thread, a neighbour)
-takes one of its cores; a part per core, each on a single-threaded lane, has
+takes one of its cores; a part per core, each on a single-threaded core thread, has
 no barrier to wait at. ``cut`` splits a batch into parts of about equal
-tokens (never a sequence in two), ``Lanes`` runs a function over them on its
+tokens (never a sequence in two), ``CoreThreads`` runs a function over them on its
 threads (each set to one torch thread) and gives the results in order.
 Measured in-process on this project's shared 2-core machine (the bundled
-MiniLM in bf16, 8,192-token batches, other work on the machine): two lanes ran
+MiniLM in bf16, 8,192-token batches, other work on the machine): two core threads ran
 3-7x the tokens/s of one process-wide team of two threads.
 """
 from __future__ import annotations
@@ -39,8 +39,8 @@ def cut(lengths: Sequence[int], parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-class Lanes:
-    """``n`` single-threaded lanes: threads started for each call (a few microseconds against a batch's
+class CoreThreads:
+    """``n`` single-threaded core threads: threads started for each call (a few microseconds against a batch's
     milliseconds), so a runner holds no thread between batches and nothing outlives it."""
 
     def __init__(self, n: int):
@@ -51,14 +51,14 @@ class Lanes:
         results: list = [None] * len(items)
         errors: list[BaseException | None] = [None] * len(items)
 
-        def lane(i: int) -> None:
+        def run_one(i: int) -> None:
             torch.set_num_threads(1)
             try:
                 results[i] = fn(items[i])
             except BaseException as exc:  # handed to the caller below, in order
                 errors[i] = exc
 
-        threads = [threading.Thread(target=lane, args=(i,), name=f"poolgate-lane-{i}") for i in range(len(items))]
+        threads = [threading.Thread(target=run_one, args=(i,), name=f"poolgate-core-{i}") for i in range(len(items))]
         for t in threads:
             t.start()
         for t in threads:
