@@ -23,7 +23,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import architecture_for, build_model
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.st_config import read_spec
 from tests.fakes import save_random

@@ -11,7 +11,7 @@ import torch
 
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.ops import Ops
-from poolgate.workers.engine.packing import PackedBatch, to_device
+from poolgate.workers.batch.packing import PackedBatch, to_device
 
 log = logging.getLogger("poolgate.worker")
 

@@ -13,7 +13,7 @@ import torch
 
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
-from poolgate.workers.engine.packing import PackedBatch, map_tensors, tensors
+from poolgate.workers.batch.packing import PackedBatch, map_tensors, tensors
 
 HALF = (torch.float16, torch.bfloat16)
 

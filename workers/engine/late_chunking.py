@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -22,9 +23,18 @@ from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.windows import Windows
-from poolgate.workers.engine.runner_api import TextEncoder
 
 Span = tuple[int, int]
+
+
+class SpanEncoder(Protocol):
+    """What ``plan`` needs of the model's encoder (``runner_api.TextEncoder`` has it; named here so this module,
+    which ``runner_api`` names, imports nothing of the engine's back)."""
+
+    def token_spans(self, text: str) -> tuple[str, list[Span]]: ...
+
+    def encode(self, texts: list[str], max_tokens: int | None = None, *,
+               add_special_tokens: bool = True) -> list[list[int]]: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +61,7 @@ class LatePlan:
         return Rows(np.asarray(vectors, dtype=np.float32)), Windows(counts, tuple(s for d in self.spans for s in d))
 
 
-def plan(encoder: TextEncoder, docs: list[LateChunkText], ids: list[list[int]], params: PoolingParams) -> LatePlan:
+def plan(encoder: SpanEncoder, docs: list[LateChunkText], ids: list[list[int]], params: PoolingParams) -> LatePlan:
     """The chunks of each document, given its sequence's ``ids`` (tokenized with special tokens)."""
     ranges, spans = [], []
     for doc, seq in zip(docs, ids):

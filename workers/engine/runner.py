@@ -29,7 +29,7 @@ from torch import nn
 from poolgate.shared.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.engine.core_threads import CoreThreads, cut
-from poolgate.workers.engine.packing import PackedBatch, pack, padded_rows
+from poolgate.workers.batch.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
 from poolgate.workers.engine.sequence import Sequence, param_runs

@@ -28,7 +28,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from poolgate.workers.engine.packing import AttnGroup, PackedBatch
+from poolgate.workers.batch.packing import AttnGroup, PackedBatch
 
 
 class RelativeBias(Protocol):

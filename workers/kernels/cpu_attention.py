@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 from poolgate.shared.cpu import cpu_flags, cpu_vendor
 from poolgate.workers.kernels import cbuild
 from poolgate.workers.kernels.attention import RelativeBias, grouped_sdpa

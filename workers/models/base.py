@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from poolgate.workers.kernels.ops import Ops
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.load.checkpoint import InMemory, Tensors, few, find_name
 from poolgate.workers.load.weights import CheckpointError
 

@@ -22,7 +22,7 @@ from poolgate.workers.kernels.attention import RelativeBias
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.positions import LearnedPositions, learned_offset
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 BASE_PREFIXES = ("bert.", "roberta.", "xlm-roberta.", "camembert.", "model.")
 HEAD_PREFIXES = ("cls.", "lm_head.", "classifier.", "pooler.", "colbert_linear.", "sparse_linear.")

@@ -28,7 +28,7 @@ from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import load_mapped
 from poolgate.workers.models.decoder_config import DecoderConfig
 from poolgate.workers.models.positions import Rope
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 HEAD_PREFIXES = ("score.", "lm_head.")  # classifier and LM head: the poolers read them
 

@@ -19,7 +19,7 @@ from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 HEAD_PREFIXES = ("pre_classifier.", "classifier.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.",
                  "qa_outputs.")

@@ -34,7 +34,7 @@ from poolgate.workers.kernels.activations import ACTIVATIONS as BASE_ACTIVATIONS
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 ACTIVATIONS = {**BASE_ACTIVATIONS, "swiglu": F.silu}  # NomicBERT's name for a SiLU-gated MLP
 PREFIXES = ("new.", "gte.")

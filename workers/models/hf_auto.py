@@ -13,7 +13,7 @@ import logging
 import torch
 from torch import nn
 
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.load.checkpoint import InMemory, Tensors, few
 from poolgate.workers.load.st_config import ModelSpec
 from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source

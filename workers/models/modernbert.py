@@ -27,7 +27,7 @@ from poolgate.workers.kernels.activations import ACTIVATIONS
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import Family, load_mapped
 from poolgate.workers.models.positions import Rope, RopeConfig
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 LEGACY_THETA = {GLOBAL: ("global_rope_theta", 160_000.0), LOCAL: ("local_rope_theta", 10_000.0)}

@@ -20,7 +20,7 @@ from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models.base import EMBEDDING_NAMES, Family, layer_names, load_mapped
 from poolgate.workers.models.bert import BertConfig, BertLayer
 from poolgate.workers.models.positions import LearnedPositions, RelativeBuckets
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 HEAD_PREFIXES = ("classifier.", "lm_head.", "pooler.", "qa_outputs.")
 

@@ -27,7 +27,7 @@ from torch import nn
 
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
 from poolgate.workers.pooling.rows import RowSelector, all_rows
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 
 PoolingMethod = Callable[[torch.Tensor, PackedBatch], torch.Tensor]
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.workers.engine.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.load.checkpoint import find_name
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import RawHead

@@ -8,7 +8,7 @@ from poolgate.shared.models import bundled_model_path
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.backends.cpu import CpuBackend
-from poolgate.workers.engine.packing import pack, padded_rows
+from poolgate.workers.batch.packing import pack, padded_rows
 from poolgate.workers.engine.sequence import Sequence
 
 

@@ -9,7 +9,7 @@ import torch
 
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention, varlen_flash
 from poolgate.workers.models.positions import RelativeBuckets
-from poolgate.workers.engine.packing import map_tensors, pack, to_device
+from poolgate.workers.batch.packing import map_tensors, pack, to_device
 
 LENGTHS = [5, 1, 17, 3, 40, 9, 2, 30, 33, 1, 12]
 

@@ -11,7 +11,7 @@ import ctypes
 import pytest
 import torch
 
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.kernels import cpu_attention
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention
 from poolgate.workers.models.positions import RelativeBuckets

@@ -9,7 +9,7 @@ from poolgate.workers.kernels.activations import ACTIVATIONS
 from poolgate.workers.kernels.linear import Linear, PackedLinear, packed_linear_available, prepack_linears
 from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import build_model
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.load.st_config import read_spec
 
 onednn = pytest.mark.skipif(not packed_linear_available(),

@@ -6,7 +6,7 @@ from poolgate.shared.config import WorkerConfig
 from tests.fakes import make_tiny_checkpoint
 from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import build_model
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.load.st_config import read_spec
 from poolgate.workers.load.weights import CheckpointError
 

@@ -19,7 +19,7 @@ from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models import build_model
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.load.st_config import read_spec
 from tests.fakes import make_tiny_tokenizer
 from tests.workers.pooled import pool_ids

@@ -5,7 +5,7 @@ import torch
 from poolgate.workers.models.positions import (
     LearnedPositions, RelativeBuckets, Rope, RopeConfig, learned_offset, relative_bucket)
 from poolgate.workers.kernels.rope import apply_rope
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 
 LENGTHS = [5, 1, 40, 3]
 

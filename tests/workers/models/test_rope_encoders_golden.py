@@ -10,7 +10,7 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import reference_attention
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.load.weights import CheckpointError
 from tests.workers.pooled import pool_ids
 from tests.workers.rope_encoders import (CONFIGS, SEQS, cls_rows, mean_rows, packed_hidden, packed_model,

@@ -91,7 +91,7 @@ def test_bf16_prepacked_linears_keep_their_lora(tmp_path):
 
 
 def test_a_wrapped_model_run_without_a_plan_refuses(tmp_path):
-    from poolgate.workers.engine.packing import pack
+    from poolgate.workers.batch.packing import pack
 
     v3._checkpoint(tmp_path)
     model = v3._load(tmp_path, **PER_REQUEST).runner.model

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from poolgate.workers.kernels.attention import grouped_sdpa
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.pooling.methods import POOLING_TYPES
 
 LENGTHS = [5, 1, 17, 3, 17, 9, 2, 30]

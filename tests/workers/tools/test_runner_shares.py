@@ -3,7 +3,7 @@ import torch
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.models import bundled_model_path
-from poolgate.workers.engine.packing import pack
+from poolgate.workers.batch.packing import pack
 from poolgate.workers.tools.runner_shares import attention_share, gemm_peak, linear_flops
 
 
