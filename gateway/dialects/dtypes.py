@@ -80,4 +80,3 @@ EMBED_DTYPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "fp8_e4m3": lambda a: to_fp8(a, "fp8_e4m3"),
     "fp8_e5m2": lambda a: to_fp8(a, "fp8_e5m2"),
 }
-EMBED_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}

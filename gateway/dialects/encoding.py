@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import orjson
 
-from poolgate.gateway.dialects.dtypes import EMBED_DTYPE_BYTES, EMBED_DTYPES
+from poolgate.gateway.dialects.dtypes import EMBED_DTYPES
 
 FLOAT32_LE = np.dtype("<f4")
 EncodingFormat = Literal["float", "base64", "bytes", "bytes_only"]
@@ -48,18 +48,18 @@ def to_float_list(array: np.ndarray):
     return as_float32(array)
 
 
-ENCODERS: dict[str, Callable[[np.ndarray], object]] = {
-    "float": to_float_list,
-    "base64": to_base64,
+# encoding_format -> (embed_dtype, endianness) -> the per-item encoder of a JSON response (``float`` ignores
+# embed_dtype and endianness, as vLLM does).
+ENCODERS: dict[str, Callable[[str, str], Callable[[np.ndarray], object]]] = {
+    "float": lambda embed_dtype, endianness: to_float_list,
+    "base64": lambda embed_dtype, endianness: lambda a: to_base64(a, embed_dtype, endianness),
 }
 
 
 def json_encoder(encoding_format: str, embed_dtype: str = "float32",
                  endianness: str = "native") -> Callable[[np.ndarray], object]:
-    """The per-item encoder of a JSON response (``float`` ignores embed_dtype and endianness, as vLLM does)."""
-    if encoding_format == "base64":
-        return lambda a: to_base64(a, embed_dtype, endianness)
-    return ENCODERS[encoding_format]
+    """The per-item encoder of a JSON response in ``encoding_format``."""
+    return ENCODERS[encoding_format](embed_dtype, endianness)
 
 
 def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> tuple[bytes, list[dict]]:
@@ -72,11 +72,6 @@ def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> 
                       "start": start, "end": start + len(raw), "shape": list(np.shape(array))})
         start += len(raw)
     return b"".join(chunks), items
-
-
-def item_nbytes(shape: tuple[int, ...], embed_dtype: str) -> int:
-    """Bytes of one item (what a ``bytes_only`` client steps by)."""
-    return int(np.prod(shape, dtype=np.int64)) * EMBED_DTYPE_BYTES[embed_dtype]
 
 
 def dumps(body: dict) -> bytes:
