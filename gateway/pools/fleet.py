@@ -30,7 +30,7 @@ from poolgate.gateway.pools.admission import AdmissionLimits
 from poolgate.gateway.pools.discovery import DEFAULT_INTERVAL_S, Discovery, Resolver, is_dns_url, resolve_host
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.gateway.pools.supervisor import Supervisor
+from poolgate.gateway.pools.supervisor import Supervisor, start_all
 from poolgate.shared.backends import worker_env
 from poolgate.shared.config import GatewayConfig, PoolConfig
 from poolgate.shared.errors import Conflict, Unavailable
@@ -155,12 +155,7 @@ class Fleet:
         for i, cfg in enumerate(pc.workers):
             run.supervisors.append(Supervisor(cfg, self._address(), i, ready_timeout=self.config.startup_timeout_s,
                                               env=worker_env, runner_factory=self.runner_factory))
-        results = await asyncio.gather(*(s.start() for s in run.supervisors), return_exceptions=True)
-        for sup, result in zip(run.supervisors, results):
-            if isinstance(result, Exception):  # ``run`` retries it in the background, as start_all does
-                sup.failures = 1
-                log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
-        errors = [r for r in results if isinstance(r, BaseException)]
+        errors = await start_all(run.supervisors)  # those that failed keep retrying in the background (``_watch``)
         up = [s.worker.client for s in run.supervisors if s.worker is not None]
         if errors and not up and not pc.remotes:
             if len(errors) == 1:

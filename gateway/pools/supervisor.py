@@ -167,13 +167,16 @@ class Supervisor:
             await self.worker.stop()
 
 
-async def start_all(supervisors: Sequence[Supervisor]) -> None:
-    """Start every worker at once; a failure is logged (``run`` retries it in the background)."""
+async def start_all(supervisors: Sequence[Supervisor]) -> list[Exception]:
+    """Start every worker at once; each failure is recorded on its supervisor and logged (``run`` retries it in
+    the background). Returns the failures, in order."""
     results = await asyncio.gather(*(s.start() for s in supervisors), return_exceptions=True)
-    for sup, result in zip(supervisors, results):
+    errors = []
+    for sup, result in zip(supervisors, results, strict=True):
         if isinstance(result, BaseException):
             if not isinstance(result, Exception):
                 raise result
             sup.failures, sup.error = 1, str(result)
             log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
-
+            errors.append(result)
+    return errors
