@@ -158,8 +158,3 @@ class GatewayConfig:
     def workers(self) -> tuple[WorkerConfig, ...]:
         """Every local worker of every pool."""
         return tuple(w for pool in self.pools for w in pool.workers)
-
-    @property
-    def worker_urls(self) -> tuple[str, ...]:
-        """Every remote worker URL of every pool."""
-        return tuple(url for pool in self.pools for url in pool.remotes)
