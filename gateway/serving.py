@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 

@@ -82,11 +82,12 @@ class WorkerConfig:
         return asdict(self)
 
     @classmethod
-    def from_wire(cls, body: dict) -> "WorkerConfig":
+    def from_wire(cls, body: dict) -> WorkerConfig:
         body = dict(body)
         body["pooler"] = PoolerConfig.from_dict(body.get("pooler") or {})
         if body.get("tracing") is not None:
-            body["tracing"] = TracingConfig(**{**body["tracing"], "headers": tuple(map(tuple, body["tracing"]["headers"]))})
+            tracing = body["tracing"]
+            body["tracing"] = TracingConfig(**{**tracing, "headers": tuple(map(tuple, tracing["headers"]))})
         body["security"] = TransportSecurity(**(body.get("security") or {}))
         if body.get("cpu_affinity") is not None:
             body["cpu_affinity"] = tuple(body["cpu_affinity"])

@@ -34,7 +34,7 @@ class PoolgateError(Exception):
         """This error's wire fields and their values."""
         return {name: getattr(self, name) for name in self.wire_fields()}
 
-    def copy(self) -> "PoolgateError":
+    def copy(self) -> PoolgateError:
         """A new error of this class with the same message and fields (one per failed call)."""
         return type(self)(self.message, **self.fields())
 

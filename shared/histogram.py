@@ -35,7 +35,7 @@ class Histogram:
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus's ``(le, cumulative count)`` pairs, +Inf last."""
         out, running = [], 0
-        for bound, n in zip((*self.bounds, math.inf), self.counts):
+        for bound, n in zip((*self.bounds, math.inf), self.counts, strict=True):
             running += n
             out.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
         return out
@@ -44,5 +44,5 @@ class Histogram:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.total}
 
     @classmethod
-    def from_wire(cls, body: dict) -> "Histogram":
+    def from_wire(cls, body: dict) -> Histogram:
         return cls(tuple(body["bounds"]), list(body["counts"]), float(body["sum"]))

@@ -108,7 +108,7 @@ class PoolerConfig:
         return value.upper() if value else None
 
     @classmethod
-    def from_json(cls, text: str) -> "PoolerConfig":
+    def from_json(cls, text: str) -> PoolerConfig:
         try:
             body = json.loads(text)
         except ValueError as exc:
@@ -116,7 +116,7 @@ class PoolerConfig:
         return cls.from_dict(body)
 
     @classmethod
-    def from_dict(cls, body: dict) -> "PoolerConfig":
+    def from_dict(cls, body: dict) -> PoolerConfig:
         if not isinstance(body, dict):
             raise ValueError("--pooler-config must be a JSON object")
         if "normalize" in body:

@@ -161,10 +161,11 @@ def plan_scores(info: ModelInfo, queries: list[Input], documents: list[Input], c
             raise InvalidRequest(CROSS_ENCODER_TEXTS)
         if windows is not None:
             inputs: list[Input] = [WindowedText(d, windows.max_chunks, windows.overlap, queries[q], instruction,
-                                                caps.query, caps.document) for q, d in zip(pair_query, documents)]
+                                                caps.query, caps.document)
+                                   for q, d in zip(pair_query, documents, strict=True)]
         else:
             inputs = [TextPair(queries[q], d, caps.query, caps.document, instruction)
-                      for q, d in zip(pair_query, documents)]
+                      for q, d in zip(pair_query, documents, strict=True)]
     elif windows is not None:
         inputs = [_capped(q, caps.query) for q in queries] + [
             WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in documents]

@@ -20,6 +20,7 @@ run TLS. A worker that refuses the client (wrong or missing token) is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import ssl
 
@@ -60,7 +61,7 @@ class WorkerClient:
 
     @classmethod
     async def connect(cls, address: str, *, timeout: float = 10.0, token: str | None = None,
-                      tls: ssl.SSLContext | None = None, server_name: str | None = None) -> "WorkerClient":
+                      tls: ssl.SSLContext | None = None, server_name: str | None = None) -> WorkerClient:
         """Dial ``address``; with ``token``, return once the worker accepted it; with ``tls``, over TLS
         (``server_name``: the name the worker's certificate carries, default the host dialed)."""
         dialer = Dialer(address, timeout, token, tls, server_name)
@@ -102,7 +103,8 @@ class WorkerClient:
         return PoolingResult(outputs=outputs, prompt_tokens=prompt_tokens,
                              timings=dict(result.get("timings") or {}), windows=windows,
                              tokens=result.get("tokens"),
-                             more=[PoolingResult(r, prompt_tokens, tokens=t) for r, (_, t) in zip(more_rows, more)])
+                             more=[PoolingResult(r, prompt_tokens, tokens=t)
+                                   for r, (_, t) in zip(more_rows, more, strict=True)])
 
     async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
                        return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
@@ -130,10 +132,8 @@ class WorkerClient:
         self._fail_pending("connection closed by the gateway")
         self._reader_task.cancel()
         self._writer.close()
-        try:
+        with contextlib.suppress(OSError, asyncio.CancelledError):
             await self._writer.wait_closed()
-        except (OSError, asyncio.CancelledError):
-            pass
 
     async def _request(self, header: dict) -> tuple[dict, list[np.ndarray]]:
         if self._lost is not None:
@@ -206,7 +206,7 @@ def _more_blocks(result: dict, arrays: list, expected: int) -> list[tuple[list, 
     if at < 1 or min(counts, default=1) < 1:
         raise InternalError("worker sent malformed further outputs")
     blocks = []
-    for spec, count in zip(specs, counts):
+    for spec, count in zip(specs, counts, strict=True):
         blocks.append((list(arrays[at:at + count]), spec.get("tokens")))
         at += count
     return blocks

@@ -60,7 +60,7 @@ class Windows:
         return {"counts": list(self.counts), "spans": [list(s) for s in self.spans]}
 
     @classmethod
-    def from_wire(cls, body: dict) -> "Windows":
+    def from_wire(cls, body: dict) -> Windows:
         return cls(tuple(int(c) for c in body["counts"]), tuple((int(a), int(b)) for a, b in body["spans"]))
 
     def starts(self) -> np.ndarray:
@@ -83,7 +83,7 @@ def fold(window_scores: np.ndarray, counts: list[int], spans: list[tuple[int, in
     scores = window_scores.astype(np.float32)
     folded = FOLDS[how](scores, starts).astype(np.float32)
     best = []
-    for start, count in zip(starts.tolist(), counts):
+    for start, count in zip(starts.tolist(), counts, strict=True):
         k = int(np.argmax(scores[start:start + count]))
         best.append((k, *spans[start + k]))
     return Folded(folded, best)

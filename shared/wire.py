@@ -119,7 +119,7 @@ class PoolingCall:
         return body
 
     @classmethod
-    def from_wire(cls, body: dict) -> "PoolingCall":
+    def from_wire(cls, body: dict) -> PoolingCall:
         body = dict(body)
         body["params"] = PoolingParams.from_wire(body["params"])
         body["inputs"] = [input_from_wire(x) for x in body["inputs"]]
@@ -139,7 +139,7 @@ class PoolingResult:
     timings: dict[str, float] = field(default_factory=dict)
     windows: Windows | None = None
     tokens: list[list[str | None]] | None = None  # a sparse call with return_tokens: each row's token string
-    more: list["PoolingResult"] = field(default_factory=list)  # a multi-output call's further outputs, in order
+    more: list[PoolingResult] = field(default_factory=list)  # a multi-output call's further outputs, in order
 
     @property
     def total_tokens(self) -> int:
@@ -168,8 +168,8 @@ class ModelInfo:
     attention: str | None = None  # the packed-attention path, e.g. "varlen_flash" or "grouped_sdpa"
     device_memory: dict[str, int] | None = None  # bytes once loaded: allocated/reserved/total (host: total/peak_rss)
     prompts: dict[str, str] | None = None  # input type -> prompt (config_sentence_transformers.json; Cohere input_type)
-    chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere puts a prompt in a system turn)
-    input_roles: bool = False  # queries and documents encode differently (PyLate): calls say PoolingParams.query_inputs
+    chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere's prompt is a system turn)
+    input_roles: bool = False  # queries and documents encode apart (PyLate): calls say PoolingParams.query_inputs
     adapters: tuple[str, ...] | None = None  # the task adapters a call may name (PoolingParams.adapter); None = none
     kernels: dict[str, str] | None = None  # op -> the kernel it runs and why not a faster one (Backend.kernels)
 
@@ -177,7 +177,7 @@ class ModelInfo:
         return asdict(self)
 
     @classmethod
-    def from_wire(cls, body: dict) -> "ModelInfo":
+    def from_wire(cls, body: dict) -> ModelInfo:
         body = dict(body)
         body["tasks"] = tuple(body["tasks"])
         for key in ("matryoshka_dimensions", "labels", "adapters"):

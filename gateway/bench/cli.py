@@ -195,8 +195,9 @@ def main(args: argparse.Namespace) -> int:
         kill_plan(args)
         models = args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))]
         if len(models) > 1 and (args.kill_worker_after is not None or args.compare_sentence_transformers):
-            raise ValueError("several --model runs take neither --kill-worker-after nor a sentence-transformers baseline")
-    except (OSError, ValueError, BadResponse, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise ValueError("several --model runs take neither --kill-worker-after nor a sentence-transformers "
+                             "baseline")
+    except (TimeoutError, OSError, ValueError, BadResponse, aiohttp.ClientError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2
     if len(models) > 1:

@@ -71,7 +71,7 @@ async def _up(session: aiohttp.ClientSession, url: str) -> int | None:
     try:
         async with session.get(url) as resp:
             return workers_up(await resp.text()) if resp.status == 200 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         return None
 
 

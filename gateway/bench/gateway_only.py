@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
-from typing import Iterator
+from collections.abc import Iterator
 
 from poolgate.gateway.bench.load import LoadConfig, run_load
 from poolgate.gateway.bench.report import summarize
@@ -46,14 +46,13 @@ def _cli(*args: str) -> list[str]:
 
 def _ready(url: str) -> bool:
     """A gateway's /metrics with its worker up (it serves the model), or the API's /health answering 200."""
-    with contextlib.suppress(OSError, urllib.error.URLError):
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            if resp.status != 200:
-                return False
-            if not url.endswith("/metrics"):
-                return True
-            return any(line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
-                       for line in resp.read().decode().splitlines())
+    with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=2) as resp:
+        if resp.status != 200:
+            return False
+        if not url.endswith("/metrics"):
+            return True
+        return any(line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
+                   for line in resp.read().decode().splitlines())
     return False
 
 

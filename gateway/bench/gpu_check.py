@@ -96,9 +96,9 @@ def serving(folder: Path, plan: Plan):
     deadline = time.monotonic() + plan.step_timeout_s
     ready = False
     while time.monotonic() < deadline and proc.poll() is None and not ready:
-        with contextlib.suppress(OSError, urllib.error.URLError):
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                ready = resp.status == 200
+        with contextlib.suppress(OSError, urllib.error.URLError), \
+                urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            ready = resp.status == 200
         time.sleep(0.3)
     try:
         yield url if ready else None
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(DRY if args.dry_run else GPU, Path(tmp))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for row in result["rows"]:
-        print(f"{row['row']:18s} {row['measured']!s:>14} {row['unit']:14s} target {row['target']:>10}  met={row['met']}")
+        print(f"{row['row']:18s} {row['measured']!s:>14} {row['unit']:14s} target {row['target']:>10}  "
+              f"met={row['met']}")
     failed = [name for name, s in _flat(result["steps"]) if s.get("rc") != 0]
     print(f"{len(failed)} step(s) failed: {', '.join(failed)}" if failed else "every step ran", file=sys.stderr)
     return 1 if failed else 0

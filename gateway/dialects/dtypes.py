@@ -1,4 +1,4 @@
-"""float32 arrays to the storage dtypes of vLLM's ``embed_dtype`` (float32, float16, bfloat16, fp8_e4m3, fp8_e5m2), in numpy.
+"""float32 arrays to the storage dtypes of vLLM's ``embed_dtype`` (float32, float16, bfloat16, fp8_e4m3/e5m2), in numpy.
 
 The gateway has no torch, so the two 8-bit formats and bfloat16 are written
 here with the same rounding torch uses when vLLM converts a tensor: round to

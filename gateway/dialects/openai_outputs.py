@@ -68,7 +68,7 @@ async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, typ
     base = replace(base, params=with_policy(request.app[CONFIG], base.params))  # every output tokenizes alike
     params = [output_params(info, base, kind, return_tokens) for kind in types]
     served = await serve(request, replace(base, params=replace(params[0], outputs=tuple(params[1:]))))
-    answers = dict(zip(types, [served.result, *served.result.more]))
+    answers = dict(zip(types, [served.result, *served.result.more], strict=True))
     data = [{"index": i, "object": "embedding"} for i in range(len(base.inputs))]
     if "dense" in answers:
         encode, rows = json_encoder(encoding_format, embed_dtype, endianness), answers["dense"].outputs

@@ -106,7 +106,8 @@ async def create_rerank(request: web.Request, req: RerankRequest) -> web.Respons
 
 
 ROUTES = tuple(
-    Route("POST", path, create_rerank, RerankRequest, RerankResponse, serves=scoring_enabled, operation="rerank", errors=errors,
+    Route("POST", path, create_rerank, RerankRequest, RerankResponse, serves=scoring_enabled, operation="rerank",
+          errors=errors,
           summary="Rerank documents by relevance to a query (vLLM / Jina / Cohere v2)")
     for path, errors in (("/rerank", "openai"), ("/v1/rerank", "openai"), ("/v2/rerank", "cohere"))
 )

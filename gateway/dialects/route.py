@@ -69,7 +69,7 @@ class Route:
     recorded: bool = True
     quiet_503: bool = False
     shape: Callable[[object], bool] | None = None
-    alternatives: tuple["Route", ...] = ()
+    alternatives: tuple[Route, ...] = ()
 
     def __post_init__(self):
         if self.errors not in ERROR_FORMATS:

@@ -109,7 +109,7 @@ async def embed_all(request: web.Request, req: EmbedAllRequest) -> web.Response:
 
 def sparse_values(vector: SparseVector) -> list[dict]:
     """TEI's ``[{index, value}]`` of one sparse vector (ids ascending)."""
-    return [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values)]
+    return [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values, strict=True)]
 
 
 async def embed_sparse(request: web.Request, req: EmbedAllRequest) -> web.Response:
@@ -125,7 +125,8 @@ def has_sparse_head(info: ModelInfo) -> bool:
 async def similarity(request: web.Request, req: SimilarityRequest) -> web.Response:
     options = req.parameters or SimilarityParameters()
     info = request.app[ROUTER].lookup(req.model).info
-    texts = prompted([req.inputs.source_sentence, *req.inputs.sentences], prompt_for(info, prompt_name=options.prompt_name))
+    texts = prompted([req.inputs.source_sentence, *req.inputs.sentences],
+                     prompt_for(info, prompt_name=options.prompt_name))
     served = await serve(request, ServeRequest(model=req.model, inputs=texts, params=options.params("embed")))
     return _json(cosine_scores(served.result.outputs, 1))  # (sentences,)
 
@@ -143,7 +144,8 @@ def model_type(info: ModelInfo) -> dict:
 async def info_route(request: web.Request, _body=None) -> web.Response:
     info, config = request.app[ROUTER].lookup(request.query.get("model")).info, request.app[CONFIG]
     return _json({
-        "model_id": info.served_model_name, "model_sha": None, "model_dtype": info.dtype, "model_type": model_type(info),
+        "model_id": info.served_model_name, "model_sha": None, "model_dtype": info.dtype,
+        "model_type": model_type(info),
         "max_concurrent_requests": config.max_in_flight_per_worker, "max_input_length": info.max_model_len,
         "max_batch_tokens": None, "max_batch_requests": None, "max_client_batch_size": config.max_inputs_per_request,
         "auto_truncate": config.auto_truncate, "tokenization_workers": None, "version": VERSION, "sha": None,

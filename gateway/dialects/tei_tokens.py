@@ -60,7 +60,7 @@ def simple_tokens(text: str, details: dict) -> list[dict]:
     """TEI's tokens of ``text`` from the worker's ids, token strings, offsets and special flags."""
     out = []
     for token_id, token, span, special in zip(details["tokens"], details["token_strs"], details["offsets"],
-                                              details["special"]):
+                                              details["special"], strict=True):
         if special:
             out.append({"id": token_id, "text": token or "", "special": True, "start": None, "stop": None})
         else:

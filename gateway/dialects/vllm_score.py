@@ -42,7 +42,7 @@ class ScoreRequest(ScoringBody):
     text_2: ScoreInputs | None = None
 
     @model_validator(mode="after")
-    def _one_pair_form(self) -> "ScoreRequest":
+    def _one_pair_form(self) -> ScoreRequest:
         self.sides()
         return self
 

@@ -44,7 +44,7 @@ class TokenizeRequest(ChatOptions):
     return_token_strs: bool = False
 
     @model_validator(mode="after")
-    def _one_form(self) -> "TokenizeRequest":
+    def _one_form(self) -> TokenizeRequest:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("a tokenize request takes either `prompt` or `messages`")
         return self

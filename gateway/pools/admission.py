@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, TypeVar
+from typing import TypeVar
+from collections.abc import Iterable
 
 from poolgate.shared.errors import InvalidRequest, Overloaded
 

@@ -129,7 +129,8 @@ class Discovery:
             try:
                 served = (await client.info()).served_model_name
             except Exception as exc:  # dropped before it answered (restarting, a blip): the next round retries
-                _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url, exc)
+                _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url,
+                             exc)
                 await client.close()
                 return None
             if served != expected:

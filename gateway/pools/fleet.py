@@ -130,7 +130,7 @@ class Fleet:
         model.drain()
         try:
             await asyncio.wait_for(model.idle(), drain_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("unloading %s: calls still in flight after %gs; stopping anyway", name, drain_timeout_s)
         await asyncio.gather(*(run.stop() for run in runs))
         await model.close()
@@ -212,7 +212,7 @@ class Fleet:
     async def _make_pools(self, pc: PoolConfig, run: RunningPool, clients: list[WorkerClient]) -> list[RunningPool]:
         """One pool of ``clients`` (several when the config left the model to the workers: ``--worker-url``)."""
         by_name: dict[str, tuple] = {}
-        for client, info in zip(clients, await asyncio.gather(*(c.info() for c in clients))):
+        for client, info in zip(clients, await asyncio.gather(*(c.info() for c in clients)), strict=True):
             if pc.model is not None and info.served_model_name != pc.model:
                 await asyncio.gather(*(c.close() for c in clients))
                 raise Unavailable(f"worker {client.address} serves '{info.served_model_name}', not '{pc.model}'")

@@ -65,7 +65,7 @@ class LocalWorker:
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]
         log.info("starting worker for %s on %s", cfg.served_model_name, address)
-        report = open(read_fd, "rb", buffering=0)
+        report = os.fdopen(read_fd, "rb", buffering=0)  # closed below, or once the worker reported
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *cmd, stdin=subprocess.PIPE, start_new_session=True, pass_fds=(write_fd,),
@@ -80,7 +80,7 @@ class LocalWorker:
         self.process.stdin.close()
         try:
             self.client, self.info = await asyncio.wait_for(self._wait_ready(report, cfg), ready_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self.stop()
             raise Unavailable(f"worker for {cfg.served_model_name} was not ready after {ready_timeout}s") from None
         except BaseException:
@@ -116,7 +116,7 @@ class LocalWorker:
                 await asyncio.wait_for(self.process.wait(), timeout)
             except ProcessLookupError:
                 pass
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("worker %s ignored SIGTERM for %ss; killing it", self.process.pid, timeout)
                 self.process.kill()
             await self.process.wait()

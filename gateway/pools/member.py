@@ -35,7 +35,7 @@ async def check(client, timeout_s: float | None) -> tuple[str | None, dict]:
     (why not, {})."""
     try:
         answer = await asyncio.wait_for(client.health(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"no health answer within {timeout_s}s", {}
     except Unavailable as exc:
         return str(exc), {}

@@ -165,7 +165,7 @@ class WorkerPool:
         member.state = "draining"
         try:
             await asyncio.wait_for(member.idle.wait(), drain_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("worker %s still had %d calls after %ss of draining", client.address,
                         member.calls, drain_timeout_s)
         self._members.pop(id(client), None)
@@ -271,7 +271,7 @@ class WorkerPool:
         asked = time.monotonic()
         members = [m for m in self._members.values() if m.state in ("ready", "down")]
         answers = await asyncio.gather(*(check(m.client, timeout_s) for m in members))
-        for member, (error, answer) in zip(members, answers):
+        for member, (error, answer) in zip(members, answers, strict=True):
             if member.state not in ("ready", "down") or self._members.get(id(member.client)) is not member:
                 continue  # restarted, removed or draining while we asked
             if error and member.state == "ready" and member.answered >= asked:

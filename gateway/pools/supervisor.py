@@ -24,6 +24,7 @@ the gateway uses; ``no_extra_env`` adds nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -121,10 +122,8 @@ class Supervisor:
         if down >= self.hung_kill_after_s and process.returncode is None:
             log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
                         self.name, process.pid, down)
-            try:
+            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 process.kill()
-            except ProcessLookupError:
-                pass  # it exited meanwhile
 
     def _lost(self, code: int | None) -> None:
         if time.monotonic() - self._up_since >= self.backoff.reset_after_s:

@@ -91,7 +91,8 @@ class WorkerCollector:
     async def refresh(self) -> None:
         pairs = [(pool, client) for pool in list(self.router.worker_pools()) for client in pool.clients]
         answers = await asyncio.gather(*(_health(client) for _, client in pairs))
-        self.samples = [_WorkerSample(pool, client, health) for (pool, client), health in zip(pairs, answers)]
+        self.samples = [_WorkerSample(pool, client, health)
+                        for (pool, client), health in zip(pairs, answers, strict=True)]
 
     def describe(self):
         return []  # collected only at scrape time, after refresh
@@ -142,7 +143,7 @@ class WorkerCollector:
 async def _health(client) -> dict | None:
     try:
         return await asyncio.wait_for(client.health(), WORKER_STATS_TIMEOUT_S)
-    except (PoolgateError, asyncio.TimeoutError):  # lost, wedged or answering with an error: down
+    except (TimeoutError, PoolgateError):  # lost, wedged or answering with an error: down
         return None
 
 
