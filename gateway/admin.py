@@ -32,8 +32,8 @@ from poolgate.gateway.config.build import SettingError, pool_config
 from poolgate.gateway.config.file import dotted, model_entry
 from poolgate.gateway.dialects.body import JSON_MEDIA_TYPE
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.http.state import CONFIG, ROUTER
+from poolgate.gateway.pools.fleet import Fleet
 from poolgate.shared.errors import Forbidden, InvalidRequest, Unavailable
 
 FLEET = web.AppKey("fleet", Fleet)

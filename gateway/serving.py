@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 

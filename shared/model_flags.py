@@ -9,8 +9,15 @@ import argparse
 import json
 from dataclasses import replace
 
-from poolgate.shared.config import (BACKEND_CHOICES, BATCH_POLICIES, CONVERT_CHOICES, DTYPE_CHOICES,
-                                    RUNNER_CHOICES, SEQ_POOLING_TYPES, WorkerConfig)
+from poolgate.shared.config import (
+    BACKEND_CHOICES,
+    BATCH_POLICIES,
+    CONVERT_CHOICES,
+    DTYPE_CHOICES,
+    RUNNER_CHOICES,
+    SEQ_POOLING_TYPES,
+    WorkerConfig,
+)
 from poolgate.shared.models import resolve_model
 from poolgate.shared.pooler_config import PoolerConfig
 

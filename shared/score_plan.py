@@ -36,7 +36,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.scoring import SCORERS, check_pairs, query_of
 from poolgate.shared.tasks import SCORE_TYPES
-from poolgate.shared.windows import FOLDS, Windows, WindowedText, fold
+from poolgate.shared.windows import FOLDS, WindowedText, Windows, fold
 from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair
 
 CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"

@@ -17,8 +17,15 @@ from urllib.parse import urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, DEFAULT_OFF, DEFAULT_ON,
-                                              ParentBasedTraceIdRatio, Sampler, TraceIdRatioBased)
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_OFF,
+    DEFAULT_ON,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    TraceIdRatioBased,
+)
 
 from poolgate.shared.config import TracingConfig
 

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from poolgate.shared.late_chunks import LateChunkText
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
-from poolgate.shared.late_chunks import LateChunkText
 from poolgate.shared.windows import WindowedText, Windows
 
 PREFIX = struct.Struct("!II")

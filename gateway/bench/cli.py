@@ -21,13 +21,13 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
+from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.shared.model_flags import positive_int as _positive_int
 from poolgate.shared.models import bundled_model_path
 

@@ -21,8 +21,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 
 from poolgate.gateway.bench.load import LoadConfig, run_load
 from poolgate.gateway.bench.report import summarize

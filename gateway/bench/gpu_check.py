@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-
 @dataclass(frozen=True)
 class Plan:
     """What one run uses: shapes, device, dtype, corpus size and step time limits."""

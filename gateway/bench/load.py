@@ -13,9 +13,9 @@ import base64
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
-from collections.abc import Iterator
 
 import aiohttp
 import numpy as np

@@ -44,8 +44,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from poolgate.gateway.config.build import ModelEntry, SettingError, build_config, pool_config
 from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
 from poolgate.gateway.pools.discovery import check_url
-from poolgate.shared.config import (BACKEND_CHOICES, BATCH_POLICIES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
-                                    SEQ_POOLING_TYPES, GatewayConfig)
+from poolgate.shared.config import (
+    BACKEND_CHOICES,
+    BATCH_POLICIES,
+    CONVERT_CHOICES,
+    DTYPE_CHOICES,
+    RUNNER_CHOICES,
+    SEQ_POOLING_TYPES,
+    GatewayConfig,
+)
 from poolgate.shared.model_flags import add_model_arguments
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.tracing_flags import tracing_config_from_args

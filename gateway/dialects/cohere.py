@@ -27,8 +27,8 @@ from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.sparse import serve_dense_and_sparse, serve_sparse
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import input_cap
 from poolgate.shared.params import PoolingParams

@@ -22,7 +22,7 @@ from itertools import accumulate
 
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import usage
-from poolgate.gateway.serving import ServeRequest, Served
+from poolgate.gateway.serving import Served, ServeRequest
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.late_chunks import LateChunkText
 

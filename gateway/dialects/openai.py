@@ -40,8 +40,8 @@ from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
 from poolgate.gateway.dialects.prompts import prompted
 from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ModelInfo

@@ -36,8 +36,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from poolgate.gateway.dialects.request import PoolingBody
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.scoring import check_pairs

@@ -27,7 +27,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects.encoding import dumps
-from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs
+from poolgate.gateway.dialects.pairs import Scored, ScoreInput, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG, RECORD
 from poolgate.shared.config import GatewayConfig

@@ -33,18 +33,19 @@ import numpy as np
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictStr
 
+from poolgate.gateway.dialects import tei_scores
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.route import Route, serve_route
 from poolgate.gateway.dialects.tei_body import InputsBody, TeiBody, prompted
-from poolgate.gateway.dialects import tei_scores
 from poolgate.gateway.http.state import CHOSEN, CONFIG, ROUTER
-from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.score_plan import scoring_enabled
 from poolgate.shared.scoring import cosine_scores
 from poolgate.shared.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
 from poolgate.shared.version import VERSION
 from poolgate.shared.wire import ModelInfo
+
 
 class EmbedRequest(InputsBody):
     normalize: bool = True

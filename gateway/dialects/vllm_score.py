@@ -18,7 +18,7 @@ from pydantic import BaseModel, model_validator
 
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.envelope import list_response
-from poolgate.gateway.dialects.pairs import ScoreInputs, Scored, ScoringBody, score_pairs
+from poolgate.gateway.dialects.pairs import Scored, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import RECORD
 from poolgate.shared.score_plan import scoring_enabled

@@ -5,10 +5,10 @@ import time
 
 from aiohttp import web
 
-from poolgate.shared.version import VERSION
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import Unavailable
+from poolgate.shared.version import VERSION
 from poolgate.shared.wire import ModelInfo
 
 

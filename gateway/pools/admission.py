@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
-from collections.abc import Iterable
 
 from poolgate.shared.errors import InvalidRequest, Overloaded
 

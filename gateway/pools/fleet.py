@@ -20,8 +20,8 @@ limit, and its own ``max_in_flight_per_worker``, else the gateway's.
 from __future__ import annotations
 
 import asyncio
-import logging
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

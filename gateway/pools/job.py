@@ -7,9 +7,9 @@ to the chosen client, and what admission, the pick and the retry need to know
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
-from collections.abc import Awaitable, Callable
 
 from poolgate.shared import wire
 from poolgate.shared.wire import ChatInput, Input, PoolingCall

@@ -18,8 +18,14 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from aiohttp import web
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
-                               disable_created_metrics, generate_latest)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from poolgate.gateway.dialects.route import Route, mount
