@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -40,9 +41,9 @@ class Histogram:
             out.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
         return out
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.total}
 
     @classmethod
-    def from_wire(cls, body: dict) -> Histogram:
+    def from_wire(cls, body: dict[str, Any]) -> Histogram:
         return cls(tuple(body["bounds"]), list(body["counts"]), float(body["sum"]))

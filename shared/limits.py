@@ -267,7 +267,7 @@ def _check_chat(chat: ChatInput) -> None:
             _check_text(message["content"])
 
 
-def _check_cap(k) -> None:
+def _check_cap(k: object) -> None:
     if not _is_token_id(k):
         raise InvalidRequest("a per-text token cap must be a non-negative integer", param="input")
 
@@ -289,5 +289,5 @@ def _check_text(text: str) -> None:
                              param="input") from None
 
 
-def _is_token_id(t) -> bool:
+def _is_token_id(t: object) -> bool:
     return isinstance(t, int) and not isinstance(t, bool) and t >= 0

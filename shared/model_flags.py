@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from typing import Any
 
 from poolgate.shared.config import (
     BACKEND_CHOICES,
@@ -109,7 +110,7 @@ def _pooler_config(text: str) -> PoolerConfig:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as exc:

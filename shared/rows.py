@@ -52,10 +52,11 @@ class Rows:
         values = np.concatenate([p.values for p in parts])
         if all(p.offsets is None for p in parts):
             return Rows(values)
-        if any(p.offsets is None for p in parts):
+        ragged = [p.offsets for p in parts if p.offsets is not None]
+        if len(ragged) != len(parts):
             raise ValueError("cannot join per-row and ragged outputs")
         ends = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
-        offsets = np.concatenate([[0]] + [p.offsets[1:] + end for p, end in zip(parts, ends, strict=True)])
+        offsets = np.concatenate([np.zeros(1, np.int64)] + [o[1:] + end for o, end in zip(ragged, ends, strict=True)])
         return Rows(values, offsets.astype(np.int64))
 
     def arrays(self) -> list[np.ndarray]:

@@ -21,6 +21,7 @@ A sparse call's ``Rows`` are ragged: input i owns rows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class SparseVector:
     values: np.ndarray  # (nnz,) float32
     tokens: list[str | None] | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         body = {"indices": self.indices.tolist(), "values": self.values.tolist()}
         if self.tokens is not None:
             body["tokens"] = self.tokens

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
-from poolgate.shared.config import TracingConfig
+from poolgate.shared.config import OtlpProtocol, TracingConfig
 
 DEFAULT_RATIO = 1.0  # the SDK's default when OTEL_TRACES_SAMPLER_ARG is not set
 # One export (retries included) gives up after this, so a flush at shutdown with an unreachable
@@ -61,7 +61,7 @@ def _grpc_exporter(cfg: TracingConfig) -> SpanExporter:
 
 
 # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL value -> the exporter for it
-EXPORTERS: dict[str, Callable[[TracingConfig], SpanExporter]] = {
+EXPORTERS: dict[OtlpProtocol, Callable[[TracingConfig], SpanExporter]] = {
     "http/protobuf": _http_exporter,
     "grpc": _grpc_exporter,
 }

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import ssl
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class WorkerClient:
         self.address = address
         self.connect_timeout = connect_timeout
         self._dialer = dialer or Dialer(address, connect_timeout)
-        self._pending: dict[int, asyncio.Future] = {}
+        self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[np.ndarray]]]] = {}
         self._ids = itertools.count(1)
         self._drain_lock = asyncio.Lock()
         self._connect_lock = asyncio.Lock()
@@ -80,7 +81,7 @@ class WorkerClient:
         result, _ = await self._request({"op": "info"})
         return ModelInfo.from_wire(result)
 
-    async def health(self) -> dict:
+    async def health(self) -> dict[str, Any]:
         result, _ = await self._request({"op": "health"})
         return result
 
@@ -114,7 +115,7 @@ class WorkerClient:
                                          "return_token_strs": return_token_strs})
         return list(result["tokens"]), result.get("token_strs")
 
-    async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict:
+    async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict[str, Any]:
         """A text's ``tokens``, ``token_strs``, ``offsets`` (None for a special token) and ``special`` flags
         (the ``tokenize`` op with offsets)."""
         result, _ = await self._request({"op": "tokenize", "input": text, "add_special_tokens": add_special_tokens,
@@ -135,7 +136,7 @@ class WorkerClient:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             await self._writer.wait_closed()
 
-    async def _request(self, header: dict) -> tuple[dict, list[np.ndarray]]:
+    async def _request(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
         if self._lost is not None:
             await self._reconnect()
         rid = next(self._ids)
@@ -176,7 +177,8 @@ class WorkerClient:
             while True:
                 head, payload = await read_frame(self._reader)
                 header, arrays = decode_frame(head, payload)
-                future = self._pending.get(header.get("id"))
+                request_id = header.get("id")
+                future = self._pending.get(request_id) if isinstance(request_id, int) else None
                 if future is not None and not future.done():
                     future.set_result((header, arrays))
         except asyncio.IncompleteReadError:
@@ -196,7 +198,8 @@ class WorkerClient:
                 future.set_exception(Unavailable(f"worker at {self.address}: {self._lost}"))
 
 
-def _more_blocks(result: dict, arrays: list, expected: int) -> list[tuple[list, list | None]]:
+def _more_blocks(result: dict[str, Any], arrays: list[np.ndarray],
+                 expected: int) -> list[tuple[list[np.ndarray], list[Any] | None]]:
     """A multi-output call's further blocks: (their arrays, the tail of ``arrays``; their token strings)."""
     specs = result.get("more") or []
     if len(specs) != expected:
