@@ -17,13 +17,14 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
 
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
-from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, make_payloads, run_load
+from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
@@ -118,7 +119,8 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
-def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result, st_vectors: list) -> dict:
+def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result: LoadResult,
+                 st_vectors: list[np.ndarray]) -> dict[str, Any]:
     """poolgate's vectors (and the baseline's) against sentence-transformers in float32 on the same texts."""
     from poolgate.workers.tools.st_reference import run_reference
 

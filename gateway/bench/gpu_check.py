@@ -26,8 +26,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(folder: Path, plan: Plan):
+def serving(folder: Path, plan: Plan) -> Iterator[str | None]:
     """``poolgate serve FOLDER`` on a free port until the block ends; yields the URL (None if it never came up)."""
     port = _free_port()
     proc = subprocess.Popen(_cli("serve", str(folder), "--port", str(port), "--backend", plan.backend,
@@ -127,7 +129,7 @@ def _http_steps(folder: Path, plan: Plan, *, compare: bool, latency: bool) -> di
     return steps
 
 
-def _value(step: dict | None, metric: str):
+def _value(step: dict[str, Any] | None, metric: str) -> Any:
     report = (step or {}).get("report") or {}
     if metric == "p50_ms":
         return (report.get("latency_ms") or {}).get("p50")
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _flat(steps: dict, prefix: str = ""):
+def _flat(steps: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     for name, s in steps.items():
         if "rc" in s:
             yield prefix + name, s

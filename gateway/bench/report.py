@@ -59,7 +59,7 @@ def add_reference(report: dict, reference: dict) -> dict:
     return {**report, "sentence_transformers": reference, "ratio_vs_sentence_transformers": ratio}
 
 
-def _fmt(value, digits: int = 1) -> str:
+def _fmt(value: object, digits: int = 1) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):

@@ -45,7 +45,8 @@ def sample(pid: int) -> dict[str, float | None]:
     return {"gateway": rss_mb(pid), **{f"worker {c}": rss_mb(c) for c in children(pid)}}
 
 
-async def _client(session, url: str, model: str, texts: list[str], inputs: int, stop: float, seed: int) -> int:
+async def _client(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], inputs: int, stop: float,
+                  seed: int) -> int:
     rng, done = random.Random(seed), 0
     while time.monotonic() < stop:
         batch = [t[: rng.randint(10, len(t))] for t in rng.sample(texts, inputs)]

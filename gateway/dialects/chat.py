@@ -112,7 +112,7 @@ def conversations(value: Conversation | list[Conversation]) -> list[Conversation
     return list(value)
 
 
-def is_chat(value) -> bool:
+def is_chat(value: object) -> bool:
     """Whether a parsed ``input`` is a conversation or a list of them (not texts or token ids)."""
     first = value[0] if isinstance(value, list) and value else None
     if isinstance(first, list):

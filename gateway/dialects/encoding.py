@@ -43,7 +43,7 @@ def to_base64(array: np.ndarray, embed_dtype: str = "float32", endianness: str =
     return base64.b64encode(to_raw(array, embed_dtype, endianness)).decode("ascii")
 
 
-def to_float_list(array: np.ndarray):
+def to_float_list(array: np.ndarray) -> np.ndarray:
     """A JSON-ready float vector: the float32 array itself, which ``dumps`` writes."""
     return as_float32(array)
 

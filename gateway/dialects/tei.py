@@ -43,6 +43,7 @@ from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.score_plan import scoring_enabled
 from poolgate.shared.scoring import cosine_scores
 from poolgate.shared.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.version import VERSION
 from poolgate.shared.wire import ModelInfo
 
@@ -88,14 +89,14 @@ def _json(body: Any) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-async def _served(request: web.Request, req: InputsBody, task: str | None, **fields) -> Served:
+async def _served(request: web.Request, req: InputsBody, task: PoolingTask | None, **fields: Any) -> Served:
     """``req``'s inputs served with ``task`` (None: the model's sparse head's task, for a sparse call)."""
     info = request.app[ROUTER].lookup(req.model).info
     params = req.params(task or sparse_head(info).task, **fields)
     return await serve(request, ServeRequest(model=req.model, inputs=req.batch(info), params=params))
 
 
-async def _pooled(request: web.Request, req: InputsBody, task: str, **fields) -> list[np.ndarray]:
+async def _pooled(request: web.Request, req: InputsBody, task: PoolingTask, **fields: Any) -> list[np.ndarray]:
     rows = (await _served(request, req, task, **fields)).result.outputs
     return [rows.item(i) for i in range(len(rows))]
 
@@ -142,7 +143,7 @@ def model_type(info: ModelInfo) -> dict:
     return {"embedding": {"pooling": None}}
 
 
-async def info_route(request: web.Request, _body=None) -> web.Response:
+async def info_route(request: web.Request, _body: None = None) -> web.Response:
     info, config = request.app[ROUTER].lookup(request.query.get("model")).info, request.app[CONFIG]
     return _json({
         "model_id": info.served_model_name, "model_sha": None, "model_dtype": info.dtype,

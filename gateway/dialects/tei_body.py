@@ -10,13 +10,14 @@ request cannot ask of poolgate's policy). ``truncation_direction`` is
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.wire import Input, ModelInfo
 
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
@@ -33,7 +34,7 @@ class TeiBody(BaseModel):
     truncate: bool | None = None
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
 
-    def params(self, task: str, **fields) -> PoolingParams:
+    def params(self, task: PoolingTask, **fields: Any) -> PoolingParams:
         return PoolingParams(task=task, truncate_prompt_tokens=-1 if self.truncate else None,
                              truncation_side=self.truncation_direction.lower(), **fields)
 

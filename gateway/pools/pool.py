@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
@@ -54,8 +56,8 @@ class WorkerPool:
     starts the given clients ``down`` (a probe or ``mark_ready`` brings them in).
     """
 
-    def __init__(self, model_info: ModelInfo, clients: list[Client], *, limits: AdmissionLimits | None = None,
-                 max_in_flight: int | None = None, ready: bool = True):
+    def __init__(self, model_info: ModelInfo, clients: Sequence[Client], *, limits: AdmissionLimits | None = None,
+                 max_in_flight: int | None = None, ready: bool = True) -> None:
         if not clients:
             raise ValueError("a WorkerPool needs at least one client")
         if max_in_flight is not None:
@@ -186,7 +188,7 @@ class WorkerPool:
         """The request's own limits (400), before any pool is tried."""
         self.admission.check(job.inputs, job.longest_chars)
 
-    async def run(self, job: Job):
+    async def run(self, job: Job) -> Any:
         """The job's answer from the least-loaded ready worker that may take it; on a lost worker (or one
         whose queue is full), once more on another one; a 504 once its deadline passes (the transport
         then cancels it in the worker)."""
@@ -209,13 +211,13 @@ class WorkerPool:
         finally:
             self.admission.release(job.tokens)
 
-    def _counted(self, job: Job, result):
+    def _counted(self, job: Job, result: Any) -> Any:
         """``result``, its counted tokens told to admission (which scales its estimates by them)."""
         if isinstance(result, PoolingResult):
             self.admission.observe(job.tokens, result.total_tokens)
         return result
 
-    async def _send(self, member: Member, job: Job):
+    async def _send(self, member: Member, job: Job) -> Any:
         """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""
         tokens = job.tokens
         self._picks += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -29,6 +30,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from poolgate.gateway.dialects.route import Route, mount
+from poolgate.gateway.pools.member import Client
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import RequestRecord
@@ -48,7 +50,7 @@ def worker_label(address: str) -> str:
         addr = parse_address(address)
     except ValueError:
         return address
-    return PurePath(addr.path).name if addr.kind == "unix" else f"{addr.host}:{addr.port}"
+    return PurePath(addr.path or "").name if addr.kind == "unix" else f"{addr.host}:{addr.port}"
 
 
 # the worker's ``health`` answer key -> (metric name, help), one gauge each
@@ -83,8 +85,8 @@ BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
 @dataclass
 class _WorkerSample:
     pool: WorkerPool
-    client: object
-    health: dict | None  # None: the worker did not answer
+    client: Client
+    health: dict[str, Any] | None  # None: the worker did not answer
 
 
 class WorkerCollector:
@@ -131,10 +133,10 @@ class WorkerCollector:
             for key, family in scalars.items():
                 if key in pipeline:
                     family.add_metric(labels, float(pipeline[key]))
-            for key, family in batches.items():
+            for key, histogram in batches.items():
                 if key in pipeline:
                     counts = Counts.from_wire(pipeline[key])
-                    family.add_metric(labels, counts.cumulative(), counts.total)
+                    histogram.add_metric(labels, counts.cumulative(), counts.total)
         yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values(), *scalars.values())
         yield from self._in_flight()
 
@@ -146,7 +148,7 @@ class WorkerCollector:
         yield fam
 
 
-async def _health(client) -> dict | None:
+async def _health(client: Client) -> dict[str, Any] | None:
     try:
         return await asyncio.wait_for(client.health(), WORKER_STATS_TIMEOUT_S)
     except (TimeoutError, PoolgateError):  # lost, wedged or answering with an error: down
@@ -210,7 +212,7 @@ class GatewayMetrics:
 
     def add_route(self, app: web.Application) -> None:
         """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port): public, not recorded."""
-        async def scrape(request: web.Request, _body=None) -> web.Response:
+        async def scrape(request: web.Request, _body: None = None) -> web.Response:
             return web.Response(body=await self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         mount(app, Route("GET", "/metrics", scrape, summary="Prometheus metrics", public=True, recorded=False))
