@@ -27,6 +27,7 @@ are decided once:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from poolgate.shared.rows import Rows
 from poolgate.shared.scoring import SCORERS, check_pairs, query_of
 from poolgate.shared.tasks import SCORE_TYPES, PoolingTask
 from poolgate.shared.windows import FOLDS, WindowedText, Windows, fold
-from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair
+from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair, only_texts
 
 CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 CAPPED_TEXTS = "max_tokens_per_query and max_tokens_per_doc cut texts: pass the inputs as strings"
@@ -146,7 +147,7 @@ class ScorePlan:
         return PairScores(folded.scores, folded.best)
 
 
-def plan_scores(info: ModelInfo, queries: list[Input], documents: list[Input], caps: SideCaps = SideCaps(),
+def plan_scores(info: ModelInfo, queries: Sequence[Input], documents: Sequence[Input], caps: SideCaps = SideCaps(),
                 instruction: str | None = None, windows: WindowSpec | None = None) -> ScorePlan:
     """The plan for scoring ``queries`` against ``documents`` with ``info``'s own scorer."""
     check_pairs(len(queries), len(documents))
@@ -174,10 +175,10 @@ def plan_scores(info: ModelInfo, queries: list[Input], documents: list[Input], c
     return ScorePlan(kind, info.tasks[0], len(queries), len(documents), inputs, windows, roles)
 
 
-def _texts(inputs: list[Input], message: str, param: str | None = None) -> list[str]:
+def _texts(inputs: Sequence[Input], message: str, param: str | None = None) -> list[str]:
     """``inputs`` when every one is a text; else the 400 ``message``."""
-    texts = [x for x in inputs if isinstance(x, str)]
-    if len(texts) != len(inputs):
+    texts = only_texts(inputs)
+    if texts is None:
         raise InvalidRequest(message, param=param)
     return texts
 

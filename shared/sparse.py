@@ -27,6 +27,7 @@ import numpy as np
 
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.rows import Rows
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.wire import ModelInfo
 
 
@@ -34,7 +35,7 @@ from poolgate.shared.wire import ModelInfo
 class SparseHead:
     """Where a model's sparse weights come from: the task whose output holds them, per token or not."""
 
-    task: str
+    task: PoolingTask
     per_token: bool  # one weight per token (BGE-M3), else one vocabulary-size vector per input (SPLADE)
     skip_first: int = 0  # tokens the task's rows leave out at the start and end of each sequence
     skip_last: int = 0

@@ -87,6 +87,12 @@ def estimate_tokens(x: Input) -> int:
     return x.estimate_tokens()
 
 
+def only_texts(inputs: Sequence[Input]) -> list[str] | None:
+    """``inputs`` as texts when every one is a text; None when one is not."""
+    texts = [x for x in inputs if isinstance(x, str)]
+    return texts if len(texts) == len(inputs) else None
+
+
 def input_to_wire(x: Input) -> str | list[int] | dict[str, Any]:
     """A text or token ids as they are; an object input as ``{"type": tag, **fields}``."""
     if not isinstance(x, ObjectInput):

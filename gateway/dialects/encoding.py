@@ -74,6 +74,6 @@ def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> 
     return b"".join(chunks), items
 
 
-def dumps(body: dict) -> bytes:
+def dumps(body: object) -> bytes:
     """Serialize a response body that may hold float32 arrays from ``to_float_list``."""
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)

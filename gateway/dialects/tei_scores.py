@@ -17,7 +17,7 @@
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 import numpy as np
 from aiohttp import web
@@ -61,7 +61,7 @@ class PredictRequest(TeiBody):
     def batch(self) -> tuple[list, bool]:
         """The call inputs and whether the body was a batch."""
         single = isinstance(self.inputs, str) or isinstance(self.inputs[0], str)
-        items = [self.inputs] if single else self.inputs
+        items = cast(list[str | list[str]], [self.inputs] if single else self.inputs)  # shapes: ``_sizes``
         return [seq if isinstance(seq, str) else seq[0] if len(seq) == 1 else TextPair(seq[0], seq[1])
                 for seq in items], not single
 

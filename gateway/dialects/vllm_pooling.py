@@ -81,7 +81,7 @@ class PoolingResponse(BaseModel):
     usage: Usage
 
 
-def pooling_task(info: ModelInfo, requested: str | None, plugin: str | None = None) -> str:
+def pooling_task(info: ModelInfo, requested: str | None, plugin: str | None = None) -> PoolingTask:
     """The task to run: the requested one if the model serves it, else its active task (vLLM's 400s).
 
     A worker lists its tasks active first (the pooler config's task, else vLLM's order). As in vLLM, a task
