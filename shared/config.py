@@ -8,13 +8,16 @@ from poolgate.shared.pooler_config import PoolerConfig
 
 Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
+Runner = Literal["auto", "pooling"]  # --runner (workers.load.convert)
+Convert = Literal["auto", "none", "embed", "classify"]  # --convert (workers.load.convert)
+BatchPolicy = Literal["fair", "fifo"]  # --batch-policy (workers.engine.scheduler.POLICIES)
 
-BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
+BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
 SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # the sequence methods of workers.pooling.methods
-DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
-RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.load.convert)
-CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.load.convert)
-BATCH_POLICIES: tuple[str, ...] = ("fair", "fifo")  # --batch-policy (workers.engine.scheduler.POLICIES)
+DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
+RUNNER_CHOICES: tuple[Runner, ...] = get_args(Runner)
+CONVERT_CHOICES: tuple[Convert, ...] = get_args(Convert)
+BATCH_POLICIES: tuple[BatchPolicy, ...] = get_args(BatchPolicy)
 OtlpProtocol = Literal["http/protobuf", "grpc"]  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL (shared.trace_export.EXPORTERS)
 OTLP_PROTOCOLS: tuple[OtlpProtocol, ...] = get_args(OtlpProtocol)
 

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Literal
 
 from poolgate.gateway.bench.load import LoadConfig, run_load
 from poolgate.gateway.bench.report import summarize
@@ -30,7 +31,8 @@ from poolgate.shared.telemetry import WORKER_UP
 
 NULL_FACTORY = "poolgate.workers.tools.null_model:load"
 MODEL = "null"
-SHAPES = ((1, "float"), (1, "base64"), (32, "float"), (32, "base64"))  # (inputs per request, encoding)
+SHAPES: tuple[tuple[int, Literal["float", "base64"]], ...] = (  # (inputs per request, encoding)
+    (1, "float"), (1, "base64"), (32, "float"), (32, "base64"))
 READY_TIMEOUT_S = 60.0
 
 

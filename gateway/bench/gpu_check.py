@@ -71,8 +71,9 @@ def _step(cmd: list[str], timeout_s: float) -> dict:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
         rc, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, out, err = 124, exc.stdout or "", f"timed out after {timeout_s:.0f} s"
-        out = out.decode() if isinstance(out, bytes) else out
+        partial = exc.stdout or ""  # bytes even with text=True (CPython's TimeoutExpired)
+        out = partial.decode() if isinstance(partial, bytes) else partial
+        rc, err = 124, f"timed out after {timeout_s:.0f} s"
     lines = [line for line in out.splitlines() if line.strip()]
     report = None
     with contextlib.suppress(ValueError, IndexError):

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 import numpy as np
@@ -93,7 +93,7 @@ def make_payloads(texts: list[str], cfg: LoadConfig) -> list[tuple[bytes, int]]:
     out = []
     for start in range(0, len(texts), cfg.batch_size):
         batch = texts[start:start + cfg.batch_size]
-        body = {"model": cfg.model, "input": batch, "encoding_format": cfg.encoding_format}
+        body: dict[str, Any] = {"model": cfg.model, "input": batch, "encoding_format": cfg.encoding_format}
         if cfg.truncate:
             body["truncate_prompt_tokens"] = -1
         out.append((json.dumps(body).encode(), len(batch)))

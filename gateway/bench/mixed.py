@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 from poolgate.gateway.bench.load import LoadConfig, LoadResult, run_load
 from poolgate.gateway.bench.report import _fmt, rate, summarize
@@ -24,7 +25,7 @@ async def alone_then_together(cfgs: list[LoadConfig], texts: list[str]) -> tuple
 def mixed_report(cfgs: list[LoadConfig], alone: list[LoadResult], together: list[LoadResult], *,
                  corpus: str, num_texts: int) -> dict:
     """Per model: its report alone and together, and the ratio of their tokens/s; the totals."""
-    models = []
+    models: list[dict[str, Any]] = []
     for cfg, a, t in zip(cfgs, alone, together, strict=True):
         ra = summarize(a, cfg, corpus=corpus, num_texts=num_texts)
         rt = summarize(t, cfg, corpus=corpus, num_texts=num_texts)

@@ -18,6 +18,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -60,7 +61,8 @@ async def _client(session: aiohttp.ClientSession, url: str, model: str, texts: l
 async def run(url: str, model: str, pid: int, *, duration_s: float = 180.0, every_s: float = 15.0,
               clients: int = 4, inputs: int = 16) -> dict:
     """The soak (module doc); returns the samples and the summary."""
-    texts, stop, samples = synthetic_corpus(4096, seed=1), time.monotonic() + duration_s, []
+    texts, stop = synthetic_corpus(4096, seed=1), time.monotonic() + duration_s
+    samples: list[dict[str, Any]] = []
     start = time.monotonic()
     async with aiohttp.ClientSession() as session:
         load = [asyncio.create_task(_client(session, url.rstrip("/"), model, texts, inputs, stop, i))
