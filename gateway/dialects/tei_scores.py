@@ -17,7 +17,7 @@
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 from aiohttp import web
@@ -51,7 +51,7 @@ class PredictRequest(TeiBody):
 
     @field_validator("inputs")
     @classmethod
-    def _sizes(cls, value):
+    def _sizes(cls, value: Any) -> Any:
         batch = value if value and isinstance(value[0], list) else [value] if isinstance(value, list) else []
         if not value or any(len(seq) not in (1, 2) for seq in batch):
             raise ValueError("a string, a pair of strings [string, string] or a batch of mixed strings and pairs "

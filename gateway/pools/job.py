@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from poolgate.shared import wire
+from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import ChatInput, Input, PoolingCall
 
 
@@ -49,7 +50,7 @@ def chars(x: Input) -> int:
 def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, add_special_tokens: bool = True,
                  return_token_strs: bool = False) -> Job:
     """One input's token ids (and token strings) from the model's tokenizer (``/tokenize``)."""
-    async def send(client):
+    async def send(client: WorkerClient) -> tuple[list[int], list[str | None] | None]:
         return await client.tokenize(x, add_special_tokens=add_special_tokens, return_token_strs=return_token_strs)
     return Job(request_id, send, wire.estimate_tokens(x), 1, deadline, longest_chars=chars(x))
 
@@ -57,7 +58,7 @@ def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, ad
 def token_details_job(request_id: str, text: str, *, deadline: float | None = None,
                       add_special_tokens: bool = True) -> Job:
     """A text's tokens with their strings, offsets and special flags (TEI's ``/tokenize``)."""
-    async def send(client):
+    async def send(client: WorkerClient) -> dict[str, Any]:
         return await client.token_details(text, add_special_tokens=add_special_tokens)
     return Job(request_id, send, wire.estimate_tokens(text), 1, deadline, longest_chars=len(text))
 

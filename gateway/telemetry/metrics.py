@@ -14,6 +14,7 @@ worker that does not answer reports ``poolgate_worker_up 0`` and nothing else.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -28,6 +29,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from poolgate.gateway.dialects.route import Route, mount
 from poolgate.gateway.pools.member import Client
@@ -102,10 +104,10 @@ class WorkerCollector:
         self.samples = [_WorkerSample(pool, client, health)
                         for (pool, client), health in zip(pairs, answers, strict=True)]
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # collected only at scrape time, after refresh
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         gauges = {key: GaugeMetricFamily(name, doc, labels=WORKER_LABELS) for key, (name, doc) in LOAD_GAUGES.items()}
         batches = {key: HistogramMetricFamily(name, doc, labels=WORKER_LABELS)
                    for key, (name, doc) in BATCH_HISTOGRAMS.items()}
@@ -140,7 +142,7 @@ class WorkerCollector:
         yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values(), *scalars.values())
         yield from self._in_flight()
 
-    def _in_flight(self):
+    def _in_flight(self) -> Iterator[Metric]:
         fam = GaugeMetricFamily(names.REQUESTS_IN_FLIGHT, "Calls sent to the model's workers and not yet answered.",
                                 labels=[names.MODEL])
         for pool in list(self.router.pools.values()):
