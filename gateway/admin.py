@@ -32,8 +32,8 @@ from poolgate.gateway.config.build import SettingError, pool_config
 from poolgate.gateway.config.file import dotted, model_entry
 from poolgate.gateway.dialects.body import JSON_MEDIA_TYPE
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.http.state import CONFIG, ROUTER
+from poolgate.gateway.pools.fleet import Fleet
 from poolgate.shared.errors import Forbidden, InvalidRequest, Unavailable
 
 FLEET = web.AppKey("fleet", Fleet)
@@ -73,7 +73,7 @@ def fleet_of(request: web.Request) -> Fleet:
     return fleet
 
 
-async def list_pools(request: web.Request, _body=None) -> web.Response:
+async def list_pools(request: web.Request, _body: None = None) -> web.Response:
     check_enabled(request)
     router = request.app[ROUTER]
     data = [{"id": name, "object": "model", "default": name == router.default, "ready": model.ready,
@@ -82,7 +82,7 @@ async def list_pools(request: web.Request, _body=None) -> web.Response:
     return web.json_response({"object": "list", "data": data})
 
 
-async def load_model(request: web.Request, _body=None) -> web.Response:
+async def load_model(request: web.Request, _body: None = None) -> web.Response:
     check_enabled(request)
     config = request.app[CONFIG]
     body = await _json_object(request)
@@ -106,7 +106,7 @@ async def load_model(request: web.Request, _body=None) -> web.Response:
     return web.json_response({"id": model.name, "object": "model", "pools": model.snapshot()}, status=201)
 
 
-async def unload_model(request: web.Request, _body=None) -> web.Response:
+async def unload_model(request: web.Request, _body: None = None) -> web.Response:
     check_enabled(request)
     name = request.match_info["name"]
     await fleet_of(request).unload(name, request.app[CONFIG].drain_timeout_s)

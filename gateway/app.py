@@ -6,15 +6,13 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import web
 
 from poolgate.gateway import admin
-
-from poolgate.gateway.http import docs, openapi
-
-from poolgate.gateway.http import ops as routes_ops
 from poolgate.gateway.dialects import all_routes, register
+from poolgate.gateway.http import docs, openapi
+from poolgate.gateway.http import ops as routes_ops
 from poolgate.gateway.http.middleware import edge_middleware
-from poolgate.gateway.pools.router import Router
 from poolgate.gateway.http.state import CONFIG, ROUTE_OF, ROUTER, TELEMETRY, TENANTS
 from poolgate.gateway.http.tenants import Tenants
+from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
 

@@ -14,6 +14,7 @@ from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
 from poolgate.workers.tools import inspect_cli as inspect
 from poolgate.workers.tools import verify_cli as verify
+
 # name -> (module with add_arguments(parser) and main(args) -> exit code, one-line help)
 COMMANDS = {
     "serve": (serve, "serve a pooling model over HTTP"),

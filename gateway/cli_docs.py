@@ -39,6 +39,8 @@ def flag_cell(action: argparse.Action) -> str:
         return ", ".join(f"`{o}`" for o in action.option_strings)
     if action.choices is not None and action.metavar is None:
         arg = "{" + ",".join(str(c) for c in action.choices) + "}"
+    elif isinstance(action.metavar, tuple):  # one name per value (nargs)
+        arg = " ".join(action.metavar)
     else:
         arg = action.metavar or action.dest.upper()
     return ", ".join(f"`{o} {arg}`" for o in action.option_strings)

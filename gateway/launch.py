@@ -43,9 +43,9 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.http import server_log
 from poolgate.gateway.pools import health
 from poolgate.gateway.pools.drain import Drain
-from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.router import Router
+from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.errors import PoolgateError

@@ -50,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the same `poolgate worker`s) share it and the kernel spreads connections over them")
     p.add_argument("--auto-truncate", action="store_true",
                    help="truncate over-long inputs instead of rejecting them with 400")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API and admin route (/health, /ping, "
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on every API and admin route (/health, /ping, "
                    "/version, /metrics, /openapi.json and /docs stay open); default: $POOLGATE_API_KEY")
     p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from FILE")
     p.add_argument("--api-keys-file", default=None, metavar="FILE",

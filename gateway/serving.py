@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -140,7 +141,7 @@ def lookup(request: web.Request, model: str | None) -> ModelPools:
     return pools
 
 
-async def run(request: web.Request, pools: ModelPools, make: Callable[[str, float | None], Job]):
+async def run(request: web.Request, pools: ModelPools, make: Callable[[str, float | None], Job]) -> Any:
     """The answer to the job ``make(request_id, deadline)`` builds, through the pools' one submit."""
     job = make(request[REQUEST_ID], request_deadline(request))
     return await pools.run(job)

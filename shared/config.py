@@ -2,19 +2,24 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from poolgate.shared.pooler_config import PoolerConfig
 
 Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
+Runner = Literal["auto", "pooling"]  # --runner (workers.load.convert)
+Convert = Literal["auto", "none", "embed", "classify"]  # --convert (workers.load.convert)
+BatchPolicy = Literal["fair", "fifo"]  # --batch-policy (workers.engine.scheduler.POLICIES)
 
-BACKEND_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda", "rocm", "xpu")
+BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
 SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # the sequence methods of workers.pooling.methods
-DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
-RUNNER_CHOICES: tuple[str, ...] = ("auto", "pooling")  # --runner (workers.load.convert)
-CONVERT_CHOICES: tuple[str, ...] = ("auto", "none", "embed", "classify")  # --convert (workers.load.convert)
-BATCH_POLICIES: tuple[str, ...] = ("fair", "fifo")  # --batch-policy (workers.engine.scheduler.POLICIES)
+DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
+RUNNER_CHOICES: tuple[Runner, ...] = get_args(Runner)
+CONVERT_CHOICES: tuple[Convert, ...] = get_args(Convert)
+BATCH_POLICIES: tuple[BatchPolicy, ...] = get_args(BatchPolicy)
+OtlpProtocol = Literal["http/protobuf", "grpc"]  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL (shared.trace_export.EXPORTERS)
+OTLP_PROTOCOLS: tuple[OtlpProtocol, ...] = get_args(OtlpProtocol)
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,7 @@ class TracingConfig:
     """OpenTelemetry export, from --otlp-traces-endpoint and the standard OTEL_* variables (read at the edge)."""
 
     endpoint: str  # OTLP traces endpoint, e.g. http://collector:4318/v1/traces (http) or collector:4317 (grpc)
-    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    protocol: OtlpProtocol = "http/protobuf"
     service_name: str = "poolgate"
     sampler: str = "parentbased_always_on"  # OTEL_TRACES_SAMPLER
     sampler_arg: float | None = None  # OTEL_TRACES_SAMPLER_ARG
@@ -64,7 +69,7 @@ class WorkerConfig:
     verify_on_start: float | None = None  # --verify-on-start: refuse to serve below this cosine to the reference
     trust_remote_code: bool = False  # --trust-remote-code: the fallback may run a checkpoint's own code (auto_map)
     pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
-    hf_overrides: dict = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
+    hf_overrides: dict[str, Any] = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
     runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.load.convert)
     convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.load.convert)
     num_threads: int | None = None
@@ -78,15 +83,16 @@ class WorkerConfig:
     device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default
     cpu_affinity: tuple[int, ...] | None = None  # logical CPUs it is pinned to (several CPU workers); None: not pinned
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_wire(cls, body: dict) -> "WorkerConfig":
+    def from_wire(cls, body: dict[str, Any]) -> WorkerConfig:
         body = dict(body)
         body["pooler"] = PoolerConfig.from_dict(body.get("pooler") or {})
         if body.get("tracing") is not None:
-            body["tracing"] = TracingConfig(**{**body["tracing"], "headers": tuple(map(tuple, body["tracing"]["headers"]))})
+            tracing = body["tracing"]
+            body["tracing"] = TracingConfig(**{**tracing, "headers": tuple(map(tuple, tracing["headers"]))})
         body["security"] = TransportSecurity(**(body.get("security") or {}))
         if body.get("cpu_affinity") is not None:
             body["cpu_affinity"] = tuple(body["cpu_affinity"])
@@ -158,8 +164,3 @@ class GatewayConfig:
     def workers(self) -> tuple[WorkerConfig, ...]:
         """Every local worker of every pool."""
         return tuple(w for pool in self.pools for w in pool.workers)
-
-    @property
-    def worker_urls(self) -> tuple[str, ...]:
-        """Every remote worker URL of every pool."""
-        return tuple(url for pool in self.pools for url in pool.remotes)

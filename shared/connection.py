@@ -89,12 +89,12 @@ class Dialer:
         try:
             reader, writer = await asyncio.wait_for(open_stream(self.address, self.tls, self.server_name),
                                                     self.timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise Unavailable(f"cannot connect to worker at {self.address}: {exc or type(exc).__name__}") from exc
         if self.token is not None:
             try:
                 await asyncio.wait_for(self._hello(reader, writer), self.timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 writer.close()
                 raise Unavailable(f"worker at {self.address} did not answer the token hello "
                                   f"within {self.timeout:g} s") from None

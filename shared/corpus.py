@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ def synthetic_corpus(num_texts: int = 4096, seed: int = 0) -> list[str]:
     rng = np.random.default_rng([seed, 1])
     picks = rng.integers(0, len(words), size=int(counts.sum()))  # (total_words,)
     bounds = np.concatenate(([0], np.cumsum(counts)))
-    return [" ".join(words[picks[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [" ".join(words[picks[a:b]]) for a, b in pairwise(bounds)]
 
 
 def fixed_length_corpus(num_texts: int, words: int, seed: int = 0) -> list[str]:

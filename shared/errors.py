@@ -10,6 +10,7 @@ worker is a 400 at the gateway and a worker's 429 keeps its ``Retry-After``.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 
 class PoolgateError(Exception):
@@ -30,15 +31,15 @@ class PoolgateError(Exception):
         params = inspect.signature(cls.__init__).parameters.values()
         return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
 
-    def fields(self) -> dict:
+    def fields(self) -> dict[str, Any]:
         """This error's wire fields and their values."""
         return {name: getattr(self, name) for name in self.wire_fields()}
 
-    def copy(self) -> "PoolgateError":
+    def copy(self) -> PoolgateError:
         """A new error of this class with the same message and fields (one per failed call)."""
         return type(self)(self.message, **self.fields())
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {"class": type(self).__name__, "message": self.message, **self.fields()}
 
 
@@ -149,7 +150,7 @@ def _with_subclasses(cls: type[PoolgateError]) -> list[type[PoolgateError]]:
 ERRORS: dict[str, type[PoolgateError]] = {cls.__name__: cls for cls in _with_subclasses(PoolgateError)}
 
 
-def from_wire(body: dict) -> PoolgateError:
+def from_wire(body: dict[str, Any]) -> PoolgateError:
     """Rebuild the error a worker sent, with the fields it sent; an unknown class name becomes InternalError,
     a field the class does not take (a newer worker's) is dropped, a missing one keeps its default."""
     cls = ERRORS.get(body.get("class", ""), InternalError)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -35,14 +36,14 @@ class Histogram:
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus's ``(le, cumulative count)`` pairs, +Inf last."""
         out, running = [], 0
-        for bound, n in zip((*self.bounds, math.inf), self.counts):
+        for bound, n in zip((*self.bounds, math.inf), self.counts, strict=True):
             running += n
             out.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
         return out
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.total}
 
     @classmethod
-    def from_wire(cls, body: dict) -> "Histogram":
+    def from_wire(cls, body: dict[str, Any]) -> Histogram:
         return cls(tuple(body["bounds"]), list(body["counts"]), float(body["sum"]))

@@ -13,6 +13,7 @@ chunk's character span.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from poolgate.shared.errors import InvalidRequest
 
@@ -45,7 +46,7 @@ def check_late(doc: LateChunkText) -> None:
     if not starts or not all(isinstance(s, int) and not isinstance(s, bool) for s in starts):
         raise InvalidRequest("chunk_boundaries must be a non-empty list of character offsets",
                              param="chunk_boundaries")
-    if any(b <= a for a, b in zip(starts, starts[1:])):
+    if any(b <= a for a, b in pairwise(starts)):
         raise InvalidRequest(f"chunk_boundaries must be strictly increasing, got {starts}.", param="chunk_boundaries")
     if starts[0] < 0 or starts[-1] >= len(doc.text):
         raise InvalidRequest(f"chunk_boundaries must lie inside the document (0 to {len(doc.text) - 1}), "

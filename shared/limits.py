@@ -12,6 +12,8 @@ outputs are checked as calls of their own and must tokenize as the call does.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
 from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText, check_late
 from poolgate.shared.params import PoolingParams
@@ -194,7 +196,7 @@ def check_length(info: ModelInfo, n_tokens: int, task: str | None = None) -> Non
         )
 
 
-def check_inputs(info: ModelInfo, inputs: list[Input], task: str | None = None) -> None:
+def check_inputs(info: ModelInfo, inputs: Sequence[Input], task: str | None = None) -> None:
     """Each input is a valid Unicode text, a list of in-vocabulary token ids, a capped text, or (for a
     cross-encoder's ``task``, when known) a text pair."""
     if not inputs:
@@ -245,7 +247,7 @@ def _check_windowed(doc: WindowedText, task: str | None) -> None:
                              param="chunk_overlap")
 
 
-def _check_late(info: ModelInfo, doc: LateChunkText, task: str | None, inputs: list[Input]) -> None:
+def _check_late(info: ModelInfo, doc: LateChunkText, task: str | None, inputs: Sequence[Input]) -> None:
     """A late-chunking document: valid text and boundaries, embed on a model with token vectors, alone."""
     _check_text(doc.text)
     check_late(doc)
@@ -267,7 +269,7 @@ def _check_chat(chat: ChatInput) -> None:
             _check_text(message["content"])
 
 
-def _check_cap(k) -> None:
+def _check_cap(k: object) -> None:
     if not _is_token_id(k):
         raise InvalidRequest("a per-text token cap must be a non-negative integer", param="input")
 
@@ -289,5 +291,5 @@ def _check_text(text: str) -> None:
                              param="input") from None
 
 
-def _is_token_id(t) -> bool:
+def _is_token_id(t: object) -> bool:
     return isinstance(t, int) and not isinstance(t, bool) and t >= 0

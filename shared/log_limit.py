@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Any
 
 EVERY_S = 10.0
 MAX_KEYS = 256
@@ -28,7 +29,7 @@ class LogLimiter:
     def __init__(self, logger: logging.Logger, every_s: float = EVERY_S, *, max_keys: int = MAX_KEYS,
                  clock: Callable[[], float] = time.monotonic):
         self.logger, self.every_s, self.max_keys, self.clock = logger, every_s, max_keys, clock
-        self._seen: OrderedDict[Hashable, list] = OrderedDict()  # key -> [window start, repeats counted]
+        self._seen: OrderedDict[Hashable, list[float]] = OrderedDict()  # key -> [window start, repeats counted]
         self._lock = threading.Lock()
 
     def check(self, key: Hashable) -> tuple[int, float] | None:
@@ -44,9 +45,9 @@ class LogLimiter:
             self._seen.move_to_end(key)
             while len(self._seen) > self.max_keys:
                 self._seen.popitem(last=False)
-            return (seen[1], now - seen[0]) if seen is not None else (0, 0.0)
+            return (int(seen[1]), now - seen[0]) if seen is not None else (0, 0.0)
 
-    def log(self, level: int, key: Hashable, msg: str, *args, **kwargs) -> None:
+    def log(self, level: int, key: Hashable, msg: str, *args: object, **kwargs: Any) -> None:
         """``logger.log(level, msg, *args)`` unless ``key`` was logged less than ``every_s`` seconds ago."""
         if not self.logger.isEnabledFor(level):
             return

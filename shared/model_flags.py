@@ -8,9 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from typing import Any
 
-from poolgate.shared.config import (BACKEND_CHOICES, BATCH_POLICIES, CONVERT_CHOICES, DTYPE_CHOICES,
-                                    RUNNER_CHOICES, SEQ_POOLING_TYPES, WorkerConfig)
+from poolgate.shared.config import (
+    BACKEND_CHOICES,
+    BATCH_POLICIES,
+    CONVERT_CHOICES,
+    DTYPE_CHOICES,
+    RUNNER_CHOICES,
+    SEQ_POOLING_TYPES,
+    WorkerConfig,
+)
 from poolgate.shared.models import resolve_model
 from poolgate.shared.pooler_config import PoolerConfig
 
@@ -102,7 +110,7 @@ def _pooler_config(text: str) -> PoolerConfig:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as exc:

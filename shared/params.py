@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from poolgate.shared.tasks import PoolingTask
 
@@ -34,17 +35,17 @@ class PoolingParams:
     adapter: str | None = None
     # further outputs of the same forward (a multi-output call): each its own params (task, dimensions,
     # sparse, ...) with this call's tokenizing params; the call answers one block per output, its own first
-    outputs: tuple["PoolingParams", ...] = ()
+    outputs: tuple[PoolingParams, ...] = ()
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_wire(cls, body: dict) -> "PoolingParams":
+    def from_wire(cls, body: dict[str, Any]) -> PoolingParams:
         body = dict(body)
         body["outputs"] = tuple(cls.from_wire(o) for o in body.get("outputs") or ())
         return cls(**body)
 
-    def all_outputs(self) -> tuple["PoolingParams", ...]:
+    def all_outputs(self) -> tuple[PoolingParams, ...]:
         """Every output this call asks for, its own first (the further ones as they were given)."""
         return (self, *self.outputs) if self.outputs else (self,)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from poolgate.shared.tasks import POOLING_TASKS, REMOVED_TASKS
 
@@ -108,7 +109,7 @@ class PoolerConfig:
         return value.upper() if value else None
 
     @classmethod
-    def from_json(cls, text: str) -> "PoolerConfig":
+    def from_json(cls, text: str) -> PoolerConfig:
         try:
             body = json.loads(text)
         except ValueError as exc:
@@ -116,7 +117,7 @@ class PoolerConfig:
         return cls.from_dict(body)
 
     @classmethod
-    def from_dict(cls, body: dict) -> "PoolerConfig":
+    def from_dict(cls, body: dict[str, Any]) -> PoolerConfig:
         if not isinstance(body, dict):
             raise ValueError("--pooler-config must be a JSON object")
         if "normalize" in body:
@@ -133,5 +134,5 @@ class PoolerConfig:
         except TypeError as exc:
             raise ValueError(f"--pooler-config: {exc}") from None
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return asdict(self)

@@ -37,7 +37,7 @@ class Rows:
             return self.values[i]
         return self.values[self.offsets[i]:self.offsets[i + 1]]
 
-    def slice(self, start: int, stop: int) -> "Rows":
+    def slice(self, start: int, stop: int) -> Rows:
         """Inputs ``start..stop`` as Rows of their own (views, no copy)."""
         if self.offsets is None:
             return Rows(self.values[start:stop])
@@ -45,17 +45,18 @@ class Rows:
         return Rows(self.values[lo:hi], self.offsets[start:stop + 1] - lo)
 
     @staticmethod
-    def concat(parts: list["Rows"]) -> "Rows":
+    def concat(parts: list[Rows]) -> Rows:
         """The parts one after another (one copy; a single part is returned as it is)."""
         if len(parts) == 1:
             return parts[0]
         values = np.concatenate([p.values for p in parts])
         if all(p.offsets is None for p in parts):
             return Rows(values)
-        if any(p.offsets is None for p in parts):
+        ragged = [p.offsets for p in parts if p.offsets is not None]
+        if len(ragged) != len(parts):
             raise ValueError("cannot join per-row and ragged outputs")
         ends = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
-        offsets = np.concatenate([[0]] + [p.offsets[1:] + end for p, end in zip(parts, ends)])
+        offsets = np.concatenate([np.zeros(1, np.int64)] + [o[1:] + end for o, end in zip(ragged, ends, strict=True)])
         return Rows(values, offsets.astype(np.int64))
 
     def arrays(self) -> list[np.ndarray]:
@@ -63,7 +64,7 @@ class Rows:
         return [self.values] if self.offsets is None else [self.values, self.offsets]
 
     @classmethod
-    def from_arrays(cls, arrays: list[np.ndarray]) -> "Rows":
+    def from_arrays(cls, arrays: list[np.ndarray]) -> Rows:
         """Inverse of ``arrays``."""
         if len(arrays) not in (1, 2):
             raise ValueError(f"expected 1 or 2 arrays for one call's outputs, got {len(arrays)}")

@@ -27,7 +27,9 @@ are decided once:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,9 +37,9 @@ from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.scoring import SCORERS, check_pairs, query_of
-from poolgate.shared.tasks import SCORE_TYPES
-from poolgate.shared.windows import FOLDS, Windows, WindowedText, fold
-from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair
+from poolgate.shared.tasks import SCORE_TYPES, PoolingTask
+from poolgate.shared.windows import FOLDS, WindowedText, Windows, fold
+from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair, only_texts
 
 CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 CAPPED_TEXTS = "max_tokens_per_query and max_tokens_per_doc cut texts: pass the inputs as strings"
@@ -81,7 +83,7 @@ def scoring_enabled(info: ModelInfo) -> bool:
 def scorer_of(info: ModelInfo) -> str:
     """The scorer of the model's active task (a ``SCORE_TYPES`` value); 400 when it scores no pairs."""
     task = info.tasks[0] if info.tasks else None
-    kind = SCORE_TYPES.get(task)
+    kind = SCORE_TYPES.get(task) if task is not None else None
     if kind is None:
         raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
                              "scoring needs an embed, token_embed or classify model.")
@@ -119,14 +121,14 @@ class ScorePlan:
     """One call that scores ``n_documents`` pairs: its inputs, its task, and how its rows become scores."""
 
     kind: str  # a shared.tasks.SCORE_TYPES value
-    task: str
+    task: PoolingTask
     n_queries: int
     n_documents: int
     inputs: list[Input]
     windows: WindowSpec | None = None
     query_inputs: int | None = None  # a model with input roles (PyLate): the queries come first
 
-    def params(self, **fields) -> PoolingParams:
+    def params(self, **fields: Any) -> PoolingParams:
         """The call's pooling params: the scorer's task, with ``fields`` (truncation, activation); a model
         with input roles (``ModelInfo.input_roles``) is told which inputs are the queries."""
         return PoolingParams(task=self.task, query_inputs=self.query_inputs, **fields)
@@ -134,7 +136,7 @@ class ScorePlan:
     def scores(self, rows: Rows, windows: Windows | None = None) -> PairScores:
         """One score per pair, in document order, from the call's rows (one per window with ``windows``)."""
         if self.windows is None:
-            return PairScores(SCORERS[self.kind](rows, self.n_queries))
+            return PairScores(SCORERS[self.kind](rows, self.n_queries, None))
         if windows is None:
             raise ValueError("a windowed score call's result has no windows")
         skip = 0 if self.kind == "cross-encoder" else self.n_queries  # the queries' own rows come first
@@ -145,33 +147,40 @@ class ScorePlan:
         return PairScores(folded.scores, folded.best)
 
 
-def plan_scores(info: ModelInfo, queries: list[Input], documents: list[Input], caps: SideCaps = SideCaps(),
+def plan_scores(info: ModelInfo, queries: Sequence[Input], documents: Sequence[Input], caps: SideCaps = SideCaps(),
                 instruction: str | None = None, windows: WindowSpec | None = None) -> ScorePlan:
     """The plan for scoring ``queries`` against ``documents`` with ``info``'s own scorer."""
     check_pairs(len(queries), len(documents))
     kind = scorer_of(info)
     check_caps(info, caps)
+    pair_query = query_of(len(queries), len(documents))
+    inputs: list[Input]
     if windows is not None:
         check_windows(info, windows)
-        if not all(isinstance(d, str) for d in documents):
-            raise InvalidRequest(WINDOWED_TEXTS, param="documents")
-    pair_query = query_of(len(queries), len(documents))
-    if kind == "cross-encoder":
-        if not all(isinstance(x, str) for x in (*queries, *documents)):
-            raise InvalidRequest(CROSS_ENCODER_TEXTS)
-        if windows is not None:
-            inputs: list[Input] = [WindowedText(d, windows.max_chunks, windows.overlap, queries[q], instruction,
-                                                caps.query, caps.document) for q, d in zip(pair_query, documents)]
+        docs = _texts(documents, WINDOWED_TEXTS, param="documents")
+        if kind == "cross-encoder":
+            texts = _texts(queries, CROSS_ENCODER_TEXTS)
+            inputs = [WindowedText(d, windows.max_chunks, windows.overlap, texts[q], instruction, caps.query,
+                                   caps.document) for q, d in zip(pair_query, docs, strict=True)]
         else:
-            inputs = [TextPair(queries[q], d, caps.query, caps.document, instruction)
-                      for q, d in zip(pair_query, documents)]
-    elif windows is not None:
-        inputs = [_capped(q, caps.query) for q in queries] + [
-            WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in documents]
+            inputs = [_capped(q, caps.query) for q in queries] + [
+                WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in docs]
+    elif kind == "cross-encoder":
+        texts = _texts([*queries, *documents], CROSS_ENCODER_TEXTS)
+        inputs = [TextPair(texts[q], d, caps.query, caps.document, instruction)
+                  for q, d in zip(pair_query, texts[len(queries):], strict=True)]
     else:
         inputs = [_capped(q, caps.query) for q in queries] + [_capped(d, caps.document) for d in documents]
     roles = len(queries) if info.input_roles and kind != "cross-encoder" else None
     return ScorePlan(kind, info.tasks[0], len(queries), len(documents), inputs, windows, roles)
+
+
+def _texts(inputs: Sequence[Input], message: str, param: str | None = None) -> list[str]:
+    """``inputs`` when every one is a text; else the 400 ``message``."""
+    texts = only_texts(inputs)
+    if texts is None:
+        raise InvalidRequest(message, param=param)
+    return texts
 
 
 def _capped(x: Input, cap: int) -> Input:

@@ -44,9 +44,9 @@ def cosine_scores(rows: Rows, n_queries: int, index: list[int] | None = None) ->
     queries, documents = vectors[:n_queries], vectors[n_queries:]  # (q, dim), (d, dim)
     norms_q = np.maximum(np.linalg.norm(queries, axis=1), EPS)  # (q,)
     norms_d = np.maximum(np.linalg.norm(documents, axis=1), EPS)  # (d,)
-    index = np.asarray(query_of(n_queries, len(documents)) if index is None else index, dtype=np.int64)
-    dots = np.einsum("ij,ij->i", queries[index], documents)  # (d,)
-    return (dots / (norms_q[index] * norms_d)).astype(np.float32)
+    of = np.asarray(query_of(n_queries, len(documents)) if index is None else index, dtype=np.int64)  # (d,)
+    dots = np.einsum("ij,ij->i", queries[of], documents)  # (d,)
+    return (dots / (norms_q[of] * norms_d)).astype(np.float32)
 
 
 def maxsim(query: np.ndarray, document: np.ndarray) -> float:

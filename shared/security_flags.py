@@ -49,7 +49,8 @@ def worker_security_from_args(args: argparse.Namespace, environ: Mapping[str, st
     addr = parse_address(args.listen)
     if addr.kind == "unix" and security.tls_cert is not None:
         raise ValueError("--tls-cert is for a tcp:// listener; a Unix socket is protected by its permissions")
-    if addr.kind == "tcp" and not is_loopback(addr.host) and security.token is None and not args.insecure_no_token:
+    remote = addr.kind == "tcp" and not is_loopback(addr.host or "")
+    if remote and security.token is None and not args.insecure_no_token:
         raise ValueError(f"--listen {args.listen} accepts other hosts, so it needs a token: --token-file FILE or "
                          f"${TOKEN_ENV} (or --insecure-no-token to accept anyone who can reach it)")
     return security

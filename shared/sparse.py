@@ -21,11 +21,13 @@ A sparse call's ``Rows`` are ragged: input i owns rows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.rows import Rows
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.wire import ModelInfo
 
 
@@ -33,7 +35,7 @@ from poolgate.shared.wire import ModelInfo
 class SparseHead:
     """Where a model's sparse weights come from: the task whose output holds them, per token or not."""
 
-    task: str
+    task: PoolingTask
     per_token: bool  # one weight per token (BGE-M3), else one vocabulary-size vector per input (SPLADE)
     skip_first: int = 0  # tokens the task's rows leave out at the start and end of each sequence
     skip_last: int = 0
@@ -63,7 +65,7 @@ class SparseVector:
     values: np.ndarray  # (nnz,) float32
     tokens: list[str | None] | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         body = {"indices": self.indices.tolist(), "values": self.values.tolist()}
         if self.tokens is not None:
             body["tokens"] = self.tokens

@@ -50,15 +50,15 @@ BATCH_FILL = f"{PREFIX}_batch_fill_ratio"  # histogram (batch tokens / token bud
 DEVICE_MEMORY = f"{PREFIX}_device_memory_bytes"  # gauge {model, backend, worker, kind=allocated|reserved}
 DEVICE_OUT_OF_MEMORY = f"{PREFIX}_device_out_of_memory"  # counter: batches split after OOM {model, backend, worker}
 WORKER_TOKENS_PER_S = f"{PREFIX}_worker_tokens_per_second"  # gauge: measured capacity {model, backend, worker}
-EMBEDDING_CACHE_HITS = f"{PREFIX}_embedding_cache_hits"  # counter: sequences answered from the cache {model, backend, worker}
+EMBEDDING_CACHE_HITS = f"{PREFIX}_embedding_cache_hits"  # counter: sequences served from cache {model, backend, worker}
 EMBEDDING_CACHE_MISSES = f"{PREFIX}_embedding_cache_misses"  # counter: sequences the model ran {model, backend, worker}
 EMBEDDING_CACHE_BYTES = f"{PREFIX}_embedding_cache_bytes"  # gauge {model, backend, worker}
 
 # --- buckets --------------------------------------------------------------------
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
                    20.48, 40.96, 81.92)
-TOKEN_BUCKETS = tuple(2 ** k for k in range(0, 21))  # 1 .. 1M tokens
-BATCH_SIZE_BUCKETS = tuple(2 ** k for k in range(0, 13))  # 1 .. 4096 sequences
+TOKEN_BUCKETS = tuple(2 ** k for k in range(21))  # 1 .. 1M tokens
+BATCH_SIZE_BUCKETS = tuple(2 ** k for k in range(13))  # 1 .. 4096 sequences
 FILL_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 # --- the span ---------------------------------------------------------------------

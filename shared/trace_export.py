@@ -17,10 +17,17 @@ from urllib.parse import urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, DEFAULT_OFF, DEFAULT_ON,
-                                              ParentBasedTraceIdRatio, Sampler, TraceIdRatioBased)
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_OFF,
+    DEFAULT_ON,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    TraceIdRatioBased,
+)
 
-from poolgate.shared.config import TracingConfig
+from poolgate.shared.config import OtlpProtocol, TracingConfig
 
 DEFAULT_RATIO = 1.0  # the SDK's default when OTEL_TRACES_SAMPLER_ARG is not set
 # One export (retries included) gives up after this, so a flush at shutdown with an unreachable
@@ -54,7 +61,7 @@ def _grpc_exporter(cfg: TracingConfig) -> SpanExporter:
 
 
 # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL value -> the exporter for it
-EXPORTERS: dict[str, Callable[[TracingConfig], SpanExporter]] = {
+EXPORTERS: dict[OtlpProtocol, Callable[[TracingConfig], SpanExporter]] = {
     "http/protobuf": _http_exporter,
     "grpc": _grpc_exporter,
 }

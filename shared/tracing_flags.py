@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from urllib.parse import unquote
 
-from poolgate.shared.config import TracingConfig, WorkerConfig
-from poolgate.shared.trace_export import EXPORTERS, RATIO_SAMPLERS, SAMPLERS
+from poolgate.shared.config import OTLP_PROTOCOLS, TracingConfig, WorkerConfig
+from poolgate.shared.trace_export import RATIO_SAMPLERS, SAMPLERS
 
 HTTP_TRACES_PATH = "/v1/traces"
 
@@ -46,9 +46,9 @@ def tracing_config_from_args(args: argparse.Namespace, environ: Mapping[str, str
     """The TracingConfig the flags and ``environ`` describe; None when no endpoint is set (no tracing)."""
     env = {k: v.strip() for k, v in environ.items() if k.startswith("OTEL_") and v.strip()}
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    if protocol not in EXPORTERS:
+    if protocol not in OTLP_PROTOCOLS:
         raise ValueError(f"OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL={protocol!r} is not supported; "
-                         f"use one of {', '.join(EXPORTERS)}")
+                         f"use one of {', '.join(OTLP_PROTOCOLS)}")
     endpoint = args.otlp_traces_endpoint or _endpoint_from_env(env, protocol)
     if endpoint is None:
         if args.collect_detailed_traces:

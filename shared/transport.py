@@ -20,8 +20,10 @@ run TLS. A worker that refuses the client (wrong or missing token) is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import ssl
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +48,7 @@ class WorkerClient:
         self.address = address
         self.connect_timeout = connect_timeout
         self._dialer = dialer or Dialer(address, connect_timeout)
-        self._pending: dict[int, asyncio.Future] = {}
+        self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[np.ndarray]]]] = {}
         self._ids = itertools.count(1)
         self._drain_lock = asyncio.Lock()
         self._connect_lock = asyncio.Lock()
@@ -60,7 +62,7 @@ class WorkerClient:
 
     @classmethod
     async def connect(cls, address: str, *, timeout: float = 10.0, token: str | None = None,
-                      tls: ssl.SSLContext | None = None, server_name: str | None = None) -> "WorkerClient":
+                      tls: ssl.SSLContext | None = None, server_name: str | None = None) -> WorkerClient:
         """Dial ``address``; with ``token``, return once the worker accepted it; with ``tls``, over TLS
         (``server_name``: the name the worker's certificate carries, default the host dialed)."""
         dialer = Dialer(address, timeout, token, tls, server_name)
@@ -79,7 +81,7 @@ class WorkerClient:
         result, _ = await self._request({"op": "info"})
         return ModelInfo.from_wire(result)
 
-    async def health(self) -> dict:
+    async def health(self) -> dict[str, Any]:
         result, _ = await self._request({"op": "health"})
         return result
 
@@ -102,7 +104,8 @@ class WorkerClient:
         return PoolingResult(outputs=outputs, prompt_tokens=prompt_tokens,
                              timings=dict(result.get("timings") or {}), windows=windows,
                              tokens=result.get("tokens"),
-                             more=[PoolingResult(r, prompt_tokens, tokens=t) for r, (_, t) in zip(more_rows, more)])
+                             more=[PoolingResult(r, prompt_tokens, tokens=t)
+                                   for r, (_, t) in zip(more_rows, more, strict=True)])
 
     async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
                        return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
@@ -112,7 +115,7 @@ class WorkerClient:
                                          "return_token_strs": return_token_strs})
         return list(result["tokens"]), result.get("token_strs")
 
-    async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict:
+    async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict[str, Any]:
         """A text's ``tokens``, ``token_strs``, ``offsets`` (None for a special token) and ``special`` flags
         (the ``tokenize`` op with offsets)."""
         result, _ = await self._request({"op": "tokenize", "input": text, "add_special_tokens": add_special_tokens,
@@ -130,12 +133,10 @@ class WorkerClient:
         self._fail_pending("connection closed by the gateway")
         self._reader_task.cancel()
         self._writer.close()
-        try:
+        with contextlib.suppress(OSError, asyncio.CancelledError):
             await self._writer.wait_closed()
-        except (OSError, asyncio.CancelledError):
-            pass
 
-    async def _request(self, header: dict) -> tuple[dict, list[np.ndarray]]:
+    async def _request(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
         if self._lost is not None:
             await self._reconnect()
         rid = next(self._ids)
@@ -176,7 +177,8 @@ class WorkerClient:
             while True:
                 head, payload = await read_frame(self._reader)
                 header, arrays = decode_frame(head, payload)
-                future = self._pending.get(header.get("id"))
+                request_id = header.get("id")
+                future = self._pending.get(request_id) if isinstance(request_id, int) else None
                 if future is not None and not future.done():
                     future.set_result((header, arrays))
         except asyncio.IncompleteReadError:
@@ -196,7 +198,8 @@ class WorkerClient:
                 future.set_exception(Unavailable(f"worker at {self.address}: {self._lost}"))
 
 
-def _more_blocks(result: dict, arrays: list, expected: int) -> list[tuple[list, list | None]]:
+def _more_blocks(result: dict[str, Any], arrays: list[np.ndarray],
+                 expected: int) -> list[tuple[list[np.ndarray], list[Any] | None]]:
     """A multi-output call's further blocks: (their arrays, the tail of ``arrays``; their token strings)."""
     specs = result.get("more") or []
     if len(specs) != expected:
@@ -206,7 +209,7 @@ def _more_blocks(result: dict, arrays: list, expected: int) -> list[tuple[list, 
     if at < 1 or min(counts, default=1) < 1:
         raise InternalError("worker sent malformed further outputs")
     blocks = []
-    for spec, count in zip(specs, counts):
+    for spec, count in zip(specs, counts, strict=True):
         blocks.append((list(arrays[at:at + count]), spec.get("tokens")))
         at += count
     return blocks

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +57,11 @@ class Windows:
         if sum(self.counts) != len(self.spans) or min(self.counts, default=1) < 1:
             raise ValueError(f"{len(self.spans)} window spans for window counts {list(self.counts)}")
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {"counts": list(self.counts), "spans": [list(s) for s in self.spans]}
 
     @classmethod
-    def from_wire(cls, body: dict) -> "Windows":
+    def from_wire(cls, body: dict[str, Any]) -> Windows:
         return cls(tuple(int(c) for c in body["counts"]), tuple((int(a), int(b)) for a, b in body["spans"]))
 
     def starts(self) -> np.ndarray:
@@ -83,7 +84,7 @@ def fold(window_scores: np.ndarray, counts: list[int], spans: list[tuple[int, in
     scores = window_scores.astype(np.float32)
     folded = FOLDS[how](scores, starts).astype(np.float32)
     best = []
-    for start, count in zip(starts.tolist(), counts):
+    for start, count in zip(starts.tolist(), counts, strict=True):
         k = int(np.argmax(scores[start:start + count]))
         best.append((k, *spans[start + k]))
     return Folded(folded, best)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
+from poolgate.shared.late_chunks import LateChunkText
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
-from poolgate.shared.late_chunks import LateChunkText
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.windows import WindowedText, Windows
 
 PREFIX = struct.Struct("!II")
@@ -55,21 +58,23 @@ class ChatInput:
     """One conversation (OpenAI-style ``{"role", "content"}`` messages, text only), which the worker renders
     to text with the model's chat template (``workers.engine.inputs.render_chats``) and then tokenizes."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     add_generation_prompt: bool = False
     continue_final_message: bool = False
-    chat_template_kwargs: dict | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def estimate_tokens(self) -> int:
         """Each message's text, plus a few template tokens per message."""
         return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in self.messages)
 
 
-# The inputs that travel as JSON objects, by their "type" tag on the wire.
-WIRE_INPUTS: dict[str, type] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput,
-                                "windowed_text": WindowedText, "late_chunks": LateChunkText}
+ObjectInput = TextPair | CappedText | ChatInput | WindowedText | LateChunkText
+Input = str | list[int] | ObjectInput
 
-Input = str | list[int] | TextPair | CappedText | ChatInput | WindowedText | LateChunkText
+# The inputs that travel as JSON objects, by their "type" tag on the wire.
+WIRE_INPUTS: dict[str, type[ObjectInput]] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput,
+                                             "windowed_text": WindowedText, "late_chunks": LateChunkText}
+_TAGS = {cls: tag for tag, cls in WIRE_INPUTS.items()}
 
 
 def estimate_tokens(x: Input) -> int:
@@ -82,21 +87,27 @@ def estimate_tokens(x: Input) -> int:
     return x.estimate_tokens()
 
 
-def input_to_wire(x: Input):
+def only_texts(inputs: Sequence[Input]) -> list[str] | None:
+    """``inputs`` as texts when every one is a text; None when one is not."""
+    texts = [x for x in inputs if isinstance(x, str)]
+    return texts if len(texts) == len(inputs) else None
+
+
+def input_to_wire(x: Input) -> str | list[int] | dict[str, Any]:
     """A text or token ids as they are; an object input as ``{"type": tag, **fields}``."""
-    for tag, cls in WIRE_INPUTS.items():
-        if type(x) is cls:
-            return {"type": tag, **asdict(x)}
-    return x
+    if not isinstance(x, ObjectInput):
+        return x
+    return {"type": _TAGS[type(x)], **asdict(x)}
 
 
-def input_from_wire(x) -> Input:
+def input_from_wire(x: str | list[int] | dict[str, Any]) -> Input:
     """Inverse of ``input_to_wire``; ValueError for an object of no known type."""
     if not isinstance(x, dict):
         return x
-    cls = WIRE_INPUTS.get(x.get("type"))
+    tag = x.get("type")
+    cls = WIRE_INPUTS.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise ValueError(f"unknown input type {x.get('type')!r}")
+        raise ValueError(f"unknown input type {tag!r}")
     return cls(**{k: v for k, v in x.items() if k != "type"})
 
 
@@ -112,14 +123,14 @@ class PoolingCall:
     priority: int = 0
     trace_context: dict[str, str] = field(default_factory=dict)
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         body = asdict(self)
         body["params"] = self.params.to_wire()
         body["inputs"] = [input_to_wire(x) for x in self.inputs]
         return body
 
     @classmethod
-    def from_wire(cls, body: dict) -> "PoolingCall":
+    def from_wire(cls, body: dict[str, Any]) -> PoolingCall:
         body = dict(body)
         body["params"] = PoolingParams.from_wire(body["params"])
         body["inputs"] = [input_from_wire(x) for x in body["inputs"]]
@@ -139,7 +150,7 @@ class PoolingResult:
     timings: dict[str, float] = field(default_factory=dict)
     windows: Windows | None = None
     tokens: list[list[str | None]] | None = None  # a sparse call with return_tokens: each row's token string
-    more: list["PoolingResult"] = field(default_factory=list)  # a multi-output call's further outputs, in order
+    more: list[PoolingResult] = field(default_factory=list)  # a multi-output call's further outputs, in order
 
     @property
     def total_tokens(self) -> int:
@@ -152,7 +163,7 @@ class ModelInfo:
 
     served_model_name: str
     architecture: str
-    tasks: tuple[str, ...]
+    tasks: tuple[PoolingTask, ...]
     max_model_len: int
     embedding_dim: int
     backend: str
@@ -168,16 +179,16 @@ class ModelInfo:
     attention: str | None = None  # the packed-attention path, e.g. "varlen_flash" or "grouped_sdpa"
     device_memory: dict[str, int] | None = None  # bytes once loaded: allocated/reserved/total (host: total/peak_rss)
     prompts: dict[str, str] | None = None  # input type -> prompt (config_sentence_transformers.json; Cohere input_type)
-    chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere puts a prompt in a system turn)
-    input_roles: bool = False  # queries and documents encode differently (PyLate): calls say PoolingParams.query_inputs
+    chat_template: bool = False  # the tokenizer has a chat template (chat inputs; Cohere's prompt is a system turn)
+    input_roles: bool = False  # queries and documents encode apart (PyLate): calls say PoolingParams.query_inputs
     adapters: tuple[str, ...] | None = None  # the task adapters a call may name (PoolingParams.adapter); None = none
     kernels: dict[str, str] | None = None  # op -> the kernel it runs and why not a faster one (Backend.kernels)
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_wire(cls, body: dict) -> "ModelInfo":
+    def from_wire(cls, body: dict[str, Any]) -> ModelInfo:
         body = dict(body)
         body["tasks"] = tuple(body["tasks"])
         for key in ("matryoshka_dimensions", "labels", "adapters"):
@@ -186,7 +197,7 @@ class ModelInfo:
         return cls(**body)
 
 
-def encode_frame(header: dict, arrays: list[np.ndarray] = ()) -> bytes:
+def encode_frame(header: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> bytes:
     """Header JSON plus the arrays' raw bytes, described in ``header["arrays"]``."""
     specs, chunks = [], []
     for arr in arrays:
@@ -200,7 +211,7 @@ def encode_frame(header: dict, arrays: list[np.ndarray] = ()) -> bytes:
     return PREFIX.pack(len(head), len(payload)) + head + payload
 
 
-def decode_frame(head: bytes, payload: bytes) -> tuple[dict, list[np.ndarray]]:
+def decode_frame(head: bytes, payload: bytes) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Inverse of ``encode_frame``; arrays are read-only views of the payload."""
     header = json.loads(head)
     arrays, offset = [], 0

@@ -48,6 +48,20 @@ def decode(raw: bytes, embed_dtype: str, shape) -> np.ndarray:
     return torch.from_numpy(arr).view(torch_dtype).float().numpy().reshape(shape)
 
 
+def dequantize(kind: str, value) -> np.ndarray:
+    """A float vector back from a Cohere quantized type, as a client decodes it (q / 127, q / 127.5 - 1; unpacked
+    bits as +-1), by the scheme ``gateway/dialects/quantize.py`` documents."""
+    q = np.asarray(value)
+    if kind == "int8":
+        return q.astype(np.float32) / 127.0
+    if kind == "uint8":
+        return q.astype(np.float32) / 127.5 - 1.0
+    if kind in ("binary", "ubinary"):
+        bits = np.unpackbits((q.astype(np.int16) + (128 if kind == "binary" else 0)).astype(np.uint8), axis=-1)
+        return bits.astype(np.float32) * 2 - 1
+    raise ValueError(kind)
+
+
 def collect(url: str, texts: list[str] = TEXTS) -> dict[str, np.ndarray]:
     """``{dialect/encoding: (n, dim) float32}`` for ``texts``, each decoded as a client would."""
     out: dict[str, np.ndarray] = {}
@@ -67,7 +81,6 @@ def collect(url: str, texts: list[str] = TEXTS) -> dict[str, np.ndarray]:
     emb = json.loads(raw)["embeddings"]
     out["cohere float"] = np.float32(emb["float"])
     out["cohere base64"] = np.stack([np.frombuffer(base64.b64decode(b), "<f4") for b in emb["base64"]])
-    from poolgate.gateway.dialects.quantize import dequantize
     for kind in ("int8", "uint8", "binary", "ubinary"):
         out[f"cohere {kind}"] = np.stack([dequantize(kind, v) for v in emb[kind]])
     raw, _ = post(url, "/pooling", {"input": texts})

@@ -17,17 +17,18 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
 
-from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
-from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, make_payloads, run_load
+from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.shared.config import DTYPE_CHOICES
+from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.shared.model_flags import positive_int as _positive_int
 from poolgate.shared.models import bundled_model_path
 
@@ -118,7 +119,8 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
-def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result, st_vectors: list) -> dict:
+def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result: LoadResult,
+                 st_vectors: list[np.ndarray]) -> dict[str, Any]:
     """poolgate's vectors (and the baseline's) against sentence-transformers in float32 on the same texts."""
     from poolgate.workers.tools.st_reference import run_reference
 
@@ -195,8 +197,9 @@ def main(args: argparse.Namespace) -> int:
         kill_plan(args)
         models = args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))]
         if len(models) > 1 and (args.kill_worker_after is not None or args.compare_sentence_transformers):
-            raise ValueError("several --model runs take neither --kill-worker-after nor a sentence-transformers baseline")
-    except (OSError, ValueError, BadResponse, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise ValueError("several --model runs take neither --kill-worker-after nor a sentence-transformers "
+                             "baseline")
+    except (TimeoutError, OSError, ValueError, BadResponse, aiohttp.ClientError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2
     if len(models) > 1:

@@ -17,8 +17,10 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -71,7 +73,7 @@ async def _up(session: aiohttp.ClientSession, url: str) -> int | None:
     try:
         async with session.get(url) as resp:
             return workers_up(await resp.text()) if resp.status == 200 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         return None
 
 
@@ -116,7 +118,10 @@ def format_failover(result: dict) -> str:
             f"{'' if result['whole_while_loaded'] else ' (after the load ended)'}")
 
 
-async def run_with_kill(load, plan: KillPlan) -> tuple[object, dict]:
+T = TypeVar("T")
+
+
+async def run_with_kill(load: Awaitable[T], plan: KillPlan) -> tuple[T, dict[str, Any]]:
     """Run the awaitable ``load`` while ``kill_and_watch`` does its work; both results."""
     run_done = asyncio.Event()
     watcher = asyncio.ensure_future(kill_and_watch(plan, run_done))

@@ -33,8 +33,8 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> int:
         return resp.status
 
 
-async def _heavy(session, url: str, model: str, inputs: list[str], priority: int, stop: asyncio.Event,
-                 done: list[int]) -> None:
+async def _heavy(session: aiohttp.ClientSession, url: str, model: str, inputs: list[str], priority: int,
+                 stop: asyncio.Event, done: list[int]) -> None:
     while not stop.is_set():
         body = {"model": model, "input": inputs, "encoding_format": "base64", "priority": priority,
                 "truncate_prompt_tokens": -1}
@@ -42,7 +42,8 @@ async def _heavy(session, url: str, model: str, inputs: list[str], priority: int
             done[0] += len(inputs)
 
 
-async def _probe(session, url: str, model: str, texts: list[str], duration_s: float) -> tuple[list[float], int]:
+async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: list[str],
+                 duration_s: float) -> tuple[list[float], int]:
     latencies, errors, end, i = [], 0, time.monotonic() + duration_s, 0
     while time.monotonic() < end:
         body = {"model": model, "input": [texts[i % len(texts)]], "encoding_format": "base64", "priority": 0,

@@ -21,8 +21,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Iterator
+from typing import Literal
 
 from poolgate.gateway.bench.load import LoadConfig, run_load
 from poolgate.gateway.bench.report import summarize
@@ -30,7 +31,8 @@ from poolgate.shared.telemetry import WORKER_UP
 
 NULL_FACTORY = "poolgate.workers.tools.null_model:load"
 MODEL = "null"
-SHAPES = ((1, "float"), (1, "base64"), (32, "float"), (32, "base64"))  # (inputs per request, encoding)
+SHAPES: tuple[tuple[int, Literal["float", "base64"]], ...] = (  # (inputs per request, encoding)
+    (1, "float"), (1, "base64"), (32, "float"), (32, "base64"))
 READY_TIMEOUT_S = 60.0
 
 
@@ -46,14 +48,13 @@ def _cli(*args: str) -> list[str]:
 
 def _ready(url: str) -> bool:
     """A gateway's /metrics with its worker up (it serves the model), or the API's /health answering 200."""
-    with contextlib.suppress(OSError, urllib.error.URLError):
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            if resp.status != 200:
-                return False
-            if not url.endswith("/metrics"):
-                return True
-            return any(line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
-                       for line in resp.read().decode().splitlines())
+    with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=2) as resp:
+        if resp.status != 200:
+            return False
+        if not url.endswith("/metrics"):
+            return True
+        return any(line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
+                   for line in resp.read().decode().splitlines())
     return False
 
 

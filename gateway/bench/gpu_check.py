@@ -26,9 +26,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,9 @@ def _step(cmd: list[str], timeout_s: float) -> dict:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
         rc, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, out, err = 124, exc.stdout or "", f"timed out after {timeout_s:.0f} s"
-        out = out.decode() if isinstance(out, bytes) else out
+        partial = exc.stdout or ""  # bytes even with text=True (CPython's TimeoutExpired)
+        out = partial.decode() if isinstance(partial, bytes) else partial
+        rc, err = 124, f"timed out after {timeout_s:.0f} s"
     lines = [line for line in out.splitlines() if line.strip()]
     report = None
     with contextlib.suppress(ValueError, IndexError):
@@ -87,7 +89,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(folder: Path, plan: Plan):
+def serving(folder: Path, plan: Plan) -> Iterator[str | None]:
     """``poolgate serve FOLDER`` on a free port until the block ends; yields the URL (None if it never came up)."""
     port = _free_port()
     proc = subprocess.Popen(_cli("serve", str(folder), "--port", str(port), "--backend", plan.backend,
@@ -96,9 +98,9 @@ def serving(folder: Path, plan: Plan):
     deadline = time.monotonic() + plan.step_timeout_s
     ready = False
     while time.monotonic() < deadline and proc.poll() is None and not ready:
-        with contextlib.suppress(OSError, urllib.error.URLError):
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                ready = resp.status == 200
+        with contextlib.suppress(OSError, urllib.error.URLError), \
+                urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            ready = resp.status == 200
         time.sleep(0.3)
     try:
         yield url if ready else None
@@ -128,7 +130,7 @@ def _http_steps(folder: Path, plan: Plan, *, compare: bool, latency: bool) -> di
     return steps
 
 
-def _value(step: dict | None, metric: str):
+def _value(step: dict[str, Any] | None, metric: str) -> Any:
     report = (step or {}).get("report") or {}
     if metric == "p50_ms":
         return (report.get("latency_ms") or {}).get("p50")
@@ -182,13 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         result = run(DRY if args.dry_run else GPU, Path(tmp))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for row in result["rows"]:
-        print(f"{row['row']:18s} {row['measured']!s:>14} {row['unit']:14s} target {row['target']:>10}  met={row['met']}")
+        print(f"{row['row']:18s} {row['measured']!s:>14} {row['unit']:14s} target {row['target']:>10}  "
+              f"met={row['met']}")
     failed = [name for name, s in _flat(result["steps"]) if s.get("rc") != 0]
     print(f"{len(failed)} step(s) failed: {', '.join(failed)}" if failed else "every step ran", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _flat(steps: dict, prefix: str = ""):
+def _flat(steps: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     for name, s in steps.items():
         if "rc" in s:
             yield prefix + name, s

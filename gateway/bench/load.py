@@ -13,8 +13,9 @@ import base64
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Literal
+from typing import Any, Literal
 
 import aiohttp
 import numpy as np
@@ -77,11 +78,11 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 async def first_model_id(url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
     """The first id listed by ``GET {url}/v1/models``."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout, headers=auth_headers(api_key)) as session:
-        async with session.get(f"{url.rstrip('/')}/v1/models") as resp:
-            if resp.status != 200:
-                raise BadResponse(f"GET /v1/models -> HTTP {resp.status}: {(await resp.text())[:300]}")
-            data = (await resp.json(content_type=None)).get("data") or []
+    async with aiohttp.ClientSession(timeout=timeout, headers=auth_headers(api_key)) as session, \
+            session.get(f"{url.rstrip('/')}/v1/models") as resp:
+        if resp.status != 200:
+            raise BadResponse(f"GET /v1/models -> HTTP {resp.status}: {(await resp.text())[:300]}")
+        data = (await resp.json(content_type=None)).get("data") or []
     if not data or "id" not in data[0]:
         raise BadResponse("GET /v1/models listed no model")
     return str(data[0]["id"])
@@ -92,7 +93,7 @@ def make_payloads(texts: list[str], cfg: LoadConfig) -> list[tuple[bytes, int]]:
     out = []
     for start in range(0, len(texts), cfg.batch_size):
         batch = texts[start:start + cfg.batch_size]
-        body = {"model": cfg.model, "input": batch, "encoding_format": cfg.encoding_format}
+        body: dict[str, Any] = {"model": cfg.model, "input": batch, "encoding_format": cfg.encoding_format}
         if cfg.truncate:
             body["truncate_prompt_tokens"] = -1
         out.append((json.dumps(body).encode(), len(batch)))
@@ -142,7 +143,7 @@ async def send_one(session: aiohttp.ClientSession, url: str, payload: tuple[byte
         result.add_error("bad response", str(exc))
     except json.JSONDecodeError as exc:
         result.add_error("bad response", f"not JSON: {exc}")
-    except asyncio.TimeoutError:
+    except TimeoutError:
         result.add_error("timeout", f"no response within {cfg.timeout_s}s")
     except aiohttp.ClientError as exc:
         result.add_error(type(exc).__name__, str(exc))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 from poolgate.gateway.bench.load import LoadConfig, LoadResult, run_load
 from poolgate.gateway.bench.report import _fmt, rate, summarize
@@ -24,8 +25,8 @@ async def alone_then_together(cfgs: list[LoadConfig], texts: list[str]) -> tuple
 def mixed_report(cfgs: list[LoadConfig], alone: list[LoadResult], together: list[LoadResult], *,
                  corpus: str, num_texts: int) -> dict:
     """Per model: its report alone and together, and the ratio of their tokens/s; the totals."""
-    models = []
-    for cfg, a, t in zip(cfgs, alone, together):
+    models: list[dict[str, Any]] = []
+    for cfg, a, t in zip(cfgs, alone, together, strict=True):
         ra = summarize(a, cfg, corpus=corpus, num_texts=num_texts)
         rt = summarize(t, cfg, corpus=corpus, num_texts=num_texts)
         models.append({"model": cfg.model, "alone": ra, "together": rt,
@@ -56,7 +57,7 @@ def format_mixed(report: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         lines.append("  " + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in
-                                      enumerate(zip(row, widths))).rstrip())
+                                      enumerate(zip(row, widths, strict=True))).rstrip())
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from poolgate.gateway.bench.load import LoadConfig, LoadResult
 
@@ -59,7 +59,7 @@ def add_reference(report: dict, reference: dict) -> dict:
     return {**report, "sentence_transformers": reference, "ratio_vs_sentence_transformers": ratio}
 
 
-def _fmt(value, digits: int = 1) -> str:
+def _fmt(value: object, digits: int = 1) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -104,7 +104,8 @@ def format_table(report: dict) -> str:
         lines.append(f"  cosine to float32: {cos['error']}")
     elif cos:
         line = (f"  cosine to {cos['reference']} over {cos['vectors']:,} vectors: poolgate worst "
-                f"{cos['poolgate_worst']:.6f}, mean {cos['poolgate_mean']:.6f}, {cos['poolgate_below_0.999']} below 0.999")
+                f"{cos['poolgate_worst']:.6f}, mean {cos['poolgate_mean']:.6f}, "
+                f"{cos['poolgate_below_0.999']} below 0.999")
         if "st_worst" in cos:
             line += (f"; sentence-transformers {cos['st_dtype']} worst {cos['st_worst']:.6f}, "
                      f"mean {cos['st_mean']:.6f}, {cos['st_below_0.999']} below 0.999")

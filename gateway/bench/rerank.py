@@ -16,13 +16,14 @@ import asyncio
 import json
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 
-from poolgate.shared.corpus import read_corpus, synthetic_corpus
 from poolgate.gateway.bench.load import BadResponse, auth_headers, first_model_id
+from poolgate.shared.corpus import read_corpus, synthetic_corpus
 from poolgate.shared.model_flags import positive_int
 
 QUERY = "which of these passages answers the question about the history of the city"
@@ -60,7 +61,7 @@ def check(body: dict, n: int) -> None:
     if sorted(r["index"] for r in results) != list(range(n)):
         raise BadResponse("result indices are not each document once")
     scores = [r["relevance_score"] for r in results]
-    if any(a < b for a, b in zip(scores, scores[1:])):
+    if any(a < b for a, b in pairwise(scores)):
         raise BadResponse("results are not sorted by relevance_score")
 
 
@@ -80,7 +81,7 @@ async def run(args: argparse.Namespace, model: str, documents: list[str]) -> dic
                     if resp.status != 200:
                         raise BadResponse(f"HTTP {resp.status}: {str(out)[:200]}")
                 check(out, args.documents)
-            except (BadResponse, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            except (TimeoutError, BadResponse, aiohttp.ClientError, ValueError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 return
             if timed:
@@ -115,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         documents = read_corpus(args.corpus) if args.corpus else synthetic_corpus(max(args.documents, 1000), args.seed)
         model = args.model or asyncio.run(first_model_id(args.url, args.api_key, args.timeout))
-    except (OSError, ValueError, BadResponse, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError, ValueError, BadResponse, aiohttp.ClientError) as exc:
         print(f"poolgate bench-rerank: cannot start: {exc}", file=sys.stderr)
         return 2
     report = asyncio.run(run(args, model, documents))

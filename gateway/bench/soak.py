@@ -18,6 +18,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -45,7 +46,8 @@ def sample(pid: int) -> dict[str, float | None]:
     return {"gateway": rss_mb(pid), **{f"worker {c}": rss_mb(c) for c in children(pid)}}
 
 
-async def _client(session, url: str, model: str, texts: list[str], inputs: int, stop: float, seed: int) -> int:
+async def _client(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], inputs: int, stop: float,
+                  seed: int) -> int:
     rng, done = random.Random(seed), 0
     while time.monotonic() < stop:
         batch = [t[: rng.randint(10, len(t))] for t in rng.sample(texts, inputs)]
@@ -59,7 +61,8 @@ async def _client(session, url: str, model: str, texts: list[str], inputs: int, 
 async def run(url: str, model: str, pid: int, *, duration_s: float = 180.0, every_s: float = 15.0,
               clients: int = 4, inputs: int = 16) -> dict:
     """The soak (module doc); returns the samples and the summary."""
-    texts, stop, samples = synthetic_corpus(4096, seed=1), time.monotonic() + duration_s, []
+    texts, stop = synthetic_corpus(4096, seed=1), time.monotonic() + duration_s
+    samples: list[dict[str, Any]] = []
     start = time.monotonic()
     async with aiohttp.ClientSession() as session:
         load = [asyncio.create_task(_client(session, url.rstrip("/"), model, texts, inputs, stop, i))

@@ -145,7 +145,8 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
         if not Path(root).is_dir():
             raise SettingError(("model_roots",), f"model root {root} is not a folder")
     return GatewayConfig(
-        host=settings.host, port=settings.port, reuse_port=bool(settings.reuse_port), api_key=api_key(settings) or environ.get(API_KEY_ENV) or None,
+        host=settings.host, port=settings.port, reuse_port=bool(settings.reuse_port),
+        api_key=api_key(settings) or environ.get(API_KEY_ENV) or None,
         tenants=tenants(settings), auto_truncate=settings.auto_truncate,
         transport=settings.transport, pools=pools, model_roots=roots, io_processor_plugin=plugin_name(settings),
         startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,

@@ -44,8 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from poolgate.gateway.config.build import ModelEntry, SettingError, build_config, pool_config
 from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
 from poolgate.gateway.pools.discovery import check_url
-from poolgate.shared.config import (BACKEND_CHOICES, BATCH_POLICIES, CONVERT_CHOICES, DTYPE_CHOICES, RUNNER_CHOICES,
-                                    SEQ_POOLING_TYPES, GatewayConfig)
+from poolgate.shared.config import SEQ_POOLING_TYPES, Backend, BatchPolicy, Convert, DType, GatewayConfig, Runner
 from poolgate.shared.model_flags import add_model_arguments
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.tracing_flags import tracing_config_from_args
@@ -78,14 +77,14 @@ class ModelTable(Table):
 
     name: str | None = None
     model: str | None = None
-    backend: Literal[BACKEND_CHOICES] = "auto"
-    dtype: Literal[DTYPE_CHOICES] = "auto"
+    backend: Backend = "auto"
+    dtype: DType = "auto"
     max_model_len: Positive | None = None
     max_batch_tokens: Positive | None = None
     pooler_config: dict | None = None
     hf_overrides: dict | None = None
-    runner: Literal[RUNNER_CHOICES] = "auto"
-    convert: Literal[CONVERT_CHOICES] = "auto"
+    runner: Runner = "auto"
+    convert: Convert = "auto"
     pooling_type: str | None = None
     normalize: bool | None = None
     allow_pickle_weights: bool = False
@@ -95,7 +94,7 @@ class ModelTable(Table):
     num_threads: Positive | None = None
     tokenizer_threads: Positive = 2
     embedding_cache_mb: Annotated[int, Field(ge=0)] = 0
-    batch_policy: Literal[BATCH_POLICIES] = "fair"
+    batch_policy: BatchPolicy = "fair"
     max_tokens_per_request: Positive | None = None
     replicas: Annotated[int, Field(ge=0)] | None = None
     devices: list = []
@@ -182,7 +181,7 @@ MESSAGES = {"int_type": "must be an integer", "bool_type": "must be true or fals
             "float_type": "must be a number", "list_type": "must be a list", "dict_type": "must be a table",
             "model_type": "must be a table", "greater_than_equal": "must be >= {ge}", "greater_than": "must be > {gt}",
             "less_than_equal": "must be <= {le}", "literal_error": "must be one of {expected}"}
-ITEMS = {"models": ModelTable, "remote": RemoteTable}  # array of tables -> the model of one element
+ITEMS: dict[str, type[Table]] = {"models": ModelTable, "remote": RemoteTable}  # array of tables -> one element's model
 
 
 def setting_error(exc: ValidationError, root: type[Table]) -> SettingError:
@@ -193,7 +192,7 @@ def setting_error(exc: ValidationError, root: type[Table]) -> SettingError:
     if err["type"] == "extra_forbidden":
         table = root
         for part in path[:-1]:
-            table = ITEMS.get(part, table)
+            table = ITEMS.get(part, table) if isinstance(part, str) else table  # (an int: a list index)
         return SettingError(path, f"unknown key (known: {', '.join(table.model_fields)})")
     if err["type"] == "missing":
         return SettingError(path, "is required")

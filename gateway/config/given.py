@@ -10,6 +10,7 @@ when it took a value.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 GIVEN = "given_flags"
 ACTIONS = {None: argparse._StoreAction, "store": argparse._StoreAction, "store_true": argparse._StoreTrueAction,
@@ -17,7 +18,8 @@ ACTIONS = {None: argparse._StoreAction, "store": argparse._StoreAction, "store_t
 
 
 def _noting(base: type[argparse.Action]) -> type[argparse.Action]:
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self: argparse.Action, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         base.__call__(self, parser, namespace, values, option_string)
         if option_string is not None or values is not self.default:
             given = set(getattr(namespace, GIVEN, ()))

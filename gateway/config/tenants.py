@@ -95,7 +95,9 @@ def tenants_from_toml(text: str) -> tuple[Tenant, ...]:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise _Problem(tuple(err["loc"]), err["msg"]) from None
-    tenants, names, seen = [], set(), set()
+    tenants: list[Tenant] = []
+    names: set[str] = set()
+    seen: set[str] = set()  # key digests
     for i, table in enumerate(tables):
         digests = tuple(dict.fromkeys([*map(digest, table.keys), *table.key_sha256]))
         if not digests:

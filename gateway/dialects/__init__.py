@@ -29,8 +29,20 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from poolgate.gateway.dialects import (cohere, invocations, io_processor, openai, rerank, tei, tei_scores,
-                                       tei_tokens, vllm_classify, vllm_pooling, vllm_score, vllm_tokenize)
+from poolgate.gateway.dialects import (
+    cohere,
+    invocations,
+    io_processor,
+    openai,
+    rerank,
+    tei,
+    tei_scores,
+    tei_tokens,
+    vllm_classify,
+    vllm_pooling,
+    vllm_score,
+    vllm_tokenize,
+)
 from poolgate.gateway.dialects.route import Route, mount, shared
 
 DIALECTS: dict[str, tuple[Route, ...]] = {

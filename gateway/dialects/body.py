@@ -6,6 +6,7 @@ from typing import TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from poolgate.gateway.http.state import CONFIG
 from poolgate.shared.errors import InvalidRequest, RequestTooLarge
@@ -67,7 +68,7 @@ def validation_failure(message: str, *, param: str | None) -> InvalidRequest:
     return err
 
 
-def _input(error: dict) -> str:
+def _input(error: ErrorDetails) -> str:
     """``, input_value=…, input_type=…`` as pydantic prints them (the value's repr cut to MAX_INPUT_CHARS)."""
     if "input" not in error or error["type"] == "missing":
         return ""

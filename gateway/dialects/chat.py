@@ -12,7 +12,7 @@ refused, as vLLM refuses it without ``--trust-request-chat-template``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
@@ -63,10 +63,12 @@ def _no_default(schema: dict) -> None:
 class CompletionOrChatBody(PoolingBody, ChatOptions):
     """``input`` (texts, token ids, or conversations) or ``messages``; unknown fields are ignored."""
 
-    # Either one, never null (a default is not validated, an explicit null is; nor is it documented).
-    input: CompletionInput | Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
-    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)
-    add_special_tokens: bool | None = None  # None: True for texts and ids, False for chat (vLLM's defaults)
+    # Either one, never null (a default is not validated, an explicit null is; nor is it documented): a None
+    # default on a type without None, which mypy refuses (as it refuses widening PoolingBody's fields).
+    input: CompletionInput | Conversation | list[Conversation] = Field(  # type: ignore[assignment]
+        None, json_schema_extra=_no_default)
+    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)  # type: ignore[assignment]
+    add_special_tokens: bool | None = None  # type: ignore[assignment]  # None: True for texts and ids, False for chat
 
     @model_validator(mode="before")
     @classmethod
@@ -78,16 +80,17 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
 
     def chat(self) -> list[Conversation] | None:
         """The conversations of a chat-style request, or None for a completion-style one."""
-        if (self.input is None) == (self.messages is None):
+        given = {"input", "messages"} & self.model_fields_set  # (neither can be given as null)
+        if len(given) != 1:
             raise InvalidRequest(ONE_OF, param="input")
-        if self.messages is not None:
+        if "messages" in given:
             return conversations(self.messages)
         return conversations(self.input) if is_chat(self.input) else None
 
     def call_inputs(self) -> tuple[list[Input], bool]:
         """The inputs to pool and whether to add special tokens (as asked, else vLLM's default per style)."""
         chats = self.chat()
-        inputs = chat_inputs(chats, self) if chats is not None else self.inputs()
+        inputs: list[Input] = list(chat_inputs(chats, self)) if chats is not None else self.inputs()
         special = chats is None if self.add_special_tokens is None else self.add_special_tokens
         return inputs, special
 
@@ -107,12 +110,11 @@ def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list
 
 def conversations(value: Conversation | list[Conversation]) -> list[Conversation]:
     """One conversation or a list of them, as a list of conversations."""
-    if value and isinstance(value[0], ChatMessage):
-        return [value]
-    return list(value)
+    messages = [m for m in value if isinstance(m, ChatMessage)]
+    return [messages] if messages else [c for c in value if isinstance(c, list)]
 
 
-def is_chat(value) -> bool:
+def is_chat(value: object) -> TypeGuard[Conversation | list[Conversation]]:
     """Whether a parsed ``input`` is a conversation or a list of them (not texts or token ids)."""
     first = value[0] if isinstance(value, list) and value else None
     if isinstance(first, list):

@@ -17,6 +17,7 @@ Cohere's ``{"message": ...}``.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from aiohttp import web
@@ -27,8 +28,8 @@ from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.sparse import serve_dense_and_sparse, serve_sparse
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import input_cap
 from poolgate.shared.params import PoolingParams
@@ -88,7 +89,7 @@ def texts_of(req: CohereEmbedRequest) -> list[str]:
         raise InvalidRequest(NO_IMAGES, param=given[0])
     if req.texts:
         return list(req.texts)
-    return [" ".join(c.text for c in item.content) for item in req.inputs]
+    return [" ".join(c.text for c in item.content if isinstance(c, TextContent)) for item in req.inputs or ()]
 
 
 def prompted(texts: list[str], input_type: str | None, info: ModelInfo) -> tuple[list[Input], bool]:
@@ -130,7 +131,7 @@ def check_max_tokens(req: CohereEmbedRequest, prompt_tokens: list[int]) -> None:
                                      "Set truncate to END or START to allow truncation.", param="max_tokens")
 
 
-def to_response(served: Served, texts: list[str], types: list[str] | None, *, version: str = "2",
+def to_response(served: Served, texts: list[str], types: Sequence[str] | None, *, version: str = "2",
                 sparse: list[SparseVector] | None = None) -> dict:
     """The embed response; ``types`` None (v1 only) answers v1's ``embeddings_floats``; ``sparse``: the
     sparse vectors when ``types`` holds "sparse" (``served`` is then the dense call, if any was made)."""
@@ -139,7 +140,9 @@ def to_response(served: Served, texts: list[str], types: list[str] | None, *, ve
     body = {"id": f"embd-{served.request_id}", "texts": texts, "meta": meta}
     if types is None:
         return {**body, "embeddings": [EMBEDDING_TYPES["float"](r) for r in rows], "response_type": "embeddings_floats"}
-    embeddings = {t: [v.to_json() for v in sparse] if t == SPARSE else [EMBEDDING_TYPES[t](r) for r in rows]
+    if SPARSE in types and sparse is None:
+        raise ValueError("sparse embeddings were asked for but not computed")
+    embeddings = {t: [v.to_json() for v in sparse or ()] if t == SPARSE else [EMBEDDING_TYPES[t](r) for r in rows]
                   for t in dict.fromkeys(types)}
     return {**body, "embeddings": embeddings, "response_type": "embeddings_by_type"}
 

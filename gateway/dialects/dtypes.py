@@ -1,4 +1,4 @@
-"""float32 arrays to the storage dtypes of vLLM's ``embed_dtype`` (float32, float16, bfloat16, fp8_e4m3, fp8_e5m2), in numpy.
+"""float32 arrays to the storage dtypes of vLLM's ``embed_dtype`` (float32, float16, bfloat16, fp8_e4m3/e5m2), in numpy.
 
 The gateway has no torch, so the two 8-bit formats and bfloat16 are written
 here with the same rounding torch uses when vLLM converts a tensor: round to
@@ -80,4 +80,3 @@ EMBED_DTYPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "fp8_e4m3": lambda a: to_fp8(a, "fp8_e4m3"),
     "fp8_e5m2": lambda a: to_fp8(a, "fp8_e5m2"),
 }
-EMBED_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}

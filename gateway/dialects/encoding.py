@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import orjson
 
-from poolgate.gateway.dialects.dtypes import EMBED_DTYPE_BYTES, EMBED_DTYPES
+from poolgate.gateway.dialects.dtypes import EMBED_DTYPES
 
 FLOAT32_LE = np.dtype("<f4")
 EncodingFormat = Literal["float", "base64", "bytes", "bytes_only"]
@@ -43,23 +43,23 @@ def to_base64(array: np.ndarray, embed_dtype: str = "float32", endianness: str =
     return base64.b64encode(to_raw(array, embed_dtype, endianness)).decode("ascii")
 
 
-def to_float_list(array: np.ndarray):
+def to_float_list(array: np.ndarray) -> np.ndarray:
     """A JSON-ready float vector: the float32 array itself, which ``dumps`` writes."""
     return as_float32(array)
 
 
-ENCODERS: dict[str, Callable[[np.ndarray], object]] = {
-    "float": to_float_list,
-    "base64": to_base64,
+# encoding_format -> (embed_dtype, endianness) -> the per-item encoder of a JSON response (``float`` ignores
+# embed_dtype and endianness, as vLLM does).
+ENCODERS: dict[str, Callable[[str, str], Callable[[np.ndarray], object]]] = {
+    "float": lambda embed_dtype, endianness: to_float_list,
+    "base64": lambda embed_dtype, endianness: lambda a: to_base64(a, embed_dtype, endianness),
 }
 
 
 def json_encoder(encoding_format: str, embed_dtype: str = "float32",
                  endianness: str = "native") -> Callable[[np.ndarray], object]:
-    """The per-item encoder of a JSON response (``float`` ignores embed_dtype and endianness, as vLLM does)."""
-    if encoding_format == "base64":
-        return lambda a: to_base64(a, embed_dtype, endianness)
-    return ENCODERS[encoding_format]
+    """The per-item encoder of a JSON response in ``encoding_format``."""
+    return ENCODERS[encoding_format](embed_dtype, endianness)
 
 
 def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> tuple[bytes, list[dict]]:
@@ -74,11 +74,6 @@ def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> 
     return b"".join(chunks), items
 
 
-def item_nbytes(shape: tuple[int, ...], embed_dtype: str) -> int:
-    """Bytes of one item (what a ``bytes_only`` client steps by)."""
-    return int(np.prod(shape, dtype=np.int64)) * EMBED_DTYPE_BYTES[embed_dtype]
-
-
-def dumps(body: dict) -> bytes:
+def dumps(body: object) -> bytes:
     """Serialize a response body that may hold float32 arrays from ``to_float_list``."""
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)

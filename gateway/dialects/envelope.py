@@ -2,6 +2,9 @@
 ``bytes`` / ``bytes_only`` answer (items' raw bytes back to back, with or without a ``metadata`` header)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 from aiohttp import web
 from pydantic import BaseModel
@@ -49,7 +52,7 @@ def bytes_response(prefix: str, served: Served, *, embed_dtype: str, endianness:
 
 
 def encoded_response(prefix: str, served: Served, *, encoding_format: str, embed_dtype: str, endianness: str,
-                     created: int, to_json) -> web.Response:
+                     created: int, to_json: Callable[..., dict[str, Any]]) -> web.Response:
     """The answer of a route whose arrays are encoded as asked: ``bytes`` / ``bytes_only`` as above, else
     the route's JSON body, ``to_json(served, encoding_format=, embed_dtype=, endianness=, created=)``."""
     if encoding_format in ("bytes", "bytes_only"):

@@ -54,14 +54,14 @@ CANDIDATES: tuple[Candidate, ...] = (
 async def invoke(request: web.Request, body: InvocationBody) -> web.StreamResponse:
     raw = body.root
     info = request.app[ROUTER].lookup(raw.get("model") if isinstance(raw.get("model"), str) else None).info
-    offered = [c.route for c in CANDIDATES if c.offered(info)]
-    for route in offered:
+    offered = [(c.route, c.route.request_model) for c in CANDIDATES if c.offered(info)]
+    for route, model in offered:
         try:
-            parsed = route.request_model.model_validate(raw)
+            parsed = model.model_validate(raw) if model is not None else None
         except (ValidationError, InvalidRequest):
             continue
         return await route.handler(request, parsed)
-    names = [route.request_model.__name__ for route in offered]
+    names = [model.__name__ for _, model in offered if model is not None]
     raise InvalidRequest(f"Cannot find suitable handler for request. Expected one of: {names}")
 
 

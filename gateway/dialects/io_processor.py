@@ -31,13 +31,14 @@ from poolgate.gateway.http.state import CONFIG
 from poolgate.gateway.serving import ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.tasks import PoolingTask
 
 ENTRY_POINT_GROUP = "poolgate.io_processor_plugins"
 NO_PLUGIN = "No IOProcessor plugin installed."
 
 
 class IOProcessor(Protocol):
-    task: str
+    task: PoolingTask
 
     def to_inputs(self, data: Any) -> list[str | list[int]]: ...
 

@@ -22,9 +22,10 @@ from itertools import accumulate
 
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import usage
-from poolgate.gateway.serving import ServeRequest, Served
+from poolgate.gateway.serving import Served, ServeRequest
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.late_chunks import LateChunkText
+from poolgate.shared.wire import Input, only_texts
 
 JOINER = " "  # between Jina-style chunks when they are joined into one document
 TEXTS_ONLY = "late chunking reads texts: pass the input as strings, not token ids or chat messages"
@@ -32,11 +33,12 @@ TEXTS_ONLY = "late chunking reads texts: pass the input as strings, not token id
 
 def late_request(base: ServeRequest, boundaries: list[int] | None, size: int | None) -> ServeRequest:
     """``base`` (the plain embeddings request) as a late-chunking one."""
-    texts = base.inputs
-    if not texts or not all(isinstance(t, str) for t in texts):
+    texts = only_texts(base.inputs)
+    if not texts:
         raise InvalidRequest(TEXTS_ONLY, param="input")
     if boundaries is not None and size is not None:
         raise InvalidRequest("give chunk_boundaries or chunk_size, not both", param="chunk_size")
+    docs: list[Input]
     if boundaries is not None:
         if len(texts) != 1:
             raise InvalidRequest("chunk_boundaries split one document: pass one text as input", param="input")
@@ -53,6 +55,8 @@ def to_response(served: Served, *, encoding_format: str, embed_dtype: str, endia
     """One embeddings item per chunk, in order, each naming its document and character span."""
     encode, rows, windows = json_encoder(encoding_format, embed_dtype, endianness), served.result.outputs, \
         served.result.windows
+    if windows is None:
+        raise ValueError("a late-chunking call's result has no windows")
     documents = [d for d, count in enumerate(windows.counts) for _ in range(count)]
     data = [{"index": i, "object": "embedding", "embedding": encode(rows.item(i)),
              "chunk": {"document": documents[i], "start": start, "end": end}}

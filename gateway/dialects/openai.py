@@ -40,10 +40,11 @@ from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
 from poolgate.gateway.dialects.prompts import prompted
 from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD, ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.wire import ModelInfo
 
 
@@ -80,18 +81,20 @@ class EmbeddingResponse(BaseModel):
     usage: Usage
 
 
-def embed_task(info: ModelInfo) -> str:
+def embed_task(info: ModelInfo) -> PoolingTask:
     """vLLM's choice: the token-embedding route when the model's active task is token_embed."""
     return "token_embed" if info.tasks and info.tasks[0] == "token_embed" else "embed"
 
 
-def to_request(req: EmbeddingRequest, task: str = "embed", info: ModelInfo | None = None) -> ServeRequest:
+def to_request(req: EmbeddingRequest, task: PoolingTask = "embed", info: ModelInfo | None = None) -> ServeRequest:
     """The dialect-free request for ``req`` (server policy is applied by ``serving``); ``info`` (the
     model's) is needed only for a request that names a prompt."""
     if task == "token_embed":
         _check_token_embed(req)
     inputs, special = req.call_inputs()
     if req.input_type is not None or req.prompt_name is not None:
+        if info is None:
+            raise ValueError("a request that names a prompt is converted with its model's info")
         inputs = prompted(inputs, role_prompt(info, req.input_type, req.prompt_name))
     params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
                            add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),

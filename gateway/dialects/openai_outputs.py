@@ -21,6 +21,7 @@ multi-output call's inputs run whole (up to ``max_model_len``, never chunked).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -40,7 +41,7 @@ EmbeddingType = Literal["dense", "sparse", "multi_vector"]
 JSON_FORMATS = ("float", "base64")
 
 
-def plain(types: list[str] | None) -> bool:
+def plain(types: Sequence[str] | None) -> bool:
     """Whether the request asks for the plain OpenAI answer (dense only)."""
     return types is None or list(dict.fromkeys(types)) == ["dense"]
 
@@ -60,7 +61,7 @@ def check(types: list[str], info: ModelInfo, encoding_format: str, return_tokens
                              param="embedding_types")
 
 
-async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, types: list[str], *,
+async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, types: Sequence[str], *,
                   encoding_format: str, embed_dtype: str, endianness: str, return_tokens: bool) -> tuple[dict, str]:
     """The response body with every asked output per item, and the request id it carries."""
     types = list(dict.fromkeys(types))
@@ -68,7 +69,7 @@ async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, typ
     base = replace(base, params=with_policy(request.app[CONFIG], base.params))  # every output tokenizes alike
     params = [output_params(info, base, kind, return_tokens) for kind in types]
     served = await serve(request, replace(base, params=replace(params[0], outputs=tuple(params[1:]))))
-    answers = dict(zip(types, [served.result, *served.result.more]))
+    answers = dict(zip(types, [served.result, *served.result.more], strict=True))
     data = [{"index": i, "object": "embedding"} for i in range(len(base.inputs))]
     if "dense" in answers:
         encode, rows = json_encoder(encoding_format, embed_dtype, endianness), answers["dense"].outputs
@@ -82,9 +83,10 @@ async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, typ
         rows = answers["multi_vector"].outputs
         for i, item in enumerate(data):
             item["multi_vector"] = rows.item(i).tolist()
-    body = {"id": f"embd-{served.request_id}", "object": "list", "created": int(time.time()),
+    response_id = f"embd-{served.request_id}"
+    body = {"id": response_id, "object": "list", "created": int(time.time()),
             "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
-    return body, body["id"]
+    return body, response_id
 
 
 def output_params(info: ModelInfo, base: ServeRequest, kind: str, return_tokens: bool) -> PoolingParams:

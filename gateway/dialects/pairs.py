@@ -28,6 +28,7 @@ the document). Without ``max_chunks_per_doc`` nothing changes.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -35,9 +36,9 @@ import numpy as np
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
-from poolgate.gateway.dialects.request import PoolingBody
-from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.dialects.request import reject_removed
 from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.scoring import check_pairs
@@ -84,7 +85,7 @@ class ScoringBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _reject_removed(cls, data: Any) -> Any:
-        return PoolingBody._reject_removed(data)
+        return reject_removed(data)
 
     def window_spec(self) -> WindowSpec | None:
         """The long-document windows asked for (None: vLLM's behaviour, a document over the limit is a 400)."""
@@ -123,18 +124,18 @@ def as_text(item: StrictStr | TextObject | ContentInput, info: ModelInfo) -> str
     raise InvalidRequest(f"MultiModalParam is not supported for {info.architecture}", param="documents")
 
 
-def as_list(value: ScoreInputs) -> list:
-    return value if isinstance(value, list) else [value]
+def as_list(value: ScoreInput | Sequence[ScoreInput]) -> list[ScoreInput]:
+    return [value] if isinstance(value, str | TextObject | ContentInput) else list(value)
 
 
-async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInputs,
-                      documents: ScoreInputs) -> Scored:
+async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInput | Sequence[ScoreInput],
+                      documents: ScoreInput | Sequence[ScoreInput]) -> Scored:
     """Score every (query, document) pair of ``body`` with the model's own scorer, in one call."""
     info = request.app[ROUTER].lookup(body.model).info
     qs, ds = as_list(queries), as_list(documents)
     check_pairs(len(qs), len(ds))  # before the texts are read: vLLM's order of messages
-    qs, ds = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
-    plan = plan_scores(info, qs, ds, SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
+    texts_q, texts_d = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
+    plan = plan_scores(info, texts_q, texts_d, SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
                        body.instruction_text(), body.window_spec())
     params = plan.params(use_activation=body.use_activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
     served = await serve(request, ServeRequest(model=body.model, inputs=plan.inputs, params=params,

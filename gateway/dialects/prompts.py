@@ -25,7 +25,7 @@ names one in two ways:
 from __future__ import annotations
 
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import Input, ModelInfo
+from poolgate.shared.wire import Input, ModelInfo, only_texts
 
 COHERE_TYPES: dict[str, tuple[str, ...]] = {
     "search_query": ("search_query", "query"),
@@ -60,10 +60,11 @@ def prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
     """Each text prefixed with ``prompt``, as sentence-transformers' ``encode(prompt=...)`` does."""
     if not prompt:
         return inputs
-    if not all(isinstance(x, str) for x in inputs):
+    texts = only_texts(inputs)
+    if texts is None:
         raise InvalidRequest("input_type and prompt_name prefix texts: pass the input as strings, "
                              "not token ids or chat messages", param="input_type")
-    return [prompt + x for x in inputs]
+    return [prompt + x for x in texts]
 
 
 def _supported(prompts: dict[str, str], *, standard: bool = False) -> str:

@@ -57,15 +57,3 @@ EMBEDDING_TYPES: dict[str, Callable[[np.ndarray], object]] = {
     "base64": to_base64,
 }
 
-
-def dequantize(kind: str, value) -> np.ndarray:
-    """A float vector back from a quantized type (the inverse a client applies; unpacked bits as ±1)."""
-    q = np.asarray(value)
-    if kind == "int8":
-        return q.astype(np.float32) / INT8_SCALE
-    if kind == "uint8":
-        return q.astype(np.float32) / UINT8_SCALE - 1.0
-    if kind in ("binary", "ubinary"):
-        bits = np.unpackbits((q.astype(np.int16) + (128 if kind == "binary" else 0)).astype(np.uint8), axis=-1)
-        return bits.astype(np.float32) * 2 - 1
-    raise ValueError(kind)

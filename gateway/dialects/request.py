@@ -6,6 +6,7 @@ answered with vLLM's 400 before any field is validated.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
@@ -22,6 +23,31 @@ CompletionInput = StrictStr | list[StrictStr] | list[TokenId] | list[list[TokenI
 REMOVED_PARAMS: dict[str, str] = {
     "normalize": "Parameter `normalize` was removed; use `use_activation` instead.",
 }
+
+
+def reject_removed(data: Any) -> Any:
+    """A body (before validation) that names no parameter or task vLLM removed; 400 with vLLM's message."""
+    if not isinstance(data, dict):
+        return data
+    for name, message in REMOVED_PARAMS.items():
+        if name in data:
+            raise InvalidRequest(message, param=name)
+    task = data.get("task")
+    if isinstance(task, str) and task in REMOVED_TASKS:
+        raise InvalidRequest(REMOVED_TASKS[task], param="task")
+    return data
+
+
+def as_batch(value: str | Sequence[str | int | list[int]]) -> list[Input]:
+    """A lone text or one list of token ids is a batch of one; a list of texts or id lists is the batch."""
+    if isinstance(value, str):
+        return [value]
+    ids = [x for x in value if isinstance(x, int)]
+    if ids and len(ids) == len(value):
+        return [ids]
+    if ids:  # (the bodies' types refuse this already)
+        raise InvalidRequest("a list of inputs cannot mix token ids with texts or lists of ids", param="input")
+    return [x for x in value if not isinstance(x, int)]
 
 
 class PoolingBody(BaseModel):
@@ -42,24 +68,11 @@ class PoolingBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _reject_removed(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        for name, message in REMOVED_PARAMS.items():
-            if name in data:
-                raise InvalidRequest(message, param=name)
-        task = data.get("task")
-        if isinstance(task, str) and task in REMOVED_TASKS:
-            raise InvalidRequest(REMOVED_TASKS[task], param="task")
-        return data
+        return reject_removed(data)
 
     def inputs(self) -> list[Input]:
         """``input`` as a list of inputs: one text or one list of ids is one input."""
-        value = self.input
-        if isinstance(value, str):
-            return [value]
-        if value and isinstance(value[0], int):
-            return [list(value)]
-        return list(value)
+        return as_batch(self.input)
 
     def truncation(self) -> dict:
         """The truncation fields of ``PoolingParams`` for this body."""

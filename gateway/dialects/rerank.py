@@ -27,7 +27,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects.encoding import dumps
-from poolgate.gateway.dialects.pairs import ScoreInput, ScoreInputs, Scored, ScoringBody, score_pairs
+from poolgate.gateway.dialects.pairs import ContentInput, Scored, ScoreInput, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG, RECORD
 from poolgate.shared.config import GatewayConfig
@@ -98,7 +98,8 @@ async def create_rerank(request: web.Request, req: RerankRequest) -> web.Respons
     documents = req.documents if isinstance(req.documents, list) else [req.documents]
     check_documents(request.app[CONFIG], len(documents))
     scored = await score_pairs(request, req, req.query, req.documents)
-    texts = [d if isinstance(d, str) else d.text for d in documents]  # score_pairs refused anything else
+    # the texts of the documents (score_pairs refused the others)
+    texts = [d if isinstance(d, str) else d.text for d in documents if not isinstance(d, ContentInput)]
     body = to_response(scored, texts, top_n=req.top_n, return_documents=req.return_documents)
     if (record := request.get(RECORD)) is not None:
         record.response_id = body["id"]
@@ -106,7 +107,8 @@ async def create_rerank(request: web.Request, req: RerankRequest) -> web.Respons
 
 
 ROUTES = tuple(
-    Route("POST", path, create_rerank, RerankRequest, RerankResponse, serves=scoring_enabled, operation="rerank", errors=errors,
+    Route("POST", path, create_rerank, RerankRequest, RerankResponse, serves=scoring_enabled, operation="rerank",
+          errors=errors,
           summary="Rerank documents by relevance to a query (vLLM / Jina / Cohere v2)")
     for path, errors in (("/rerank", "openai"), ("/v1/rerank", "openai"), ("/v2/rerank", "cohere"))
 )

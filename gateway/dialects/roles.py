@@ -1,4 +1,4 @@
-"""Input roles: a request's ``input_type`` says whether its texts are queries or documents, for a model that encodes them differently.
+"""Input roles: whether a request's texts are queries or documents (``input_type``), for models that encode them apart.
 
 A PyLate ColBERT model (``ModelInfo.input_roles``) marks and expands queries
 and documents differently (``workers.engine.roles``), so a request that is not
@@ -18,8 +18,8 @@ from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.wire import ModelInfo
 
 ROLES: dict[str, str] = {
-    **{name: "query" for name in ("search_query", *COHERE_TYPES["search_query"])},
-    **{name: "document" for name in ("search_document", *COHERE_TYPES["search_document"])},
+    **dict.fromkeys(("search_query", *COHERE_TYPES["search_query"]), "query"),
+    **dict.fromkeys(("search_document", *COHERE_TYPES["search_document"]), "document"),
 }
 NEEDS_ROLE = ("this model encodes queries and documents differently (PyLate ColBERT): say which the inputs are "
               f"with input_type ({', '.join(ROLES)})")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -33,7 +34,9 @@ from poolgate.shared.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.wire import ModelInfo
 
-Handler = Callable[[web.Request, BaseModel | None], Awaitable[web.StreamResponse]]
+# handler(request, body): body is an instance of the route's own request_model (or None), which a Callable type
+# cannot say per route (its argument types are contravariant), hence Any.
+Handler = Callable[[web.Request, Any], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,9 @@ class Route:
     recorded: bool = True
     quiet_503: bool = False
     shape: Callable[[object], bool] | None = None
-    alternatives: tuple["Route", ...] = ()
+    alternatives: tuple[Route, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.errors not in ERROR_FORMATS:
             raise ValueError(f"{self.method} {self.path}: unknown error shape {self.errors!r}")
 
@@ -137,7 +140,7 @@ async def serve_route(request: web.Request, route: Route, raw: object | None) ->
     body = None
     if route.request_model is not None:
         body = await parse_body(request, route.request_model) if raw is None else validated(raw, route.request_model)
-    if route.gated and body is not None:
+    if router is not None and body is not None:  # a gated route (the router is read for those only)
         info = router.lookup(getattr(body, "model", None)).info
         if not route.served_by(info):
             task = route.tasks[0] if route.tasks else route.operation
@@ -145,8 +148,12 @@ async def serve_route(request: web.Request, route: Route, raw: object | None) ->
     return await route.handler(request, body)
 
 
+async def _unmatched(request: web.Request, body: None) -> web.StreamResponse:
+    raise RouteNotFound("Not Found")
+
+
 # The rules of a request that matched no route (404): it needs the key, is recorded, answers in OpenAI's shape.
-UNMATCHED = Route("*", "", None)
+UNMATCHED = Route("*", "", _unmatched)
 
 
 async def route_of(request: web.Request) -> Route:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG
-from poolgate.gateway.serving import ServeRequest, Served, serve, with_policy
+from poolgate.gateway.serving import Served, ServeRequest, serve, with_policy
 from poolgate.shared.sparse import SparseVector, sparse_head, sparse_vector
 from poolgate.shared.wire import ModelInfo
 

@@ -33,18 +33,20 @@ import numpy as np
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictStr
 
+from poolgate.gateway.dialects import tei_scores
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.route import Route, serve_route
 from poolgate.gateway.dialects.tei_body import InputsBody, TeiBody, prompted
-from poolgate.gateway.dialects import tei_scores
 from poolgate.gateway.http.state import CHOSEN, CONFIG, ROUTER
-from poolgate.gateway.serving import ServeRequest, Served, serve
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.score_plan import scoring_enabled
 from poolgate.shared.scoring import cosine_scores
 from poolgate.shared.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
+from poolgate.shared.tasks import PoolingTask
 from poolgate.shared.version import VERSION
 from poolgate.shared.wire import ModelInfo
+
 
 class EmbedRequest(InputsBody):
     normalize: bool = True
@@ -87,14 +89,14 @@ def _json(body: Any) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-async def _served(request: web.Request, req: InputsBody, task: str | None, **fields) -> Served:
+async def _served(request: web.Request, req: InputsBody, task: PoolingTask | None, **fields: Any) -> Served:
     """``req``'s inputs served with ``task`` (None: the model's sparse head's task, for a sparse call)."""
     info = request.app[ROUTER].lookup(req.model).info
     params = req.params(task or sparse_head(info).task, **fields)
     return await serve(request, ServeRequest(model=req.model, inputs=req.batch(info), params=params))
 
 
-async def _pooled(request: web.Request, req: InputsBody, task: str, **fields) -> list[np.ndarray]:
+async def _pooled(request: web.Request, req: InputsBody, task: PoolingTask, **fields: Any) -> list[np.ndarray]:
     rows = (await _served(request, req, task, **fields)).result.outputs
     return [rows.item(i) for i in range(len(rows))]
 
@@ -109,7 +111,7 @@ async def embed_all(request: web.Request, req: EmbedAllRequest) -> web.Response:
 
 def sparse_values(vector: SparseVector) -> list[dict]:
     """TEI's ``[{index, value}]`` of one sparse vector (ids ascending)."""
-    return [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values)]
+    return [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values, strict=True)]
 
 
 async def embed_sparse(request: web.Request, req: EmbedAllRequest) -> web.Response:
@@ -125,7 +127,8 @@ def has_sparse_head(info: ModelInfo) -> bool:
 async def similarity(request: web.Request, req: SimilarityRequest) -> web.Response:
     options = req.parameters or SimilarityParameters()
     info = request.app[ROUTER].lookup(req.model).info
-    texts = prompted([req.inputs.source_sentence, *req.inputs.sentences], prompt_for(info, prompt_name=options.prompt_name))
+    texts = prompted([req.inputs.source_sentence, *req.inputs.sentences],
+                     prompt_for(info, prompt_name=options.prompt_name))
     served = await serve(request, ServeRequest(model=req.model, inputs=texts, params=options.params("embed")))
     return _json(cosine_scores(served.result.outputs, 1))  # (sentences,)
 
@@ -140,10 +143,11 @@ def model_type(info: ModelInfo) -> dict:
     return {"embedding": {"pooling": None}}
 
 
-async def info_route(request: web.Request, _body=None) -> web.Response:
+async def info_route(request: web.Request, _body: None = None) -> web.Response:
     info, config = request.app[ROUTER].lookup(request.query.get("model")).info, request.app[CONFIG]
     return _json({
-        "model_id": info.served_model_name, "model_sha": None, "model_dtype": info.dtype, "model_type": model_type(info),
+        "model_id": info.served_model_name, "model_sha": None, "model_dtype": info.dtype,
+        "model_type": model_type(info),
         "max_concurrent_requests": config.max_in_flight_per_worker, "max_input_length": info.max_model_len,
         "max_batch_tokens": None, "max_batch_requests": None, "max_client_batch_size": config.max_inputs_per_request,
         "auto_truncate": config.auto_truncate, "tokenization_workers": None, "version": VERSION, "sha": None,

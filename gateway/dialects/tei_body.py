@@ -10,14 +10,16 @@ request cannot ask of poolgate's policy). ``truncation_direction`` is
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from poolgate.gateway.dialects.prompts import prompt_for
+from poolgate.gateway.dialects.request import as_batch
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import Input, ModelInfo
+from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.wire import Input, ModelInfo, only_texts
 
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 TextOrIds = StrictStr | TokenIds
@@ -33,7 +35,7 @@ class TeiBody(BaseModel):
     truncate: bool | None = None
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
 
-    def params(self, task: str, **fields) -> PoolingParams:
+    def params(self, task: PoolingTask, **fields: Any) -> PoolingParams:
         return PoolingParams(task=task, truncate_prompt_tokens=-1 if self.truncate else None,
                              truncation_side=self.truncation_direction.lower(), **fields)
 
@@ -50,18 +52,17 @@ class InputsBody(TeiBody):
 
 
 def batch_of(inputs: Inputs) -> list[Input]:
-    if isinstance(inputs, str) or (inputs and all(isinstance(x, int) for x in inputs)):
-        return [inputs]
     if not inputs:
         raise InvalidRequest("`inputs` cannot be empty", param="inputs")
-    return list(inputs)
+    return as_batch(inputs)
 
 
 def prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
     """Each text prefixed with the prompt, as sentence-transformers' ``encode(prompt=...)`` does."""
     if not prompt:
         return inputs
-    if not all(isinstance(x, str) for x in inputs):
+    texts = only_texts(inputs)
+    if texts is None:
         raise InvalidRequest("prompt_name prefixes texts: pass the inputs as strings, not token ids",
                              param="prompt_name")
-    return [prompt + x for x in inputs]
+    return [prompt + x for x in texts]

@@ -17,7 +17,7 @@
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 from aiohttp import web
@@ -51,7 +51,7 @@ class PredictRequest(TeiBody):
 
     @field_validator("inputs")
     @classmethod
-    def _sizes(cls, value):
+    def _sizes(cls, value: Any) -> Any:
         batch = value if value and isinstance(value[0], list) else [value] if isinstance(value, list) else []
         if not value or any(len(seq) not in (1, 2) for seq in batch):
             raise ValueError("a string, a pair of strings [string, string] or a batch of mixed strings and pairs "
@@ -61,7 +61,7 @@ class PredictRequest(TeiBody):
     def batch(self) -> tuple[list, bool]:
         """The call inputs and whether the body was a batch."""
         single = isinstance(self.inputs, str) or isinstance(self.inputs[0], str)
-        items = [self.inputs] if single else self.inputs
+        items = cast(list[str | list[str]], [self.inputs] if single else self.inputs)  # shapes: ``_sizes``
         return [seq if isinstance(seq, str) else seq[0] if len(seq) == 1 else TextPair(seq[0], seq[1])
                 for seq in items], not single
 

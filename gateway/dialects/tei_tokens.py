@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, RootModel, StrictStr
 
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.prompts import prompt_for
+from poolgate.gateway.dialects.request import as_batch
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.dialects.tei_body import TokenIds, prompted
+from poolgate.gateway.dialects.tei_body import TokenIds
 from poolgate.gateway.pools.job import detokenize_job, token_details_job
 from poolgate.gateway.serving import lookup, run
 from poolgate.shared.errors import InvalidRequest
@@ -60,7 +61,7 @@ def simple_tokens(text: str, details: dict) -> list[dict]:
     """TEI's tokens of ``text`` from the worker's ids, token strings, offsets and special flags."""
     out = []
     for token_id, token, span, special in zip(details["tokens"], details["token_strs"], details["offsets"],
-                                              details["special"]):
+                                              details["special"], strict=True):
         if special:
             out.append({"id": token_id, "text": token or "", "special": True, "start": None, "stop": None})
         else:
@@ -74,7 +75,8 @@ async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Resp
     texts = [req.inputs] if isinstance(req.inputs, str) else req.inputs
     if not texts:
         raise InvalidRequest("`inputs` cannot be empty", param="inputs")
-    texts = prompted(texts, prompt_for(pools.info, prompt_name=req.prompt_name))
+    prompt = prompt_for(pools.info, prompt_name=req.prompt_name) or ""  # as sentence-transformers' encode(prompt=)
+    texts = [prompt + text for text in texts]
     check_inputs(pools.info, texts)  # the checks every route runs: valid Unicode
 
     async def one(text: str) -> list[dict]:
@@ -87,7 +89,7 @@ async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Resp
 
 async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
     pools = lookup(request, req.model)
-    batch = req.ids if req.ids and isinstance(req.ids[0], list) else [req.ids]
+    batch = [ids for ids in as_batch(req.ids) if isinstance(ids, list)]  # one id list, or a batch of them
 
     async def one(ids: list[int]) -> str:
         return await run(request, pools, lambda rid, deadline: detokenize_job(

@@ -16,12 +16,12 @@ import numpy as np
 from aiohttp import web
 from pydantic import BaseModel
 
+from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.encoding import dumps, to_float_list
 from poolgate.gateway.dialects.envelope import Usage, list_response
-from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import RECORD
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.params import PoolingParams
 
 PATHS = ("/classify", "/v1/classify")

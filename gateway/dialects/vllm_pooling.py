@@ -27,23 +27,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-
-import numpy as np
-
-from aiohttp import web
 from typing import Annotated
 
+import numpy as np
+from aiohttp import web
 from pydantic import BaseModel, Field
 
+from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response
 from poolgate.gateway.dialects.io_processor import NO_PLUGIN
-from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.prompts import prompted
 from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.serving import ServeRequest, Served, serve
 from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, serve
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import unsupported_task
 from poolgate.shared.params import PoolingParams
@@ -83,7 +81,7 @@ class PoolingResponse(BaseModel):
     usage: Usage
 
 
-def pooling_task(info: ModelInfo, requested: str | None, plugin: str | None = None) -> str:
+def pooling_task(info: ModelInfo, requested: str | None, plugin: str | None = None) -> PoolingTask:
     """The task to run: the requested one if the model serves it, else its active task (vLLM's 400s).
 
     A worker lists its tasks active first (the pooler config's task, else vLLM's order). As in vLLM, a task

@@ -18,7 +18,7 @@ from pydantic import BaseModel, model_validator
 
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.envelope import list_response
-from poolgate.gateway.dialects.pairs import ScoreInputs, Scored, ScoringBody, score_pairs
+from poolgate.gateway.dialects.pairs import Scored, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import RECORD
 from poolgate.shared.score_plan import scoring_enabled
@@ -42,7 +42,7 @@ class ScoreRequest(ScoringBody):
     text_2: ScoreInputs | None = None
 
     @model_validator(mode="after")
-    def _one_pair_form(self) -> "ScoreRequest":
+    def _one_pair_form(self) -> ScoreRequest:
         self.sides()
         return self
 

@@ -44,15 +44,16 @@ class TokenizeRequest(ChatOptions):
     return_token_strs: bool = False
 
     @model_validator(mode="after")
-    def _one_form(self) -> "TokenizeRequest":
+    def _one_form(self) -> TokenizeRequest:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("a tokenize request takes either `prompt` or `messages`")
         return self
 
     def input(self) -> Input:
-        if self.messages is None:
-            return self.prompt
-        return chat_inputs([self.messages], self)[0]
+        """``prompt``, or ``messages`` as one conversation (``_one_form`` checked that one of them is given)."""
+        if self.messages is not None:
+            return chat_inputs([self.messages], self)[0]
+        return self.prompt or ""
 
     def special_tokens(self) -> bool:
         return self.add_special_tokens if self.add_special_tokens is not None else self.messages is None

@@ -37,11 +37,11 @@ PAGE = """<!DOCTYPE html>
 """
 
 
-async def page(request: web.Request, _body=None) -> web.Response:
+async def page(request: web.Request, _body: None = None) -> web.Response:
     return web.Response(text=PAGE, content_type="text/html")
 
 
-async def asset(request: web.Request, _body=None) -> web.StreamResponse:
+async def asset(request: web.Request, _body: None = None) -> web.StreamResponse:
     name = request.match_info["name"]
     if name not in ASSETS:
         raise web.HTTPNotFound()

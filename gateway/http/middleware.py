@@ -30,12 +30,14 @@ import logging
 import uuid
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from poolgate.gateway.dialects.route import Route, route_of
 from poolgate.gateway.http.cors import allowed_origin, mark, preflight
 from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
 from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
+from poolgate.gateway.telemetry.record import RequestRecord
 from poolgate.shared.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
 from poolgate.shared.log_limit import LogLimiter
 
@@ -49,7 +51,7 @@ RETRY_STATUSES = (429, 503)
 
 
 @web.middleware
-async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     request_id = _request_id(request)
     request[REQUEST_ID] = request_id
     route = await route_of(request)
@@ -101,7 +103,8 @@ async def edge_middleware(request: web.Request, handler) -> web.StreamResponse:
     return response
 
 
-async def _write_and_end(request: web.Request, response: web.StreamResponse, record, error) -> None:
+async def _write_and_end(request: web.Request, response: web.StreamResponse, record: RequestRecord,
+                         error: PoolgateError | None) -> None:
     """Write the response here, so the span and the latency cover writing the body; end the record
     whatever happens (a client that leaves mid-body is a 499)."""
     status = response.status

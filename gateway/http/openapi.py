@@ -12,7 +12,7 @@ import re
 
 from aiohttp import web
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from poolgate.gateway.dialects.route import Route, is_live
 from poolgate.gateway.http.state import ROUTER
@@ -50,7 +50,8 @@ def document(routes: list[Route], models: list[ModelInfo]) -> dict:
 
 def _schemas(routes: list[Route]) -> dict:
     """``{(model, mode): schema ref}`` plus ``$defs``: each pydantic model once."""
-    pairs = {(r.request_model, "validation") for r in routes if r.request_model is not None}
+    pairs: set[tuple[type[BaseModel], JsonSchemaMode]] = {
+        (r.request_model, "validation") for r in routes if r.request_model is not None}
     pairs |= {(r.response_model, "serialization") for r in routes if r.response_model is not None}
     if not pairs:
         return {}

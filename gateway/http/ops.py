@@ -5,10 +5,10 @@ import time
 
 from aiohttp import web
 
-from poolgate.shared.version import VERSION
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.errors import Unavailable
+from poolgate.shared.version import VERSION
 from poolgate.shared.wire import ModelInfo
 
 
@@ -26,21 +26,21 @@ def model_card(info: ModelInfo, created: int) -> dict:
     }
 
 
-async def list_models(request: web.Request, _body=None) -> web.Response:
+async def list_models(request: web.Request, _body: None = None) -> web.Response:
     created = int(time.time())
     cards = [{**model_card(model.info, created), "backends": model.backends}  # its pools, in preference order
              for model in list(request.app[ROUTER].pools.values())]
     return web.json_response({"object": "list", "data": cards})
 
 
-async def health(request: web.Request, _body=None) -> web.Response:
+async def health(request: web.Request, _body: None = None) -> web.Response:
     """200 with an empty body once every pool has a ready worker, else 503."""
     if not request.app[ROUTER].ready:
         raise Unavailable("Not ready: some model has no ready worker yet.")
     return web.Response(status=200)
 
 
-async def version(request: web.Request, _body=None) -> web.Response:
+async def version(request: web.Request, _body: None = None) -> web.Response:
     return web.json_response({"version": VERSION})
 
 

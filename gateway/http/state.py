@@ -16,6 +16,6 @@ REQUEST_ID = web.RequestKey("request_id", str)
 # On a path two dialects share: the route the body's shape picked (its error shape answers; dialects.route).
 CHOSEN = web.RequestKey("chosen", object)
 TELEMETRY = web.AppKey("telemetry", Telemetry)
-RECORD = web.RequestKey("record", RequestRecord | None)  # None: not recorded (ops route, telemetry off)
+RECORD = web.RequestKey[RequestRecord | None]("record")  # None: not recorded (ops route, telemetry off)
 TENANTS = web.AppKey("tenants", Tenants)  # every API key's tenant (http.tenants)
-TENANT = web.RequestKey("tenant", TenantState | None)  # the caller's; None: no key needed (public, auth off)
+TENANT = web.RequestKey[TenantState | None]("tenant")  # the caller's; None: no key needed (public, auth off)

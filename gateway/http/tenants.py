@@ -28,6 +28,7 @@ import hmac
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from poolgate.shared.config import GatewayConfig, Tenant
@@ -41,7 +42,7 @@ DEFAULT_TENANT = "default"  # the --api-key's tenant
 class Bucket:
     """``per_minute`` units, refilled continuously; may go into debt (``take`` past zero)."""
 
-    def __init__(self, per_minute: int, clock=time.monotonic):
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.capacity, self.rate, self.clock = float(per_minute), per_minute / 60.0, clock
         self.level, self.at = self.capacity, clock()
 
@@ -122,7 +123,7 @@ class TenantState:
 class Tenants:
     """Every key's tenant (module doc); ``enabled`` is False when the gateway has no key at all."""
 
-    def __init__(self, config: GatewayConfig, clock=time.monotonic):
+    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.states: list[TenantState] = []
         self._keys: list[tuple[bytes, TenantState]] = []
         if config.api_key:
@@ -151,5 +152,5 @@ class Tenants:
         self._keys += [(bytes.fromhex(d), state) for d in state.tenant.key_sha256]
 
 
-def _bucket(per_minute: int | None, clock) -> Bucket | None:
+def _bucket(per_minute: int | None, clock: Callable[[], float]) -> Bucket | None:
     return None if per_minute is None else Bucket(per_minute, clock)

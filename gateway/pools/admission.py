@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Iterable, TypeVar
+from typing import TypeVar
 
 from poolgate.shared.errors import InvalidRequest, Overloaded
 
@@ -107,7 +108,7 @@ class Admission:
             raise InvalidRequest(f"An input of {longest_chars} characters is too long; the limit is {chars} "
                                  "characters per input (--max-chars-per-input).", param="input")
 
-    def candidates(self, members: Iterable[M], calls_of) -> list[M]:
+    def candidates(self, members: Iterable[M], calls_of: Callable[[M], int]) -> list[M]:
         """The members that may take one more job (below ``max_calls_per_worker``); 429 when none may."""
         members = list(members)
         cap = self.limits.max_calls_per_worker

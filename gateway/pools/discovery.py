@@ -20,8 +20,9 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.transport import parse_address
+from poolgate.shared.transport import WorkerClient, parse_address
 
 log = logging.getLogger("poolgate.gateway.pools.discovery")
 _repeats = LogLimiter(log, 60.0)  # re-resolved every 5 s: a lasting failure once a minute
@@ -82,8 +83,8 @@ class Discovery:
     worker URL to its client.
     """
 
-    def __init__(self, url: str, connect: Callable[[str], Awaitable], *, resolver: Resolver = resolve_host,
-                 interval_s: float = DEFAULT_INTERVAL_S):
+    def __init__(self, url: str, connect: Callable[[str], Awaitable[WorkerClient]], *,
+                 resolver: Resolver = resolve_host, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.url, self.name = url, parse_dns_url(url)
         self.connect, self.resolver, self.interval_s = connect, resolver, interval_s
         self.members: dict[str, object] = {}
@@ -119,7 +120,7 @@ class Discovery:
                 added.append(client)
         return added, gone
 
-    async def _join(self, url: str, expected: str | None):
+    async def _join(self, url: str, expected: str | None) -> WorkerClient | None:
         try:
             client = await self.connect(url)
         except Exception as exc:  # not up yet, refused our token, ...: tried again at the next round
@@ -129,7 +130,8 @@ class Discovery:
             try:
                 served = (await client.info()).served_model_name
             except Exception as exc:  # dropped before it answered (restarting, a blip): the next round retries
-                _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url, exc)
+                _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url,
+                             exc)
                 await client.close()
                 return None
             if served != expected:
@@ -138,7 +140,7 @@ class Discovery:
                 return None
         return client
 
-    async def run(self, pool) -> None:
+    async def run(self, pool: WorkerPool) -> None:
         """Forever: every ``interval_s``, add the new workers to ``pool`` and drain-and-remove the gone ones."""
         while True:
             await asyncio.sleep(self.interval_s)

@@ -50,7 +50,7 @@ class Drain:
         try:
             await asyncio.wait_for(asyncio.gather(*(pool.idle() for pool in pools)), self.timeout_s)
             log.info("drained: no call in flight")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             left = sum(pool.in_flight(c) for pool in pools for c in pool.clients)
             log.warning("drain timeout (%gs): stopping with %d calls still in flight", self.timeout_s, left)
         asyncio.get_running_loop().call_soon(self.stop)

@@ -20,8 +20,8 @@ limit, and its own ``max_in_flight_per_worker``, else the gateway's.
 from __future__ import annotations
 
 import asyncio
-import logging
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +30,13 @@ from poolgate.gateway.pools.admission import AdmissionLimits
 from poolgate.gateway.pools.discovery import DEFAULT_INTERVAL_S, Discovery, Resolver, is_dns_url, resolve_host
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.gateway.pools.supervisor import Supervisor
+from poolgate.gateway.pools.supervisor import Supervisor, start_all
 from poolgate.shared.backends import worker_env
 from poolgate.shared.config import GatewayConfig, PoolConfig
 from poolgate.shared.errors import Conflict, Unavailable
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.transport_security import client_context
+from poolgate.shared.wire import ModelInfo
 
 log = logging.getLogger("poolgate.gateway.pools.fleet")
 
@@ -55,14 +56,17 @@ class RunningPool:
     config: PoolConfig
     supervisors: list[Supervisor] = field(default_factory=list)
     discoveries: list[Discovery] = field(default_factory=list)
-    pool: WorkerPool | None = None
-    tasks: list[asyncio.Task] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def stop(self) -> None:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await asyncio.gather(*(s.stop() for s in self.supervisors), return_exceptions=True)
+
+
+# a started pool: what keeps its workers, and the pool the router serves
+Started = tuple[RunningPool, WorkerPool]
 
 
 class Fleet:
@@ -92,33 +96,33 @@ class Fleet:
         finally:
             self._starting -= names
 
-    async def _serve(self, results: list) -> list[str]:
+    async def _serve(self, results: list[list[Started] | BaseException]) -> list[str]:
         """Add the started pools to the router, or stop them all if any failed."""
         failed = [r for r in results if isinstance(r, BaseException)]
-        runs = [run for r in results if not isinstance(r, BaseException) for run in r]
-        served = sorted({run.pool.name for run in runs} & set(self.router.pools))
+        started = [pair for r in results if not isinstance(r, BaseException) for pair in r]
+        served = sorted({pool.name for _, pool in started} & set(self.router.pools))
         if served:
             failed.append(Conflict(f"model '{served[0]}' is already served; unload it first"))
         if not failed:
             try:
-                for run in runs:
-                    self.router.add(run.pool)
+                for _, pool in started:
+                    self.router.add(pool)
             except ValueError as exc:
                 failed.append(exc)
         if failed:
-            for run in runs:
-                self._forget(run)
-            await asyncio.gather(*(run.stop() for run in runs), *(run.pool.close() for run in runs))
+            for _, pool in started:
+                self._forget(pool)
+            await asyncio.gather(*(run.stop() for run, _ in started), *(pool.close() for _, pool in started))
             raise failed[0]
-        for run in runs:
-            self.running.setdefault(run.pool.name, []).append(run)
-            self._watch(run)
-        return list(dict.fromkeys(run.pool.name for run in runs))
+        for run, pool in started:
+            self.running.setdefault(pool.name, []).append(run)
+            self._watch(run, pool)
+        return list(dict.fromkeys(pool.name for _, pool in started))
 
-    def _forget(self, run: RunningPool) -> None:
-        model = self.router.pools.get(run.pool.name)
-        if model is not None and run.pool in model.pools:
-            self.router.remove(run.pool.name)
+    def _forget(self, pool: WorkerPool) -> None:
+        model = self.router.pools.get(pool.name)
+        if model is not None and pool in model.pools:
+            self.router.remove(pool.name)
 
     async def unload(self, name: str, drain_timeout_s: float) -> None:
         """Stop serving model ``name``: no new calls (404), the calls in flight finish (up to
@@ -130,7 +134,7 @@ class Fleet:
         model.drain()
         try:
             await asyncio.wait_for(model.idle(), drain_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("unloading %s: calls still in flight after %gs; stopping anyway", name, drain_timeout_s)
         await asyncio.gather(*(run.stop() for run in runs))
         await model.close()
@@ -142,7 +146,7 @@ class Fleet:
         self.running.clear()
         await asyncio.gather(*(run.stop() for run in runs))
 
-    async def _start_pool(self, pc: PoolConfig) -> list[RunningPool]:
+    async def _start_pool(self, pc: PoolConfig) -> list[Started]:
         run = RunningPool(pc)
         try:
             clients = await self._start_locals(pc, run) + await self._dial_remotes(pc, run)
@@ -155,13 +159,8 @@ class Fleet:
         for i, cfg in enumerate(pc.workers):
             run.supervisors.append(Supervisor(cfg, self._address(), i, ready_timeout=self.config.startup_timeout_s,
                                               env=worker_env, runner_factory=self.runner_factory))
-        results = await asyncio.gather(*(s.start() for s in run.supervisors), return_exceptions=True)
-        for sup, result in zip(run.supervisors, results):
-            if isinstance(result, Exception):  # ``run`` retries it in the background, as start_all does
-                sup.failures = 1
-                log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        up = [s.worker.client for s in run.supervisors if s.worker is not None]
+        errors = await start_all(run.supervisors)  # those that failed keep retrying in the background (``_watch``)
+        up = [s.worker.client for s in run.supervisors if s.worker is not None and s.worker.client is not None]
         if errors and not up and not pc.remotes:
             if len(errors) == 1:
                 raise errors[0]
@@ -214,10 +213,10 @@ class Fleet:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _make_pools(self, pc: PoolConfig, run: RunningPool, clients: list[WorkerClient]) -> list[RunningPool]:
+    async def _make_pools(self, pc: PoolConfig, run: RunningPool, clients: list[WorkerClient]) -> list[Started]:
         """One pool of ``clients`` (several when the config left the model to the workers: ``--worker-url``)."""
-        by_name: dict[str, tuple] = {}
-        for client, info in zip(clients, await asyncio.gather(*(c.info() for c in clients))):
+        by_name: dict[str, tuple[ModelInfo, list[WorkerClient]]] = {}
+        for client, info in zip(clients, await asyncio.gather(*(c.info() for c in clients)), strict=True):
             if pc.model is not None and info.served_model_name != pc.model:
                 await asyncio.gather(*(c.close() for c in clients))
                 raise Unavailable(f"worker {client.address} serves '{info.served_model_name}', not '{pc.model}'")
@@ -225,17 +224,16 @@ class Fleet:
         if not by_name:
             raise Unavailable(f"no worker of {pc.model or 'the remote workers'} came up (see the log above)")
         limits = admission_limits(self.config, pc)
-        runs = []
+        started: list[Started] = []
         for info, members in by_name.values():
-            keeper = run if not runs else RunningPool(pc)
-            keeper.pool = WorkerPool(info, members, limits=limits)
-            runs.append(keeper)
-        return runs
+            keeper = run if not started else RunningPool(pc)
+            started.append((keeper, WorkerPool(info, members, limits=limits)))
+        return started
 
-    def _watch(self, run: RunningPool) -> None:
+    def _watch(self, run: RunningPool, pool: WorkerPool) -> None:
         """Start the pool's background work: restarting local workers, re-resolving DNS names."""
         for sup in run.supervisors:
-            sup.attach(run.pool)
+            sup.attach(pool)
             run.tasks.append(asyncio.create_task(sup.run(), name=f"supervise {sup.name}/{sup.index}"))
         for discovery in run.discoveries:
-            run.tasks.append(asyncio.create_task(discovery.run(run.pool), name=f"discover {discovery.url}"))
+            run.tasks.append(asyncio.create_task(discovery.run(pool), name=f"discover {discovery.url}"))

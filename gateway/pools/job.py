@@ -7,10 +7,12 @@ to the chosen client, and what admission, the pick and the retry need to know
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from poolgate.shared import wire
+from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import ChatInput, Input, PoolingCall
 
 
@@ -33,7 +35,7 @@ def pooling_job(call: PoolingCall) -> Job:
                len(call.inputs), call.deadline, call.priority, max(map(chars, call.inputs), default=0))
 
 
-def chars(x) -> int:
+def chars(x: Input) -> int:
     """The characters of one input: a text's, every text field of an object input, a chat's contents."""
     if isinstance(x, str):
         return len(x)
@@ -48,7 +50,7 @@ def chars(x) -> int:
 def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, add_special_tokens: bool = True,
                  return_token_strs: bool = False) -> Job:
     """One input's token ids (and token strings) from the model's tokenizer (``/tokenize``)."""
-    async def send(client):
+    async def send(client: WorkerClient) -> tuple[list[int], list[str | None] | None]:
         return await client.tokenize(x, add_special_tokens=add_special_tokens, return_token_strs=return_token_strs)
     return Job(request_id, send, wire.estimate_tokens(x), 1, deadline, longest_chars=chars(x))
 
@@ -56,7 +58,7 @@ def tokenize_job(request_id: str, x: Input, *, deadline: float | None = None, ad
 def token_details_job(request_id: str, text: str, *, deadline: float | None = None,
                       add_special_tokens: bool = True) -> Job:
     """A text's tokens with their strings, offsets and special flags (TEI's ``/tokenize``)."""
-    async def send(client):
+    async def send(client: WorkerClient) -> dict[str, Any]:
         return await client.token_details(text, add_special_tokens=add_special_tokens)
     return Job(request_id, send, wire.estimate_tokens(text), 1, deadline, longest_chars=len(text))
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import IO
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
@@ -65,9 +66,9 @@ class LocalWorker:
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]
         log.info("starting worker for %s on %s", cfg.served_model_name, address)
-        report = open(read_fd, "rb", buffering=0)
+        report = os.fdopen(read_fd, "rb", buffering=0)  # closed below, or once the worker reported
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            process = self.process = await asyncio.create_subprocess_exec(
                 *cmd, stdin=subprocess.PIPE, start_new_session=True, pass_fds=(write_fd,),
                 env={**os.environ, **self.env} if self.env else None)
         except BaseException:
@@ -76,11 +77,12 @@ class LocalWorker:
         finally:
             os.close(write_fd)
         # the config goes through stdin, not argv: argv is visible to every user (ps), stdin is not
-        self.process.stdin.write(json.dumps(cfg.to_wire()).encode())
-        self.process.stdin.close()
+        assert process.stdin is not None  # stdin=PIPE
+        process.stdin.write(json.dumps(cfg.to_wire()).encode())
+        process.stdin.close()
         try:
-            self.client, self.info = await asyncio.wait_for(self._wait_ready(report, cfg), ready_timeout)
-        except asyncio.TimeoutError:
+            self.client, self.info = await asyncio.wait_for(self._wait_ready(process, report, cfg), ready_timeout)
+        except TimeoutError:
             await self.stop()
             raise Unavailable(f"worker for {cfg.served_model_name} was not ready after {ready_timeout}s") from None
         except BaseException:
@@ -89,11 +91,12 @@ class LocalWorker:
         finally:
             report.close()
 
-    async def _wait_ready(self, report, cfg: WorkerConfig) -> tuple[WorkerClient, ModelInfo]:
+    async def _wait_ready(self, process: asyncio.subprocess.Process, report: IO[bytes],
+                          cfg: WorkerConfig) -> tuple[WorkerClient, ModelInfo]:
         """Read the address line from the pipe (EOF: the worker exited first), then connect there."""
         line = await _read_line(report)
         if not line:
-            code = await self.process.wait()
+            code = await process.wait()
             raise Unavailable(f"worker process exited with code {code} before it was ready")
         self.address = line
         # the gateway's own client presents the token the worker was given
@@ -116,7 +119,7 @@ class LocalWorker:
                 await asyncio.wait_for(self.process.wait(), timeout)
             except ProcessLookupError:
                 pass
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("worker %s ignored SIGTERM for %ss; killing it", self.process.pid, timeout)
                 self.process.kill()
             await self.process.wait()
@@ -125,7 +128,7 @@ class LocalWorker:
         return self.process.returncode if self.process is not None else None
 
 
-async def _read_line(pipe) -> str:
+async def _read_line(pipe: IO[bytes]) -> str:
     """One line from the read end ``pipe`` (a file; closed afterwards), without blocking the loop; "" at EOF."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from poolgate.shared import wire
 from poolgate.shared.errors import Unavailable
@@ -25,24 +25,22 @@ class Client(Protocol):
 
     async def detokenize(self, ids: list[int]) -> str: ...
 
-    async def health(self) -> dict: ...
+    async def health(self) -> dict[str, Any]: ...
 
     async def close(self) -> None: ...
 
 
-async def check(client, timeout_s: float | None) -> tuple[str | None, dict]:
+async def check(client: Client, timeout_s: float | None) -> tuple[str | None, dict[str, Any]]:
     """(None, its answer) when ``client`` answers its health check in time and says it is ready, else
     (why not, {})."""
     try:
         answer = await asyncio.wait_for(client.health(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"no health answer within {timeout_s}s", {}
     except Unavailable as exc:
         return str(exc), {}
     except Exception as exc:  # an error answer from the worker counts as not healthy
         return f"health check failed: {exc}", {}
-    if not isinstance(answer, dict):
-        return None, {}
     if answer.get("ready") is False:
         return "the worker says it is not ready" + (" (draining)" if answer.get("draining") else ""), {}
     return None, answer

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.pool import Client, WorkerPool
@@ -76,7 +77,7 @@ class ModelPools:
         """The call's result (``run`` of its pooling job)."""
         return await self.run(pooling_job(call))
 
-    async def run(self, job: Job):
+    async def run(self, job: Job) -> Any:
         """The job's answer from the first pool that takes it (module doc). When none does, the client
         sees 429 if some pool was only full (worth retrying shortly), else the last pool's 503. A job
         over a request limit (400) is refused before any pool is tried."""

@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
@@ -54,8 +56,8 @@ class WorkerPool:
     starts the given clients ``down`` (a probe or ``mark_ready`` brings them in).
     """
 
-    def __init__(self, model_info: ModelInfo, clients: list[Client], *, limits: AdmissionLimits | None = None,
-                 max_in_flight: int | None = None, ready: bool = True):
+    def __init__(self, model_info: ModelInfo, clients: Sequence[Client], *, limits: AdmissionLimits | None = None,
+                 max_in_flight: int | None = None, ready: bool = True) -> None:
         if not clients:
             raise ValueError("a WorkerPool needs at least one client")
         if max_in_flight is not None:
@@ -165,7 +167,7 @@ class WorkerPool:
         member.state = "draining"
         try:
             await asyncio.wait_for(member.idle.wait(), drain_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("worker %s still had %d calls after %ss of draining", client.address,
                         member.calls, drain_timeout_s)
         self._members.pop(id(client), None)
@@ -186,7 +188,7 @@ class WorkerPool:
         """The request's own limits (400), before any pool is tried."""
         self.admission.check(job.inputs, job.longest_chars)
 
-    async def run(self, job: Job):
+    async def run(self, job: Job) -> Any:
         """The job's answer from the least-loaded ready worker that may take it; on a lost worker (or one
         whose queue is full), once more on another one; a 504 once its deadline passes (the transport
         then cancels it in the worker)."""
@@ -209,13 +211,13 @@ class WorkerPool:
         finally:
             self.admission.release(job.tokens)
 
-    def _counted(self, job: Job, result):
+    def _counted(self, job: Job, result: Any) -> Any:
         """``result``, its counted tokens told to admission (which scales its estimates by them)."""
         if isinstance(result, PoolingResult):
             self.admission.observe(job.tokens, result.total_tokens)
         return result
 
-    async def _send(self, member: Member, job: Job):
+    async def _send(self, member: Member, job: Job) -> Any:
         """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""
         tokens = job.tokens
         self._picks += 1
@@ -271,7 +273,7 @@ class WorkerPool:
         asked = time.monotonic()
         members = [m for m in self._members.values() if m.state in ("ready", "down")]
         answers = await asyncio.gather(*(check(m.client, timeout_s) for m in members))
-        for member, (error, answer) in zip(members, answers):
+        for member, (error, answer) in zip(members, answers, strict=True):
             if member.state not in ("ready", "down") or self._members.get(id(member.client)) is not member:
                 continue  # restarted, removed or draining while we asked
             if error and member.state == "ready" and member.answered >= asked:

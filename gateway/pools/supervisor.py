@@ -24,6 +24,7 @@ the gateway uses; ``no_extra_env`` adds nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from poolgate.gateway.pools.local_worker import LocalWorker
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.config import WorkerConfig
+from poolgate.shared.transport import WorkerClient
 
 log = logging.getLogger("poolgate.gateway.pools.supervisor")
 
@@ -66,13 +68,13 @@ class Supervisor:
         self.runner_factory, self.hung_kill_after_s = runner_factory, hung_kill_after_s
         self.worker: LocalWorker | None = None  # the running incarnation; None while there is none
         self.pool: WorkerPool | None = None
-        self.member = None  # the client that stands for this worker in its pool
+        self.member: WorkerClient | None = None  # the client that stands for this worker in its pool
         self.restarts = 0  # incarnations started after the first
         self.failures = 0  # failed starts and exits since the worker last stayed up
         self.stopping = False
         self.error: str | None = None  # why the last start failed
         self._up_since = 0.0
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -95,17 +97,18 @@ class Supervisor:
         """Forever (until cancelled or ``stop``): restart the worker whenever it is not running."""
         self._task = asyncio.current_task()
         while not self.stopping:
-            if self.worker is not None:
-                code = await self._exited()
-                if self.stopping:
-                    return
-                self._lost(code)
+            if (worker := self.worker) is not None:
+                code = await self._exited(worker)
+                if self.stopping:  # ``stop`` ran meanwhile (mypy keeps the loop test's narrowing across the await)
+                    return  # type: ignore[unreachable]
+                self._lost(worker, code)
             await asyncio.sleep(self.backoff.delay(self.failures))
             await self._restart()
 
-    async def _exited(self) -> int:
+    async def _exited(self, worker: LocalWorker) -> int:
         """The process's exit code once it exits; SIGKILL it first if it hangs (module doc)."""
-        process = self.worker.process
+        process = worker.process
+        assert process is not None  # a worker is kept only once started
         exited = asyncio.ensure_future(process.wait())
         try:
             while not (await asyncio.wait({exited}, timeout=0.5))[0]:
@@ -121,17 +124,15 @@ class Supervisor:
         if down >= self.hung_kill_after_s and process.returncode is None:
             log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
                         self.name, process.pid, down)
-            try:
+            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 process.kill()
-            except ProcessLookupError:
-                pass  # it exited meanwhile
 
-    def _lost(self, code: int | None) -> None:
+    def _lost(self, worker: LocalWorker, code: int | None) -> None:
         if time.monotonic() - self._up_since >= self.backoff.reset_after_s:
             self.failures = 0
         self.failures += 1
         delay = self.backoff.delay(self.failures)
-        reason = f"worker process {self.worker.pid} exited with code {code}; restarting in {delay:g}s"
+        reason = f"worker process {worker.pid} exited with code {code}; restarting in {delay:g}s"
         log.warning("worker %d of %s: %s", self.index, self.name, reason)
         if self.pool is not None and self.member in self.pool.clients:
             self.pool.set_state(self.member, "starting", reason)
@@ -148,7 +149,7 @@ class Supervisor:
         self.restarts += 1
         log.info("worker %d of %s is back (restart %d, pid %d) on %s", self.index, self.name, self.restarts,
                  new.pid, new.address)
-        if self.pool is None:
+        if self.pool is None or new.client is None:
             return
         old, self.member = self.member, new.client
         if old is not None and old in self.pool.clients:
@@ -167,13 +168,16 @@ class Supervisor:
             await self.worker.stop()
 
 
-async def start_all(supervisors: Sequence[Supervisor]) -> None:
-    """Start every worker at once; a failure is logged (``run`` retries it in the background)."""
+async def start_all(supervisors: Sequence[Supervisor]) -> list[Exception]:
+    """Start every worker at once; each failure is recorded on its supervisor and logged (``run`` retries it in
+    the background). Returns the failures, in order."""
     results = await asyncio.gather(*(s.start() for s in supervisors), return_exceptions=True)
-    for sup, result in zip(supervisors, results):
+    errors = []
+    for sup, result in zip(supervisors, results, strict=True):
         if isinstance(result, BaseException):
             if not isinstance(result, Exception):
                 raise result
             sup.failures, sup.error = 1, str(result)
             log.error("worker %d of %s failed to start: %s", sup.index, sup.name, result)
-
+            errors.append(result)
+    return errors

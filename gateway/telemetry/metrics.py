@@ -14,15 +14,25 @@ worker that does not answer reports ``poolgate_worker_up 0`` and nothing else.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from aiohttp import web
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
-                               disable_created_metrics, generate_latest)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from poolgate.gateway.dialects.route import Route, mount
+from poolgate.gateway.pools.member import Client
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import RequestRecord
@@ -42,7 +52,7 @@ def worker_label(address: str) -> str:
         addr = parse_address(address)
     except ValueError:
         return address
-    return PurePath(addr.path).name if addr.kind == "unix" else f"{addr.host}:{addr.port}"
+    return PurePath(addr.path or "").name if addr.kind == "unix" else f"{addr.host}:{addr.port}"
 
 
 # the worker's ``health`` answer key -> (metric name, help), one gauge each
@@ -77,8 +87,8 @@ BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
 @dataclass
 class _WorkerSample:
     pool: WorkerPool
-    client: object
-    health: dict | None  # None: the worker did not answer
+    client: Client
+    health: dict[str, Any] | None  # None: the worker did not answer
 
 
 class WorkerCollector:
@@ -91,12 +101,13 @@ class WorkerCollector:
     async def refresh(self) -> None:
         pairs = [(pool, client) for pool in list(self.router.worker_pools()) for client in pool.clients]
         answers = await asyncio.gather(*(_health(client) for _, client in pairs))
-        self.samples = [_WorkerSample(pool, client, health) for (pool, client), health in zip(pairs, answers)]
+        self.samples = [_WorkerSample(pool, client, health)
+                        for (pool, client), health in zip(pairs, answers, strict=True)]
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # collected only at scrape time, after refresh
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         gauges = {key: GaugeMetricFamily(name, doc, labels=WORKER_LABELS) for key, (name, doc) in LOAD_GAUGES.items()}
         batches = {key: HistogramMetricFamily(name, doc, labels=WORKER_LABELS)
                    for key, (name, doc) in BATCH_HISTOGRAMS.items()}
@@ -124,14 +135,14 @@ class WorkerCollector:
             for key, family in scalars.items():
                 if key in pipeline:
                     family.add_metric(labels, float(pipeline[key]))
-            for key, family in batches.items():
+            for key, histogram in batches.items():
                 if key in pipeline:
                     counts = Counts.from_wire(pipeline[key])
-                    family.add_metric(labels, counts.cumulative(), counts.total)
+                    histogram.add_metric(labels, counts.cumulative(), counts.total)
         yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values(), *scalars.values())
         yield from self._in_flight()
 
-    def _in_flight(self):
+    def _in_flight(self) -> Iterator[Metric]:
         fam = GaugeMetricFamily(names.REQUESTS_IN_FLIGHT, "Calls sent to the model's workers and not yet answered.",
                                 labels=[names.MODEL])
         for pool in list(self.router.pools.values()):
@@ -139,10 +150,10 @@ class WorkerCollector:
         yield fam
 
 
-async def _health(client) -> dict | None:
+async def _health(client: Client) -> dict[str, Any] | None:
     try:
         return await asyncio.wait_for(client.health(), WORKER_STATS_TIMEOUT_S)
-    except (PoolgateError, asyncio.TimeoutError):  # lost, wedged or answering with an error: down
+    except (TimeoutError, PoolgateError):  # lost, wedged or answering with an error: down
         return None
 
 
@@ -203,7 +214,7 @@ class GatewayMetrics:
 
     def add_route(self, app: web.Application) -> None:
         """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port): public, not recorded."""
-        async def scrape(request: web.Request, _body=None) -> web.Response:
+        async def scrape(request: web.Request, _body: None = None) -> web.Response:
             return web.Response(body=await self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         mount(app, Route("GET", "/metrics", scrape, summary="Prometheus metrics", public=True, recorded=False))

@@ -91,7 +91,6 @@ def test_a_good_file(tmp_path):
     assert (t.runner, t.convert, t.allow_pickle_weights) == ("pooling", "embed", True)
     assert t.hf_overrides == {"matryoshka_dimensions": [4, 8]} and t.pooler.use_activation is False
     assert config.workers == (*cuda.workers, *cpu.workers, *tiny.workers)
-    assert config.worker_urls == cpu.remotes
 
 
 def test_the_command_line_is_a_one_entry_config(tmp_path):

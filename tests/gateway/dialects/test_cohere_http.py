@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from poolgate.gateway.dialects.quantize import dequantize
+from tests.dialect_parity import dequantize
 from tests.fakes import FakeEncoder, expected_vector, fake_chat_text, fake_model, fake_vector
 
 TEXTS = ["hello world", "the quick brown fox"]
