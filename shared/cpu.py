@@ -1,21 +1,21 @@
-"""What this CPU can run: its flags, its class, the override that shows a smaller one, and each dtype's path (torch-free).
+"""What this CPU can run: its flags, its class, the override showing a smaller one, each dtype's path (torch-free).
 
-poolgate sorts x86 CPUs into classes, each a superset of the one before:
+poolgate sorts x86 CPUs into classes, each a superset of the one before
+(the ``/proc/cpuinfo`` flags it adds; the oneDNN and ATen caps that show it):
 
-| class         | needs (``/proc/cpuinfo`` flags)           | oneDNN cap          | ATen cap  | e.g.                    |
-|---------------|-------------------------------------------|---------------------|-----------|-------------------------|
-| ``generic``   | -                                         | ``SSE41``           | ``default`` | ARM64, pre-2013 x86   |
-| ``avx2``      | avx2, fma                                 | ``AVX2``            | ``avx2``  | AMD Zen 2/3, Haswell    |
-| ``avx512``    | + avx512f, avx512bw, avx512vl, avx512dq   | ``AVX512_CORE``     | ``avx512``| Skylake-SP, Ice Lake    |
-| ``avx512_bf16`` | + avx512_bf16                           | ``AVX512_CORE_BF16``| ``avx512``| AMD Zen 4/5, Cooper Lake|
-| ``amx``       | + amx_tile, amx_bf16                      | ``AVX512_CORE_AMX`` | ``avx512``| Sapphire Rapids and on  |
+- ``generic``: none (ARM64, pre-2013 x86); ``SSE41``, ``default``.
+- ``avx2``: avx2, fma (AMD Zen 2/3, Haswell); ``AVX2``, ``avx2``.
+- ``avx512``: avx512f/bw/vl/dq (Skylake-SP, Ice Lake); ``AVX512_CORE``, ``avx512``.
+- ``avx512_bf16``: avx512_bf16 (AMD Zen 4/5, Cooper Lake); ``AVX512_CORE_BF16``, ``avx512``.
+- ``amx``: amx_tile, amx_bf16 (Sapphire Rapids and later); ``AVX512_CORE_AMX``, ``avx512``.
 
 ``POOLGATE_CPU_CLASS`` (one of those names) makes poolgate's own detection
 see a smaller CPU than the machine's: the flags of every class above it are
 hidden from ``cpu_flags()``. An ``ONEDNN_MAX_CPU_ISA`` set on its own below the
 machine's class does the same (``seen_class``): oneDNN then lacks the bigger
-class's paths (its bf16 path below AVX512), so poolgate must not choose them. ``apply_cpu_class`` (called at each process's
-edge: the ``poolgate`` command, the worker, the test suite) also caps oneDNN
+class's paths (its bf16 path below AVX512), so poolgate must not choose them.
+``apply_cpu_class`` (called at each process's edge: the ``poolgate`` command,
+the worker, the test suite) also caps oneDNN
 and ATen to the same class through their own variables
 (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) unless those are set, so
 torch's kernels take the smaller CPU's paths too. Both caps are read lazily
@@ -56,7 +56,8 @@ def _classes() -> tuple[CpuClass, ...]:
              ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq"), "AVX512_CORE", "avx512"),
              ("avx512_bf16", ("avx512_bf16",), "AVX512_CORE_BF16", "avx512"),
              ("amx", ("amx_tile", "amx_bf16"), "AVX512_CORE_AMX", "avx512")]
-    out, needs = [], frozenset()
+    out: list[CpuClass] = []
+    needs: frozenset[str] = frozenset()
     for name, adds, isa, aten in steps:
         needs = needs | set(adds)
         out.append(CpuClass(name, needs, isa, aten))
@@ -194,7 +195,7 @@ def dtype_path(dtype: str, flags: set[str] | frozenset[str]) -> str:
     if dtype == "bfloat16":
         if flags & _X86_BF16_NATIVE or _ARM_BF16 in flags:
             return "native"
-        return "onednn" if _ONEDNN_BF16 <= flags or "avx_ne_convert" in flags else "fallback"
+        return "onednn" if flags >= _ONEDNN_BF16 or "avx_ne_convert" in flags else "fallback"
     if dtype == "float16":
         return "native" if flags & _X86_FP16_NATIVE or _ARM_FP16 in flags else "fallback"
     raise ValueError(f"no such dtype: {dtype!r}")
