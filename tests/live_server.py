@@ -11,6 +11,7 @@ from pathlib import Path
 
 import requests
 
+from tests.environment import clean_env
 from tests.processes import children, free_port, wait_healthy
 
 
@@ -44,12 +45,14 @@ class LiveServer:
 
 @contextlib.contextmanager
 def live_server(tmp: Path, *flags: str, ready_s: float = 180):
-    """Start ``poolgate serve --port P *flags`` and stop it with SIGTERM on exit (a clean exit is asserted)."""
+    """Start ``poolgate serve --port P *flags`` (without the caller's settings: ``tests.environment``) and stop
+    it with SIGTERM on exit (a clean exit is asserted)."""
     port = free_port()
     log = tmp / f"serve-{port}.log"
     with log.open("w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "poolgate.gateway.cli", "serve", "--host", "127.0.0.1",
-                                 "--port", str(port), *flags], stdout=subprocess.DEVNULL, stderr=err)
+                                 "--port", str(port), *flags], stdout=subprocess.DEVNULL, stderr=err,
+                                env=clean_env())
     server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
     try:
         try:
