@@ -9,10 +9,13 @@
   requests at ``priority`` 10 without pause; the probe's 1-input requests run
   at priority 0.
 
-The run is bounded by ``--duration`` (seconds of probing); the heavy load
-starts ``--lead`` seconds earlier so the queue is full when probing begins.
-Prints (and returns) the probe's count, p50, p99 and max in seconds, and the
-heavy load's inputs per second. A client only: it imports no worker code.
+The run is bounded by ``--duration`` (seconds of probing), or ends sooner
+after ``--probes`` answered probes; the heavy load starts ``--lead`` seconds
+earlier so the queue is full when probing begins. Prints (and returns) the
+probe's count, p50, p99 and max in seconds, the heavy load's inputs per second
+and its own calls' p50 (``heavy_p50_s``: the scale a fair scheduler keeps the
+probe well below, and a first-in-first-out one does not). A client only: it
+imports no worker code.
 """
 from __future__ import annotations
 
@@ -34,18 +37,23 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> int:
 
 
 async def _heavy(session: aiohttp.ClientSession, url: str, model: str, inputs: list[str], priority: int,
-                 stop: asyncio.Event, done: list[int]) -> None:
+                 stop: asyncio.Event, done: list[int], seconds: list[float] | None = None) -> None:
+    """Send ``inputs`` in one call after the other until ``stop``; count the answered inputs in ``done`` and
+    each answered call's seconds in ``seconds``."""
     while not stop.is_set():
         body = {"model": model, "input": inputs, "encoding_format": "base64", "priority": priority,
                 "truncate_prompt_tokens": -1}
+        start = time.perf_counter()
         if await _post(session, url, body) == 200:
             done[0] += len(inputs)
+            if seconds is not None:
+                seconds.append(time.perf_counter() - start)
 
 
-async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: list[str],
-                 duration_s: float) -> tuple[list[float], int]:
+async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], duration_s: float,
+                 probes: int | None = None) -> tuple[list[float], int]:
     latencies, errors, end, i = [], 0, time.monotonic() + duration_s, 0
-    while time.monotonic() < end:
+    while time.monotonic() < end and (probes is None or len(latencies) < probes):
         body = {"model": model, "input": [texts[i % len(texts)]], "encoding_format": "base64", "priority": 0,
                 "truncate_prompt_tokens": -1}
         start = time.perf_counter()
@@ -60,26 +68,28 @@ async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: li
 
 
 async def run(url: str, model: str, scenario: str, *, duration_s: float = 20.0, lead_s: float = 2.0,
-              big_inputs: int = 2048, bulk_clients: int = 6, bulk_inputs: int = 64) -> dict:
+              big_inputs: int = 2048, bulk_clients: int = 6, bulk_inputs: int = 64, probes: int | None = None) -> dict:
     """One bounded run of ``scenario`` (module doc); the probe's latency figures."""
     texts = synthetic_corpus(4096, seed=0)
     url = url.rstrip("/")
     heavy = [(texts[:big_inputs], 0)] if scenario == "big" else [(texts[i * bulk_inputs:(i + 1) * bulk_inputs], 10)
                                                                  for i in range(bulk_clients)]
-    stop, done = asyncio.Event(), [0]
+    stop, done, heavy_s = asyncio.Event(), [0], []
     timeout = aiohttp.ClientTimeout(total=duration_s + lead_s + 120)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
-        load = [asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done)) for inputs, prio in heavy]
+        load = [asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done, heavy_s))
+                for inputs, prio in heavy]
         await asyncio.sleep(lead_s)
         started = time.monotonic()
-        latencies, errors = await _probe(session, url, model, texts[-256:], duration_s)
-        heavy_s = time.monotonic() - started
+        latencies, errors = await _probe(session, url, model, texts[-256:], duration_s, probes)
+        probing_s = time.monotonic() - started
         stop.set()
         await asyncio.gather(*load, return_exceptions=True)
     lat = np.array(latencies or [float("nan")])
     return {"scenario": scenario, "probes": len(latencies), "probe_errors": errors,
             "p50_s": float(np.percentile(lat, 50)), "p99_s": float(np.percentile(lat, 99)),
-            "max_s": float(lat.max()), "heavy_inputs_per_s": done[0] / heavy_s if heavy_s else 0.0}
+            "max_s": float(lat.max()), "heavy_inputs_per_s": done[0] / probing_s if probing_s else 0.0,
+            "heavy_calls": len(heavy_s), "heavy_p50_s": float(np.percentile(heavy_s, 50)) if heavy_s else float("nan")}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,10 +102,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--big-inputs", type=int, default=2048)
     p.add_argument("--bulk-clients", type=int, default=6)
     p.add_argument("--bulk-inputs", type=int, default=64)
+    p.add_argument("--probes", type=int, default=None, help="end the probing after this many answered probes")
     a = p.parse_args(argv)
     print(json.dumps(asyncio.run(run(a.url, a.model, a.scenario, duration_s=a.duration, lead_s=a.lead,
                                      big_inputs=a.big_inputs, bulk_clients=a.bulk_clients,
-                                     bulk_inputs=a.bulk_inputs))))
+                                     bulk_inputs=a.bulk_inputs, probes=a.probes))))
 
 
 if __name__ == "__main__":
