@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import requests
 
+from poolgate.shared.models import DEFAULT_MODEL_NAME
+from poolgate.shared.telemetry import WORKER_TOKENS_PER_S
 from tests.environment import clean_env
 from tests.processes import children, free_port, wait_healthy
 
@@ -41,6 +44,29 @@ class LiveServer:
                 return float(sum(rates))
             assert time.time() < deadline, f"no measured capacity after {timeout_s}s: {self.pools(headers)}"
             time.sleep(0.5)
+
+    def warm_up(self, calls: list[list[str]], headers: dict | None = None) -> float:
+        """Embed each of ``calls`` (its inputs) in turn, so the worker measures its rate on batches of that size;
+        the prompt tokens an input counted, on average."""
+        tokens = 0
+        for inputs in calls:
+            r = requests.post(f"{self.url}/v1/embeddings", headers=headers, timeout=120, json={
+                "model": DEFAULT_MODEL_NAME, "input": inputs, "encoding_format": "base64", "truncate_prompt_tokens": -1})
+            assert r.status_code == 200, r.text
+            tokens += r.json()["usage"]["prompt_tokens"]
+        return tokens / sum(map(len, calls))
+
+    def metrics_capacity(self, timeout_s: float = 20) -> float:
+        """The same from /metrics (open without a key): the sum of the workers' measured tokens/s, once each
+        worker has one."""
+        deadline = time.time() + timeout_s
+        while True:
+            text = requests.get(f"{self.url}/metrics", timeout=10).text
+            rates = [float(r) for r in re.findall(rf"^{WORKER_TOKENS_PER_S}{{.*}} (\S+)$", text, re.M)]
+            if rates and all(r > 0 for r in rates):
+                return sum(rates)
+            assert time.time() < deadline, f"no measured capacity after {timeout_s}s: {rates}"
+            time.sleep(0.25)
 
 
 @contextlib.contextmanager
