@@ -50,8 +50,9 @@ class LiveServer:
         the prompt tokens an input counted, on average."""
         tokens = 0
         for inputs in calls:
-            r = requests.post(f"{self.url}/v1/embeddings", headers=headers, timeout=120, json={
-                "model": DEFAULT_MODEL_NAME, "input": inputs, "encoding_format": "base64", "truncate_prompt_tokens": -1})
+            body = {"model": DEFAULT_MODEL_NAME, "input": inputs, "encoding_format": "base64",
+                    "truncate_prompt_tokens": -1}
+            r = requests.post(f"{self.url}/v1/embeddings", headers=headers, timeout=120, json=body)
             assert r.status_code == 200, r.text
             tokens += r.json()["usage"]["prompt_tokens"]
         return tokens / sum(map(len, calls))
