@@ -45,7 +45,7 @@ def served(tmp_path_factory):
     """(url, tokens/s, tokens an input) of a warmed-up server."""
     with live_server(tmp_path_factory.mktemp("fairness")) as server:
         texts = synthetic_corpus(4096, seed=0)  # the bench's corpus
-        per_input = server.warm_up([texts[i * 64:(i + 1) * 64] for i in range(3)])
+        per_input = server.warm_up([texts[i * 64:(i + 1) * 64] for i in range(2)])
         capacity = server.metrics_capacity()
         print(f"fairness: capacity {capacity:,.0f} tokens/s, {per_input:.1f} tokens an input")
         yield server.url, capacity, per_input
