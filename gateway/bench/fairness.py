@@ -12,10 +12,10 @@
 The run is bounded by ``--duration`` (seconds of probing), or ends sooner
 after ``--probes`` answered probes; the heavy load starts ``--lead`` seconds
 earlier so the queue is full when probing begins. Prints (and returns) the
-probe's count, p50, p99 and max in seconds, the heavy load's inputs per second
-and its own calls' p50 (``heavy_p50_s``: the scale a fair scheduler keeps the
-probe well below, and a first-in-first-out one does not). A client only: it
-imports no worker code.
+probe's count, p50, p99 and max in seconds, the heavy load's inputs per second,
+its calls answered and not (``heavy_errors``), and the answered ones' p50
+(``heavy_p50_s``: the scale a fair scheduler keeps the probe well below, and a
+first-in-first-out one does not). A client only: it imports no worker code.
 """
 from __future__ import annotations
 
@@ -37,17 +37,18 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> int:
 
 
 async def _heavy(session: aiohttp.ClientSession, url: str, model: str, inputs: list[str], priority: int,
-                 stop: asyncio.Event, done: list[int], seconds: list[float] | None = None) -> None:
+                 stop: asyncio.Event, done: list[int], calls: list[tuple[int, float]] | None = None) -> None:
     """Send ``inputs`` in one call after the other until ``stop``; count the answered inputs in ``done`` and
-    each answered call's seconds in ``seconds``."""
+    each call's (status, seconds) in ``calls``."""
     while not stop.is_set():
         body = {"model": model, "input": inputs, "encoding_format": "base64", "priority": priority,
                 "truncate_prompt_tokens": -1}
         start = time.perf_counter()
-        if await _post(session, url, body) == 200:
+        status = await _post(session, url, body)
+        if status == 200:
             done[0] += len(inputs)
-            if seconds is not None:
-                seconds.append(time.perf_counter() - start)
+        if calls is not None:
+            calls.append((status, time.perf_counter() - start))
 
 
 async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], duration_s: float,
@@ -74,10 +75,10 @@ async def run(url: str, model: str, scenario: str, *, duration_s: float = 20.0, 
     url = url.rstrip("/")
     heavy = [(texts[:big_inputs], 0)] if scenario == "big" else [(texts[i * bulk_inputs:(i + 1) * bulk_inputs], 10)
                                                                  for i in range(bulk_clients)]
-    stop, done, heavy_s = asyncio.Event(), [0], []
+    stop, done, calls = asyncio.Event(), [0], []
     timeout = aiohttp.ClientTimeout(total=duration_s + lead_s + 120)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
-        load = [asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done, heavy_s))
+        load = [asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done, calls))
                 for inputs, prio in heavy]
         await asyncio.sleep(lead_s)
         started = time.monotonic()
@@ -86,10 +87,12 @@ async def run(url: str, model: str, scenario: str, *, duration_s: float = 20.0, 
         stop.set()
         await asyncio.gather(*load, return_exceptions=True)
     lat = np.array(latencies or [float("nan")])
+    heavy_s = [seconds for status, seconds in calls if status == 200]
     return {"scenario": scenario, "probes": len(latencies), "probe_errors": errors,
             "p50_s": float(np.percentile(lat, 50)), "p99_s": float(np.percentile(lat, 99)),
             "max_s": float(lat.max()), "heavy_inputs_per_s": done[0] / probing_s if probing_s else 0.0,
-            "heavy_calls": len(heavy_s), "heavy_p50_s": float(np.percentile(heavy_s, 50)) if heavy_s else float("nan")}
+            "heavy_calls": len(heavy_s), "heavy_errors": len(calls) - len(heavy_s),
+            "heavy_p50_s": float(np.percentile(heavy_s, 50)) if heavy_s else float("nan")}
 
 
 def main(argv: list[str] | None = None) -> None:
