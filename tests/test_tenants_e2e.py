@@ -39,7 +39,7 @@ tokens_per_minute = {BULK_TOKENS_PER_MINUTE}
 """
 DURATION_S = 8.0
 BULK_RATE, BULK_CALL_S = 8.0, 1.0  # a bulk request holds BULK_CALL_S of the worker's measured capacity
-QUEUED_S = 10.0  # the pool's admission (--max-queued-seconds): above the bulk tenant's 4 at once and one more
+QUEUED_S = 15.0  # the pool's admission (--max-queued-seconds): 3x the bulk tenant's 4 at once and one more
 INTERACTIVE_RATE = 4.0
 WARM_UP = [256, 256]  # the interactive tenant's warm-up requests (inputs each)
 
