@@ -1,4 +1,4 @@
-"""Shared fixtures, and a run that the caller's environment cannot change; the fakes live in tests/fakes.py."""
+"""What every test runs under: the CPU class chosen, none of the caller's settings, and the shared fixtures."""
 from __future__ import annotations
 
 import os
