@@ -123,19 +123,18 @@ def _no_amx_case() -> tuple[str, dict[str, str]]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 @pytest.mark.parametrize("case", ["as found", "no AMX"])
 def test_a_forwards_tensors_reuse_the_heap_instead_of_faulting_in_new_pages(case):
-    """The bundled model's forward on batches of 8,192 tokens (the CPU budget), in a process of its own, the
-    trimming thread left out: with the bounds the activations reuse the heap, so once every batch ran, running
-    them again faults in fewer than a third of the pages one layer's QKV tensor holds in the dtype that ran
-    (bf16: 1,536 pages; fp32: 3,072). As found is the dtype the worker picks on this CPU (``--dtype auto``: bf16
-    where it has BF16, fp32 on an AVX2 CPU); no AMX is bf16 with oneDNN
-    and the attention kernel held off AMX. Counted on the second pass, so the count does not hang on the CPU:
-    the first pass grows the heap to the biggest batch (one fp32 batch on AVX2 faulted 12,800 pages doing so),
-    which is not reuse. Measured here (AMX Xeon; fp32 with oneDNN held to AVX2): 10 a batch bf16 as found,
-    11-132 no AMX, 18 fp32. Each bound matters: with the arena cap alone (glibc's thresholds left to move) a
-    free that left a big heap top handed it back and the next tensors faulted it in again (bf16: ~11,000 a
-    batch); with no bound at all, bf16 9,000-17,800 and fp32 39,000; with two arenas the threads' heaps are
-    unmapped and mapped again as they empty (250-5,600 a batch here run to run, as found or off AMX; 8,355 on
-    CI's EPYC counted on a first pass)."""
+    """The bundled model's forward on batches of 8,192 tokens (the CPU budget), in a process of its own, the trimming
+    thread left out: with the bounds the activations reuse the heap, so once every batch ran, running them again
+    faults in fewer than a third of the pages one layer's QKV tensor holds in the dtype that ran (bf16: 1,536 pages;
+    fp32: 3,072). As found is the dtype the worker picks on this CPU (``--dtype auto``: bf16 where it has BF16, fp32
+    on an AVX2 CPU); no AMX is bf16 with oneDNN and the attention kernel held off AMX. Counted on the second pass,
+    so the count does not hang on the CPU: the first pass grows the heap to the biggest batch (one fp32 batch on
+    AVX2 faulted 12,800 pages doing so), which is not reuse. Measured here (AMX Xeon; fp32 as an AVX2 CPU), in runs
+    beside other work: 10 a batch bf16 as found, 11-395 no AMX, 17-529 fp32. Each bound matters: with the arena cap
+    alone (glibc's thresholds left to move) a free that left a big heap top handed it back and the next tensors
+    faulted it in again (bf16: ~11,000 a batch); with no bound at all, bf16 9,000-17,800 and fp32 39,000; with two
+    arenas the threads' heaps are unmapped and mapped again as they empty (250-5,600 a batch here run to run, as
+    found or off AMX; 8,355 on CI's EPYC counted on a first pass)."""
     dtype, env = ("auto", {}) if case == "as found" else _no_amx_case()
     hidden = json.loads((Path(bundled_model_path()) / "config.json").read_text())["hidden_size"]
     ran, bounded = _faults_per_batch(dtype, env)
