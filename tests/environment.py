@@ -10,7 +10,7 @@ is imported; the helpers that start servers pass ``clean_env()`` as well, so the
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 LEFT_OUT = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "MKL_NUM_THREADS"})
 LEFT_OUT_PREFIXES = ("POOLGATE_", "OTEL_")

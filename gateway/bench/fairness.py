@@ -53,7 +53,8 @@ async def _heavy(session: aiohttp.ClientSession, url: str, model: str, inputs: l
 
 async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], duration_s: float,
                  probes: int | None = None) -> tuple[list[float], int]:
-    latencies, errors, end, i = [], 0, time.monotonic() + duration_s, 0
+    latencies: list[float] = []
+    errors, end, i = 0, time.monotonic() + duration_s, 0
     while time.monotonic() < end and (probes is None or len(latencies) < probes):
         body = {"model": model, "input": [texts[i % len(texts)]], "encoding_format": "base64", "priority": 0,
                 "truncate_prompt_tokens": -1}
@@ -75,7 +76,8 @@ async def run(url: str, model: str, scenario: str, *, duration_s: float = 20.0, 
     url = url.rstrip("/")
     heavy = [(texts[:big_inputs], 0)] if scenario == "big" else [(texts[i * bulk_inputs:(i + 1) * bulk_inputs], 10)
                                                                  for i in range(bulk_clients)]
-    stop, done, calls = asyncio.Event(), [0], []
+    stop, done = asyncio.Event(), [0]
+    calls: list[tuple[int, float]] = []
     timeout = aiohttp.ClientTimeout(total=duration_s + lead_s + 120)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
         load = [asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done, calls))
