@@ -8,6 +8,7 @@ import pytest
 
 from poolgate.gateway import serve
 from poolgate.gateway.config.file import ConfigError, config_from_toml, load_config
+from poolgate.gateway.config.given import parse_noting_given
 from poolgate.gateway.config.toml_lines import key_lines, line_of
 from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
 from poolgate.shared.pooler_config import PoolerConfig
@@ -247,7 +248,7 @@ def test_the_top_level_file_keys_are_the_serve_flags(tmp_path):
     (tests/shared/test_model_settings.py)."""
     from poolgate.gateway.config.file import ALIASES, MODEL_DEFAULTS, FileSettings
 
-    serve_dests = set(vars(parser().parse_args([]))) - {"config", "log_level", "workers", "worker_url", "given_flags"}
+    serve_dests = set(vars(parser().parse_args([]))) - {"config", "log_level", "workers", "worker_url"}
     top = {ALIASES.get(key, key) for key in FileSettings.model_fields} - {"models"}
     assert top == serve_dests - set(MODEL_DEFAULTS), "a serve flag needs its key in config.file.FileSettings"
 
@@ -255,7 +256,7 @@ def test_the_top_level_file_keys_are_the_serve_flags(tmp_path):
 def with_flags(text: str, tmp_path, *flags: str):
     path = tmp_path / "serve.toml"
     path.write_text(textwrap.dedent(text))
-    return serve.config_from_args(parser().parse_args(["--config", str(path), *flags]), {})
+    return serve.config_from_args(parse_noting_given(serve.add_arguments, ["--config", str(path), *flags]), {})
 
 
 TWO_MODELS = """\
