@@ -39,7 +39,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -110,22 +110,22 @@ def file_field(item: Declared) -> tuple[Any, Any]:
     about, kind = item.about, item.kind
     if about.table is not None:
         kind = Annotated[dict, AfterValidator(about.table)]  # the value, e.g. a PoolerConfig, made from the table
-    elif (about.ge, about.gt, about.le) != (None, None, None):
+    if (about.ge, about.gt, about.le) != (None, None, None):
         kind = Annotated[kind, Field(ge=about.ge, gt=about.gt, le=about.le)]
-    elif about.upper:
+    if about.upper:
         kind = Annotated[kind, BeforeValidator(_upper)]
     if item.optional:
-        kind = Optional[kind]  # noqa: UP045 (a runtime type, built from parts)
+        kind = kind | None
     return kind, Field(default_factory=item.factory) if item.factory is not None else item.default
 
 
 def model_table(declaration: type = ModelSettings) -> type[PoolKeys]:
     """The pydantic model of a ``[[models]]`` table: a key per setting of ``declaration``, plus ``PoolKeys``."""
     keys: dict[str, Any] = {item.file_key: file_field(item) for item in declared(declaration)}
-    return create_model("ModelTable", __base__=PoolKeys, __doc__=MODEL_TABLE_DOC, **keys)
+    doc = "One ``[[models]]`` table, or an admin API load body: the model settings plus the pool's workers."
+    return create_model("ModelTable", __base__=PoolKeys, __doc__=doc, **keys)
 
 
-MODEL_TABLE_DOC = "One ``[[models]]`` table, or an admin API load body: the model settings plus the pool's workers."
 if TYPE_CHECKING:
     ModelTable = PoolKeys
 else:
