@@ -30,7 +30,7 @@ class Setting:
     gt: float | None = None
     le: float | None = None
     upper: bool = False  # the value is upper-cased before it is checked (--pooling-type mean)
-    table: Callable[[dict[str, Any]], Any] | None = None  # JSON as a flag, a TOML table in the file; this makes the value
+    table: Callable[[dict[str, Any]], Any] | None = None  # JSON flag, TOML table; this makes the value
     const: Any = None  # the value of the flag given bare (nargs="?"); None: the flag needs a value
     negative: str | None = None  # a bool that only a flag of this name sets, to False (--no-normalize)
     positional: bool = False  # MODEL: an argument, not a flag
