@@ -9,6 +9,7 @@ from poolgate.gateway.bench import arch as bench_arch
 from poolgate.gateway.bench import cli as bench
 from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.gateway.bench import runner as bench_runner
+from poolgate.gateway.config.given import GIVEN, given_flags
 from poolgate.shared.cpu import apply_cpu_class
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
@@ -40,13 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    module = COMMANDS[args.command][0]
+    setattr(args, GIVEN, given_flags(module.add_arguments, argv[argv.index(args.command) + 1:], args))  # serve --config
     try:
         apply_cpu_class()  # POOLGATE_CPU_CLASS: before any torch kernel runs here or in a worker we spawn
     except ValueError as exc:
         print(f"poolgate: {exc}", file=sys.stderr)
         return 2
-    return COMMANDS[args.command][0].main(args)
+    return module.main(args)
 
 
 if __name__ == "__main__":

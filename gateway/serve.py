@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from poolgate.gateway.config.build import ModelEntry, config_from_entries
 from poolgate.gateway.config.file import load_config
-from poolgate.gateway.config.given import given_flags, note_given
+from poolgate.gateway.config.given import given
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
@@ -38,7 +38,6 @@ def non_negative_float(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    note_given(p)  # --config: the flags given beside it override the file
     p.add_argument("--config", default=None, metavar="FILE",
                    help="a TOML file with any number of [[models]] (see docs/operations.md); a flag given beside "
                         "it overrides the file's value (a model flag: in every [[models]] table)")
@@ -116,7 +115,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.e
     if args.config is not None:
         parser = argparse.ArgumentParser(add_help=False)
         add_arguments(parser)
-        flags = {k: v for k, v in given_flags(args).items() if k not in ("config", "log_level")}
+        flags = {k: v for k, v in given(args).items() if k not in ("config", "log_level")}
         return load_config(args.config, parser, environ, flags)
     remote = tuple(args.worker_url)
     entry = ModelEntry(args, replicas=0 if remote else args.workers, remotes=remote)

@@ -12,8 +12,10 @@ Runner = Literal["auto", "pooling"]  # --runner (workers.load.convert)
 Convert = Literal["auto", "none", "embed", "classify"]  # --convert (workers.load.convert)
 BatchPolicy = Literal["fair", "fifo"]  # --batch-policy (workers.engine.scheduler.POLICIES)
 
+SeqPoolingType = Literal["CLS", "MEAN", "LAST"]  # --pooling-type: the sequence methods of workers.pooling.methods
+
 BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
-SEQ_POOLING_TYPES: tuple[str, ...] = ("CLS", "MEAN", "LAST")  # the sequence methods of workers.pooling.methods
+SEQ_POOLING_TYPES: tuple[SeqPoolingType, ...] = get_args(SeqPoolingType)
 DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
 RUNNER_CHOICES: tuple[Runner, ...] = get_args(Runner)
 CONVERT_CHOICES: tuple[Convert, ...] = get_args(Convert)

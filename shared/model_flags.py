@@ -1,24 +1,24 @@
-"""The model flags ``poolgate serve`` and ``poolgate worker`` share, parsed into one WorkerConfig.
+"""The model flags ``poolgate serve``, ``poolgate worker`` and the tools share, derived from one declaration.
 
-Both commands call ``add_model_arguments`` and ``worker_config_from_args``, so a
-model flag is defined once and the two cannot drift.
+Every flag is a setting of ``shared.model_settings.ModelSettings`` (name, type,
+choices, default, bounds, help); ``add_model_arguments`` adds one flag per
+setting and ``worker_config_from_args`` turns the parsed flags into one
+WorkerConfig, each setting into the field of its name (``FOLDED`` names the
+few that become another field). The config file's ``[[models]]`` table is
+derived from the same declaration (``gateway.config.file``), so a flag, its
+file key and its WorkerConfig field cannot drift.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import operator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from poolgate.shared.config import (
-    BACKEND_CHOICES,
-    BATCH_POLICIES,
-    CONVERT_CHOICES,
-    DTYPE_CHOICES,
-    RUNNER_CHOICES,
-    SEQ_POOLING_TYPES,
-    WorkerConfig,
-)
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.model_settings import Declared, ModelSettings, Setting, declared
 from poolgate.shared.models import resolve_model
 from poolgate.shared.pooler_config import PoolerConfig
 
@@ -30,13 +30,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
-    return value
-
-
 def port_number(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -44,80 +37,71 @@ def port_number(text: str) -> int:
     return value
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """MODEL and the flags that say how a worker loads and serves it."""
-    g = parser.add_argument_group("model")
-    g.add_argument("model", nargs="?", default=None,
-                   help="local model folder (HF or sentence-transformers layout); default: bundled all-MiniLM-L6-v2")
-    g.add_argument("--served-model-name", default=None, help="name clients use (default: MODEL as given)")
-    g.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
-    g.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
-                   help="auto: fastest dtype whose vectors stay at cosine >= 0.999 to float32")
-    g.add_argument("--max-model-len", type=positive_int, default=None, help="longest input in tokens")
-    g.add_argument("--max-batch-tokens", type=positive_int, default=None,
-                   help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)")
-    g.add_argument("--pooler-config", type=_pooler_config, default=PoolerConfig(),
-                   help='vLLM\'s PoolerConfig as JSON, e.g. \'{"pooling_type": "MEAN", "use_activation": false}\'')
-    g.add_argument("--hf-overrides", type=_json_object, default={},
-                   help='JSON merged over the model\'s config.json, e.g. \'{"matryoshka_dimensions": [64, 128]}\'')
-    g.add_argument("--runner", choices=RUNNER_CHOICES, default="auto",
-                   help="pooling: serve even a generative checkpoint (as embed); auto: vLLM's rules")
-    g.add_argument("--convert", choices=CONVERT_CHOICES, default="auto",
-                   help="embed: last-token embeddings from a decoder; classify: add a score layer")
-    g.add_argument("--pooling-type", type=str.upper, choices=SEQ_POOLING_TYPES, default=None,
-                   help="alias of --pooler-config '{\"seq_pooling_type\": ...}'")
-    g.add_argument("--no-normalize", dest="normalize", action="store_false", default=None,
-                   help="alias of --pooler-config '{\"use_activation\": false}'")
-    g.add_argument("--allow-pickle-weights", action="store_true",
-                   help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
-    g.add_argument("--allow-partial-weights", action="store_true",
-                   help="serve a transformers-fallback model whose checkpoint has tensors missing, unexpected or "
-                        "mis-shaped (refused by default; the log names what was dropped or left random)")
-    g.add_argument("--verify-on-start", type=_cosine, nargs="?", const=0.999, default=None, metavar="MIN_COSINE",
-                   help="after loading, run poolgate verify's probes against the model's own library and refuse to "
-                        "serve when a worst cosine is below MIN_COSINE (default 0.999)")
-    g.add_argument("--trust-remote-code", action="store_true",
-                   help="let the transformers fallback run the model's own Python code (config auto_map)")
-    g.add_argument("--num-threads", type=positive_int, default=None,
-                   help="CPU: run every batch whole on one team of this many torch threads (default: one "
-                        "single-threaded core thread per physical core, each batch cut into a part per core thread)")
-    g.add_argument("--tokenizer-threads", type=positive_int, default=2, metavar="N",
-                   help="threads that tokenize requests in each worker (the fast tokenizer's batch call releases "
-                        "the GIL), so one huge input's tokenizing does not hold up a small request's")
-    g.add_argument("--embedding-cache-mb", type=non_negative_int, default=0, metavar="MB",
-                   help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token "
-                        "ids, and answer repeated inputs from it (bit-identical; hits and misses in /metrics); "
-                        "0 = off")
-    g.add_argument("--max-tokens-per-request", type=positive_int, default=None, metavar="TOKENS",
-                   help="tokens one request's inputs may have in all, counted by the model's tokenizer; more is "
-                        "a 400 before anything runs (default: no limit)")
-    g.add_argument("--batch-policy", choices=BATCH_POLICIES, default="fair",
-                   help="fair: priority lanes with aging, round robin over requests, short batches under mixed "
-                        "load; fifo: first in, first out (the most throughput, no fairness)")
+def add_model_arguments(parser: argparse.ArgumentParser, declaration: type = ModelSettings) -> None:
+    """MODEL and the flags that say how a worker loads and serves it: one per setting of ``declaration``."""
+    group = parser.add_argument_group("model")
+    for item in declared(declaration):
+        names, options = flag_of(item)
+        group.add_argument(*names, **options)
 
 
-def _cosine(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a cosine in (0, 1], got {text}")
-    return value
+def flag_of(item: Declared) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The names and ``add_argument`` options of one setting's flag."""
+    about, default = item.about, item.default_value()
+    options: dict[str, Any] = {"default": default, "help": about.help}
+    if about.metavar is not None:
+        options["metavar"] = about.metavar
+    if about.positional:
+        return (item.name,), {**options, "nargs": "?"}
+    if about.negative is not None:
+        return (about.negative,), {**options, "dest": item.name, "action": "store_false"}
+    if item.kind is bool:
+        return (f"--{item.name.replace('_', '-')}",), {**options, "action": "store_true"}
+    if about.table is not None:
+        options["type"] = _table(about.table)
+    elif item.choices is not None:
+        options["choices"] = item.choices
+        if about.upper:
+            options["type"] = str.upper
+    elif item.kind in (int, float):
+        options["type"] = _bounded(item.kind, about)
+    if about.const is not None:
+        options.update(nargs="?", const=about.const)
+    return (f"--{item.name.replace('_', '-')}",), options
 
 
-def _pooler_config(text: str) -> PoolerConfig:
-    try:
-        return PoolerConfig.from_json(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _bounded(kind: type[int] | type[float], about: Setting) -> Callable[[str], Any]:
+    """``kind`` parsed from text and held to the setting's bounds (the same the config file checks)."""
+    bounds = [(about.ge, ">=", operator.ge), (about.gt, ">", operator.gt), (about.le, "<=", operator.le)]
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not all(test(value, bound) for bound, _, test in bounds if bound is not None):
+            said = " and ".join(f"{sign} {bound:g}" for bound, sign, _ in bounds if bound is not None)
+            raise argparse.ArgumentTypeError(f"must be {said}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: 'x'"
+    return parse
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
+def _table(make: Callable[[dict[str, Any]], Any]) -> Callable[[str], Any]:
+    """A JSON object from the command line, made into the setting's value."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError("must be a JSON object")
+        try:
+            return make(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "JSON"
+    return parse
 
 
 def pooler_config_from_args(args: argparse.Namespace) -> PoolerConfig:
@@ -134,16 +118,13 @@ def pooler_config_from_args(args: argparse.Namespace) -> PoolerConfig:
     return replace(pooler, **changes) if changes else pooler
 
 
+# settings folded into WorkerConfig fields of other names; every other setting is the WorkerConfig field of its name
+FOLDED = {"model": "model_path", "pooler_config": "pooler", "pooling_type": "pooler", "normalize": "pooler"}
+
+
 def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
     """The WorkerConfig the model flags describe; FileNotFoundError if the model folder is missing."""
     path, name = resolve_model(args.model)
-    return WorkerConfig(
-        model_path=path, served_model_name=args.served_model_name or name, backend=args.backend,
-        dtype=args.dtype, max_model_len=args.max_model_len, max_batch_tokens=args.max_batch_tokens,
-        allow_pickle_weights=args.allow_pickle_weights, trust_remote_code=args.trust_remote_code,
-        allow_partial_weights=args.allow_partial_weights, verify_on_start=args.verify_on_start,
-        pooler=pooler_config_from_args(args),
-        hf_overrides=args.hf_overrides, runner=args.runner, convert=args.convert, num_threads=args.num_threads,
-        tokenizer_threads=args.tokenizer_threads, embedding_cache_mb=args.embedding_cache_mb,
-        batch_policy=args.batch_policy, max_tokens_per_request=args.max_tokens_per_request,
-    )
+    same = {item.name: getattr(args, item.name) for item in declared() if item.name not in FOLDED}
+    return WorkerConfig(**{**same, "served_model_name": args.served_model_name or name}, model_path=path,
+                        pooler=pooler_config_from_args(args))

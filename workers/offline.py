@@ -49,9 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.config import BACKEND_CHOICES, DTYPE_CHOICES, WorkerConfig
+from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import InvalidRequest, Unavailable
 from poolgate.shared.model_flags import pooler_config_from_args
+from poolgate.shared.model_settings import declared
 from poolgate.shared.models import resolve_model
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.pooler_config import PoolerConfig
@@ -69,9 +70,10 @@ Inputs = str | list[int] | Iterable[str | list[int]]  # one text, one token-id l
 ALIASES = ("pooling_type", "normalize")
 FLAGS = (frozenset(f.name for f in fields(WorkerConfig)) - {"model_path", "tracing", "pooler"}) | {
     "pooler_config", *ALIASES}
-CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKEND_CHOICES, "dtype": DTYPE_CHOICES}
-POSITIVE = ("max_model_len", "max_batch_tokens", "num_threads", "tokenizer_threads")
-NON_NEGATIVE = ("embedding_cache_mb",)
+# the flags' checks, from their one declaration (shared.model_settings); pooling_type is upper-cased first (below)
+CHOICES = {item.name: item.choices for item in declared() if item.choices is not None and not item.about.upper}
+POSITIVE = tuple(item.name for item in declared() if item.kind is int and item.about.ge == 1)
+NON_NEGATIVE = tuple(item.name for item in declared() if item.kind is int and item.about.ge == 0)
 NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
            "(or use embed(), classify() or score())")
 

@@ -1,12 +1,14 @@
 """``poolgate serve --config FILE``: the TOML file as a pydantic model, with the command line's flags over it.
 
-The file's keys are the serve flags' destinations (``FileSettings``; a test
-keeps the two lists equal): top-level keys are the serve flags (``host``,
+The file's keys are the flags' destinations. Top-level keys are the serve
+flags (``FileSettings``; a test keeps it equal to the serve parser: ``host``,
 ``port``, ``api_key`` or ``api_key_file``, ``transport``, ``request_timeout``,
-``max_in_flight_per_worker``, ``model_roots``, ...), and each ``[[models]]``
-table (``ModelTable``) takes the model flags (``model``, ``backend``, ``dtype``,
-``max_batch_tokens``, ``runner``, ``convert``, ``pooler_config`` and
-``hf_overrides`` as TOML tables, ...) plus:
+``max_in_flight_per_worker``, ``model_roots``, ...). Each ``[[models]]`` table
+(``ModelTable``) has a key per model setting, derived from their one
+declaration (``shared.model_settings.ModelSettings``) with the flag's type,
+choices and bounds (``model``, ``backend``, ``dtype``, ``max_batch_tokens``,
+``runner``, ``convert``, ``pooler_config`` and ``hf_overrides`` as TOML
+tables, ...), plus the pool's keys (``PoolKeys``):
 
 - ``name``: the served name (the flag ``--served-model-name``);
 - ``replicas``: local worker processes (default: one per device, else 0 when
@@ -37,25 +39,34 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 
 from poolgate.gateway.config.build import ModelEntry, SettingError, build_config, pool_config
 from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
 from poolgate.gateway.pools.discovery import check_url
-from poolgate.shared.config import SEQ_POOLING_TYPES, Backend, BatchPolicy, Convert, DType, GatewayConfig, Runner
+from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.model_settings import Declared, ModelSettings, declared
 from poolgate.shared.tracing_flags import tracing_config_from_args
 
 Positive = Annotated[int, Field(ge=1)]
 Port = Annotated[int, Field(ge=0, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]
-ALIASES = {"name": "served_model_name", "model_roots": "model_root"}  # file key -> flag dest
+ALIASES = {"model_roots": "model_root", **{item.file_key: item.name for item in declared()}}  # file key -> flag dest
 PATH_KEYS = frozenset({"model", "model_roots", "api_key_file", "api_keys_file", "worker_token_file", "worker_tls_ca"})
-ENTRY_KEYS = frozenset({"replicas", "devices", "remote", "max_in_flight_per_worker"})  # not model flags
 MODEL_FLAGS_OF_SERVE = {"workers": "replicas", "worker_url": "remote"}  # serve flags that fill every table
+NEGATIVE = frozenset(item.file_key for item in declared() if item.about.negative is not None)  # only false counts
 EITHER = {"api_key": "api_key_file", "api_key_file": "api_key"}  # a flag for one replaces the file's other
 
 
@@ -72,47 +83,13 @@ class RemoteTable(Table):
         return check_url(url)
 
 
-class ModelTable(Table):
-    """One ``[[models]]`` table, or an admin API load body: the model flags plus the pool's workers."""
+class PoolKeys(Table):
+    """The keys of a ``[[models]]`` table that are not model settings: the pool's workers."""
 
-    name: str | None = None
-    model: str | None = None
-    backend: Backend = "auto"
-    dtype: DType = "auto"
-    max_model_len: Positive | None = None
-    max_batch_tokens: Positive | None = None
-    pooler_config: dict | None = None
-    hf_overrides: dict | None = None
-    runner: Runner = "auto"
-    convert: Convert = "auto"
-    pooling_type: str | None = None
-    normalize: bool | None = None
-    allow_pickle_weights: bool = False
-    allow_partial_weights: bool = False
-    verify_on_start: Annotated[float, Field(gt=0, le=1)] | None = None
-    trust_remote_code: bool = False
-    num_threads: Positive | None = None
-    tokenizer_threads: Positive = 2
-    embedding_cache_mb: Annotated[int, Field(ge=0)] = 0
-    batch_policy: BatchPolicy = "fair"
-    max_tokens_per_request: Positive | None = None
     replicas: Annotated[int, Field(ge=0)] | None = None
     devices: list = []
     remote: list[RemoteTable] = []
     max_in_flight_per_worker: Positive | None = None
-
-    @field_validator("pooler_config")
-    @classmethod
-    def _pooler(cls, value: dict) -> dict:
-        PoolerConfig.from_dict(value)
-        return value
-
-    @field_validator("pooling_type")
-    @classmethod
-    def _pooling_type(cls, value: str) -> str:
-        if value.upper() not in SEQ_POOLING_TYPES:
-            raise ValueError(f"must be one of {', '.join(SEQ_POOLING_TYPES)}, got {value!r}")
-        return value.upper()
 
     @field_validator("devices")
     @classmethod
@@ -122,6 +99,38 @@ class ModelTable(Table):
         if len(set(map(str, value))) != len(value):
             raise ValueError(f"lists a device twice: {value!r}")
         return value
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+def file_field(item: Declared) -> tuple[Any, Any]:
+    """The pydantic annotation and default of one setting's ``[[models]]`` key (the flag's checks, on TOML)."""
+    about, kind = item.about, item.kind
+    if about.table is not None:
+        kind = Annotated[dict, AfterValidator(about.table)]  # the value, e.g. a PoolerConfig, made from the table
+    if (about.ge, about.gt, about.le) != (None, None, None):
+        kind = Annotated[kind, Field(ge=about.ge, gt=about.gt, le=about.le)]
+    if about.upper:
+        kind = Annotated[kind, BeforeValidator(_upper)]
+    if item.optional:
+        kind = kind | None
+    return kind, Field(default_factory=item.factory) if item.factory is not None else item.default
+
+
+def model_table(declaration: type = ModelSettings) -> type[PoolKeys]:
+    """The pydantic model of a ``[[models]]`` table: a key per setting of ``declaration``, plus ``PoolKeys``."""
+    keys: dict[str, Any] = {item.file_key: file_field(item) for item in declared(declaration)}
+    doc = "One ``[[models]]`` table, or an admin API load body: the model settings plus the pool's workers."
+    return create_model("ModelTable", __base__=PoolKeys, __doc__=doc, **keys)
+
+
+if TYPE_CHECKING:
+    ModelTable = PoolKeys
+else:
+    ModelTable = model_table()
+ENTRY_KEYS = frozenset(PoolKeys.model_fields)  # not model settings
 
 
 class FileSettings(Table):
@@ -214,10 +223,8 @@ def _dest_values(table: Table, folder: Path | None, skip: frozenset = frozenset(
         value = getattr(table, key)
         if key in PATH_KEYS:
             value = [_under(folder, v) for v in value] if isinstance(value, list) else _under(folder, value)
-        elif key == "pooler_config":
-            value = PoolerConfig.from_dict(value)
-        elif key == "normalize":
-            value = False if value is False else None  # the flag --no-normalize, given or not
+        elif key in NEGATIVE:
+            value = False if value is False else None  # the flag (--no-normalize), given or not
         out[ALIASES.get(key, key)] = value
     return out
 

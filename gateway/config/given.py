@@ -1,39 +1,42 @@
-"""Which flags the command line gave: argparse actions that note their destination in ``args.given_flags``.
+"""Which flags a command line gave: its arguments parsed again by the same flags, every default None.
 
 ``poolgate serve --config FILE --port P`` lets a flag override the file's
 value, so it must know that ``--port`` was given, even when P equals the
-default. ``note_given(parser)`` (before the arguments are added) swaps the
-parser's store, store_true, store_false and append actions for ones that also
-add their dest to the set ``args.given_flags``; a positional counts as given
-when it took a value.
+default. argparse keeps no such record, so ``given_flags`` parses the
+arguments a second time with a parser that the same ``add_arguments`` builds
+and whose defaults are all None (``set_defaults``): what is not None there,
+the command line gave (no flag parses to None). ``parse_noting_given`` parses
+as usual and keeps that record in ``args.given_flags``; ``gateway.cli`` does
+the same for every command.
 """
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from typing import Any
 
 GIVEN = "given_flags"
-ACTIONS = {None: argparse._StoreAction, "store": argparse._StoreAction, "store_true": argparse._StoreTrueAction,
-           "store_false": argparse._StoreFalseAction, "append": argparse._AppendAction}
+AddArguments = Callable[[argparse.ArgumentParser], None]
 
 
-def _noting(base: type[argparse.Action]) -> type[argparse.Action]:
-    def __call__(self: argparse.Action, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        base.__call__(self, parser, namespace, values, option_string)
-        if option_string is not None or values is not self.default:
-            given = set(getattr(namespace, GIVEN, ()))
-            setattr(namespace, GIVEN, given | {self.dest})
-
-    return type(f"Noting{base.__name__}", (base,), {"__call__": __call__})
+def given_flags(add_arguments: AddArguments, argv: Sequence[str], args: argparse.Namespace) -> dict[str, Any]:
+    """dest -> value of every flag (and positional) that ``argv`` gives the parser ``add_arguments`` builds;
+    ``args`` is ``argv`` as that parser parsed it (its dests, defaults included, are what to set to None)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    parser.set_defaults(**dict.fromkeys(vars(args), None))
+    return {dest: value for dest, value in vars(parser.parse_args(argv)).items() if value is not None}
 
 
-def note_given(parser: argparse.ArgumentParser) -> None:
-    """Make the arguments added to ``parser`` from now on note in ``args.given_flags`` that they were given."""
-    for name, base in ACTIONS.items():
-        parser.register("action", name, _noting(base))
+def parse_noting_given(add_arguments: AddArguments, argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed by the flags of ``add_arguments``, with ``given_flags`` (dest -> value) what it gave."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    setattr(args, GIVEN, given_flags(add_arguments, argv, args))
+    return args
 
 
-def given_flags(args: argparse.Namespace) -> dict:
-    """dest -> value of every flag the command line gave."""
-    return {dest: getattr(args, dest) for dest in getattr(args, GIVEN, ())}
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """dest -> value of every flag the command line gave (none, for a Namespace not parsed by the two above)."""
+    return dict(getattr(args, GIVEN, {}))

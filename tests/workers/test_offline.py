@@ -259,6 +259,10 @@ def test_flags_are_checked_at_the_edge():
         PoolingModel(dtype="fp16")
     with pytest.raises(ValueError, match="max_batch_tokens must be a positive integer"):
         PoolingModel(max_batch_tokens=0)
+    with pytest.raises(ValueError, match="batch_policy must be one of fair, fifo"):  # every declared setting's check
+        PoolingModel(batch_policy="lifo")
+    with pytest.raises(ValueError, match="max_tokens_per_request must be a positive integer"):
+        PoolingModel(max_tokens_per_request=0)
     with pytest.raises(FileNotFoundError):
         PoolingModel("/no/such/model")
 

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from poolgate.gateway import serve
+from poolgate.gateway.config.given import parse_noting_given
 
 
 def parser() -> argparse.ArgumentParser:
@@ -22,7 +23,7 @@ def from_flags(*flags: str):
 def from_file(text: str, tmp_path, *flags: str):
     path = tmp_path / "serve.toml"
     path.write_text(textwrap.dedent(text))
-    return serve.config_from_args(parser().parse_args(["--config", str(path), *flags]), {})
+    return serve.config_from_args(parse_noting_given(serve.add_arguments, ["--config", str(path), *flags]), {})
 
 
 def test_admission_is_on_by_default_and_the_flags_change_it():

@@ -1,0 +1,137 @@
+"""The model settings, declared once: each one's type, default, bounds and help, whence its flag and its file key.
+
+``ModelSettings`` is the one declaration (as vLLM's ``EngineArgs``). A field is
+a setting: its annotation is the value's type (a ``Literal`` gives the
+choices), its default the default, and ``setting(...)`` adds what the flag and
+the file need (help, metavar, bounds, ...). From it, ``shared.model_flags``
+derives the argparse flags and the WorkerConfig (each setting goes to the
+WorkerConfig field of its name), and ``gateway.config.file`` the pydantic model
+of a ``[[models]]`` table. A setting added here is a flag and a file key with
+nothing else to edit.
+"""
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from poolgate.shared.config import Backend, BatchPolicy, Convert, DType, Runner, SeqPoolingType
+from poolgate.shared.pooler_config import PoolerConfig
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a setting's flag and file key need beyond its type and default."""
+
+    help: str | None = None
+    metavar: str | None = None
+    ge: float | None = None  # bounds, checked on the command line and in the file
+    gt: float | None = None
+    le: float | None = None
+    upper: bool = False  # the value is upper-cased before it is checked (--pooling-type mean)
+    table: Callable[[dict[str, Any]], Any] | None = None  # JSON flag, TOML table; this makes the value
+    const: Any = None  # the value of the flag given bare (nargs="?"); None: the flag needs a value
+    negative: str | None = None  # a bool that only a flag of this name sets, to False (--no-normalize)
+    positional: bool = False  # MODEL: an argument, not a flag
+    file_key: str | None = None  # the [[models]] key, when it is not the setting's name
+
+
+def setting(default: Any = None, *, factory: Callable[[], Any] | None = None, **about: Any) -> Any:
+    """A ModelSettings field: its default (or default ``factory``) and its ``Setting``."""
+    meta = {"setting": Setting(**about)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """MODEL and every setting that says how a worker loads and serves it, in the order of ``--help``."""
+
+    model: str | None = setting(
+        positional=True,
+        help="local model folder (HF or sentence-transformers layout); default: bundled all-MiniLM-L6-v2")
+    served_model_name: str | None = setting(file_key="name", help="name clients use (default: MODEL as given)")
+    backend: Backend = setting("auto")
+    dtype: DType = setting("auto", help="auto: fastest dtype whose vectors stay at cosine >= 0.999 to float32")
+    max_model_len: int | None = setting(ge=1, help="longest input in tokens")
+    max_batch_tokens: int | None = setting(
+        ge=1, help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)")
+    pooler_config: PoolerConfig = setting(
+        factory=PoolerConfig, table=PoolerConfig.from_dict,
+        help='vLLM\'s PoolerConfig as JSON, e.g. \'{"pooling_type": "MEAN", "use_activation": false}\'')
+    hf_overrides: dict[str, Any] = setting(
+        factory=dict, table=dict,
+        help='JSON merged over the model\'s config.json, e.g. \'{"matryoshka_dimensions": [64, 128]}\'')
+    runner: Runner = setting("auto", help="pooling: serve even a generative checkpoint (as embed); auto: vLLM's rules")
+    convert: Convert = setting("auto", help="embed: last-token embeddings from a decoder; classify: add a score layer")
+    pooling_type: SeqPoolingType | None = setting(upper=True,
+                                                  help="alias of --pooler-config '{\"seq_pooling_type\": ...}'")
+    normalize: bool | None = setting(negative="--no-normalize",
+                                     help="alias of --pooler-config '{\"use_activation\": false}'")
+    allow_pickle_weights: bool = setting(False,
+                                         help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
+    allow_partial_weights: bool = setting(
+        False, help="serve a transformers-fallback model whose checkpoint has tensors missing, unexpected or "
+                    "mis-shaped (refused by default; the log names what was dropped or left random)")
+    verify_on_start: float | None = setting(
+        gt=0, le=1, const=0.999, metavar="MIN_COSINE",
+        help="after loading, run poolgate verify's probes against the model's own library and refuse to serve "
+             "when a worst cosine is below MIN_COSINE (default 0.999)")
+    trust_remote_code: bool = setting(
+        False, help="let the transformers fallback run the model's own Python code (config auto_map)")
+    num_threads: int | None = setting(
+        ge=1, help="CPU: run every batch whole on one team of this many torch threads (default: one "
+                   "single-threaded core thread per physical core, each batch cut into a part per core thread)")
+    tokenizer_threads: int = setting(
+        2, ge=1, metavar="N",
+        help="threads that tokenize requests in each worker (the fast tokenizer's batch call releases the GIL), "
+             "so one huge input's tokenizing does not hold up a small request's")
+    embedding_cache_mb: int = setting(
+        0, ge=0, metavar="MB",
+        help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token ids, and "
+             "answer repeated inputs from it (bit-identical; hits and misses in /metrics); 0 = off")
+    max_tokens_per_request: int | None = setting(
+        ge=1, metavar="TOKENS",
+        help="tokens one request's inputs may have in all, counted by the model's tokenizer; more is a 400 "
+             "before anything runs (default: no limit)")
+    batch_policy: BatchPolicy = setting(
+        "fair", help="fair: priority lanes with aging, round robin over requests, short batches under mixed load; "
+                     "fifo: first in, first out (the most throughput, no fairness)")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One setting as the flags and the file read it."""
+
+    name: str
+    kind: Any  # the value's type without None: int, float, str, bool, a Literal, PoolerConfig, ...
+    optional: bool  # None is a value (the default: not set)
+    default: Any
+    factory: Callable[[], Any] | None
+    about: Setting
+
+    @property
+    def choices(self) -> tuple[Any, ...] | None:
+        return get_args(self.kind) if get_origin(self.kind) is Literal else None
+
+    @property
+    def file_key(self) -> str:
+        return self.about.file_key or self.name
+
+    def default_value(self) -> Any:
+        return self.factory() if self.factory is not None else self.default
+
+
+def declared(declaration: type = ModelSettings) -> Iterator[Declared]:
+    """The settings of ``declaration`` (ModelSettings, or a dataclass extending it), in order."""
+    hints = get_type_hints(declaration)
+    for f in fields(declaration):
+        hint, optional = hints[f.name], False
+        if get_origin(hint) in (Union, types.UnionType) and type(None) in get_args(hint):
+            rest = [a for a in get_args(hint) if a is not type(None)]
+            hint, optional = (rest[0] if len(rest) == 1 else Union[tuple(rest)]), True  # noqa: UP007
+        factory = None if f.default_factory is MISSING else f.default_factory
+        yield Declared(f.name, hint, optional, None if f.default is MISSING else f.default, factory,
+                       f.metadata["setting"])
