@@ -5,6 +5,7 @@ and are compiled with the machine's C compiler (``$CC``, else ``cc``/``gcc``)
 the first time a worker needs them, into ``$POOLGATE_KERNEL_CACHE`` (default
 ``~/.cache/poolgate/kernels``), named by a hash of the source and the flags,
 so a build made earlier (or into an image) is found without a compiler.
+``bind`` gives an exported function the ctypes types its module declares.
 ctypes lets go of the GIL during a call, so ``run_split`` can run one
 kernel's work items on several threads at once.
 """
@@ -24,6 +25,9 @@ BASE_CFLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-m
                "-fPIC", "-shared")
 AVX512_BF16_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"})
 _lock = threading.Lock()
+# an exported C function's (restype, argtypes) in ctypes types: int64_t -> c_int64, int -> c_int, float -> c_float,
+# a pointer -> c_void_p
+Signature = tuple[type, tuple[type, ...]]
 
 
 def compiler() -> str | None:
@@ -69,6 +73,14 @@ def build(source: Path, flags: Sequence[str], tag: str = "") -> Path:
 def load(source: Path, flags: Sequence[str], tag: str = "") -> ctypes.CDLL:
     with _lock:
         return ctypes.CDLL(str(build(source, flags, tag)))
+
+
+def bind(lib: ctypes.CDLL, name: str, signatures: dict[str, Signature]):
+    """``lib``'s exported function ``name`` typed as ``signatures[name]`` says."""
+    fn = getattr(lib, name)
+    fn.restype, argtypes = signatures[name]
+    fn.argtypes = list(argtypes)
+    return fn
 
 
 def run_split(fn: Callable[..., int], args: tuple, ranges: list[tuple[int, int]]) -> list[int]:

@@ -3,8 +3,10 @@
 ``packed_attention.c`` (beside this file) is built with the machine's C
 compiler (``$CC``, else ``cc``/``gcc``) into one shared object per head
 dimension, cached under ``$POOLGATE_KERNEL_CACHE`` (default
-``~/.cache/poolgate/kernels``), and called through ctypes, which lets go of
-the GIL for the call. It reads q, k and v where the QKV projection left them
+``~/.cache/poolgate/kernels``). It is the ``torch.library`` op
+``poolgate::packed_attention`` (``workers.kernels.custom_ops``), whose CPU
+kernel calls the C function through ctypes, which lets go of the GIL for the
+call. It reads q, k and v where the QKV projection left them
 (no gather, no padding, no group plan) and writes each token's output in
 place, one (sequence, head) at a time, the two products on AMX tiles where the
 CPU has AMX-BF16 (else VDPBF16PS), an exact fp32 softmax between them.
@@ -38,7 +40,7 @@ import torch.nn.functional as F
 
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.shared.cpu import cpu_flags, cpu_vendor
-from poolgate.workers.kernels import cbuild
+from poolgate.workers.kernels import cbuild, custom_ops
 from poolgate.workers.kernels.attention import RelativeBias, grouped_sdpa
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,13 @@ SOURCE = Path(__file__).with_name("packed_attention.c")
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16"})
 AMX_CFLAGS = ("-DPOOLGATE_AMX", "-mamx-tile", "-mamx-bf16")
 MODE_ENV = "POOLGATE_CPU_ATTENTION"  # "sdpa": grouped SDPA even where the kernel runs; "avx512": never AMX
-_ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] \
-    + [ctypes.c_int64] * 3 + [ctypes.c_float, ctypes.c_int] + [ctypes.c_int64] * 5
+# packed_attention.c's exported functions (poolgate_amx_init: the AMX builds only), as cbuild.bind types them
+SIGNATURES: dict[str, cbuild.Signature] = {
+    "poolgate_attend": (ctypes.c_int, (ctypes.c_void_p,) * 3 + (ctypes.c_int64,) * 3 + (
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p) + (ctypes.c_int64,) * 3 + (ctypes.c_float, ctypes.c_int)
+        + (ctypes.c_int64,) * 5),
+    "poolgate_amx_init": (ctypes.c_int, ()),
+}
 # Sequences longer than this go to SDPA on the AVX512-BF16 build on an Intel CPU: measured on the project's
 # Xeon (12 heads of 32, bf16, one thread), the kernel is 3.3x SDPA at 16-40 tokens, 2x at 85, even at 160 and
 # 0.9x at 192 (AMX: 2x at 512). That Xeon issues VDPBF16PS once every ~2.2 cycles; AMD's Zen 4 does not
@@ -80,8 +87,7 @@ def _amx() -> bool:
     """Whether the AMX build runs here: the CPU has AMX-BF16 and the kernel grants this process the tiles."""
     if _mode() == "avx512" or not AMX_FLAGS <= cpu_flags():
         return False
-    lib = ctypes.CDLL(str(_build(32, True)))
-    return lib.poolgate_amx_init() == 0
+    return cbuild.bind(cbuild.load(SOURCE, *_variant(32, True)), "poolgate_amx_init", SIGNATURES)() == 0
 
 
 @cache
@@ -113,9 +119,7 @@ def _loaded(head_dim: int):
         lib = cbuild.load(SOURCE, *_variant(head_dim, uses_amx(head_dim)))
     except (OSError, RuntimeError) as exc:
         return None, str(exc)
-    fn = lib.poolgate_attend
-    fn.argtypes, fn.restype = _ARGTYPES, ctypes.c_int
-    return fn, None
+    return cbuild.bind(lib, "poolgate_attend", SIGNATURES), None
 
 
 @cache
@@ -162,6 +166,41 @@ def _long_sequences(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Pa
             out[s:e] = o[0].transpose(0, 1)
 
 
+def _takes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether the kernel reads q, k and v as they are: bf16 on the CPU, heads and dims packed in each token's
+    row (any token stride; keys' even, as they are gathered in bf16 pairs), one head dim it is built for."""
+    head_dim = q.shape[2]  # written out flat: this runs on every call, twice (the wrapper, the op)
+    return (q.dtype == k.dtype == v.dtype == torch.bfloat16 and q.is_cpu and k.is_cpu and v.is_cpu
+            and q.stride()[1:] == k.stride()[1:] == v.stride()[1:] == (head_dim, 1) and k.stride(0) % 2 == 0
+            and k.shape[2] == v.shape[2] == head_dim and q.shape[1] % k.shape[1] == 0 and supported_head_dim(head_dim))
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, scale: float, causal: bool,
+            left: int, right: int, max_len: int, bounds: list[int]) -> torch.Tensor:
+    """``poolgate::packed_attention`` on CPU tensors: the (n, heads, head_dim) output of every sequence up to
+    ``max_len`` tokens (rows of longer ones and past the last sequence are left unwritten), its (sequence, head)
+    items ``bounds[i]:bounds[i+1]`` each on a thread of its own."""
+    if not (_takes(q, k, v) and cu_seqlens.dtype == torch.int32 and cu_seqlens.is_contiguous()):
+        raise ValueError("poolgate::packed_attention takes bf16 q/k/v of packed heads and int32 cu_seqlens")
+    n, heads, head_dim = q.shape
+    out = q.new_empty(n, heads, head_dim)  # (n_tokens, heads, head_dim)
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
+            out.stride(0), cu_seqlens.data_ptr(), cu_seqlens.shape[0] - 1, heads, k.shape[1], scale, int(causal),
+            left, right, max_len)
+    if any(cbuild.run_split(_kernel(head_dim), args, list(zip(bounds[:-1], bounds[1:])))):
+        raise MemoryError("packed CPU attention could not allocate its scratch memory")
+    return out
+
+
+def _attend_fake(q, k, v, cu_seqlens, scale, causal, left, right, max_len, bounds):
+    return q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+
+
+ATTEND = custom_ops.define("packed_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, float scale, "
+                           "bool causal, int left, int right, int max_len, int[] bounds) -> Tensor",
+                           _attend, _attend_fake)
+
+
 def _splits(lengths: list[int], heads: int, parts: int) -> list[tuple[int, int]]:
     """Item ranges (sequence-major, ``heads`` items a sequence) of about equal attention cost (length squared)."""
     cost = [n * n for n in lengths]
@@ -182,33 +221,26 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
         return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias, softcap=softcap)
     n, heads, head_dim = q.shape
     kv_heads = k.shape[1]
-    plain = all(t.dtype == torch.bfloat16 and t.device.type == "cpu" and t.stride(2) == 1 and t.stride(1) == head_dim
-                for t in (q, k, v))
-    plain = plain and k.stride(0) % 2 == 0  # keys are gathered as bf16 pairs
-    if not (plain and supported_head_dim(head_dim) and v.shape[-1] == head_dim and heads % kv_heads == 0):
+    if not _takes(q, k, v):
         if batch.groups is not None:
             return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window)
         _warn_slow(f"{q.dtype} q/k/v of head dim {head_dim} ({heads} heads over {kv_heads})")
         return _per_sequence(q, k, v, batch, scale=scale, causal=causal, window=window)
     try:
-        fn = _kernel(head_dim)
+        _kernel(head_dim)
     except (OSError, RuntimeError) as exc:  # built for head dim 32 here, but not for this one
         _warn_slow(f"no build for head dim {head_dim} ({exc})")
         return _per_sequence(q, k, v, batch, scale=scale, causal=causal, window=window)
-    out = q.new_empty(n, heads, head_dim)
     cu = batch.cu_seqlens
     if cu.dtype != torch.int32 or not cu.is_contiguous():
         cu = cu.to(torch.int32).contiguous()
     nseq = cu.shape[0] - 1
     left, right = (-1, -1) if window is None else window
     max_len = batch.max_len if uses_amx(head_dim) else (avx512_max_len() or batch.max_len)
-    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
-            out.stride(0), cu.data_ptr(), nseq, heads, kv_heads, scale, int(causal), left, right, max_len)
     threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them
     split = threads > 1 and sum(length * length for length in batch.lengths) * heads >= SPLIT_WORK
-    ranges = _splits(batch.lengths, heads, threads) if split else [(0, nseq * heads)]
-    if any(cbuild.run_split(fn, args, ranges)):
-        raise MemoryError("packed CPU attention could not allocate its scratch memory")
+    bounds = [0] + [b for _, b in _splits(batch.lengths, heads, threads)] if split else [0, nseq * heads]
+    out = ATTEND(q, k, v, cu, scale, causal, left, right, max_len, bounds)  # (n, heads, head_dim)
     if batch.max_len > max_len:  # the sequences the kernel left: SDPA each
         _long_sequences(q, k, v, batch, out, max_len, scale=scale, causal=causal, window=window)
     last = int(batch.cu_seqlens[-1])

@@ -11,31 +11,34 @@ for all but about 2 in 100,000 elements (those one bf16 step apart).
 ``overwrite_x=True`` (the caller's leave, see ``norm.LayerNorm``) writes the
 result over ``x``: in the bundled model's forward, with the kernel's row
 prefetch, 1.6 ms a call of 8,192 rows against 2.3 before either.
+The kernel is the ``torch.library`` op ``poolgate::add_layer_norm``
+(``workers.kernels.custom_ops``), which writes into its ``out``.
 """
 from __future__ import annotations
 
+import ctypes
 from functools import cache
 from pathlib import Path
 
 import torch
 
 from poolgate.shared.cpu import cpu_flags
-from poolgate.workers.kernels import cbuild
+from poolgate.workers.kernels import cbuild, custom_ops
 from poolgate.workers.kernels.norm import LayerNorm
 
 SOURCE = Path(__file__).with_name("fused_norm.c")
 MAX_DIM = 16384  # fused_norm.c's row buffer
 SPLIT_ROWS = 1024  # a team of threads splits the rows only from here (starting threads costs ~0.1 ms)
+# fused_norm.c's exported function, as cbuild.bind types it
+SIGNATURES: dict[str, cbuild.Signature] = {
+    "poolgate_add_layer_norm": (ctypes.c_int, (ctypes.c_void_p,) * 5 + (ctypes.c_int64,) * 4 + (ctypes.c_float,)
+                                + (ctypes.c_int64,) * 2),
+}
 
 
 @cache
 def _kernel():
-    import ctypes
-
-    fn = cbuild.load(SOURCE, ()).poolgate_add_layer_norm
-    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_float] + [ctypes.c_int64] * 2
-    fn.restype = ctypes.c_int
-    return fn
+    return cbuild.bind(cbuild.load(SOURCE, ()), "poolgate_add_layer_norm", SIGNATURES)
 
 
 @cache
@@ -52,7 +55,38 @@ def unavailable() -> str | None:
 
 
 def _rows(t: torch.Tensor) -> bool:
-    return t.dtype == torch.bfloat16 and t.device.type == "cpu" and t.dim() == 2 and t.stride(1) == 1
+    return t.dtype == torch.bfloat16 and t.is_cpu and t.dim() == 2 and t.stride(1) == 1
+
+
+def _affine_vector(t: torch.Tensor, dim: int) -> bool:
+    return t.dtype == torch.float32 and t.is_cpu and t.shape == (dim,) and t.is_contiguous()
+
+
+def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
+                    eps: float, out: torch.Tensor, bounds: list[int]) -> None:
+    """``poolgate::add_layer_norm`` on CPU tensors: ``out = layer_norm(x + residual)`` over (rows, dim) bf16 rows
+    with fp32 ``weight`` and ``bias``, rows ``bounds[i]:bounds[i+1]`` each on a thread of its own (``out`` may
+    be ``x``: each row is read whole before it is written)."""
+    dim = x.shape[-1]
+    if not (_rows(x) and _rows(out) and out.shape == x.shape and (residual is None or (
+            _rows(residual) and residual.shape == x.shape)) and _affine_vector(weight, dim)
+            and (bias is None or _affine_vector(bias, dim)) and dim % 16 == 0 and dim <= MAX_DIM):
+        raise ValueError("poolgate::add_layer_norm takes 2-D bf16 rows of a multiple of 16 (at most "
+                         f"{MAX_DIM}) and contiguous fp32 weights as wide")
+    args = (x.data_ptr(), 0 if residual is None else residual.data_ptr(), out.data_ptr(), weight.data_ptr(),
+            0 if bias is None else bias.data_ptr(), dim, x.stride(0), 0 if residual is None else residual.stride(0),
+            out.stride(0), eps)
+    if any(cbuild.run_split(_kernel(), args, list(zip(bounds[:-1], bounds[1:])))):
+        raise RuntimeError(f"the fused LayerNorm kernel refused rows of {dim}")
+
+
+def _add_layer_norm_fake(x, residual, weight, bias, eps, out, bounds) -> None:
+    return None
+
+
+ADD_LAYER_NORM = custom_ops.define("add_layer_norm(Tensor x, Tensor? residual, Tensor weight, Tensor? bias, "
+                                   "float eps, Tensor(a!) out, int[] bounds) -> ()", _add_layer_norm,
+                                   _add_layer_norm_fake)
 
 
 class FusedLayerNorm(LayerNorm):
@@ -79,14 +113,9 @@ class FusedLayerNorm(LayerNorm):
         # before it is written, and a fresh buffer's lines need not be fetched to be written
         out = x if overwrite_x and x.stride(0) >= dim else torch.empty(x.shape, dtype=x.dtype)
         n = x.shape[0]
-        args = (x.data_ptr(), 0 if residual is None else residual.data_ptr(), out.data_ptr(), w.data_ptr(),
-                0 if b is None else b.data_ptr(), dim, x.stride(0), 0 if residual is None else residual.stride(0),
-                out.stride(0), float(self.eps))
         threads = torch.get_num_threads() if n >= SPLIT_ROWS else 1  # a thread costs more than a few rows
-        ranges = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)]
-        if any(cbuild.run_split(_kernel(), args, ranges)):
-            raise RuntimeError(f"the fused LayerNorm kernel refused rows of {dim}")
-        return out
+        ADD_LAYER_NORM(x, residual, w, b, float(self.eps), out, [n * i // threads for i in range(threads + 1)])
+        return out  # (rows, dim)
 
 
 def fused_layer_norm(dim: int, eps: float, bias: bool = True) -> LayerNorm:

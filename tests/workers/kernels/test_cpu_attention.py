@@ -41,8 +41,7 @@ def _call(amx: bool, q, k, v, b, **kw):
     """The kernel of one build, called as packed_cpu_attention calls it (with that build's length limit)."""
     head_dim = q.shape[-1]
     lib = ctypes.CDLL(str(cpu_attention._build(head_dim, amx)))
-    fn = lib.poolgate_attend
-    fn.argtypes, fn.restype = cpu_attention._ARGTYPES, ctypes.c_int
+    fn = cpu_attention.cbuild.bind(lib, "poolgate_attend", cpu_attention.SIGNATURES)
     real, real_amx = cpu_attention._kernel, cpu_attention.uses_amx
     cpu_attention._kernel, cpu_attention.uses_amx = (lambda d: fn), (lambda d: amx)
     try:
@@ -265,3 +264,42 @@ def test_a_build_is_readable_by_every_user(tmp_path, monkeypatch):
         pytest.skip("no C compiler here")
     path = cbuild.build(fused_norm.SOURCE, ())
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_the_kernel_is_one_opaque_torch_op_with_a_fake():
+    """``poolgate::packed_attention`` traced on fake tensors: one node of the op, the output's shape from its
+    fake (no kernel, no compiler needed), and a call it cannot take is refused, never handed to the C code."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    b = pack([[1] * 5, [1] * 3], group_attention=False)
+    q, k, v = _qkv(b.n_tokens, 4, 2, 32)
+
+    def attend(q, k, v, cu):
+        return cpu_attention.ATTEND(q, k, v, cu, 0.2, False, -1, -1, 5, [0, 8])
+
+    graph = make_fx(attend, tracing_mode="fake")(q, k, v, b.cu_seqlens.to(torch.int32))
+    calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert calls == [torch.ops.poolgate.packed_attention.default], calls
+    (out,) = [n for n in graph.graph.nodes if n.target == torch.ops.poolgate.packed_attention.default]
+    assert tuple(out.meta["val"].shape) == (8, 4, 32)
+    with pytest.raises(ValueError, match="poolgate::packed_attention takes"):
+        cpu_attention.ATTEND(q.float(), k.float(), v.float(), b.cu_seqlens.to(torch.int32), 0.2, False, -1, -1, 5,
+                             [0, 8])
+
+
+@needs_kernel
+def test_torch_compile_runs_the_op_whole_and_agrees_with_eager():
+    b = pack([[1] * n for n in LENGTHS], group_attention=False)
+    q, k, v = _qkv(b.n_tokens, 4, 4, 32)
+    cu = b.cu_seqlens.to(torch.int32)
+    items = [0, (len(LENGTHS) - 1) * 4]  # the last sequence's items are left to SDPA: its rows are not compared
+
+    def attend(q, k, v, cu):
+        return cpu_attention.ATTEND(q, k, v, cu, 0.2, True, -1, -1, b.max_len, items) * 2
+
+    eager = attend(q, k, v, cu)
+    compiled = torch.compile(attend, backend="aot_eager", fullgraph=True)(q, k, v, cu)
+    rows = int(cu[-2])
+    assert torch.equal(compiled[:rows], eager[:rows])
+    ref = reference_attention(q.float(), k.float(), v.float(), b, scale=0.2, causal=True)
+    assert (eager[:rows].float() / 2 - ref[:rows]).abs().max().item() < 0.03

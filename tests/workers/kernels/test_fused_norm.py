@@ -81,3 +81,23 @@ def test_overwrite_x_writes_the_same_result_over_x_and_nothing_else(monkeypatch,
         row = torch.randn(1, 384).to(torch.bfloat16).expand(4, 384)  # rows sharing storage: never written over
         out = fused(row, None, overwrite_x=True)
         assert out.data_ptr() != row.data_ptr() and torch.equal(out, fused(row.contiguous(), None))
+
+
+def test_the_kernel_is_one_opaque_torch_op_that_writes_its_out():
+    """``poolgate::add_layer_norm`` traced on fake tensors is one node that mutates ``out`` (functionalized
+    into a copy back), and a call it cannot take is refused before the C code sees it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(4, 32).to(torch.bfloat16)
+    w, b = torch.ones(32), torch.zeros(32)
+
+    def norm(x, w, b):
+        out = torch.empty_like(x)
+        fused_norm.ADD_LAYER_NORM(x, x, w, b, 1e-5, out, [0, 4])
+        return out
+
+    graph = make_fx(norm, tracing_mode="fake")(x, w, b)
+    calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert torch.ops.poolgate.add_layer_norm.default in calls, calls
+    with pytest.raises(ValueError, match="poolgate::add_layer_norm takes"):
+        fused_norm.ADD_LAYER_NORM(x, None, w[:16], None, 1e-5, torch.empty_like(x), [0, 4])
