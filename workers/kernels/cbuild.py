@@ -5,7 +5,8 @@ and are compiled with the machine's C compiler (``$CC``, else ``cc``/``gcc``)
 the first time a worker needs them, into ``$POOLGATE_KERNEL_CACHE`` (default
 ``~/.cache/poolgate/kernels``), named by a hash of the source and the flags,
 so a build made earlier (or into an image) is found without a compiler.
-``bind`` gives an exported function the ctypes types its module declares.
+``bind`` gives an exported function the ctypes types its module declares
+(checked against the C source by tests/workers/kernels/test_c_signatures.py).
 ctypes lets go of the GIL during a call, so ``run_split`` can run one
 kernel's work items on several threads at once.
 """
