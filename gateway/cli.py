@@ -13,6 +13,7 @@ from poolgate.gateway.config.given import GIVEN, given_flags
 from poolgate.shared.cpu import apply_cpu_class
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
+from poolgate.workers.tools import build_kernels_cli as build_kernels
 from poolgate.workers.tools import inspect_cli as inspect
 from poolgate.workers.tools import verify_cli as verify
 
@@ -28,6 +29,8 @@ COMMANDS = {
     "bench-rerank": (bench_rerank, "latency of reranking one query against N documents on a running server"),
     "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
     "bench-runner": (bench_runner, "one model's runner alone (forward + pooling on packed batches), in-process"),
+    "build-kernels": (build_kernels, "build the CPU C kernels (packed attention per head dim, fused add + "
+                                     "LayerNorm) into the kernel cache, so workers build nothing at start"),
 }
 
 

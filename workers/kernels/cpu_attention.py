@@ -3,7 +3,8 @@
 ``packed_attention.c`` (beside this file) is built with the machine's C
 compiler (``$CC``, else ``cc``/``gcc``) into one shared object per head
 dimension, cached under ``$POOLGATE_KERNEL_CACHE`` (default
-``~/.cache/poolgate/kernels``). It is the ``torch.library`` op
+``~/.cache/poolgate/kernels``), ahead by ``poolgate build-kernels``
+(``prebuild``) where a compiler is present. It is the ``torch.library`` op
 ``poolgate::packed_attention`` (``workers.kernels.custom_ops``), whose CPU
 kernel calls the C function through ctypes, which lets go of the GIL for the
 call. It reads q, k and v where the QKV projection left them
@@ -32,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -249,19 +251,20 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     return out
 
 
-def prebuild(head_dims: list[int]) -> list[Path]:
-    """Build every attention variant for ``head_dims`` and the fused LayerNorm into the cache (an image's build
-    step; no CPU check: any x86 gcc)."""
-    from poolgate.workers.kernels import fused_norm
-
-    return [_build(d, amx) for d in head_dims for amx in ((False, True) if d % 32 == 0 else (False,))
-            if supported_head_dim(d)] + [cbuild.build(fused_norm.SOURCE, ())]
-
-
 HEAD_DIMS = tuple(range(16, 257, 16))  # every head dim the kernel takes
 
-if __name__ == "__main__":  # python -m poolgate.workers.kernels.cpu_attention [HEAD_DIM ...] (default: all)
-    import sys
 
-    for path in prebuild([int(a) for a in sys.argv[1:]] or list(HEAD_DIMS)):
-        print(path)
+def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
+    """Build every attention variant for ``head_dims`` (AVX512-BF16, and AMX for multiples of 32) and the fused
+    LayerNorm into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
+    (``poolgate build-kernels``, an image's build step; no CPU check: any x86 gcc). Raises RuntimeError for
+    no compiler or a failed build, ValueError for a head dim the kernel does not take."""
+    from poolgate.workers.kernels import fused_norm
+
+    bad = [d for d in head_dims if not supported_head_dim(d)]
+    if bad:
+        raise ValueError(f"the kernel takes head dims of 16 to 256 in steps of 16, not {', '.join(map(str, bad))}")
+    builds = [(SOURCE, *_variant(d, amx)) for d in head_dims for amx in ((False, True) if d % 32 == 0 else (False,))]
+    builds.append((fused_norm.SOURCE, (), ""))
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda b: cbuild.build(*b), builds))
