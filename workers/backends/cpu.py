@@ -8,6 +8,10 @@ bf16 linears need oneDNN's bf16 path (AVX512BW/VL/DQ or AVX-NE-CONVERT).
 An explicit dtype the CPU has no instructions for still runs, correctly, on
 torch's own kernels, and the worker says once at start how much slower that
 is (``SLOW_DTYPES``; the factors, measured per class, in docs/operations.md).
+The C kernels are built (or found in the kernel cache) at model load, never
+in a request: the CPU check builds one of each when the ops are picked, and
+``optimize`` the attention for each head dim the model attends with, so the
+start-up table (``kernels``) says what runs, and why not, before the warm-up.
 """
 from __future__ import annotations
 
@@ -58,6 +62,8 @@ class CpuBackend(Backend):
 
     def __init__(self) -> None:
         self._core_threads = 1
+        # head dim -> why the packed attention cannot run it (None: it runs), for the model ``optimize`` saw
+        self._head_dims: dict[int, str | None] | None = None
 
     def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
         """Pin first (so the default is the physical cores of this worker's share). By default each core is a
@@ -104,7 +110,7 @@ class CpuBackend(Backend):
         bf16, name = dtype == torch.bfloat16, str(dtype).removeprefix("torch.")
         attention_off, norm_off = cpu_attention.unavailable(), fused_norm.unavailable()
         if bf16 and attention_off is None:
-            attention = f"packed_cpu_attention (C, {'AMX tiles' if cpu_attention.uses_amx(32) else 'AVX512-BF16'})"
+            attention = self._packed_attention()
         else:
             attention = f"grouped_sdpa ({attention_off or 'the C kernel runs bf16 only'})"
         norm = "fused add + LayerNorm (C)" if bf16 and norm_off is None else \
@@ -115,6 +121,25 @@ class CpuBackend(Backend):
         else:
             linear = "torch" + ("" if path == "native" else f" ({SLOW_DTYPES[(name, path)]})")
         return {"cpu_class": cpu_class().name, "attention": attention, "layer_norm": norm, "linear": linear}
+
+    def _packed_attention(self) -> str:
+        """What the packed attention runs for each head dim of the model ``optimize`` saw (before one: the
+        head-dim-32 build the CPU check made): its build, or SDPA per sequence and why."""
+        dims = self._head_dims or {32: None}
+        builds = sorted({"AMX tiles" if cpu_attention.uses_amx(d) else "AVX512-BF16"
+                         for d, why in dims.items() if why is None})
+        lines = [f"packed_cpu_attention (C, {', '.join(builds)})"] if builds else []
+        return " and ".join(lines + [f"SDPA per sequence for head dim {d} ({why})"
+                                     for d, why in sorted(dims.items()) if why is not None])
+
+    def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
+        """Build (or load) the packed attention for each head dim ``model`` attends with, now, so no request
+        builds one and a failed build is in the start-up table (``cpu_attention.prepare``); then ``finalize``."""
+        if dtype == torch.bfloat16:
+            dims = {m.head_dim for m in model.modules()
+                    if getattr(m, "attention", None) is cpu_attention.packed_cpu_attention}
+            self._head_dims = {d: cpu_attention.prepare(d) for d in sorted(dims)} or None
+        super().optimize(model, dtype)
 
     def ops(self, dtype: torch.dtype) -> Ops:
         """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they

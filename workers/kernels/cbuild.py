@@ -3,9 +3,9 @@
 The x86 CPU kernels (``packed_attention.c``, ``fused_norm.c``) ship as source
 and are compiled with the machine's C compiler (``$CC``, else ``cc``/``gcc``)
 ahead of use (``poolgate build-kernels``, an image's build step) or, where
-that was not done, the first time a worker needs them, into
-``$POOLGATE_KERNEL_CACHE`` (default ``~/.cache/poolgate/kernels``), named by
-a hash of the source and the flags, so a build made earlier (or into an
+that was not done, while a CPU worker loads its model (never in a request),
+into ``$POOLGATE_KERNEL_CACHE`` (default ``~/.cache/poolgate/kernels``), named
+by a hash of the source and the flags, so a build made earlier (or into an
 image) is found without a compiler.
 ``bind`` gives an exported function the ctypes types its module declares
 (checked against the C source by tests/workers/kernels/test_c_signatures.py).

@@ -3,8 +3,9 @@
 ``packed_attention.c`` (beside this file) is built with the machine's C
 compiler (``$CC``, else ``cc``/``gcc``) into one shared object per head
 dimension, cached under ``$POOLGATE_KERNEL_CACHE`` (default
-``~/.cache/poolgate/kernels``), ahead by ``poolgate build-kernels``
-(``prebuild``) where a compiler is present. It is the ``torch.library`` op
+``~/.cache/poolgate/kernels``): ahead by ``poolgate build-kernels``
+(``prebuild``), else for the model's head dims while the CPU backend loads it
+(``prepare``), never inside a request. It is the ``torch.library`` op
 ``poolgate::packed_attention`` (``workers.kernels.custom_ops``), whose CPU
 kernel calls the C function through ctypes, which lets go of the GIL for the
 call. It reads q, k and v where the QKV projection left them
@@ -26,7 +27,8 @@ keys go to ``grouped_sdpa`` (such batches and models always carry the group
 plan); another dtype or head dimension runs SDPA per sequence (exact, slow,
 logged once). ``unavailable()`` says why the kernel cannot run here (no
 AVX512-BF16, no compiler, a failed build), or None; the CPU backend picks
-the kernel only when it is None.
+the kernel only when it is None, and ``prepare`` says why it cannot run one
+head dim.
 """
 from __future__ import annotations
 
@@ -137,6 +139,15 @@ def unavailable() -> str | None:
     except (OSError, RuntimeError) as exc:
         return f"the kernel did not build: {exc}"
     return None
+
+
+def prepare(head_dim: int) -> str | None:
+    """Build and load the kernel for ``head_dim`` now (the CPU backend, at model load, for each head dim the
+    model attends with): why it cannot run that head dim (SDPA per sequence runs it), or None."""
+    if not supported_head_dim(head_dim):
+        return f"the kernel takes head dims of 16 to 256 in steps of 16, not {head_dim}"
+    reason = _loaded(head_dim)[1]
+    return None if reason is None else f"no build for head dim {head_dim}: {reason}"
 
 
 @cache

@@ -12,7 +12,9 @@ for all but about 2 in 100,000 elements (those one bf16 step apart).
 result over ``x``: in the bundled model's forward, with the kernel's row
 prefetch, 1.6 ms a call of 8,192 rows against 2.3 before either.
 The kernel is the ``torch.library`` op ``poolgate::add_layer_norm``
-(``workers.kernels.custom_ops``), which writes into its ``out``.
+(``workers.kernels.custom_ops``), which writes into its ``out``; its shared
+object is built ahead (``poolgate build-kernels``) or when the CPU backend
+picks its ops at model load (``unavailable``), never inside a request.
 """
 from __future__ import annotations
 
