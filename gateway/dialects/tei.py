@@ -21,6 +21,8 @@ are in ``dialects.tei_body``; /predict and /rerank in ``dialects.tei_scores``;
 - ``GET /info`` (``?model=`` for one of several): the model id, dtype, kind
   (``embedding``, ``classifier`` with its labels, or ``reranker``) and limits;
   what the gateway cannot know (the worker's pooling and batch budget) is null.
+  Beyond TEI's fields, ``kernels``: what each op runs on the worker and why
+  not poolgate's own kernel (``/v1/models``' ``worker.kernels``).
 - ``POST /``: what ``InferenceClient(base_url=...)`` posts: a similarity body
   goes to /similarity, a ``{query, texts}`` body to /rerank, else the model's
   kind picks /predict (a classifier) or /embed.
@@ -151,7 +153,7 @@ async def info_route(request: web.Request, _body: None = None) -> web.Response:
         "max_concurrent_requests": config.max_in_flight_per_worker, "max_input_length": info.max_model_len,
         "max_batch_tokens": None, "max_batch_requests": None, "max_client_batch_size": config.max_inputs_per_request,
         "auto_truncate": config.auto_truncate, "tokenization_workers": None, "version": VERSION, "sha": None,
-        "docker_label": None, "prompts": info.prompts,
+        "docker_label": None, "prompts": info.prompts, "kernels": info.kernels or {},
     })
 
 

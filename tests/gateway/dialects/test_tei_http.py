@@ -166,6 +166,15 @@ async def test_info_names_the_model_and_its_kind(gateway):
                                                  "label2id": {"negative": 0, "neutral": 1, "positive": 2}}}
     embedder = await gateway()
     assert (await ok(await embedder.get("/info")))["model_type"] == {"embedding": {"pooling": None}}
+    assert info["kernels"] == {}  # the fake worker reports none
+
+
+async def test_info_says_what_each_op_runs_on_the_worker(gateway):
+    model = fake_model()
+    kernels = {"cpu_class": "avx2", "attention": "grouped_sdpa (the CPU lacks avx512_bf16)"}
+    model = dataclasses.replace(model, info=dataclasses.replace(model.info, kernels=kernels))
+    client = await gateway(models=[model])
+    assert (await ok(await client.get("/info")))["kernels"] == kernels
 
 
 async def test_tokenize_dispatches_by_body_shape_and_gives_teis_tokens(gateway):
