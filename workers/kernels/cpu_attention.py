@@ -182,7 +182,7 @@ def _long_sequences(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: Pa
 def _takes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether the kernel reads q, k and v as they are: bf16 on the CPU, heads and dims packed in each token's
     row (any token stride; keys' even, as they are gathered in bf16 pairs), one head dim it is built for."""
-    head_dim = q.shape[2]  # written out flat: this runs on every call, twice (the wrapper, the op)
+    head_dim = q.shape[2]  # written out flat: this runs on every call
     return (q.dtype == k.dtype == v.dtype == torch.bfloat16 and q.is_cpu and k.is_cpu and v.is_cpu
             and q.stride()[1:] == k.stride()[1:] == v.stride()[1:] == (head_dim, 1) and k.stride(0) % 2 == 0
             and k.shape[2] == v.shape[2] == head_dim and q.shape[1] % k.shape[1] == 0 and supported_head_dim(head_dim))
@@ -192,9 +192,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
             left: int, right: int, max_len: int, bounds: list[int]) -> torch.Tensor:
     """``poolgate::packed_attention`` on CPU tensors: the (n, heads, head_dim) output of every sequence up to
     ``max_len`` tokens (rows of longer ones and past the last sequence are left unwritten), its (sequence, head)
-    items ``bounds[i]:bounds[i+1]`` each on a thread of its own."""
-    if not (_takes(q, k, v) and cu_seqlens.dtype == torch.int32 and cu_seqlens.is_contiguous()):
-        raise ValueError("poolgate::packed_attention takes bf16 q/k/v of packed heads and int32 cu_seqlens")
+    items ``bounds[i]:bounds[i+1]`` each on a thread of its own. It trusts its eager caller
+    (``packed_cpu_attention`` checks what it hands on, ``_takes``): a check here would cost ~1.6 µs a call;
+    under tracing the fake checks the same."""
     n, heads, head_dim = q.shape
     out = q.new_empty(n, heads, head_dim)  # (n_tokens, heads, head_dim)
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
@@ -206,6 +206,10 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
 
 
 def _attend_fake(q, k, v, cu_seqlens, scale, causal, left, right, max_len, bounds):
+    """The output's shape under tracing (``torch.compile``, ``make_fx``), once the inputs are what the kernel
+    takes (ValueError else: a compiled graph never hands the C code another layout)."""
+    if not (_takes(q, k, v) and cu_seqlens.dtype == torch.int32 and cu_seqlens.is_contiguous()):
+        raise ValueError("poolgate::packed_attention takes bf16 q/k/v of packed heads and int32 cu_seqlens")
     return q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
 
 

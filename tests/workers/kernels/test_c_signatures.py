@@ -77,7 +77,7 @@ def test_the_reader_sees_each_kind_of_change():
 
 
 @pytest.mark.skipif(cpu_attention.unavailable() is not None or fused_norm.unavailable() is not None,
-                    reason="the kernels do not load here (no AVX512-BF16, no compiler or a failed build)")
+                    reason=f"the kernels do not load here: {cpu_attention.unavailable() or fused_norm.unavailable()}")
 def test_the_loaded_functions_carry_the_declared_types():
     for fn, module, name in ((cpu_attention._kernel(32), cpu_attention, "poolgate_attend"),
                              (fused_norm._kernel(), fused_norm, "poolgate_add_layer_norm")):

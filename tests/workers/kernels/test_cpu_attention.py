@@ -268,7 +268,8 @@ def test_a_build_is_readable_by_every_user(tmp_path, monkeypatch):
 
 def test_the_kernel_is_one_opaque_torch_op_with_a_fake():
     """``poolgate::packed_attention`` traced on fake tensors: one node of the op, the output's shape from its
-    fake (no kernel, no compiler needed), and a call it cannot take is refused, never handed to the C code."""
+    fake (no kernel, no compiler needed), and a call it cannot take is refused while tracing, so a compiled
+    graph never hands it to the C code."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     b = pack([[1] * 5, [1] * 3], group_attention=False)
@@ -283,8 +284,9 @@ def test_the_kernel_is_one_opaque_torch_op_with_a_fake():
     (out,) = [n for n in graph.graph.nodes if n.target == torch.ops.poolgate.packed_attention.default]
     assert tuple(out.meta["val"].shape) == (8, 4, 32)
     with pytest.raises(ValueError, match="poolgate::packed_attention takes"):
-        cpu_attention.ATTEND(q.float(), k.float(), v.float(), b.cu_seqlens.to(torch.int32), 0.2, False, -1, -1, 5,
-                             [0, 8])
+        make_fx(attend, tracing_mode="fake")(q.float(), k.float(), v.float(), b.cu_seqlens.to(torch.int32))
+    with pytest.raises(ValueError, match="poolgate::packed_attention takes"):
+        make_fx(attend, tracing_mode="fake")(q, k, v, b.cu_seqlens.to(torch.int64))
 
 
 @needs_kernel

@@ -84,8 +84,8 @@ def test_overwrite_x_writes_the_same_result_over_x_and_nothing_else(monkeypatch,
 
 
 def test_the_kernel_is_one_opaque_torch_op_that_writes_its_out():
-    """``poolgate::add_layer_norm`` traced on fake tensors is one node that mutates ``out`` (functionalized
-    into a copy back), and a call it cannot take is refused before the C code sees it."""
+    """``poolgate::add_layer_norm`` traced on fake tensors is one node that writes ``out``, and a call it cannot
+    take is refused while tracing, so a compiled graph never hands it to the C code."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     x = torch.randn(4, 32).to(torch.bfloat16)
@@ -99,5 +99,6 @@ def test_the_kernel_is_one_opaque_torch_op_that_writes_its_out():
     graph = make_fx(norm, tracing_mode="fake")(x, w, b)
     calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
     assert torch.ops.poolgate.add_layer_norm.default in calls, calls
-    with pytest.raises(ValueError, match="poolgate::add_layer_norm takes"):
-        fused_norm.ADD_LAYER_NORM(x, None, w[:16], None, 1e-5, torch.empty_like(x), [0, 4])
+    for bad in ((x, w[:16], b), (x.float(), w, b), (x, w.to(torch.bfloat16), b)):
+        with pytest.raises(ValueError, match="poolgate::add_layer_norm takes"):
+            make_fx(norm, tracing_mode="fake")(*bad)
