@@ -27,6 +27,7 @@ from poolgate.workers.load.weights import weights_source
 ATTENTION_PATHS = {
     "grouped_sdpa": "SDPA per group of similar lengths (padding only inside a group)",
     "varlen_flash": "varlen flash attention (no padding)",
+    "packed_cpu_attention": "poolgate's C kernel over the packed batch (no padding, no groups)",
 }
 FALLBACK_ATTENTION = "transformers' own, over a batch padded to its longest sequence"
 

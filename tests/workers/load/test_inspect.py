@@ -58,6 +58,14 @@ def test_auto_dtype_names_the_candidate(tmp_path, monkeypatch):
     assert _plan(tmp_path).dtype == "float32 (auto: no faster dtype on this hardware)"
 
 
+def test_every_packed_attention_has_its_description():
+    from poolgate.workers.kernels.attention import grouped_sdpa, varlen_flash
+    from poolgate.workers.kernels.cpu_attention import packed_cpu_attention
+    from poolgate.workers.load.inspect import ATTENTION_PATHS
+
+    assert sorted(ATTENTION_PATHS) == sorted(f.__name__ for f in (grouped_sdpa, varlen_flash, packed_cpu_attention))
+
+
 def test_fallback_architecture(tmp_path):
     """An architecture without a packed family (ELECTRA): transformers' AutoModel, padded; no weights read."""
     (tmp_path / "config.json").write_text(json.dumps({
