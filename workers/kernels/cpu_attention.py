@@ -200,7 +200,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0), v.stride(0), out.data_ptr(),
             out.stride(0), cu_seqlens.data_ptr(), cu_seqlens.shape[0] - 1, heads, k.shape[1], scale, int(causal),
             left, right, max_len)
-    if any(cbuild.run_split(_kernel(head_dim), args, list(zip(bounds[:-1], bounds[1:])))):
+    if any(cbuild.run_split(_kernel(head_dim), args, list(zip(bounds[:-1], bounds[1:], strict=True)))):
         raise MemoryError("packed CPU attention could not allocate its scratch memory")
     return out
 

@@ -74,7 +74,7 @@ def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torc
     args = (x.data_ptr(), 0 if residual is None else residual.data_ptr(), out.data_ptr(), weight.data_ptr(),
             0 if bias is None else bias.data_ptr(), dim, x.stride(0), 0 if residual is None else residual.stride(0),
             out.stride(0), eps)
-    if any(cbuild.run_split(_kernel(), args, list(zip(bounds[:-1], bounds[1:])))):
+    if any(cbuild.run_split(_kernel(), args, list(zip(bounds[:-1], bounds[1:], strict=True)))):
         raise RuntimeError(f"the fused LayerNorm kernel refused rows of {dim}")
 
 

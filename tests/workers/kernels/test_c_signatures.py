@@ -56,7 +56,7 @@ def test_every_exported_function_is_declared_type_by_type(module):
         declared_ret, declared_args = module.SIGNATURES[name]
         assert declared_ret is restype, (name, "return", declared_ret, restype)
         assert len(declared_args) == len(argtypes), (name, _names(declared_args), _names(argtypes))
-        for i, (have, want) in enumerate(zip(declared_args, argtypes)):
+        for i, (have, want) in enumerate(zip(declared_args, argtypes, strict=True)):
             assert have is want, f"{name} argument {i}: declared {have.__name__}, the C source has {want.__name__}"
 
 
@@ -72,7 +72,8 @@ def test_the_reader_sees_each_kind_of_change():
     assert added["poolgate_attend"][1][-1] is ctypes.c_int and len(added["poolgate_attend"][1]) == 20
     returns = exported(source.replace("int poolgate_amx_init(void)", "int64_t poolgate_amx_init(void)"))
     assert returns["poolgate_amx_init"][0] is ctypes.c_int64
-    extra = exported(source + "\nvoid poolgate_new(const float* x, int32_t n) {}\nstatic int hidden(int a) { return a; }\n")
+    extra = exported(source + "\nvoid poolgate_new(const float* x, int32_t n) {}\n"
+                     "static int hidden(int a) { return a; }\n")
     assert extra["poolgate_new"] == (None, (ctypes.c_void_p, ctypes.c_int32)) and "hidden" not in extra
 
 
