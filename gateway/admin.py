@@ -21,6 +21,7 @@ are not ``public``, so the middleware checks it as on every API route), and is O
 it starts processes and reads folders, so it is never open to anyone who can
 reach the port. Loading is also off (403) without model roots.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,9 +77,17 @@ def fleet_of(request: web.Request) -> Fleet:
 async def list_pools(request: web.Request, _body: None = None) -> web.Response:
     check_enabled(request)
     router = request.app[ROUTER]
-    data = [{"id": name, "object": "model", "default": name == router.default, "ready": model.ready,
-             "tasks": list(model.info.tasks), "pools": model.snapshot()}
-            for name, model in list(router.pools.items())]
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "default": name == router.default,
+            "ready": model.ready,
+            "tasks": list(model.info.tasks),
+            "pools": model.snapshot(),
+        }
+        for name, model in list(router.pools.items())
+    ]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -91,8 +100,11 @@ async def load_model(request: web.Request, _body: None = None) -> web.Response:
             raise InvalidRequest(f"{key}: {why}", param=key)
     replicas = body.get("replicas")
     if isinstance(replicas, int) and replicas > MAX_REPLICAS:
-        raise InvalidRequest(f"replicas: a request may start at most {MAX_REPLICAS} workers (this machine's "
-                             "cores); more come from the server's config", param="replicas")
+        raise InvalidRequest(
+            f"replicas: a request may start at most {MAX_REPLICAS} workers (this machine's "
+            "cores); more come from the server's config",
+            param="replicas",
+        )
     table = {**body, "model": under_roots(body.get("model"), config.model_roots)}
     try:
         pool = pool_config(model_entry(table), config.tracing)
@@ -126,9 +138,15 @@ async def _json_object(request: web.Request) -> dict:
 
 
 ROUTES = (
-    Route("GET", "/admin/pools", list_pools, admin=True,
-          summary="Every model's pools and workers: state and load (admin)"),
-    Route("POST", "/admin/models", load_model, admin=True,
-          summary="Load a model from the model roots and serve it (admin)"),
+    Route(
+        "GET", "/admin/pools", list_pools, admin=True, summary="Every model's pools and workers: state and load (admin)"
+    ),
+    Route(
+        "POST",
+        "/admin/models",
+        load_model,
+        admin=True,
+        summary="Load a model from the model roots and serve it (admin)",
+    ),
     Route("DELETE", "/admin/models/{name}", unload_model, admin=True, summary="Drain and unload a model (admin)"),
 )

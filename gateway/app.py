@@ -1,4 +1,5 @@
 """The aiohttp application factory: state, middleware, and every route of the route table."""
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -19,8 +20,9 @@ from poolgate.shared.config import GatewayConfig
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
 
-def make_app(config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[CleanupCtx] = (),
-             telemetry: Telemetry | None = None) -> web.Application:
+def make_app(
+    config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[CleanupCtx] = (), telemetry: Telemetry | None = None
+) -> web.Application:
     """An app serving ``router``'s models; whoever built the router owns its workers.
 
     ``cleanup_ctx`` generators (start-up before their ``yield``, tear-down

@@ -1,4 +1,5 @@
 """The ``poolgate`` command: parses flags into frozen config and dispatches."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,15 +23,24 @@ COMMANDS = {
     "serve": (serve, "serve a pooling model over HTTP"),
     "worker": (worker, "run one worker alone, for a gateway's --worker-url (e.g. on another host)"),
     "bench": (bench, "load-test a running server"),
-    "inspect": (inspect, "show what poolgate would run for a model (implementation, tasks, pooling, dtype, "
-                         "attention) without loading it"),
-    "verify": (verify, "compare a model's outputs in poolgate with its own library (sentence-transformers or "
-                       "transformers) on a fixed probe set, per task and dtype; exit 1 below the threshold"),
+    "inspect": (
+        inspect,
+        "show what poolgate would run for a model (implementation, tasks, pooling, dtype, "
+        "attention) without loading it",
+    ),
+    "verify": (
+        verify,
+        "compare a model's outputs in poolgate with its own library (sentence-transformers or "
+        "transformers) on a fixed probe set, per task and dtype; exit 1 below the threshold",
+    ),
     "bench-rerank": (bench_rerank, "latency of reranking one query against N documents on a running server"),
     "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
     "bench-runner": (bench_runner, "one model's runner alone (forward + pooling on packed batches), in-process"),
-    "build-kernels": (build_kernels, "build the CPU C kernels (packed attention per head dim, fused add + "
-                                     "LayerNorm) into the kernel cache, so workers build nothing at start"),
+    "build-kernels": (
+        build_kernels,
+        "build the CPU C kernels (packed attention per head dim, fused add + "
+        "LayerNorm) into the kernel cache, so workers build nothing at start",
+    ),
 }
 
 
@@ -47,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     module = COMMANDS[args.command][0]
-    setattr(args, GIVEN, given_flags(module.add_arguments, argv[argv.index(args.command) + 1:], args))  # serve --config
+    setattr(
+        args, GIVEN, given_flags(module.add_arguments, argv[argv.index(args.command) + 1 :], args)
+    )  # serve --config
     try:
         apply_cpu_class()  # POOLGATE_CPU_CLASS: before any torch kernel runs here or in a worker we spawn
     except ValueError as exc:

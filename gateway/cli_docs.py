@@ -6,6 +6,7 @@ runs that check, so a changed flag or help text fails until the page is
 regenerated). The page is built from the same argparse actions ``--help``
 prints, at a fixed width, so it does not depend on the terminal.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ def help_cell(action: argparse.Action, prog: str) -> str:
 def command_section(name: str, parser: argparse.ArgumentParser) -> list[str]:
     lines = [f"## `poolgate {name}`", "", parser.description or "", ""]
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions
-                   if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+        actions = [
+            a for a in group._group_actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)
+        ]
         if not actions:
             continue
         lines += [f"**{group.title}**", ""]

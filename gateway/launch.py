@@ -26,6 +26,7 @@ worker that never answers) is logged as "could not start: ..." and stops
 A port in use makes ``run_app`` raise OSError before any worker is spawned.
 Either way the tear-down above runs and ``run_gateway`` returns 1.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,16 +62,26 @@ def run_gateway(config: GatewayConfig) -> int:
     lifecycle = Lifecycle(config, Router())
     tracer = _tracer(config)
     metrics = GatewayMetrics(lifecycle.router) if config.metrics else None
-    app = make_app(config, lifecycle.router,
-                   cleanup_ctx=[*_flush_spans(tracer), lifecycle.workers, *_metrics_site(config, metrics)],
-                   telemetry=Telemetry(tracer=tracer, recorder=metrics))
+    app = make_app(
+        config,
+        lifecycle.router,
+        cleanup_ctx=[*_flush_spans(tracer), lifecycle.workers, *_metrics_site(config, metrics)],
+        telemetry=Telemetry(tracer=tracer, recorder=metrics),
+    )
     if metrics is not None and config.metrics_port is None:
         metrics.add_route(app)
     app[FLEET] = lifecycle.fleet
     server_log.install()  # a malformed request: one WARNING line, never its bytes
     try:
-        web.run_app(app, host=config.host, port=config.port, print=lifecycle.site_listening,
-                    access_log=None, handler_cancellation=True, reuse_port=config.reuse_port or None)
+        web.run_app(
+            app,
+            host=config.host,
+            port=config.port,
+            print=lifecycle.site_listening,
+            access_log=None,
+            handler_cancellation=True,
+            reuse_port=config.reuse_port or None,
+        )
     except OSError as exc:
         log.error("could not start: %s", exc)
         return 1
@@ -137,8 +148,11 @@ class Lifecycle:
 
     def site_listening(self, _banner: str) -> None:
         """``run_app``'s ``print`` hook, called once the HTTP site is bound."""
-        log.info("listening on http://%s:%d (starting workers; /health is 503 until they are ready)",
-                 self.config.host, self.config.port)
+        log.info(
+            "listening on http://%s:%d (starting workers; /health is 503 until they are ready)",
+            self.config.host,
+            self.config.port,
+        )
         self.listening.set()
 
     async def workers(self, app: web.Application) -> AsyncIterator[None]:
@@ -164,9 +178,13 @@ class Lifecycle:
             self.failed = True
             asyncio.get_running_loop().call_soon(_stop_run_app)
             return
-        log.info("ready: serving %s at http://%s:%d/v1 (pools: %s)", ", ".join(self.router.pools),
-                 self.config.host, self.config.port,
-                 "; ".join(f"{name} on {', '.join(m.backends)}" for name, m in self.router.pools.items()))
+        log.info(
+            "ready: serving %s at http://%s:%d/v1 (pools: %s)",
+            ", ".join(self.router.pools),
+            self.config.host,
+            self.config.port,
+            "; ".join(f"{name} on {', '.join(m.backends)}" for name, m in self.router.pools.items()),
+        )
         await health.watch(self.router, self.config.health_probe_interval_s, self.config.health_check_timeout_s)
 
 

@@ -24,6 +24,7 @@ request and for every dialect alike:
 Ops that are not pooling calls (``/tokenize``, ``/detokenize``) take the same
 road: ``lookup`` the model, then ``run`` a ``Job`` with the request's deadline.
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,9 @@ def deadline(config: GatewayConfig, now: float, timeout: str | None = None) -> f
     except ValueError:
         seconds = math.nan
     if not 0 < seconds < math.inf:
-        raise InvalidRequest(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {timeout[:40]!r}.",
-                             param=TIMEOUT_HEADER)
+        raise InvalidRequest(
+            f"{TIMEOUT_HEADER} must be a positive number of seconds, got {timeout[:40]!r}.", param=TIMEOUT_HEADER
+        )
     return now + seconds
 
 
@@ -114,9 +116,15 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     check_params(pool.info, params)
     check_inputs(pool.info, req.inputs)
     request_id = request[REQUEST_ID]
-    call = PoolingCall(request_id=request_id, model=pool.name, inputs=req.inputs, params=params,
-                       deadline=request_deadline(request), priority=priority(request, req.priority),
-                       trace_context=record.trace_context if record is not None else {})
+    call = PoolingCall(
+        request_id=request_id,
+        model=pool.name,
+        inputs=req.inputs,
+        params=params,
+        deadline=request_deadline(request),
+        priority=priority(request, req.priority),
+        trace_context=record.trace_context if record is not None else {},
+    )
     tenant, pooled = request.get(TENANT), 0
     reserved = tenant.reserve(estimate_tokens(req.inputs)) if tenant is not None else 0
     try:

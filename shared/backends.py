@@ -18,6 +18,7 @@ device visible:
 ``auto`` cannot be expanded here (the gateway has no torch to detect the
 hardware): it takes no devices and pins nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,8 +89,9 @@ def parse_cpu_list(text: str) -> set[int]:
 def split_cores(cores: list[tuple[int, ...]], workers: int) -> list[list[tuple[int, ...]]]:
     """``cores`` in ``workers`` contiguous, disjoint shares as even as they can be; ValueError if too few."""
     if workers > len(cores):
-        raise ValueError(f"{workers} CPU workers need at least {workers} physical cores; "
-                         f"this gateway may use {len(cores)}")
+        raise ValueError(
+            f"{workers} CPU workers need at least {workers} physical cores; this gateway may use {len(cores)}"
+        )
     size, extra = divmod(len(cores), workers)
     shares, start = [], 0
     for i in range(workers):
@@ -99,9 +101,14 @@ def split_cores(cores: list[tuple[int, ...]], workers: int) -> list[list[tuple[i
     return shares
 
 
-def place(backend: str, replicas: int, devices: Sequence[str] = (), *,
-          cpus: Sequence[int] | None = None,
-          siblings: Callable[[int], set[int]] | None = None) -> list[Placement]:
+def place(
+    backend: str,
+    replicas: int,
+    devices: Sequence[str] = (),
+    *,
+    cpus: Sequence[int] | None = None,
+    siblings: Callable[[int], set[int]] | None = None,
+) -> list[Placement]:
     """One Placement per local worker; ValueError for a combination that cannot be honoured.
 
     GPU backends: ``devices`` lists one device per worker (default ``0 .. replicas-1``).
@@ -128,8 +135,9 @@ def place(backend: str, replicas: int, devices: Sequence[str] = (), *,
 
 def placed(cfg: WorkerConfig, placement: Placement) -> WorkerConfig:
     """``cfg`` for the worker at ``placement`` (an explicit ``num_threads`` in ``cfg`` is kept)."""
-    return replace(cfg, device=placement.device, cpu_affinity=placement.cpus,
-                   num_threads=cfg.num_threads or placement.num_threads)
+    return replace(
+        cfg, device=placement.device, cpu_affinity=placement.cpus, num_threads=cfg.num_threads or placement.num_threads
+    )
 
 
 def worker_env(cfg: WorkerConfig) -> dict[str, str]:

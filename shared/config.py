@@ -1,4 +1,5 @@
 """Frozen configuration, parsed once at the edge (the CLI) and passed down."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

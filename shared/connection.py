@@ -6,6 +6,7 @@ redial: over TLS when given an ``ssl.SSLContext`` (TCP only), then, with a
 token, the ``hello`` frame (``shared.transport_security``), returning only
 once the worker accepted it. Every failure is ``Unavailable`` with its cause.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,14 +34,14 @@ class Address:
 def parse_address(address: str) -> Address:
     """``unix:/p.sock`` or ``tcp://host:port`` (``[v6]`` hosts allowed); ValueError otherwise."""
     if address.startswith("unix:"):
-        path = address[len("unix:"):]
+        path = address[len("unix:") :]
         if path.startswith("//"):
             path = path[2:]
         if not path:
             raise ValueError(f"unix address needs a socket path: {address!r}")
         return Address("unix", path=path)
     if address.startswith("tcp://"):
-        host, sep, port = address[len("tcp://"):].rpartition(":")
+        host, sep, port = address[len("tcp://") :].rpartition(":")
         host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ValueError(f"tcp address must be tcp://host:port, got {address!r}")
@@ -48,8 +49,11 @@ def parse_address(address: str) -> Address:
     raise ValueError(f"transport address must start with unix: or tcp://, got {address!r}")
 
 
-async def open_stream(address: str, tls: ssl.SSLContext | None = None, server_name: str | None = None,
-                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_stream(
+    address: str,
+    tls: ssl.SSLContext | None = None,
+    server_name: str | None = None,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to ``address``; TCP runs TLS with ``tls`` (checked against ``server_name`` or the host)."""
     addr = parse_address(address)
     if addr.kind == "unix":
@@ -87,8 +91,7 @@ class Dialer:
 
     async def dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
-            reader, writer = await asyncio.wait_for(open_stream(self.address, self.tls, self.server_name),
-                                                    self.timeout)
+            reader, writer = await asyncio.wait_for(open_stream(self.address, self.tls, self.server_name), self.timeout)
         except (TimeoutError, OSError) as exc:
             raise Unavailable(f"cannot connect to worker at {self.address}: {exc or type(exc).__name__}") from exc
         if self.token is not None:
@@ -96,8 +99,9 @@ class Dialer:
                 await asyncio.wait_for(self._hello(reader, writer), self.timeout)
             except TimeoutError:
                 writer.close()
-                raise Unavailable(f"worker at {self.address} did not answer the token hello "
-                                  f"within {self.timeout:g} s") from None
+                raise Unavailable(
+                    f"worker at {self.address} did not answer the token hello within {self.timeout:g} s"
+                ) from None
             except BaseException:
                 writer.close()
                 raise
@@ -110,8 +114,7 @@ class Dialer:
             await writer.drain()
             reply, _ = decode_frame(*await read_frame(reader, MAX_HELLO_BYTES))
         except (OSError, asyncio.IncompleteReadError, FrameError, ValueError) as exc:
-            raise Unavailable(f"worker at {self.address} dropped the handshake: "
-                              f"{exc or type(exc).__name__}") from exc
+            raise Unavailable(f"worker at {self.address} dropped the handshake: {exc or type(exc).__name__}") from exc
         if not isinstance(reply, dict) or not reply.get("ok"):
             error = reply.get("error") if isinstance(reply, dict) else None
             reason = error.get("message", "no reason given") if isinstance(error, dict) else "no reason given"

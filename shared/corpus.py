@@ -6,6 +6,7 @@ BERT-uncased token), word counts log-normal with median 60 and sigma 0.82, so
 texts average ~85 tokens with [CLS]/[SEP]; counts are capped at 480 words
 (482 tokens), and about 96% of texts fit a 256-token model.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -28,6 +28,7 @@ override above the machine's class is refused: it cannot add instructions.
 AVX-NE-CONVERT) or ``fallback`` (torch's reference loops: correct, and on the
 AVX2 class ~9x slower than float32, measured; see docs/operations.md).
 """
+
 from __future__ import annotations
 
 import os
@@ -52,10 +53,13 @@ class CpuClass:
 
 
 def _classes() -> tuple[CpuClass, ...]:
-    steps = [("generic", (), "SSE41", "default"), ("avx2", ("avx2", "fma"), "AVX2", "avx2"),
-             ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq"), "AVX512_CORE", "avx512"),
-             ("avx512_bf16", ("avx512_bf16",), "AVX512_CORE_BF16", "avx512"),
-             ("amx", ("amx_tile", "amx_bf16"), "AVX512_CORE_AMX", "avx512")]
+    steps = [
+        ("generic", (), "SSE41", "default"),
+        ("avx2", ("avx2", "fma"), "AVX2", "avx2"),
+        ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq"), "AVX512_CORE", "avx512"),
+        ("avx512_bf16", ("avx512_bf16",), "AVX512_CORE_BF16", "avx512"),
+        ("amx", ("amx_tile", "amx_bf16"), "AVX512_CORE_AMX", "avx512"),
+    ]
     out: list[CpuClass] = []
     needs: frozenset[str] = frozenset()
     for name, adds, isa, aten in steps:
@@ -115,8 +119,10 @@ def shown_flags(flags: set[str], override: str | None) -> set[str]:
         return set(flags)
     want, have = class_named(override), class_of(flags)
     if CLASS_NAMES.index(want.name) > CLASS_NAMES.index(have.name):
-        raise ValueError(f"{CPU_CLASS_ENV}={want.name} asks for more than this CPU has (class {have.name}); "
-                         "the override can only show a smaller CPU")
+        raise ValueError(
+            f"{CPU_CLASS_ENV}={want.name} asks for more than this CPU has (class {have.name}); "
+            "the override can only show a smaller CPU"
+        )
     if want.name == have.name:
         return set(flags)
     hidden = {f for f in flags if f.startswith(_ISA_PREFIXES) or f in _ISA_FLAGS} - want.needs
@@ -130,10 +136,20 @@ def override(environ: Mapping[str, str] | None = None) -> str | None:
 
 # ONEDNN_MAX_CPU_ISA -> the biggest class whose paths oneDNN then has (its own names, old and new).
 ONEDNN_CLASSES = {
-    "SSE41": "generic", "AVX": "generic", "AVX2": "avx2", "AVX2_VNNI": "avx2", "AVX2_VNNI_2": "avx2",
-    "AVX512_CORE": "avx512", "AVX512_CORE_VNNI": "avx512", "AVX512_CORE_BF16": "avx512_bf16",
-    "AVX512_CORE_FP16": "avx512_bf16", "AVX10_1_512": "avx512_bf16", "AVX512_CORE_AMX": "amx",
-    "AVX10_1_512_AMX": "amx", "AVX512_CORE_AMX_FP16": "amx", "AVX10_1_512_AMX_FP16": "amx",
+    "SSE41": "generic",
+    "AVX": "generic",
+    "AVX2": "avx2",
+    "AVX2_VNNI": "avx2",
+    "AVX2_VNNI_2": "avx2",
+    "AVX512_CORE": "avx512",
+    "AVX512_CORE_VNNI": "avx512",
+    "AVX512_CORE_BF16": "avx512_bf16",
+    "AVX512_CORE_FP16": "avx512_bf16",
+    "AVX10_1_512": "avx512_bf16",
+    "AVX512_CORE_AMX": "amx",
+    "AVX10_1_512_AMX": "amx",
+    "AVX512_CORE_AMX_FP16": "amx",
+    "AVX10_1_512_AMX_FP16": "amx",
 }
 
 
@@ -165,8 +181,7 @@ def cpu_class() -> CpuClass:
     return class_of(cpu_flags())
 
 
-def apply_cpu_class(environ: MutableMapping[str, str] | None = None,
-                    flags: set[str] | None = None) -> CpuClass | None:
+def apply_cpu_class(environ: MutableMapping[str, str] | None = None, flags: set[str] | None = None) -> CpuClass | None:
     """At a process's edge: check ``POOLGATE_CPU_CLASS`` against the machine (ValueError: not a class, or above
     it) and cap oneDNN and ATen to that class where the environment has not capped them. The class, or None."""
     environ = os.environ if environ is None else environ

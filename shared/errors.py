@@ -7,6 +7,7 @@ of ``__init__``, which a class keeps as the attribute of the same name), and the
 client raises the same class again with the same fields, so a 400 found in a
 worker is a 400 at the gateway and a worker's 429 keeps its ``Retry-After``.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -103,8 +104,9 @@ class Overloaded(PoolgateError):
     type = "RateLimitError"
     code = "overloaded"
 
-    def __init__(self, message: str, *, param: str | None = None, retry_after_s: float | None = None,
-                 reason: str = "overloaded"):
+    def __init__(
+        self, message: str, *, param: str | None = None, retry_after_s: float | None = None, reason: str = "overloaded"
+    ):
         super().__init__(message, param=param)
         self.retry_after_s = retry_after_s
         self.reason = reason

@@ -5,6 +5,7 @@ so it keeps plain counts per bucket (upper bounds as Prometheus's ``le``, the
 last bucket +Inf) and sends them over the transport as a dict; the gateway's
 collector rebuilds the cumulative ``_bucket`` series from them.
 """
+
 from __future__ import annotations
 
 import bisect

@@ -10,6 +10,7 @@ A multi-output call (``PoolingParams.outputs``) runs each input once, whole, thr
 every output's head, so its cap is ``max_model_len`` (``cap_task``); its further
 outputs are checked as calls of their own and must tokenize as the call does.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -77,8 +78,9 @@ def _check_outputs(info: ModelInfo, params: PoolingParams) -> None:
             raise InvalidRequest("a further output cannot ask for outputs of its own", param="outputs")
         differ = [name for name in TOKENIZING if getattr(out, name) != getattr(params, name)]
         if differ:
-            raise InvalidRequest(f"every output of one call reads the same tokens: {differ[0]} differs",
-                                 param=differ[0])
+            raise InvalidRequest(
+                f"every output of one call reads the same tokens: {differ[0]} differs", param=differ[0]
+            )
         if out.adapter != params.adapter:
             raise InvalidRequest("every output of one call runs the same forward: task differs", param="task")
         check_task(info, out)
@@ -92,8 +94,10 @@ def _check_adapter(info: ModelInfo, adapter: str | None) -> None:
     if not info.adapters:
         raise InvalidRequest(f"task {adapter!r}: model {info.served_model_name!r} has no task adapters", param="task")
     if adapter not in info.adapters:
-        raise InvalidRequest(f"task {adapter!r} is not one of model {info.served_model_name!r}'s tasks: "
-                             f"{', '.join(info.adapters)}", param="task")
+        raise InvalidRequest(
+            f"task {adapter!r} is not one of model {info.served_model_name!r}'s tasks: {', '.join(info.adapters)}",
+            param="task",
+        )
 
 
 def _check_output_inputs(params: PoolingParams, inputs: list[Input]) -> None:
@@ -119,8 +123,10 @@ def _check_sparse(info: ModelInfo, params: PoolingParams) -> None:
     if params.sparse:
         head = sparse_head(info)
         if params.task != head.task:
-            raise InvalidRequest(f"{info.architecture} gives sparse embeddings through task '{head.task}', "
-                                 f"not '{params.task}'.", param="task")
+            raise InvalidRequest(
+                f"{info.architecture} gives sparse embeddings through task '{head.task}', not '{params.task}'.",
+                param="task",
+            )
         if params.dimensions is not None:
             raise InvalidRequest("dimensions does not apply to sparse embeddings", param="dimensions")
 
@@ -128,11 +134,14 @@ def _check_sparse(info: ModelInfo, params: PoolingParams) -> None:
 def _check_task_params(params: PoolingParams) -> None:
     """vLLM's rule: a task takes only its own pooling params."""
     valid = TASK_PARAMS.get(params.task, ())
-    sent = [name for name in ("dimensions", "use_activation")
-            if getattr(params, name) is not None and name not in valid]
+    sent = [
+        name for name in ("dimensions", "use_activation") if getattr(params, name) is not None and name not in valid
+    ]
     if sent:
-        raise InvalidRequest(f"Task '{params.task}' only supports {list(valid)} parameters, "
-                             f"does not support {sent} parameters", param=sent[0])
+        raise InvalidRequest(
+            f"Task '{params.task}' only supports {list(valid)} parameters, does not support {sent} parameters",
+            param=sent[0],
+        )
 
 
 def _check_dimensions(info: ModelInfo, dimensions: int | None) -> None:
@@ -218,14 +227,16 @@ def check_inputs(info: ModelInfo, inputs: Sequence[Input], task: str | None = No
         elif isinstance(x, list) and all(_is_token_id(t) for t in x):
             check_token_ids(info, x)
         else:
-            raise InvalidRequest("each input must be a string or a list of non-negative integer token ids",
-                                 param="input")
+            raise InvalidRequest(
+                "each input must be a string or a list of non-negative integer token ids", param="input"
+            )
 
 
 def _check_pair(pair: TextPair, task: str | None) -> None:
     if task is not None and task not in PAIR_TASKS:
-        raise InvalidRequest(f"Text pairs are read by a cross-encoder (task 'classify'), not by task '{task}'.",
-                             param="input")
+        raise InvalidRequest(
+            f"Text pairs are read by a cross-encoder (task 'classify'), not by task '{task}'.", param="input"
+        )
     _check_text(pair.text)
     _check_text(pair.text_pair)
     _check_cap(pair.max_text_tokens)
@@ -240,11 +251,13 @@ def _check_windowed(doc: WindowedText, task: str | None) -> None:
         _check_text(doc.text)
         _check_cap(doc.max_tokens)
     if not _is_token_id(doc.max_windows) or doc.max_windows < 1:
-        raise InvalidRequest(f"max_chunks_per_doc must be at least 1, got {doc.max_windows!r}.",
-                             param="max_chunks_per_doc")
+        raise InvalidRequest(
+            f"max_chunks_per_doc must be at least 1, got {doc.max_windows!r}.", param="max_chunks_per_doc"
+        )
     if not _is_token_id(doc.overlap):
-        raise InvalidRequest(f"chunk_overlap must be a non-negative integer, got {doc.overlap!r}.",
-                             param="chunk_overlap")
+        raise InvalidRequest(
+            f"chunk_overlap must be a non-negative integer, got {doc.overlap!r}.", param="chunk_overlap"
+        )
 
 
 def _check_late(info: ModelInfo, doc: LateChunkText, task: str | None, inputs: Sequence[Input]) -> None:
@@ -254,8 +267,11 @@ def _check_late(info: ModelInfo, doc: LateChunkText, task: str | None, inputs: S
     if task is not None and task != "embed":
         raise InvalidRequest(f"late chunking embeds chunks (task 'embed'), not task '{task}'", param="late_chunking")
     if TOKEN_TASK not in info.tasks:
-        raise InvalidRequest(f"late chunking needs the model's token vectors (task '{TOKEN_TASK}'), which "
-                             f"{info.served_model_name} does not serve", param="late_chunking")
+        raise InvalidRequest(
+            f"late chunking needs the model's token vectors (task '{TOKEN_TASK}'), which "
+            f"{info.served_model_name} does not serve",
+            param="late_chunking",
+        )
     if not all(isinstance(x, LateChunkText) for x in inputs):
         raise InvalidRequest("a late-chunking call holds late-chunking documents only", param="late_chunking")
 
@@ -287,8 +303,9 @@ def _check_text(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidRequest(f"input text is not valid Unicode ({exc.reason} at position {exc.start})",
-                             param="input") from None
+        raise InvalidRequest(
+            f"input text is not valid Unicode ({exc.reason} at position {exc.start})", param="input"
+        ) from None
 
 
 def _is_token_id(t: object) -> bool:

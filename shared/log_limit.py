@@ -10,6 +10,7 @@ are bounded (the oldest forgotten first), so varying keys cannot grow memory.
 Thread-safe (worker threads log too). Lines a person needs once (a worker
 died, restarted, a pool is empty) are logged plainly, not through this.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,14 @@ MAX_KEYS = 256
 class LogLimiter:
     """One logger's lines, at most one per key per ``every_s`` seconds (counts of the rest in the next one)."""
 
-    def __init__(self, logger: logging.Logger, every_s: float = EVERY_S, *, max_keys: int = MAX_KEYS,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        logger: logging.Logger,
+        every_s: float = EVERY_S,
+        *,
+        max_keys: int = MAX_KEYS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.logger, self.every_s, self.max_keys, self.clock = logger, every_s, max_keys, clock
         self._seen: OrderedDict[Hashable, list[float]] = OrderedDict()  # key -> [window start, repeats counted]
         self._lock = threading.Lock()

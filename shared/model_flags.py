@@ -8,6 +8,7 @@ few that become another field). The config file's ``[[models]]`` table is
 derived from the same declaration (``gateway.config.file``), so a flag, its
 file key and its WorkerConfig field cannot drift.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -126,5 +127,8 @@ def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
     """The WorkerConfig the model flags describe; FileNotFoundError if the model folder is missing."""
     path, name = resolve_model(args.model)
     same = {item.name: getattr(args, item.name) for item in declared() if item.name not in FOLDED}
-    return WorkerConfig(**{**same, "served_model_name": args.served_model_name or name}, model_path=path,
-                        pooler=pooler_config_from_args(args))
+    return WorkerConfig(
+        **{**same, "served_model_name": args.served_model_name or name},
+        model_path=path,
+        pooler=pooler_config_from_args(args),
+    )

@@ -9,6 +9,7 @@ WorkerConfig field of its name), and ``gateway.config.file`` the pydantic model
 of a ``[[models]]`` table. A setting added here is a flag and a file key with
 nothing else to edit.
 """
+
 from __future__ import annotations
 
 import types
@@ -51,54 +52,82 @@ class ModelSettings:
 
     model: str | None = setting(
         positional=True,
-        help="local model folder (HF or sentence-transformers layout); default: bundled all-MiniLM-L6-v2")
+        help="local model folder (HF or sentence-transformers layout); default: bundled all-MiniLM-L6-v2",
+    )
     served_model_name: str | None = setting(file_key="name", help="name clients use (default: MODEL as given)")
     backend: Backend = setting("auto")
     dtype: DType = setting("auto", help="auto: fastest dtype whose vectors stay at cosine >= 0.999 to float32")
     max_model_len: int | None = setting(ge=1, help="longest input in tokens")
     max_batch_tokens: int | None = setting(
-        ge=1, help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)")
+        ge=1, help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)"
+    )
     pooler_config: PoolerConfig = setting(
-        factory=PoolerConfig, table=PoolerConfig.from_dict,
-        help='vLLM\'s PoolerConfig as JSON, e.g. \'{"pooling_type": "MEAN", "use_activation": false}\'')
+        factory=PoolerConfig,
+        table=PoolerConfig.from_dict,
+        help='vLLM\'s PoolerConfig as JSON, e.g. \'{"pooling_type": "MEAN", "use_activation": false}\'',
+    )
     hf_overrides: dict[str, Any] = setting(
-        factory=dict, table=dict,
-        help='JSON merged over the model\'s config.json, e.g. \'{"matryoshka_dimensions": [64, 128]}\'')
+        factory=dict,
+        table=dict,
+        help="JSON merged over the model's config.json, e.g. '{\"matryoshka_dimensions\": [64, 128]}'",
+    )
     runner: Runner = setting("auto", help="pooling: serve even a generative checkpoint (as embed); auto: vLLM's rules")
     convert: Convert = setting("auto", help="embed: last-token embeddings from a decoder; classify: add a score layer")
-    pooling_type: SeqPoolingType | None = setting(upper=True,
-                                                  help="alias of --pooler-config '{\"seq_pooling_type\": ...}'")
-    normalize: bool | None = setting(negative="--no-normalize",
-                                     help="alias of --pooler-config '{\"use_activation\": false}'")
-    allow_pickle_weights: bool = setting(False,
-                                         help="allow loading pytorch_model.bin (pickle) when no safetensors exist")
+    pooling_type: SeqPoolingType | None = setting(
+        upper=True, help="alias of --pooler-config '{\"seq_pooling_type\": ...}'"
+    )
+    normalize: bool | None = setting(
+        negative="--no-normalize", help="alias of --pooler-config '{\"use_activation\": false}'"
+    )
+    allow_pickle_weights: bool = setting(
+        False, help="allow loading pytorch_model.bin (pickle) when no safetensors exist"
+    )
     allow_partial_weights: bool = setting(
-        False, help="serve a transformers-fallback model whose checkpoint has tensors missing, unexpected or "
-                    "mis-shaped (refused by default; the log names what was dropped or left random)")
+        False,
+        help="serve a transformers-fallback model whose checkpoint has tensors missing, unexpected or "
+        "mis-shaped (refused by default; the log names what was dropped or left random)",
+    )
     verify_on_start: float | None = setting(
-        gt=0, le=1, const=0.999, metavar="MIN_COSINE",
+        gt=0,
+        le=1,
+        const=0.999,
+        metavar="MIN_COSINE",
         help="after loading, run poolgate verify's probes against the model's own library and refuse to serve "
-             "when a worst cosine is below MIN_COSINE (default 0.999)")
+        "when a worst cosine is below MIN_COSINE (default 0.999)",
+    )
     trust_remote_code: bool = setting(
-        False, help="let the transformers fallback run the model's own Python code (config auto_map)")
+        False, help="let the transformers fallback run the model's own Python code (config auto_map)"
+    )
     num_threads: int | None = setting(
-        ge=1, help="CPU: run every batch whole on one team of this many torch threads (default: one "
-                   "single-threaded core thread per physical core, each batch cut into a part per core thread)")
+        ge=1,
+        help="CPU: run every batch whole on one team of this many torch threads (default: one "
+        "single-threaded core thread per physical core, each batch cut into a part per core thread)",
+    )
     tokenizer_threads: int = setting(
-        2, ge=1, metavar="N",
+        2,
+        ge=1,
+        metavar="N",
         help="threads that tokenize requests in each worker (the fast tokenizer's batch call releases the GIL), "
-             "so one huge input's tokenizing does not hold up a small request's")
+        "so one huge input's tokenizing does not hold up a small request's",
+    )
     embedding_cache_mb: int = setting(
-        0, ge=0, metavar="MB",
+        0,
+        ge=0,
+        metavar="MB",
         help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token ids, and "
-             "answer repeated inputs from it (bit-identical; hits and misses in /metrics); 0 = off")
+        "answer repeated inputs from it (bit-identical; hits and misses in /metrics); 0 = off",
+    )
     max_tokens_per_request: int | None = setting(
-        ge=1, metavar="TOKENS",
+        ge=1,
+        metavar="TOKENS",
         help="tokens one request's inputs may have in all, counted by the model's tokenizer; more is a 400 "
-             "before anything runs (default: no limit)")
+        "before anything runs (default: no limit)",
+    )
     batch_policy: BatchPolicy = setting(
-        "fair", help="fair: priority lanes with aging, round robin over requests, short batches under mixed load; "
-                     "fifo: first in, first out (the most throughput, no fairness)")
+        "fair",
+        help="fair: priority lanes with aging, round robin over requests, short batches under mixed load; "
+        "fifo: first in, first out (the most throughput, no fairness)",
+    )
 
 
 @dataclass(frozen=True)
@@ -133,5 +162,6 @@ def declared(declaration: type = ModelSettings) -> Iterator[Declared]:
             rest = [a for a in get_args(hint) if a is not type(None)]
             hint, optional = (rest[0] if len(rest) == 1 else Union[tuple(rest)]), True  # noqa: UP007
         factory = None if f.default_factory is MISSING else f.default_factory
-        yield Declared(f.name, hint, optional, None if f.default is MISSING else f.default, factory,
-                       f.metadata["setting"])
+        yield Declared(
+            f.name, hint, optional, None if f.default is MISSING else f.default, factory, f.metadata["setting"]
+        )

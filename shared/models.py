@@ -1,4 +1,5 @@
 """Where served models come from: the bundled default model and served-name rules."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,6 +24,7 @@ def resolve_model(model: str | None) -> tuple[str, str]:
     if model is None:
         return str(bundled_model_path()), DEFAULT_MODEL_NAME
     if not Path(model).is_dir() and not (model.endswith(".gguf") and Path(model).is_file()):
-        raise FileNotFoundError(f"model folder {model!r} does not exist (poolgate loads local folders "
-                                "and .gguf files only)")
+        raise FileNotFoundError(
+            f"model folder {model!r} does not exist (poolgate loads local folders and .gguf files only)"
+        )
     return model, model

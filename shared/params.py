@@ -1,4 +1,5 @@
 """Dialect-free pooling parameters that travel with every call."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -11,6 +11,7 @@ inputs (``workers.engine.chunking``); ``max_embed_len`` is then the embed input 
 is accepted and ignored. Precedence when the worker applies it: this config >
 sentence-transformers files > the architecture's default.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,14 +26,30 @@ TOK_TYPES = ("ALL", "STEP")
 
 # field -> the Python types its JSON value may have (None is always allowed)
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "task": (str,), "pooling_type": (str,), "seq_pooling_type": (str,), "tok_pooling_type": (str,),
-    "use_activation": (bool,), "dimensions": (int,), "enable_chunked_processing": (bool,),
-    "max_embed_len": (int,), "logit_mean": (int, float), "logit_sigma": (int, float), "step_tag_id": (int,),
-    "returned_token_ids": (tuple,), "enable_flash_late_interaction": (bool,),
+    "task": (str,),
+    "pooling_type": (str,),
+    "seq_pooling_type": (str,),
+    "tok_pooling_type": (str,),
+    "use_activation": (bool,),
+    "dimensions": (int,),
+    "enable_chunked_processing": (bool,),
+    "max_embed_len": (int,),
+    "logit_mean": (int, float),
+    "logit_sigma": (int, float),
+    "step_tag_id": (int,),
+    "returned_token_ids": (tuple,),
+    "enable_flash_late_interaction": (bool,),
 }
-FIELD_TYPE_NAMES = {name: {(str,): "a string", (bool,): "true or false", (int,): "an integer",
-                           (int, float): "a number", (tuple,): "a list of token ids"}[kinds]
-                    for name, kinds in FIELD_TYPES.items()}
+FIELD_TYPE_NAMES = {
+    name: {
+        (str,): "a string",
+        (bool,): "true or false",
+        (int,): "an integer",
+        (int, float): "a number",
+        (tuple,): "a list of token ids",
+    }[kinds]
+    for name, kinds in FIELD_TYPES.items()
+}
 
 
 @dataclass(frozen=True)
@@ -59,8 +76,11 @@ class PoolerConfig:
             raise ValueError(f"pooler config task {self.task!r} is not one of {list(POOLING_TASKS)}")
         if self.pooling_type is not None and (self.seq_pooling_type or self.tok_pooling_type):
             raise ValueError("pooling_type cannot be combined with seq_pooling_type or tok_pooling_type")
-        for name, allowed in (("seq_pooling_type", SEQ_TYPES), ("tok_pooling_type", TOK_TYPES),
-                              ("pooling_type", SEQ_TYPES + TOK_TYPES)):
+        for name, allowed in (
+            ("seq_pooling_type", SEQ_TYPES),
+            ("tok_pooling_type", TOK_TYPES),
+            ("pooling_type", SEQ_TYPES + TOK_TYPES),
+        ):
             value = getattr(self, name)
             if value is not None and value.upper() not in allowed:
                 raise ValueError(f"pooler config {name} {value!r} is not one of {list(allowed)}")
@@ -80,7 +100,8 @@ class PoolerConfig:
             if not ok:
                 raise ValueError(f"pooler config {f.name} must be {FIELD_TYPE_NAMES[f.name]}, got {value!r}")
         if self.returned_token_ids is not None and not all(
-                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in self.returned_token_ids):
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in self.returned_token_ids
+        ):
             raise ValueError("pooler config returned_token_ids must be a list of token ids")
 
     def _check_chunking(self) -> None:
@@ -92,20 +113,20 @@ class PoolerConfig:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"pooler config max_embed_len must be a positive integer, got {n!r}")
         if not self.enable_chunked_processing:
-            raise ValueError("pooler config max_embed_len caps embed inputs for chunked processing; "
-                             "it needs enable_chunked_processing: true")
+            raise ValueError(
+                "pooler config max_embed_len caps embed inputs for chunked processing; "
+                "it needs enable_chunked_processing: true"
+            )
 
     @property
     def sequence_pooling(self) -> str | None:
         """CLS, LAST or MEAN from ``seq_pooling_type`` or the ``pooling_type`` alias."""
-        value = self.seq_pooling_type or (self.pooling_type if (self.pooling_type or "").upper() in SEQ_TYPES
-                                          else None)
+        value = self.seq_pooling_type or (self.pooling_type if (self.pooling_type or "").upper() in SEQ_TYPES else None)
         return value.upper() if value else None
 
     @property
     def token_pooling(self) -> str | None:
-        value = self.tok_pooling_type or (self.pooling_type if (self.pooling_type or "").upper() in TOK_TYPES
-                                          else None)
+        value = self.tok_pooling_type or (self.pooling_type if (self.pooling_type or "").upper() in TOK_TYPES else None)
         return value.upper() if value else None
 
     @classmethod

@@ -7,6 +7,7 @@ input: ``values`` is the flat ``(total_rows, dim)`` block and ``offsets`` the
 The block crosses the transport as one or two arrays and is split only where a
 dialect writes its response.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,14 +36,14 @@ class Rows:
         """Input ``i``'s output: one row, or its block of rows."""
         if self.offsets is None:
             return self.values[i]
-        return self.values[self.offsets[i]:self.offsets[i + 1]]
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
 
     def slice(self, start: int, stop: int) -> Rows:
         """Inputs ``start..stop`` as Rows of their own (views, no copy)."""
         if self.offsets is None:
             return Rows(self.values[start:stop])
         lo, hi = int(self.offsets[start]), int(self.offsets[stop])
-        return Rows(self.values[lo:hi], self.offsets[start:stop + 1] - lo)
+        return Rows(self.values[lo:hi], self.offsets[start : stop + 1] - lo)
 
     @staticmethod
     def concat(parts: list[Rows]) -> Rows:

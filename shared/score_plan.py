@@ -25,6 +25,7 @@ are decided once:
   PyLate's markers and query expansion) is told the queries come first
   (``PoolingParams.query_inputs``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -85,8 +86,10 @@ def scorer_of(info: ModelInfo) -> str:
     task = info.tasks[0] if info.tasks else None
     kind = SCORE_TYPES.get(task) if task is not None else None
     if kind is None:
-        raise InvalidRequest(f"Scoring API is not supported by this model (its task is {task!r}); "
-                             "scoring needs an embed, token_embed or classify model.")
+        raise InvalidRequest(
+            f"Scoring API is not supported by this model (its task is {task!r}); "
+            "scoring needs an embed, token_embed or classify model."
+        )
     if kind == "cross-encoder" and info.embedding_dim != 1:
         raise InvalidRequest("Scoring API is only enabled for num_labels == 1.")
     return kind
@@ -95,25 +98,32 @@ def scorer_of(info: ModelInfo) -> str:
 def check_windows(info: ModelInfo, spec: WindowSpec) -> None:
     """A window spec the worker can cut (the overlap against the window itself is checked there)."""
     if isinstance(spec.max_chunks, bool) or not isinstance(spec.max_chunks, int) or spec.max_chunks < 1:
-        raise InvalidRequest(f"max_chunks_per_doc must be at least 1, got {spec.max_chunks!r}.",
-                             param="max_chunks_per_doc")
+        raise InvalidRequest(
+            f"max_chunks_per_doc must be at least 1, got {spec.max_chunks!r}.", param="max_chunks_per_doc"
+        )
     if isinstance(spec.overlap, bool) or not isinstance(spec.overlap, int) or spec.overlap < 0:
-        raise InvalidRequest(f"chunk_overlap must be a non-negative integer, got {spec.overlap!r}.",
-                             param="chunk_overlap")
+        raise InvalidRequest(
+            f"chunk_overlap must be a non-negative integer, got {spec.overlap!r}.", param="chunk_overlap"
+        )
     if spec.overlap >= info.max_model_len:
-        raise InvalidRequest(f"chunk_overlap ({spec.overlap}) must be smaller than the window, which is at "
-                             f"most max_model_len ({info.max_model_len}) tokens.", param="chunk_overlap")
+        raise InvalidRequest(
+            f"chunk_overlap ({spec.overlap}) must be smaller than the window, which is at "
+            f"most max_model_len ({info.max_model_len}) tokens.",
+            param="chunk_overlap",
+        )
     if spec.fold not in FOLDS:
-        raise InvalidRequest(f"chunk_aggregation must be one of {', '.join(FOLDS)}, got {spec.fold!r}.",
-                             param="chunk_aggregation")
+        raise InvalidRequest(
+            f"chunk_aggregation must be one of {', '.join(FOLDS)}, got {spec.fold!r}.", param="chunk_aggregation"
+        )
 
 
 def check_caps(info: ModelInfo, caps: SideCaps) -> None:
     """vLLM's rule: a per-side cap must be below max_model_len (0 = off)."""
     for name, value in (("max_tokens_per_query", caps.query), ("max_tokens_per_doc", caps.document)):
         if value and value >= info.max_model_len:
-            raise InvalidRequest(f"{name} ({value}) must be less than max_model_len ({info.max_model_len}).",
-                                 param=name)
+            raise InvalidRequest(
+                f"{name} ({value}) must be less than max_model_len ({info.max_model_len}).", param=name
+            )
 
 
 @dataclass(frozen=True)
@@ -147,8 +157,14 @@ class ScorePlan:
         return PairScores(folded.scores, folded.best)
 
 
-def plan_scores(info: ModelInfo, queries: Sequence[Input], documents: Sequence[Input], caps: SideCaps = SideCaps(),
-                instruction: str | None = None, windows: WindowSpec | None = None) -> ScorePlan:
+def plan_scores(
+    info: ModelInfo,
+    queries: Sequence[Input],
+    documents: Sequence[Input],
+    caps: SideCaps = SideCaps(),
+    instruction: str | None = None,
+    windows: WindowSpec | None = None,
+) -> ScorePlan:
     """The plan for scoring ``queries`` against ``documents`` with ``info``'s own scorer."""
     check_pairs(len(queries), len(documents))
     kind = scorer_of(info)
@@ -160,15 +176,20 @@ def plan_scores(info: ModelInfo, queries: Sequence[Input], documents: Sequence[I
         docs = _texts(documents, WINDOWED_TEXTS, param="documents")
         if kind == "cross-encoder":
             texts = _texts(queries, CROSS_ENCODER_TEXTS)
-            inputs = [WindowedText(d, windows.max_chunks, windows.overlap, texts[q], instruction, caps.query,
-                                   caps.document) for q, d in zip(pair_query, docs, strict=True)]
+            inputs = [
+                WindowedText(d, windows.max_chunks, windows.overlap, texts[q], instruction, caps.query, caps.document)
+                for q, d in zip(pair_query, docs, strict=True)
+            ]
         else:
             inputs = [_capped(q, caps.query) for q in queries] + [
-                WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in docs]
+                WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in docs
+            ]
     elif kind == "cross-encoder":
         texts = _texts([*queries, *documents], CROSS_ENCODER_TEXTS)
-        inputs = [TextPair(texts[q], d, caps.query, caps.document, instruction)
-                  for q, d in zip(pair_query, texts[len(queries):], strict=True)]
+        inputs = [
+            TextPair(texts[q], d, caps.query, caps.document, instruction)
+            for q, d in zip(pair_query, texts[len(queries) :], strict=True)
+        ]
     else:
         inputs = [_capped(q, caps.query) for q in queries] + [_capped(d, caps.document) for d in documents]
     roles = len(queries) if info.input_roles and kind != "cross-encoder" else None

@@ -10,6 +10,7 @@ sum over query tokens of the best dot product with any document token.
 A cross-encoder (``classify``) pools each pair as one sequence instead, so
 its scores are its outputs as they come.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -59,8 +60,9 @@ def maxsim_scores(rows: Rows, n_queries: int, index: list[int] | None = None) ->
     """(pairs,) MaxSim scores: ``rows`` holds the queries' then the documents' token vectors."""
     n_documents = len(rows) - n_queries
     index = query_of(n_queries, n_documents) if index is None else index
-    return np.array([maxsim(rows.item(index[i]), rows.item(n_queries + i)) for i in range(n_documents)],
-                    dtype=np.float32)
+    return np.array(
+        [maxsim(rows.item(index[i]), rows.item(n_queries + i)) for i in range(n_documents)], dtype=np.float32
+    )
 
 
 def cross_encoder_scores(rows: Rows, n_queries: int, index: list[int] | None = None) -> np.ndarray:

@@ -18,6 +18,7 @@ A sparse call's ``Rows`` are ragged: input i owns rows
 ``return_tokens`` the worker also sends each id's token string
 (``PoolingResult.tokens``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,9 +52,11 @@ def sparse_head(info: ModelInfo) -> SparseHead:
     """The model's sparse head; 400 for a model without one."""
     head = SPARSE_HEADS.get(info.architecture)
     if head is None or head.task not in info.tasks:
-        raise InvalidRequest(f"Model '{info.served_model_name}' has no sparse head (SPLADE or BGE-M3's sparse "
-                             f"weights): sparse embeddings are not available for {info.architecture}.",
-                             param="embedding_types")
+        raise InvalidRequest(
+            f"Model '{info.served_model_name}' has no sparse head (SPLADE or BGE-M3's sparse "
+            f"weights): sparse embeddings are not available for {info.architecture}.",
+            param="embedding_types",
+        )
     return head
 
 
@@ -85,5 +88,6 @@ def sparse_rows(vectors: list[tuple[np.ndarray, np.ndarray]]) -> Rows:
 def sparse_vector(rows: Rows, i: int, tokens: list[list[str | None]] | None = None) -> SparseVector:
     """Input ``i``'s sparse vector from a sparse call's rows (and its token strings, when sent)."""
     pairs = rows.item(i)  # (nnz, 2)
-    return SparseVector(pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.float32),
-                        None if tokens is None else tokens[i])
+    return SparseVector(
+        pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.float32), None if tokens is None else tokens[i]
+    )

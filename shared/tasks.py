@@ -1,4 +1,5 @@
 """The pooling tasks a model can serve (vLLM's names), what each accepts, and the names vLLM removed."""
+
 from typing import Literal, get_args
 
 PoolingTask = Literal[
@@ -34,6 +35,10 @@ SCORE_TYPES: dict[str, str] = {
 
 # vLLM's get_pooling_task: with no task configured, the first of these the model serves is its active task.
 ACTIVE_TASK_ORDER: tuple[PoolingTask, ...] = (
-    "embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin",
+    "embed&token_classify",
+    "embed",
+    "classify",
+    "token_embed",
+    "token_classify",
+    "plugin",
 )
-

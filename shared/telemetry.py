@@ -8,6 +8,7 @@ OpenTelemetry GenAI ×2 series extended down to 1 ms, so they compare with
 (kind SERVER) per request, with vLLM's ``gen_ai.*`` latency attributes plus
 the GenAI semantic conventions for embeddings.
 """
+
 from __future__ import annotations
 
 PREFIX = "poolgate"
@@ -55,10 +56,27 @@ EMBEDDING_CACHE_MISSES = f"{PREFIX}_embedding_cache_misses"  # counter: sequence
 EMBEDDING_CACHE_BYTES = f"{PREFIX}_embedding_cache_bytes"  # gauge {model, backend, worker}
 
 # --- buckets --------------------------------------------------------------------
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
-                   20.48, 40.96, 81.92)
-TOKEN_BUCKETS = tuple(2 ** k for k in range(21))  # 1 .. 1M tokens
-BATCH_SIZE_BUCKETS = tuple(2 ** k for k in range(13))  # 1 .. 4096 sequences
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+TOKEN_BUCKETS = tuple(2**k for k in range(21))  # 1 .. 1M tokens
+BATCH_SIZE_BUCKETS = tuple(2**k for k in range(13))  # 1 .. 4096 sequences
 FILL_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 # --- the span ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ the target count is left (what cutting the dendrogram at that many clusters
 gives). A document with no more tokens than clusters is returned whole.
 Torch-free: numpy only, O(n²) memory and O(n²) work per merge.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,11 @@ def ward_clusters(vectors: np.ndarray, k: int) -> np.ndarray:
         i, j = divmod(flat, n)
         i, j = min(i, j), max(i, j)
         ni, nj, nk = size[i], size[j], size
-        merged = np.sqrt(np.maximum(((nk + ni) * dist[i] ** 2 + (nk + nj) * dist[j] ** 2 - nk * dist[i, j] ** 2)
-                                    / (ni + nj + nk), 0.0))  # (n,) Lance–Williams for Ward
+        merged = np.sqrt(
+            np.maximum(
+                ((nk + ni) * dist[i] ** 2 + (nk + nj) * dist[j] ** 2 - nk * dist[i, j] ** 2) / (ni + nj + nk), 0.0
+            )
+        )  # (n,) Lance–Williams for Ward
         merged[~alive] = np.inf
         dist[i], dist[:, i] = merged, merged
         dist[i, i] = np.inf

@@ -9,6 +9,7 @@ CLI filled from its flags and the OTEL_* variables; the SDK still reads its
 own tuning variables (``OTEL_BSP_*``, TLS files); the export timeout is ours
 (``EXPORT_TIMEOUT_S``). The gRPC exporter is imported only when asked for.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -56,8 +57,12 @@ def _grpc_exporter(cfg: TracingConfig) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
     # TLS follows the scheme, as the SDK does for its own endpoint variable: https:// is secure.
-    return OTLPSpanExporter(endpoint=cfg.endpoint, headers=cfg.headers or None,
-                            insecure=urlparse(cfg.endpoint).scheme != "https", timeout=EXPORT_TIMEOUT_S)
+    return OTLPSpanExporter(
+        endpoint=cfg.endpoint,
+        headers=cfg.headers or None,
+        insecure=urlparse(cfg.endpoint).scheme != "https",
+        timeout=EXPORT_TIMEOUT_S,
+    )
 
 
 # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL value -> the exporter for it
@@ -74,8 +79,9 @@ def sampler(cfg: TracingConfig) -> Sampler:
 def build_provider(cfg: TracingConfig) -> TracerProvider:
     """A provider for ``cfg`` whose spans go through a BatchSpanProcessor to ``cfg``'s OTLP
     exporter. Shut it down to flush what is still queued."""
-    provider = TracerProvider(sampler=sampler(cfg), resource=Resource({SERVICE_NAME: cfg.service_name}),
-                              shutdown_on_exit=False)
+    provider = TracerProvider(
+        sampler=sampler(cfg), resource=Resource({SERVICE_NAME: cfg.service_name}), shutdown_on_exit=False
+    )
     provider.add_span_processor(BatchSpanProcessor(EXPORTERS[cfg.protocol](cfg)))
     return provider
 

@@ -18,6 +18,7 @@ nowhere below:
 A bad value is a ValueError with the variable's name, so the command exits 2
 before anything starts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,20 @@ HTTP_TRACES_PATH = "/v1/traces"
 
 def add_tracing_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("tracing (OpenTelemetry; the OTEL_* variables are read too)")
-    g.add_argument("--otlp-traces-endpoint", default=None, metavar="URL",
-                   help="export spans to this OTLP collector (serve: one llm_request span per request), e.g. "
-                        "http://localhost:4318/v1/traces (http/protobuf, the default) or http://localhost:4317 "
-                        "with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
-                        "then OTEL_EXPORTER_OTLP_ENDPOINT; none: no tracing)")
-    g.add_argument("--collect-detailed-traces", action="store_true",
-                   help="the worker also exports child spans per request: tokenize, queue, forward, pool")
+    g.add_argument(
+        "--otlp-traces-endpoint",
+        default=None,
+        metavar="URL",
+        help="export spans to this OTLP collector (serve: one llm_request span per request), e.g. "
+        "http://localhost:4318/v1/traces (http/protobuf, the default) or http://localhost:4317 "
+        "with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "then OTEL_EXPORTER_OTLP_ENDPOINT; none: no tracing)",
+    )
+    g.add_argument(
+        "--collect-detailed-traces",
+        action="store_true",
+        help="the worker also exports child spans per request: tokenize, queue, forward, pool",
+    )
 
 
 def tracing_config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> TracingConfig | None:
@@ -47,22 +55,30 @@ def tracing_config_from_args(args: argparse.Namespace, environ: Mapping[str, str
     env = {k: v.strip() for k, v in environ.items() if k.startswith("OTEL_") and v.strip()}
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     if protocol not in OTLP_PROTOCOLS:
-        raise ValueError(f"OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL={protocol!r} is not supported; "
-                         f"use one of {', '.join(OTLP_PROTOCOLS)}")
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL={protocol!r} is not supported; "
+            f"use one of {', '.join(OTLP_PROTOCOLS)}"
+        )
     endpoint = args.otlp_traces_endpoint or _endpoint_from_env(env, protocol)
     if endpoint is None:
         if args.collect_detailed_traces:
-            raise ValueError("--collect-detailed-traces needs --otlp-traces-endpoint "
-                             "(or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
+            raise ValueError(
+                "--collect-detailed-traces needs --otlp-traces-endpoint (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)"
+            )
         return None
     sampler = env.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").lower()
     if sampler not in SAMPLERS:
         raise ValueError(f"OTEL_TRACES_SAMPLER={sampler!r} is not one of {', '.join(SAMPLERS)}")
     headers = env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS", "")
-    return TracingConfig(endpoint=endpoint, protocol=protocol,
-                         service_name=env.get("OTEL_SERVICE_NAME", "poolgate"), sampler=sampler,
-                         sampler_arg=_sampler_arg(env.get("OTEL_TRACES_SAMPLER_ARG"), sampler),
-                         headers=parse_headers(headers), detailed=args.collect_detailed_traces)
+    return TracingConfig(
+        endpoint=endpoint,
+        protocol=protocol,
+        service_name=env.get("OTEL_SERVICE_NAME", "poolgate"),
+        sampler=sampler,
+        sampler_arg=_sampler_arg(env.get("OTEL_TRACES_SAMPLER_ARG"), sampler),
+        headers=parse_headers(headers),
+        detailed=args.collect_detailed_traces,
+    )
 
 
 def _endpoint_from_env(env: dict[str, str], protocol: str) -> str | None:

@@ -17,6 +17,7 @@ only once the worker accepted it; with an ``ssl.SSLContext``, TCP connections
 run TLS. A worker that refuses the client (wrong or missing token) is
 ``Unavailable`` with its reason, also when it refuses a request.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,15 @@ class WorkerClient:
     worker restarted at the same address is reached without a new client.
     """
 
-    def __init__(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 connect_timeout: float = 10.0, dialer: Dialer | None = None):
+    def __init__(
+        self,
+        address: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        connect_timeout: float = 10.0,
+        dialer: Dialer | None = None,
+    ):
         self.address = address
         self.connect_timeout = connect_timeout
         self._dialer = dialer or Dialer(address, connect_timeout)
@@ -61,8 +69,15 @@ class WorkerClient:
         self._reader_task = asyncio.create_task(self._read_responses(), name=f"poolgate-client {self.address}")
 
     @classmethod
-    async def connect(cls, address: str, *, timeout: float = 10.0, token: str | None = None,
-                      tls: ssl.SSLContext | None = None, server_name: str | None = None) -> WorkerClient:
+    async def connect(
+        cls,
+        address: str,
+        *,
+        timeout: float = 10.0,
+        token: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        server_name: str | None = None,
+    ) -> WorkerClient:
         """Dial ``address``; with ``token``, return once the worker accepted it; with ``tls``, over TLS
         (``server_name``: the name the worker's certificate carries, default the host dialed)."""
         dialer = Dialer(address, timeout, token, tls, server_name)
@@ -89,7 +104,7 @@ class WorkerClient:
         result, arrays = await self._request({"op": "pool", "call": call.to_wire()})
         more = _more_blocks(result, arrays, len(call.params.outputs))
         try:
-            outputs = Rows.from_arrays(arrays[:len(arrays) - sum(len(block) for block, _ in more)])
+            outputs = Rows.from_arrays(arrays[: len(arrays) - sum(len(block) for block, _ in more)])
             more_rows = [Rows.from_arrays(block) for block, _ in more]
         except ValueError as exc:
             raise InternalError(f"worker sent malformed outputs: {exc}") from None
@@ -101,31 +116,48 @@ class WorkerClient:
         if len(result["prompt_tokens"]) != len(call.inputs) or any(len(r) != rows for r in (outputs, *more_rows)):
             raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
         prompt_tokens = list(result["prompt_tokens"])
-        return PoolingResult(outputs=outputs, prompt_tokens=prompt_tokens,
-                             timings=dict(result.get("timings") or {}), windows=windows,
-                             tokens=result.get("tokens"),
-                             more=[PoolingResult(r, prompt_tokens, tokens=t)
-                                   for r, (_, t) in zip(more_rows, more, strict=True)])
+        return PoolingResult(
+            outputs=outputs,
+            prompt_tokens=prompt_tokens,
+            timings=dict(result.get("timings") or {}),
+            windows=windows,
+            tokens=result.get("tokens"),
+            more=[PoolingResult(r, prompt_tokens, tokens=t) for r, (_, t) in zip(more_rows, more, strict=True)],
+        )
 
-    async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
-                       return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
+    async def tokenize(
+        self, x: Input, *, add_special_tokens: bool = True, return_token_strs: bool = False
+    ) -> tuple[list[int], list[str | None] | None]:
         """One text's (or chat's) token ids, and each id's token string when asked (the ``tokenize`` op)."""
-        result, _ = await self._request({"op": "tokenize", "input": input_to_wire(x),
-                                         "add_special_tokens": add_special_tokens,
-                                         "return_token_strs": return_token_strs})
+        result, _ = await self._request(
+            {
+                "op": "tokenize",
+                "input": input_to_wire(x),
+                "add_special_tokens": add_special_tokens,
+                "return_token_strs": return_token_strs,
+            }
+        )
         return list(result["tokens"]), result.get("token_strs")
 
     async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict[str, Any]:
         """A text's ``tokens``, ``token_strs``, ``offsets`` (None for a special token) and ``special`` flags
         (the ``tokenize`` op with offsets)."""
-        result, _ = await self._request({"op": "tokenize", "input": text, "add_special_tokens": add_special_tokens,
-                                         "return_token_strs": True, "return_offsets": True})
+        result, _ = await self._request(
+            {
+                "op": "tokenize",
+                "input": text,
+                "add_special_tokens": add_special_tokens,
+                "return_token_strs": True,
+                "return_offsets": True,
+            }
+        )
         return result
 
     async def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (the ``detokenize`` op)."""
-        result, _ = await self._request({"op": "detokenize", "tokens": list(ids),
-                                         "skip_special_tokens": skip_special_tokens})
+        result, _ = await self._request(
+            {"op": "detokenize", "tokens": list(ids), "skip_special_tokens": skip_special_tokens}
+        )
         return result["prompt"]
 
     async def close(self) -> None:
@@ -198,8 +230,9 @@ class WorkerClient:
                 future.set_exception(Unavailable(f"worker at {self.address}: {self._lost}"))
 
 
-def _more_blocks(result: dict[str, Any], arrays: list[np.ndarray],
-                 expected: int) -> list[tuple[list[np.ndarray], list[Any] | None]]:
+def _more_blocks(
+    result: dict[str, Any], arrays: list[np.ndarray], expected: int
+) -> list[tuple[list[np.ndarray], list[Any] | None]]:
     """A multi-output call's further blocks: (their arrays, the tail of ``arrays``; their token strings)."""
     specs = result.get("more") or []
     if len(specs) != expected:
@@ -210,6 +243,6 @@ def _more_blocks(result: dict[str, Any], arrays: list[np.ndarray],
         raise InternalError("worker sent malformed further outputs")
     blocks = []
     for spec, count in zip(specs, counts, strict=True):
-        blocks.append((list(arrays[at:at + count]), spec.get("tokens")))
+        blocks.append((list(arrays[at : at + count]), spec.get("tokens")))
         at += count
     return blocks

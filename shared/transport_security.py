@@ -8,6 +8,7 @@ Tokens are compared in constant time and never logged. TLS is plain
 ``ssl``: the worker loads its certificate chain and key; the gateway trusts a
 CA file or the system store and checks the host name (or ``tls_server_name``).
 """
+
 from __future__ import annotations
 
 import hmac

@@ -1,4 +1,5 @@
 """poolgate's version: the one string in pyproject.toml, read from the installed package's metadata."""
+
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version

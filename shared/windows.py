@@ -13,6 +13,7 @@ how many sequences each input became and each window's character span in
 its document, so a dialect can name the best window; ``fold`` turns window
 scores into one score per document (max by default, or mean).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -85,6 +86,6 @@ def fold(window_scores: np.ndarray, counts: list[int], spans: list[tuple[int, in
     folded = FOLDS[how](scores, starts).astype(np.float32)
     best = []
     for start, count in zip(starts.tolist(), counts, strict=True):
-        k = int(np.argmax(scores[start:start + count]))
+        k = int(np.argmax(scores[start : start + count]))
         best.append((k, *spans[start + k]))
     return Folded(folded, best)

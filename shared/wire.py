@@ -4,6 +4,7 @@ A frame is ``!II`` (header length, payload length), a JSON header, then the
 payload: the raw bytes of every array the header lists, back to back. Vectors
 never travel as JSON float lists.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,13 @@ ObjectInput = TextPair | CappedText | ChatInput | WindowedText | LateChunkText
 Input = str | list[int] | ObjectInput
 
 # The inputs that travel as JSON objects, by their "type" tag on the wire.
-WIRE_INPUTS: dict[str, type[ObjectInput]] = {"text_pair": TextPair, "capped_text": CappedText, "chat": ChatInput,
-                                             "windowed_text": WindowedText, "late_chunks": LateChunkText}
+WIRE_INPUTS: dict[str, type[ObjectInput]] = {
+    "text_pair": TextPair,
+    "capped_text": CappedText,
+    "chat": ChatInput,
+    "windowed_text": WindowedText,
+    "late_chunks": LateChunkText,
+}
 _TAGS = {cls: tag for tag, cls in WIRE_INPUTS.items()}
 
 

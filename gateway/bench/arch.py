@@ -12,6 +12,7 @@ of stdout). torch is imported only when the command runs, so the gateway stays
 torch-free at import. Exit 0 on a run, 2 when it cannot start (unknown shape,
 no packed family for it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,23 +33,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="corpus and weight seed")
     parser.add_argument("--max-model-len", type=positive_int, default=512, help="tokens per text at most")
     parser.add_argument("--max-batch-tokens", type=positive_int, default=8192, help="token budget of one batch")
-    parser.add_argument("--sorted", action="store_true",
-                        help="length-sort the corpus first (the padded fallback's best case)")
+    parser.add_argument(
+        "--sorted", action="store_true", help="length-sort the corpus first (the padded fallback's best case)"
+    )
     parser.add_argument("--num-threads", type=positive_int, default=None, help="torch threads (default: cores)")
-    parser.add_argument("--write-to", default=None, metavar="DIR",
-                        help="write the shape as a servable random-weight model folder (with the bundled tokenizer) "
-                             "for poolgate serve / poolgate bench, and exit")
+    parser.add_argument(
+        "--write-to",
+        default=None,
+        metavar="DIR",
+        help="write the shape as a servable random-weight model folder (with the bundled tokenizer) "
+        "for poolgate serve / poolgate bench, and exit",
+    )
 
 
 def format_report(r: dict) -> str:
     rows = [(r["packed"]["implementation"], r["packed"]), (r["fallback"]["implementation"], r["fallback"])]
     width = max(len(name) for name, _ in rows)
-    lines = [f"{r['family']}/{r['shape']} ({r['architecture']}), {r['dtype']}, {r['threads']} threads: "
-             f"{r['texts']} texts, {r['tokens']:,} tokens, {r['batches']} {r['order']} batches of "
-             f"<= {r['batch_tokens']} tokens"]
+    lines = [
+        f"{r['family']}/{r['shape']} ({r['architecture']}), {r['dtype']}, {r['threads']} threads: "
+        f"{r['texts']} texts, {r['tokens']:,} tokens, {r['batches']} {r['order']} batches of "
+        f"<= {r['batch_tokens']} tokens"
+    ]
     lines += [f"  {name:<{width}}  {v['tokens_per_s']:>10,.1f} tokens/s  ({v['seconds']:.2f} s)" for name, v in rows]
-    lines.append(f"  packed / fallback: {r['speedup']:.2f}x   (worst cosine between the two on batch 1: "
-                 f"{r['worst_cosine_first_batch']:.6f})")
+    lines.append(
+        f"  packed / fallback: {r['speedup']:.2f}x   (worst cosine between the two on batch 1: "
+        f"{r['worst_cosine_first_batch']:.6f})"
+    )
     return "\n".join(lines)
 
 
@@ -58,13 +68,16 @@ def write_folder(args: argparse.Namespace) -> int:
     from poolgate.workers.tools.shape_folder import write_shape
 
     try:
-        architecture = write_shape(Path(args.write_to), args.family, args.shape, seed=args.seed,
-                                   max_model_len=args.max_model_len)
+        architecture = write_shape(
+            Path(args.write_to), args.family, args.shape, seed=args.seed, max_model_len=args.max_model_len
+        )
     except ValueError as exc:
         print(f"poolgate bench-arch: cannot write {args.family}/{args.shape}: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"folder": args.write_to, "family": args.family, "shape": args.shape,
-                      "architecture": architecture}), flush=True)
+    print(
+        json.dumps({"folder": args.write_to, "family": args.family, "shape": args.shape, "architecture": architecture}),
+        flush=True,
+    )
     return 0
 
 
@@ -81,9 +94,17 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.write_to is not None:
         return write_folder(args)
-    cfg = BenchConfig(family=args.family, shape=args.shape, dtype=args.dtype, num_texts=args.num_texts,
-                      seed=args.seed, max_len=args.max_model_len, batch_tokens=args.max_batch_tokens,
-                      sort=args.sorted, num_threads=args.num_threads)
+    cfg = BenchConfig(
+        family=args.family,
+        shape=args.shape,
+        dtype=args.dtype,
+        num_texts=args.num_texts,
+        seed=args.seed,
+        max_len=args.max_model_len,
+        batch_tokens=args.max_batch_tokens,
+        sort=args.sorted,
+        num_threads=args.num_threads,
+    )
     try:
         report = run(cfg)
     except ValueError as exc:

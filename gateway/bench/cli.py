@@ -11,6 +11,7 @@ time with one input of ``--latency-tokens`` tokens (a different text each time):
 the single-request latency percentiles. ``--gateway-only`` measures the gateway
 alone against a zero-cost worker it starts itself (``bench.gateway_only``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,15 +37,24 @@ from poolgate.shared.models import bundled_model_path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``poolgate bench``."""
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
-    parser.add_argument("--model", action="append", default=None,
-                        help="model name (default: first id of GET /v1/models); give it again for several models "
-                             "of one gateway: each is loaded alone, then all at once (bench.mixed)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="model name (default: first id of GET /v1/models); give it again for several models "
+        "of one gateway: each is loaded alone, then all at once (bench.mixed)",
+    )
     parser.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
     parser.add_argument("--batch-size", type=_positive_int, default=32, help="inputs per request")
     parser.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight")
     parser.add_argument("--encoding-format", choices=("base64", "float"), default="base64")
-    parser.add_argument("--float", dest="encoding_format", action="store_const", const="float",
-                        help="shorthand for --encoding-format float")
+    parser.add_argument(
+        "--float",
+        dest="encoding_format",
+        action="store_const",
+        const="float",
+        help="shorthand for --encoding-format float",
+    )
     parser.add_argument("--corpus", default=None, help="text file, one input per line")
     parser.add_argument("--num-texts", type=_positive_int, default=4096, help="synthetic corpus size")
     parser.add_argument("--seed", type=int, default=0, help="synthetic corpus seed")
@@ -52,37 +62,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_mutually_exclusive_group()
     run.add_argument("--passes", type=_positive_int, default=1, help="whole-corpus passes")
     run.add_argument("--duration", type=float, default=None, help="run for SECONDS instead of passes")
-    parser.add_argument("--no-truncate", dest="truncate", action="store_false",
-                        help="do not send truncate_prompt_tokens=-1 (over-long inputs then get 400)")
+    parser.add_argument(
+        "--no-truncate",
+        dest="truncate",
+        action="store_false",
+        help="do not send truncate_prompt_tokens=-1 (over-long inputs then get 400)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
     mode = parser.add_argument_group("modes")
-    mode.add_argument("--latency", action="store_true",
-                      help="single-request latency: one request in flight, one input of --latency-tokens tokens each")
-    mode.add_argument("--latency-tokens", type=_positive_int, default=16,
-                      help="tokens per --latency input, [CLS]/[SEP] included (one synthetic word is one token)")
-    mode.add_argument("--gateway-only", action="store_true",
-                      help="start a gateway and a zero-cost worker on 127.0.0.1 and measure the gateway alone "
-                           "(1 and 32 inputs per request, float and base64); --url and --model are not used")
-    mode.add_argument("--gateway-processes", type=_positive_int, default=1, metavar="N",
-                      help="with --gateway-only: then the same with N gateway processes on one port (--reuse-port), "
-                           "sharing the worker")
+    mode.add_argument(
+        "--latency",
+        action="store_true",
+        help="single-request latency: one request in flight, one input of --latency-tokens tokens each",
+    )
+    mode.add_argument(
+        "--latency-tokens",
+        type=_positive_int,
+        default=16,
+        help="tokens per --latency input, [CLS]/[SEP] included (one synthetic word is one token)",
+    )
+    mode.add_argument(
+        "--gateway-only",
+        action="store_true",
+        help="start a gateway and a zero-cost worker on 127.0.0.1 and measure the gateway alone "
+        "(1 and 32 inputs per request, float and base64); --url and --model are not used",
+    )
+    mode.add_argument(
+        "--gateway-processes",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="with --gateway-only: then the same with N gateway processes on one port (--reuse-port), "
+        "sharing the worker",
+    )
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
-    kill.add_argument("--kill-worker-after", type=float, default=None, metavar="SECONDS",
-                      help="SIGKILL one worker of --gateway-pid this long into the run and time the recovery")
+    kill.add_argument(
+        "--kill-worker-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="SIGKILL one worker of --gateway-pid this long into the run and time the recovery",
+    )
     kill.add_argument("--gateway-pid", type=int, default=None, help="the pid of the `poolgate serve` under test")
-    kill.add_argument("--metrics-url", default=None,
-                      help="where the gateway serves /metrics (default: URL/metrics)")
+    kill.add_argument("--metrics-url", default=None, help="where the gateway serves /metrics (default: URL/metrics)")
     st = parser.add_argument_group("sentence-transformers baseline")
-    st.add_argument("--compare-sentence-transformers", action="store_true",
-                    help="also encode the corpus in-process with sentence-transformers")
+    st.add_argument(
+        "--compare-sentence-transformers",
+        action="store_true",
+        help="also encode the corpus in-process with sentence-transformers",
+    )
     st.add_argument("--st-model", default=None, help="model folder (default: the bundled MiniLM)")
     st.add_argument("--st-batch-size", type=_positive_int, default=32)
     st.add_argument("--st-device", default="cpu")
     st.add_argument("--st-dtype", choices=DTYPE_CHOICES[1:], default="float32")
-    st.add_argument("--check-cosine", action="store_true",
-                    help="after the run, encode the corpus with sentence-transformers in float32 and report the "
-                         "worst and mean cosine of every poolgate vector (and of the --st-dtype baseline's) to it")
+    st.add_argument(
+        "--check-cosine",
+        action="store_true",
+        help="after the run, encode the corpus with sentence-transformers in float32 and report the "
+        "worst and mean cosine of every poolgate vector (and of the --st-dtype baseline's) to it",
+    )
 
 
 def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -96,10 +135,18 @@ def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
 
 def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
     return LoadConfig(
-        url=args.url.rstrip("/"), model=model, api_key=args.api_key, batch_size=1 if args.latency else args.batch_size,
-        concurrency=1 if args.latency else args.concurrency, encoding_format=args.encoding_format,
-        warmup=max(args.warmup, 0), passes=args.passes, duration_s=args.duration,
-        timeout_s=args.timeout, truncate=args.truncate, keep_vectors=getattr(args, "check_cosine", False),
+        url=args.url.rstrip("/"),
+        model=model,
+        api_key=args.api_key,
+        batch_size=1 if args.latency else args.batch_size,
+        concurrency=1 if args.latency else args.concurrency,
+        encoding_format=args.encoding_format,
+        warmup=max(args.warmup, 0),
+        passes=args.passes,
+        duration_s=args.duration,
+        timeout_s=args.timeout,
+        truncate=args.truncate,
+        keep_vectors=getattr(args, "check_cosine", False),
     )
 
 
@@ -108,8 +155,13 @@ def reference(args: argparse.Namespace, texts: list[str], vectors_out: list | No
     from poolgate.workers.tools.st_reference import run_reference
 
     return run_reference(
-        texts, model_path=args.st_model or str(bundled_model_path()), passes=args.passes,
-        batch_size=args.st_batch_size, device=args.st_device, dtype=args.st_dtype, vectors_out=vectors_out,
+        texts,
+        model_path=args.st_model or str(bundled_model_path()),
+        passes=args.passes,
+        batch_size=args.st_batch_size,
+        device=args.st_device,
+        dtype=args.st_dtype,
+        vectors_out=vectors_out,
     )
 
 
@@ -119,8 +171,9 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
-def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result: LoadResult,
-                 st_vectors: list[np.ndarray]) -> dict[str, Any]:
+def check_cosine(
+    args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result: LoadResult, st_vectors: list[np.ndarray]
+) -> dict[str, Any]:
     """poolgate's vectors (and the baseline's) against sentence-transformers in float32 on the same texts."""
     from poolgate.workers.tools.st_reference import run_reference
 
@@ -130,19 +183,35 @@ def check_cosine(args: argparse.Namespace, cfg: LoadConfig, texts: list[str], re
         return {"error": f"{missing} requests gave no vectors"}
     ours = np.concatenate([result.vectors[body] for body in bodies])
     fp32: list = []
-    run_reference(texts, model_path=args.st_model or str(bundled_model_path()), batch_size=args.st_batch_size,
-                  device=args.st_device, dtype="float32", vectors_out=fp32)
+    run_reference(
+        texts,
+        model_path=args.st_model or str(bundled_model_path()),
+        batch_size=args.st_batch_size,
+        device=args.st_device,
+        dtype="float32",
+        vectors_out=fp32,
+    )
     if ours.shape != fp32[0].shape:
-        return {"error": f"the served model's vectors {ours.shape} are not the reference's {fp32[0].shape} "
-                         "(--st-model names the served model's folder)"}
+        return {
+            "error": f"the served model's vectors {ours.shape} are not the reference's {fp32[0].shape} "
+            "(--st-model names the served model's folder)"
+        }
     cos = _cosines(ours, fp32[0])
-    out = {"reference": "sentence-transformers float32", "vectors": int(cos.shape[0]),
-           "poolgate_worst": float(cos.min()), "poolgate_mean": float(cos.mean()),
-           "poolgate_below_0.999": int((cos < 0.999).sum())}
+    out = {
+        "reference": "sentence-transformers float32",
+        "vectors": int(cos.shape[0]),
+        "poolgate_worst": float(cos.min()),
+        "poolgate_mean": float(cos.mean()),
+        "poolgate_below_0.999": int((cos < 0.999).sum()),
+    }
     if st_vectors:
         st = _cosines(st_vectors[0], fp32[0])
-        out.update(st_dtype=args.st_dtype, st_worst=float(st.min()), st_mean=float(st.mean()),
-                   **{"st_below_0.999": int((st < 0.999).sum())})
+        out.update(
+            st_dtype=args.st_dtype,
+            st_worst=float(st.min()),
+            st_mean=float(st.mean()),
+            **{"st_below_0.999": int((st < 0.999).sum())},
+        )
     return out
 
 
@@ -197,8 +266,9 @@ def main(args: argparse.Namespace) -> int:
         kill_plan(args)
         models = args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))]
         if len(models) > 1 and (args.kill_worker_after is not None or args.compare_sentence_transformers):
-            raise ValueError("several --model runs take neither --kill-worker-after nor a sentence-transformers "
-                             "baseline")
+            raise ValueError(
+                "several --model runs take neither --kill-worker-after nor a sentence-transformers baseline"
+            )
     except (TimeoutError, OSError, ValueError, BadResponse, aiohttp.ClientError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ killed (seconds into the run), how long until the gateway saw a worker down and
 until the pool was whole again (None when it was not within ``max_wait_s``), and
 whether that happened while the load still ran. Linux only (``/proc``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -65,8 +66,13 @@ def _cmdline(pid: int) -> bytes:
 
 def workers_up(metrics_text: str) -> int:
     """How many ``poolgate_worker_up`` series are 1."""
-    return sum(1 for family in text_string_to_metric_families(metrics_text) if family.name == WORKER_UP
-               for sample in family.samples if sample.value == 1.0)
+    return sum(
+        1
+        for family in text_string_to_metric_families(metrics_text)
+        if family.name == WORKER_UP
+        for sample in family.samples
+        if sample.value == 1.0
+    )
 
 
 async def _up(session: aiohttp.ClientSession, url: str) -> int | None:
@@ -99,9 +105,14 @@ async def kill_and_watch(plan: KillPlan, run_done: asyncio.Event) -> dict:
             replaced = len(set(worker_pids(plan.gateway_pid)) - set(before_pids)) > 0
             if replaced and up is not None and before_up is not None and up >= before_up:
                 whole_s = now
-    return {"killed_pid": victim, "killed_at_s": killed - start, "workers_up_before": before_up,
-            "down_seen_after_s": down_s, "whole_again_after_s": whole_s,
-            "whole_while_loaded": whole_s is not None and not run_done.is_set()}
+    return {
+        "killed_pid": victim,
+        "killed_at_s": killed - start,
+        "workers_up_before": before_up,
+        "down_seen_after_s": down_s,
+        "whole_again_after_s": whole_s,
+        "whole_while_loaded": whole_s is not None and not run_done.is_set(),
+    }
 
 
 def format_failover(result: dict) -> str:
@@ -112,10 +123,12 @@ def format_failover(result: dict) -> str:
     def secs(x: float | None) -> str:
         return "never (within the wait)" if x is None else f"{x:.2f} s"
 
-    return (f"failover: SIGKILL worker {result['killed_pid']} at {result['killed_at_s']:.1f} s; "
-            f"seen down after {secs(result['down_seen_after_s'])}; "
-            f"pool whole again after {secs(result['whole_again_after_s'])}"
-            f"{'' if result['whole_while_loaded'] else ' (after the load ended)'}")
+    return (
+        f"failover: SIGKILL worker {result['killed_pid']} at {result['killed_at_s']:.1f} s; "
+        f"seen down after {secs(result['down_seen_after_s'])}; "
+        f"pool whole again after {secs(result['whole_again_after_s'])}"
+        f"{'' if result['whole_while_loaded'] else ' (after the load ended)'}"
+    )
 
 
 T = TypeVar("T")

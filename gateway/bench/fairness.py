@@ -17,6 +17,7 @@ its calls answered and not (``heavy_errors``), and the answered ones' p50
 (``heavy_p50_s``: the scale a fair scheduler keeps the probe well below, and a
 first-in-first-out one does not). A client only: it imports no worker code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,26 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> int:
         return resp.status
 
 
-async def _heavy(session: aiohttp.ClientSession, url: str, model: str, inputs: list[str], priority: int,
-                 stop: asyncio.Event, done: list[int], calls: list[tuple[int, float]] | None = None) -> None:
+async def _heavy(
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    inputs: list[str],
+    priority: int,
+    stop: asyncio.Event,
+    done: list[int],
+    calls: list[tuple[int, float]] | None = None,
+) -> None:
     """Send ``inputs`` in one call after the other until ``stop``; count the answered inputs in ``done`` and
     each call's (status, seconds) in ``calls``."""
     while not stop.is_set():
-        body = {"model": model, "input": inputs, "encoding_format": "base64", "priority": priority,
-                "truncate_prompt_tokens": -1}
+        body = {
+            "model": model,
+            "input": inputs,
+            "encoding_format": "base64",
+            "priority": priority,
+            "truncate_prompt_tokens": -1,
+        }
         start = time.perf_counter()
         status = await _post(session, url, body)
         if status == 200:
@@ -51,13 +65,19 @@ async def _heavy(session: aiohttp.ClientSession, url: str, model: str, inputs: l
             calls.append((status, time.perf_counter() - start))
 
 
-async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], duration_s: float,
-                 probes: int | None = None) -> tuple[list[float], int]:
+async def _probe(
+    session: aiohttp.ClientSession, url: str, model: str, texts: list[str], duration_s: float, probes: int | None = None
+) -> tuple[list[float], int]:
     latencies: list[float] = []
     errors, end, i = 0, time.monotonic() + duration_s, 0
     while time.monotonic() < end and (probes is None or len(latencies) < probes):
-        body = {"model": model, "input": [texts[i % len(texts)]], "encoding_format": "base64", "priority": 0,
-                "truncate_prompt_tokens": -1}
+        body = {
+            "model": model,
+            "input": [texts[i % len(texts)]],
+            "encoding_format": "base64",
+            "priority": 0,
+            "truncate_prompt_tokens": -1,
+        }
         start = time.perf_counter()
         status = await _post(session, url, body)
         if status == 200:
@@ -69,19 +89,33 @@ async def _probe(session: aiohttp.ClientSession, url: str, model: str, texts: li
     return latencies, errors
 
 
-async def run(url: str, model: str, scenario: str, *, duration_s: float = 20.0, lead_s: float = 2.0,
-              big_inputs: int = 2048, bulk_clients: int = 6, bulk_inputs: int = 64, probes: int | None = None) -> dict:
+async def run(
+    url: str,
+    model: str,
+    scenario: str,
+    *,
+    duration_s: float = 20.0,
+    lead_s: float = 2.0,
+    big_inputs: int = 2048,
+    bulk_clients: int = 6,
+    bulk_inputs: int = 64,
+    probes: int | None = None,
+) -> dict:
     """One bounded run of ``scenario`` (module doc); the probe's latency figures."""
     texts = synthetic_corpus(4096, seed=0)
     url = url.rstrip("/")
-    heavy = [(texts[:big_inputs], 0)] if scenario == "big" else [(texts[i * bulk_inputs:(i + 1) * bulk_inputs], 10)
-                                                                 for i in range(bulk_clients)]
+    heavy = (
+        [(texts[:big_inputs], 0)]
+        if scenario == "big"
+        else [(texts[i * bulk_inputs : (i + 1) * bulk_inputs], 10) for i in range(bulk_clients)]
+    )
     stop, done = asyncio.Event(), [0]
     calls: list[tuple[int, float]] = []
     timeout = aiohttp.ClientTimeout(total=duration_s + lead_s + 120)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
-        load = [asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done, calls))
-                for inputs, prio in heavy]
+        load = [
+            asyncio.create_task(_heavy(session, url, model, inputs, prio, stop, done, calls)) for inputs, prio in heavy
+        ]
         await asyncio.sleep(lead_s)
         started = time.monotonic()
         latencies, errors = await _probe(session, url, model, texts[-256:], duration_s, probes)
@@ -90,11 +124,18 @@ async def run(url: str, model: str, scenario: str, *, duration_s: float = 20.0, 
         await asyncio.gather(*load, return_exceptions=True)
     lat = np.array(latencies or [float("nan")])
     heavy_s = [seconds for status, seconds in calls if status == 200]
-    return {"scenario": scenario, "probes": len(latencies), "probe_errors": errors,
-            "p50_s": float(np.percentile(lat, 50)), "p99_s": float(np.percentile(lat, 99)),
-            "max_s": float(lat.max()), "heavy_inputs_per_s": done[0] / probing_s if probing_s else 0.0,
-            "heavy_calls": len(heavy_s), "heavy_errors": len(calls) - len(heavy_s),
-            "heavy_p50_s": float(np.percentile(heavy_s, 50)) if heavy_s else float("nan")}
+    return {
+        "scenario": scenario,
+        "probes": len(latencies),
+        "probe_errors": errors,
+        "p50_s": float(np.percentile(lat, 50)),
+        "p99_s": float(np.percentile(lat, 99)),
+        "max_s": float(lat.max()),
+        "heavy_inputs_per_s": done[0] / probing_s if probing_s else 0.0,
+        "heavy_calls": len(heavy_s),
+        "heavy_errors": len(calls) - len(heavy_s),
+        "heavy_p50_s": float(np.percentile(heavy_s, 50)) if heavy_s else float("nan"),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,9 +150,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bulk-inputs", type=int, default=64)
     p.add_argument("--probes", type=int, default=None, help="end the probing after this many answered probes")
     a = p.parse_args(argv)
-    print(json.dumps(asyncio.run(run(a.url, a.model, a.scenario, duration_s=a.duration, lead_s=a.lead,
-                                     big_inputs=a.big_inputs, bulk_clients=a.bulk_clients,
-                                     bulk_inputs=a.bulk_inputs, probes=a.probes))))
+    print(
+        json.dumps(
+            asyncio.run(
+                run(
+                    a.url,
+                    a.model,
+                    a.scenario,
+                    duration_s=a.duration,
+                    lead_s=a.lead,
+                    big_inputs=a.big_inputs,
+                    bulk_clients=a.bulk_clients,
+                    bulk_inputs=a.bulk_inputs,
+                    probes=a.probes,
+                )
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ response encoding: requests/s and inputs/s per gateway process. With
 port (``--reuse-port``, each with its own metrics port), sharing the one worker:
 the scale-out, measured beside one process in the same run.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +33,11 @@ from poolgate.shared.telemetry import WORKER_UP
 NULL_FACTORY = "poolgate.workers.tools.null_model:load"
 MODEL = "null"
 SHAPES: tuple[tuple[int, Literal["float", "base64"]], ...] = (  # (inputs per request, encoding)
-    (1, "float"), (1, "base64"), (32, "float"), (32, "base64"))
+    (1, "float"),
+    (1, "base64"),
+    (32, "float"),
+    (32, "base64"),
+)
 READY_TIMEOUT_S = 60.0
 
 
@@ -53,8 +58,10 @@ def _ready(url: str) -> bool:
             return False
         if not url.endswith("/metrics"):
             return True
-        return any(line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
-                   for line in resp.read().decode().splitlines())
+        return any(
+            line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
+            for line in resp.read().decode().splitlines()
+        )
     return False
 
 
@@ -78,16 +85,41 @@ def null_gateway(processes: int = 1) -> Iterator[tuple[str, list[str]]]:
     """``processes`` gateways on one free port in front of one zero-cost worker; yields the base URL and each
     gateway's own /metrics URL."""
     worker_port, http_port = free_port(), free_port()
-    procs = [subprocess.Popen(_cli("worker", "--served-model-name", MODEL, "--listen", f"tcp://127.0.0.1:{worker_port}",
-                                   "--runner-factory", NULL_FACTORY), stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            _cli(
+                "worker",
+                "--served-model-name",
+                MODEL,
+                "--listen",
+                f"tcp://127.0.0.1:{worker_port}",
+                "--runner-factory",
+                NULL_FACTORY,
+            ),
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     metrics = []
     for _ in range(processes):
         metrics_port = free_port()
         metrics.append(f"http://127.0.0.1:{metrics_port}/metrics")
-        procs.append(subprocess.Popen(_cli("serve", "--host", "127.0.0.1", "--port", str(http_port), "--reuse-port",
-                                           "--metrics-port", str(metrics_port),
-                                           "--worker-url", f"tcp://127.0.0.1:{worker_port}"),
-                                      stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                _cli(
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(http_port),
+                    "--reuse-port",
+                    "--metrics-port",
+                    str(metrics_port),
+                    "--worker-url",
+                    f"tcp://127.0.0.1:{worker_port}",
+                ),
+                stderr=subprocess.DEVNULL,
+            )
+        )
     url = f"http://127.0.0.1:{http_port}"
     try:
         _wait_ready([*metrics, f"{url}/health"], procs)
@@ -111,19 +143,29 @@ def run_gateway_only(base: LoadConfig, texts: list[str], processes: int = 1) -> 
             for batch, encoding in SHAPES:
                 cfg = replace(base, url=url, model=MODEL, batch_size=batch, encoding_format=encoding)
                 result = asyncio.run(run_load(cfg, texts))
-                runs.append({**summarize(result, cfg, corpus="synthetic", num_texts=len(texts)),
-                             "gateway_processes": n})
-    return {"mode": "gateway-only", "concurrency": base.concurrency, "texts": len(texts), "runs": runs,
-            "errors": sum(r["errors"] for r in runs)}
+                runs.append(
+                    {**summarize(result, cfg, corpus="synthetic", num_texts=len(texts)), "gateway_processes": n}
+                )
+    return {
+        "mode": "gateway-only",
+        "concurrency": base.concurrency,
+        "texts": len(texts),
+        "runs": runs,
+        "errors": sum(r["errors"] for r in runs),
+    }
 
 
 def format_gateway_only(report: dict) -> str:
-    lines = [f"poolgate bench --gateway-only: zero-cost worker, {report['texts']:,} texts, "
-             f"concurrency {report['concurrency']}",
-             f"  {'gateways':>8}  {'inputs/request':>14}  {'encoding':>8}  {'requests/s':>12}  {'inputs/s':>12}  "
-             f"{'p50 ms':>8}  errors"]
+    lines = [
+        f"poolgate bench --gateway-only: zero-cost worker, {report['texts']:,} texts, "
+        f"concurrency {report['concurrency']}",
+        f"  {'gateways':>8}  {'inputs/request':>14}  {'encoding':>8}  {'requests/s':>12}  {'inputs/s':>12}  "
+        f"{'p50 ms':>8}  errors",
+    ]
     for r in report["runs"]:
-        lines.append(f"  {r.get('gateway_processes', 1):>8}  {r['batch_size']:>14}  {r['encoding_format']:>8}  "
-                     f"{r['requests_per_s']:>12,.1f}  "
-                     f"{r['inputs_per_s']:>12,.1f}  {r['latency_ms']['p50'] or 0:>8.2f}  {r['errors']}")
+        lines.append(
+            f"  {r.get('gateway_processes', 1):>8}  {r['batch_size']:>14}  {r['encoding_format']:>8}  "
+            f"{r['requests_per_s']:>12,.1f}  "
+            f"{r['inputs_per_s']:>12,.1f}  {r['latency_ms']['p50'] or 0:>8.2f}  {r['errors']}"
+        )
     return "\n".join(lines)

@@ -14,6 +14,7 @@ the target, whether it was met, the command, and the step's output tail on error
 nothing. The pytest step runs only the test files that carry the ``cuda`` mark,
 so a bare machine needs no test tool beyond pytest and pytest-asyncio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,13 @@ def _step(cmd: list[str], timeout_s: float) -> dict:
     report = None
     with contextlib.suppress(ValueError, IndexError):
         report = json.loads(lines[-1])
-    return {"command": " ".join(cmd), "rc": rc, "seconds": round(time.perf_counter() - start, 2),
-            "report": report, "tail": None if rc == 0 else (out[-1500:] + "\n" + (err or "")[-1500:])}
+    return {
+        "command": " ".join(cmd),
+        "rc": rc,
+        "seconds": round(time.perf_counter() - start, 2),
+        "report": report,
+        "tail": None if rc == 0 else (out[-1500:] + "\n" + (err or "")[-1500:]),
+    }
 
 
 def _free_port() -> int:
@@ -92,14 +98,19 @@ def _free_port() -> int:
 def serving(folder: Path, plan: Plan) -> Iterator[str | None]:
     """``poolgate serve FOLDER`` on a free port until the block ends; yields the URL (None if it never came up)."""
     port = _free_port()
-    proc = subprocess.Popen(_cli("serve", str(folder), "--port", str(port), "--backend", plan.backend,
-                                 "--dtype", plan.dtype), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cli("serve", str(folder), "--port", str(port), "--backend", plan.backend, "--dtype", plan.dtype),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + plan.step_timeout_s
     ready = False
     while time.monotonic() < deadline and proc.poll() is None and not ready:
-        with contextlib.suppress(OSError, urllib.error.URLError), \
-                urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+        with (
+            contextlib.suppress(OSError, urllib.error.URLError),
+            urllib.request.urlopen(f"{url}/health", timeout=2) as resp,
+        ):
             ready = resp.status == 200
         time.sleep(0.3)
     try:
@@ -116,17 +127,54 @@ def _http_steps(folder: Path, plan: Plan, *, compare: bool, latency: bool) -> di
     steps = {}
     with serving(folder, plan) as url:
         if url is None:
-            return {"serve": {"command": f"poolgate serve {folder}", "rc": 1, "report": None,
-                              "tail": "the server never became healthy"}}
-        bench = ["bench", "--url", url, "--encoding-format", "base64", "--num-texts", str(plan.texts),
-                 "--concurrency", str(plan.concurrency), "--batch-size", str(plan.batch_size)]
+            return {
+                "serve": {
+                    "command": f"poolgate serve {folder}",
+                    "rc": 1,
+                    "report": None,
+                    "tail": "the server never became healthy",
+                }
+            }
+        bench = [
+            "bench",
+            "--url",
+            url,
+            "--encoding-format",
+            "base64",
+            "--num-texts",
+            str(plan.texts),
+            "--concurrency",
+            str(plan.concurrency),
+            "--batch-size",
+            str(plan.batch_size),
+        ]
         if compare:
-            bench += ["--compare-sentence-transformers", "--st-model", str(folder), "--st-device", plan.backend,
-                      "--st-dtype", plan.dtype, "--st-batch-size", str(plan.st_batch_size)]
+            bench += [
+                "--compare-sentence-transformers",
+                "--st-model",
+                str(folder),
+                "--st-device",
+                plan.backend,
+                "--st-dtype",
+                plan.dtype,
+                "--st-batch-size",
+                str(plan.st_batch_size),
+            ]
         steps["http"] = _step(_cli(*bench), plan.step_timeout_s)
         if latency:
-            steps["latency"] = _step(_cli("bench", "--url", url, "--latency", "--latency-tokens", "16",
-                                          "--num-texts", str(plan.latency_requests)), plan.step_timeout_s)
+            steps["latency"] = _step(
+                _cli(
+                    "bench",
+                    "--url",
+                    url,
+                    "--latency",
+                    "--latency-tokens",
+                    "16",
+                    "--num-texts",
+                    str(plan.latency_requests),
+                ),
+                plan.step_timeout_s,
+            )
     return steps
 
 
@@ -139,44 +187,75 @@ def _value(step: dict[str, Any] | None, metric: str) -> Any:
 
 def rows(steps: dict) -> list[dict]:
     """The table: one row per target, measured where its step ran."""
-    where = {"bert_http": steps.get("bert", {}).get("http"), "bert_vs_st": steps.get("bert", {}).get("http"),
-             "bert_runner": steps.get("bert_runner"), "qwen_http": steps.get("qwen", {}).get("http"),
-             "bert_latency_p50": steps.get("bert", {}).get("latency")}
+    where = {
+        "bert_http": steps.get("bert", {}).get("http"),
+        "bert_vs_st": steps.get("bert", {}).get("http"),
+        "bert_runner": steps.get("bert_runner"),
+        "qwen_http": steps.get("qwen", {}).get("http"),
+        "bert_latency_p50": steps.get("bert", {}).get("latency"),
+    }
     out = []
     for name, (metric, target, unit) in TARGETS.items():
         value = _value(where[name], metric)
         met = None if value is None else (value <= target if unit.startswith("ms") else value >= target)
-        out.append({"row": name, "metric": metric, "measured": value, "target": target, "unit": unit, "met": met,
-                    "command": (where[name] or {}).get("command")})
+        out.append(
+            {
+                "row": name,
+                "metric": metric,
+                "measured": value,
+                "target": target,
+                "unit": unit,
+                "met": met,
+                "command": (where[name] or {}).get("command"),
+            }
+        )
     return out
 
 
 def cuda_test_files() -> list[str]:
     """The test files that hold a ``cuda``-marked test, relative to the tree."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                  if "pytest.mark.cuda" in p.read_text(encoding="utf-8"))
+    return sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if "pytest.mark.cuda" in p.read_text(encoding="utf-8")
+    )
 
 
 def run(plan: Plan, work: Path) -> dict:
     started = time.perf_counter()
-    steps: dict = {"pytest_cuda": _step([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
-                                         *cuda_test_files()], 240.0)}
+    steps: dict = {
+        "pytest_cuda": _step(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *cuda_test_files()], 240.0
+        )
+    }
     bert, qwen = work / "bert", work / "qwen"
     for folder, (family, shape) in ((bert, plan.bert), (qwen, plan.qwen)):
-        steps[f"write_{folder.name}"] = _step(_cli("bench-arch", "--family", family, "--shape", shape,
-                                                   "--write-to", str(folder)), plan.step_timeout_s)
-    steps["bert_runner"] = _step(_cli("bench-runner", str(bert), "--backend", plan.backend, "--dtype", plan.dtype,
-                                      "--num-texts", str(plan.texts)), plan.step_timeout_s)
+        steps[f"write_{folder.name}"] = _step(
+            _cli("bench-arch", "--family", family, "--shape", shape, "--write-to", str(folder)), plan.step_timeout_s
+        )
+    steps["bert_runner"] = _step(
+        _cli(
+            "bench-runner", str(bert), "--backend", plan.backend, "--dtype", plan.dtype, "--num-texts", str(plan.texts)
+        ),
+        plan.step_timeout_s,
+    )
     steps["bert"] = _http_steps(bert, plan, compare=True, latency=True)
     steps["qwen"] = _http_steps(qwen, plan, compare=False, latency=False)
-    return {"dry_run": plan is DRY, "backend": plan.backend, "dtype": plan.dtype,
-            "shapes": {"bert": "/".join(plan.bert), "qwen": "/".join(plan.qwen)}, "rows": rows(steps),
-            "steps": steps, "seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "dry_run": plan is DRY,
+        "backend": plan.backend,
+        "dtype": plan.dtype,
+        "shapes": {"bert": "/".join(plan.bert), "qwen": "/".join(plan.qwen)},
+        "rows": rows(steps),
+        "steps": steps,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poolgate.gateway.bench.gpu_check",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m poolgate.gateway.bench.gpu_check", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", required=True, help="where to write the JSON results")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (CI), no pytest step")
     args = parser.parse_args(argv)
@@ -184,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run(DRY if args.dry_run else GPU, Path(tmp))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for row in result["rows"]:
-        print(f"{row['row']:18s} {row['measured']!s:>14} {row['unit']:14s} target {row['target']:>10}  "
-              f"met={row['met']}")
+        print(
+            f"{row['row']:18s} {row['measured']!s:>14} {row['unit']:14s} target {row['target']:>10}  met={row['met']}"
+        )
     failed = [name for name, s in _flat(result["steps"]) if s.get("rc") != 0]
     print(f"{len(failed)} step(s) failed: {', '.join(failed)}" if failed else "every step ran", file=sys.stderr)
     return 1 if failed else 0

@@ -6,6 +6,7 @@ embedding per input, indices 0..n-1, one dimension across the whole run.
 A non-200 status, a malformed body, a timeout or a connection failure counts
 as an error; latencies are kept for successful requests only.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -78,8 +79,10 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 async def first_model_id(url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
     """The first id listed by ``GET {url}/v1/models``."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout, headers=auth_headers(api_key)) as session, \
-            session.get(f"{url.rstrip('/')}/v1/models") as resp:
+    async with (
+        aiohttp.ClientSession(timeout=timeout, headers=auth_headers(api_key)) as session,
+        session.get(f"{url.rstrip('/')}/v1/models") as resp,
+    ):
         if resp.status != 200:
             raise BadResponse(f"GET /v1/models -> HTTP {resp.status}: {(await resp.text())[:300]}")
         data = (await resp.json(content_type=None)).get("data") or []
@@ -92,7 +95,7 @@ def make_payloads(texts: list[str], cfg: LoadConfig) -> list[tuple[bytes, int]]:
     """One serialized request body per batch of ``cfg.batch_size`` texts, with its size."""
     out = []
     for start in range(0, len(texts), cfg.batch_size):
-        batch = texts[start:start + cfg.batch_size]
+        batch = texts[start : start + cfg.batch_size]
         body: dict[str, Any] = {"model": cfg.model, "input": batch, "encoding_format": cfg.encoding_format}
         if cfg.truncate:
             body["truncate_prompt_tokens"] = -1
@@ -119,8 +122,9 @@ def decode_embeddings(body: dict, n_inputs: int, encoding_format: str) -> tuple[
     return np.stack(rows), tokens  # (n_inputs, dim)
 
 
-async def send_one(session: aiohttp.ClientSession, url: str, payload: tuple[bytes, int],
-                   cfg: LoadConfig, result: LoadResult) -> None:
+async def send_one(
+    session: aiohttp.ClientSession, url: str, payload: tuple[bytes, int], cfg: LoadConfig, result: LoadResult
+) -> None:
     """POST one batch; record its latency, inputs and tokens, or the error."""
     body, n_inputs = payload
     result.requests += 1
@@ -168,9 +172,11 @@ def request_stream(payloads: list[tuple[bytes, int]], cfg: LoadConfig) -> Iterat
             yield payload
 
 
-async def drive(session: aiohttp.ClientSession, url: str, stream: Iterator, concurrency: int,
-                cfg: LoadConfig, result: LoadResult) -> None:
+async def drive(
+    session: aiohttp.ClientSession, url: str, stream: Iterator, concurrency: int, cfg: LoadConfig, result: LoadResult
+) -> None:
     """Keep ``concurrency`` requests in flight until the stream is exhausted."""
+
     async def worker() -> None:
         for payload in stream:
             await send_one(session, url, payload, cfg, result)

@@ -1,4 +1,5 @@
 """Benchmark statistics: turns raw load results into a report dict, a table and JSON."""
+
 from __future__ import annotations
 
 import json
@@ -36,15 +37,25 @@ def latency_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:
 def summarize(result: LoadResult, cfg: LoadConfig, *, corpus: str, num_texts: int) -> dict:
     """The report of one HTTP run: setup, counts, rates, latencies, errors."""
     return {
-        "url": cfg.url, "model": cfg.model, "encoding_format": cfg.encoding_format,
-        "batch_size": cfg.batch_size, "concurrency": cfg.concurrency,
-        "passes": None if cfg.duration_s is not None else cfg.passes, "duration_s": cfg.duration_s,
-        "corpus": corpus, "texts": num_texts,
-        "requests": result.requests, "ok_requests": result.ok_requests,
-        "errors": result.error_count, "error_kinds": dict(result.errors),
-        "error_samples": list(result.error_samples), "warmup_errors": result.warmup_errors,
-        "inputs": result.inputs, "prompt_tokens": result.prompt_tokens,
-        "embedding_dim": result.embedding_dim, "wall_s": result.wall_s,
+        "url": cfg.url,
+        "model": cfg.model,
+        "encoding_format": cfg.encoding_format,
+        "batch_size": cfg.batch_size,
+        "concurrency": cfg.concurrency,
+        "passes": None if cfg.duration_s is not None else cfg.passes,
+        "duration_s": cfg.duration_s,
+        "corpus": corpus,
+        "texts": num_texts,
+        "requests": result.requests,
+        "ok_requests": result.ok_requests,
+        "errors": result.error_count,
+        "error_kinds": dict(result.errors),
+        "error_samples": list(result.error_samples),
+        "warmup_errors": result.warmup_errors,
+        "inputs": result.inputs,
+        "prompt_tokens": result.prompt_tokens,
+        "embedding_dim": result.embedding_dim,
+        "wall_s": result.wall_s,
         "tokens_per_s": rate(result.prompt_tokens, result.wall_s),
         "inputs_per_s": rate(result.inputs, result.wall_s),
         "requests_per_s": rate(result.requests, result.wall_s),
@@ -97,18 +108,24 @@ def format_table(report: dict) -> str:
         line = f"  {label:<{widths[0]}}  {ours:>{widths[1]}}"
         lines.append((line + (f"  {theirs:>{widths[2]}}" if st else "")).rstrip())
     if st:
-        lines.append(f"  (sentence-transformers: {st['device']} {st['dtype']}, batch {st['batch_size']}, "
-                     f"max_seq_length {st['max_seq_length']})")
+        lines.append(
+            f"  (sentence-transformers: {st['device']} {st['dtype']}, batch {st['batch_size']}, "
+            f"max_seq_length {st['max_seq_length']})"
+        )
     cos = report.get("cosine_to_fp32")
     if cos and "error" in cos:
         lines.append(f"  cosine to float32: {cos['error']}")
     elif cos:
-        line = (f"  cosine to {cos['reference']} over {cos['vectors']:,} vectors: poolgate worst "
-                f"{cos['poolgate_worst']:.6f}, mean {cos['poolgate_mean']:.6f}, "
-                f"{cos['poolgate_below_0.999']} below 0.999")
+        line = (
+            f"  cosine to {cos['reference']} over {cos['vectors']:,} vectors: poolgate worst "
+            f"{cos['poolgate_worst']:.6f}, mean {cos['poolgate_mean']:.6f}, "
+            f"{cos['poolgate_below_0.999']} below 0.999"
+        )
         if "st_worst" in cos:
-            line += (f"; sentence-transformers {cos['st_dtype']} worst {cos['st_worst']:.6f}, "
-                     f"mean {cos['st_mean']:.6f}, {cos['st_below_0.999']} below 0.999")
+            line += (
+                f"; sentence-transformers {cos['st_dtype']} worst {cos['st_worst']:.6f}, "
+                f"mean {cos['st_mean']:.6f}, {cos['st_below_0.999']} below 0.999"
+            )
         lines.append(line)
     for kind, count in report["error_kinds"].items():
         lines.append(f"  error {kind}: {count:,}")

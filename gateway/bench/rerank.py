@@ -9,6 +9,7 @@ p90, p99 and mean latency in milliseconds, documents per second, and the
 report as one JSON line (also to ``--json``). Exit 0 when every timed request
 succeeded, 1 when any failed, 2 when the run could not start.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,17 @@ def payloads(documents: list[str], n: int, count: int, model: str) -> list[bytes
     out = []
     for i in range(count):
         docs = [documents[(i * n + j) % len(documents)] for j in range(n)]
-        out.append(json.dumps({"model": model, "query": QUERY, "documents": docs, "truncate_prompt_tokens": -1,
-                               "return_documents": False}).encode())
+        out.append(
+            json.dumps(
+                {
+                    "model": model,
+                    "query": QUERY,
+                    "documents": docs,
+                    "truncate_prompt_tokens": -1,
+                    "return_documents": False,
+                }
+            ).encode()
+        )
     return out
 
 
@@ -87,10 +97,10 @@ async def run(args: argparse.Namespace, model: str, documents: list[str]) -> dic
             if timed:
                 latencies.append(time.perf_counter() - start)
 
-        for body in bodies[:max(args.warmup, 0)]:
+        for body in bodies[: max(args.warmup, 0)]:
             await one(body, timed=False)
         errors.clear()
-        queue = list(bodies[max(args.warmup, 0):])
+        queue = list(bodies[max(args.warmup, 0) :])
         start = time.perf_counter()
 
         async def worker() -> None:
@@ -105,11 +115,21 @@ async def run(args: argparse.Namespace, model: str, documents: list[str]) -> dic
 def summarize(latencies: list[float], errors: list[str], wall_s: float, args: argparse.Namespace, model: str) -> dict:
     ms = np.asarray(latencies) * 1e3
     pct = (lambda q: round(float(np.percentile(ms, q)), 2)) if len(ms) else (lambda q: None)
-    return {"model": model, "path": args.path, "documents": args.documents, "requests": args.requests,
-            "concurrency": args.concurrency, "ok": len(latencies), "errors": len(errors),
-            "error_samples": errors[:3], "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
-            "mean_ms": round(float(ms.mean()), 2) if len(ms) else None,
-            "documents_per_s": round(len(latencies) * args.documents / wall_s, 1) if wall_s > 0 else None}
+    return {
+        "model": model,
+        "path": args.path,
+        "documents": args.documents,
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "ok": len(latencies),
+        "errors": len(errors),
+        "error_samples": errors[:3],
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "mean_ms": round(float(ms.mean()), 2) if len(ms) else None,
+        "documents_per_s": round(len(latencies) * args.documents / wall_s, 1) if wall_s > 0 else None,
+    }
 
 
 def main(args: argparse.Namespace) -> int:
@@ -120,9 +140,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"poolgate bench-rerank: cannot start: {exc}", file=sys.stderr)
         return 2
     report = asyncio.run(run(args, model, documents))
-    print(f"rerank 1 query x {report['documents']} documents on {model} ({report['path']}, "
-          f"{report['ok']}/{report['requests']} ok): p50 {report['p50_ms']} ms, p90 {report['p90_ms']} ms, "
-          f"p99 {report['p99_ms']} ms, mean {report['mean_ms']} ms, {report['documents_per_s']} documents/s")
+    print(
+        f"rerank 1 query x {report['documents']} documents on {model} ({report['path']}, "
+        f"{report['ok']}/{report['requests']} ok): p50 {report['p50_ms']} ms, p90 {report['p90_ms']} ms, "
+        f"p99 {report['p99_ms']} ms, mean {report['mean_ms']} ms, {report['documents_per_s']} documents/s"
+    )
     line = json.dumps(report)
     print(line, flush=True)
     if args.json:

@@ -7,6 +7,7 @@ Prints a line per figure and the report as one JSON line (the last line of
 stdout; also to ``--json``). torch is imported only when the command runs.
 Exit 0 on a run, 2 when the model cannot load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-texts", type=positive_int, default=2048, help="synthetic corpus size")
     parser.add_argument("--seed", type=int, default=0, help="corpus seed")
     parser.add_argument("--passes", type=positive_int, default=1, help="whole-corpus passes")
-    parser.add_argument("--max-batch-tokens", type=positive_int, default=None,
-                        help="token budget of one batch (default: the backend's)")
+    parser.add_argument(
+        "--max-batch-tokens", type=positive_int, default=None, help="token budget of one batch (default: the backend's)"
+    )
     parser.add_argument("--max-model-len", type=positive_int, default=None, help="tokens per text at most")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
 
@@ -40,24 +42,35 @@ def main(args: argparse.Namespace) -> int:
     bound_memory()  # the worker's allocator bounds, before torch loads: measured as the worker runs
     from poolgate.workers.tools.runner_bench import RunnerBench, run_runner_bench
 
-    cfg = RunnerBench(model_path=args.model, backend=args.backend, dtype=args.dtype, num_texts=args.num_texts,
-                      seed=args.seed, max_batch_tokens=args.max_batch_tokens, max_model_len=args.max_model_len,
-                      passes=args.passes)
+    cfg = RunnerBench(
+        model_path=args.model,
+        backend=args.backend,
+        dtype=args.dtype,
+        num_texts=args.num_texts,
+        seed=args.seed,
+        max_batch_tokens=args.max_batch_tokens,
+        max_model_len=args.max_model_len,
+        passes=args.passes,
+    )
     try:
         report = run_runner_bench(cfg)
     except (OSError, ValueError, RuntimeError) as exc:
         print(f"poolgate bench-runner: cannot run: {exc}", file=sys.stderr)
         return 2
-    print(f"{report['architecture']} on {report['device']} ({report['device_name'] or report['backend']}), "
-          f"{report['dtype']}, {report['attention']}: {report['tokens']:,} tokens in {report['batches']} batches "
-          f"of <= {report['max_batch_tokens']}")
+    print(
+        f"{report['architecture']} on {report['device']} ({report['device_name'] or report['backend']}), "
+        f"{report['dtype']}, {report['attention']}: {report['tokens']:,} tokens in {report['batches']} batches "
+        f"of <= {report['max_batch_tokens']}"
+    )
     print(f"  execute (forward + pooling + copy back): {report['execute_tokens_per_s']:>12,.1f} tokens/s")
     print(f"  prepare + execute, one after the other:  {report['tokens_per_s']:>12,.1f} tokens/s")
     peak, share = report["gemm_peak"], report["gemm_peak_share"]
     int8 = "-" if peak.get("int8_gflops") is None else f"{peak['int8_gflops']:,.1f}"
-    print(f"  linear layers: {report['linear_gflops']:,.1f} GFLOP/s, "
-          f"{'-' if share is None else f'{share:.0%}'} of a measured {peak['dtype']} GEMM peak of "
-          f"{peak.get('float_gflops') or 0:,.1f} GFLOP/s (int8 GEMM peak: {int8})")
+    print(
+        f"  linear layers: {report['linear_gflops']:,.1f} GFLOP/s, "
+        f"{'-' if share is None else f'{share:.0%}'} of a measured {peak['dtype']} GEMM peak of "
+        f"{peak.get('float_gflops') or 0:,.1f} GFLOP/s (int8 GEMM peak: {int8})"
+    )
     att = report["attention_share"]
     print(f"  attention: {'-' if att is None else f'{att:.1%}'} of a one-thread forward")
     line = json.dumps(report, sort_keys=True)

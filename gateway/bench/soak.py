@@ -10,6 +10,7 @@ resident memory (``/proc``, Linux) as a JSON line; at the end, a summary:
 first and last samples, and the growth over the second half of the run (what
 "flat after warm-up" means here). A client only: it imports no worker code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,9 @@ def sample(pid: int) -> dict[str, float | None]:
     return {"gateway": rss_mb(pid), **{f"worker {c}": rss_mb(c) for c in children(pid)}}
 
 
-async def _client(session: aiohttp.ClientSession, url: str, model: str, texts: list[str], inputs: int, stop: float,
-                  seed: int) -> int:
+async def _client(
+    session: aiohttp.ClientSession, url: str, model: str, texts: list[str], inputs: int, stop: float, seed: int
+) -> int:
     rng, done = random.Random(seed), 0
     while time.monotonic() < stop:
         batch = [t[: rng.randint(10, len(t))] for t in rng.sample(texts, inputs)]
@@ -58,15 +60,25 @@ async def _client(session: aiohttp.ClientSession, url: str, model: str, texts: l
     return done
 
 
-async def run(url: str, model: str, pid: int, *, duration_s: float = 180.0, every_s: float = 15.0,
-              clients: int = 4, inputs: int = 16) -> dict:
+async def run(
+    url: str,
+    model: str,
+    pid: int,
+    *,
+    duration_s: float = 180.0,
+    every_s: float = 15.0,
+    clients: int = 4,
+    inputs: int = 16,
+) -> dict:
     """The soak (module doc); returns the samples and the summary."""
     texts, stop = synthetic_corpus(4096, seed=1), time.monotonic() + duration_s
     samples: list[dict[str, Any]] = []
     start = time.monotonic()
     async with aiohttp.ClientSession() as session:
-        load = [asyncio.create_task(_client(session, url.rstrip("/"), model, texts, inputs, stop, i))
-                for i in range(clients)]
+        load = [
+            asyncio.create_task(_client(session, url.rstrip("/"), model, texts, inputs, stop, i))
+            for i in range(clients)
+        ]
         while time.monotonic() < stop:
             samples.append({"t_s": round(time.monotonic() - start), **sample(pid)})
             print(json.dumps(samples[-1]), flush=True)
@@ -75,8 +87,13 @@ async def run(url: str, model: str, pid: int, *, duration_s: float = 180.0, ever
     samples.append({"t_s": round(time.monotonic() - start), **sample(pid)})
     half = [s for s in samples if s["t_s"] >= duration_s / 2]
     growth = {k: max(s[k] or 0 for s in half) - (half[0][k] or 0) for k in half[0] if k != "t_s"}
-    return {"samples": samples, "answered": answered, "first": samples[0], "last": samples[-1],
-            "second_half_growth_mb": growth}
+    return {
+        "samples": samples,
+        "answered": answered,
+        "first": samples[0],
+        "last": samples[-1],
+        "second_half_growth_mb": growth,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,8 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--inputs", type=int, default=16)
     a = p.parse_args(argv)
-    report = asyncio.run(run(a.url, a.model, a.pid, duration_s=a.duration, every_s=a.every, clients=a.clients,
-                             inputs=a.inputs))
+    report = asyncio.run(
+        run(a.url, a.model, a.pid, duration_s=a.duration, every_s=a.every, clients=a.clients, inputs=a.inputs)
+    )
     print(json.dumps({k: v for k, v in report.items() if k != "samples"}))
 
 

@@ -6,6 +6,7 @@ flags into one ``ModelEntry`` and calls ``build_config`` exactly as
 parse values with the same argparse actions (the model flags of
 ``shared.model_flags`` and the serve flags), so a key cannot mean two things.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,22 +48,32 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
     for url in entry.remotes:
         check_url(url)
     if entry.devices and replicas is not None and replicas != len(entry.devices):
-        raise ValueError(f"replicas = {replicas} but {len(entry.devices)} devices are listed "
-                         "(one worker per device: drop replicas or make them agree)")
+        raise ValueError(
+            f"replicas = {replicas} but {len(entry.devices)} devices are listed "
+            "(one worker per device: drop replicas or make them agree)"
+        )
     if replicas is None:
         replicas = len(entry.devices) if entry.devices else 0 if entry.remotes else 1
     if replicas == 0 and not entry.remotes:
         raise ValueError("a model needs local replicas (replicas >= 1) or remote workers")
     if replicas == 0:
         name = args.served_model_name or args.model  # the folder is on the workers' hosts, not here
-        return PoolConfig(model=name, backend=args.backend, remotes=entry.remotes,
-                          max_in_flight_per_worker=entry.max_in_flight_per_worker)
+        return PoolConfig(
+            model=name,
+            backend=args.backend,
+            remotes=entry.remotes,
+            max_in_flight_per_worker=entry.max_in_flight_per_worker,
+        )
     worker = with_worker_tracing(worker_config_from_args(args), tracing)
     placements = place(args.backend, replicas, entry.devices)  # one device / core set per worker
-    return PoolConfig(model=worker.served_model_name, backend=args.backend,
-                      workers=tuple(placed(worker, p) for p in placements),
-                      devices=tuple(p.device for p in placements if p.device is not None), remotes=entry.remotes,
-                      max_in_flight_per_worker=entry.max_in_flight_per_worker)
+    return PoolConfig(
+        model=worker.served_model_name,
+        backend=args.backend,
+        workers=tuple(placed(worker, p) for p in placements),
+        devices=tuple(p.device for p in placements if p.device is not None),
+        remotes=entry.remotes,
+        max_in_flight_per_worker=entry.max_in_flight_per_worker,
+    )
 
 
 def check_pools(pools: tuple[PoolConfig, ...]) -> None:
@@ -71,8 +82,11 @@ def check_pools(pools: tuple[PoolConfig, ...]) -> None:
     for i, pool in enumerate(pools):
         key = (pool.model, pool.backend)
         if pool.model is not None and key in seen:
-            raise SettingError(("models", i), f"model '{pool.model}' has two pools on backend '{pool.backend}': "
-                             "put their workers in one entry (replicas, devices, remote)")
+            raise SettingError(
+                ("models", i),
+                f"model '{pool.model}' has two pools on backend '{pool.backend}': "
+                "put their workers in one entry (replicas, devices, remote)",
+            )
         seen.add(key)
 
 
@@ -130,8 +144,12 @@ def allowed_origins(values: list[str]) -> tuple[str, ...]:
     return origins
 
 
-def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tracing: TracingConfig | None,
-                 environ: Mapping[str, str]) -> GatewayConfig:
+def build_config(
+    settings: argparse.Namespace,
+    pools: tuple[PoolConfig, ...],
+    tracing: TracingConfig | None,
+    environ: Mapping[str, str],
+) -> GatewayConfig:
     """The GatewayConfig of the serve ``settings`` (a Namespace of the serve flags' dests) and ``pools``."""
     check_pools(pools)
     try:
@@ -145,24 +163,39 @@ def build_config(settings: argparse.Namespace, pools: tuple[PoolConfig, ...], tr
         if not Path(root).is_dir():
             raise SettingError(("model_roots",), f"model root {root} is not a folder")
     return GatewayConfig(
-        host=settings.host, port=settings.port, reuse_port=bool(settings.reuse_port),
+        host=settings.host,
+        port=settings.port,
+        reuse_port=bool(settings.reuse_port),
         api_key=api_key(settings) or environ.get(API_KEY_ENV) or None,
-        tenants=tenants(settings), auto_truncate=settings.auto_truncate,
-        transport=settings.transport, pools=pools, model_roots=roots, io_processor_plugin=plugin_name(settings),
-        startup_timeout_s=settings.startup_timeout, max_inputs_per_request=settings.max_inputs_per_request,
-        max_request_bytes=settings.max_request_bytes, max_chars_per_input=settings.max_chars_per_input,
+        tenants=tenants(settings),
+        auto_truncate=settings.auto_truncate,
+        transport=settings.transport,
+        pools=pools,
+        model_roots=roots,
+        io_processor_plugin=plugin_name(settings),
+        startup_timeout_s=settings.startup_timeout,
+        max_inputs_per_request=settings.max_inputs_per_request,
+        max_request_bytes=settings.max_request_bytes,
+        max_chars_per_input=settings.max_chars_per_input,
         max_documents_per_rerank=settings.max_documents_per_rerank,
-        request_timeout_s=settings.request_timeout, max_in_flight_per_worker=settings.max_in_flight_per_worker,
-        max_queued_s=settings.max_queued_seconds or None, max_queued_tokens=settings.max_queued_tokens,
-        drain_timeout_s=settings.drain_timeout, health_probe_interval_s=settings.health_check_interval,
+        request_timeout_s=settings.request_timeout,
+        max_in_flight_per_worker=settings.max_in_flight_per_worker,
+        max_queued_s=settings.max_queued_seconds or None,
+        max_queued_tokens=settings.max_queued_tokens,
+        drain_timeout_s=settings.drain_timeout,
+        health_probe_interval_s=settings.health_check_interval,
         health_check_timeout_s=settings.health_check_timeout,
         allowed_origins=allowed_origins(settings.allowed_origins),
-        tracing=tracing, metrics=settings.metrics, metrics_port=settings.metrics_port, worker_security=security,
+        tracing=tracing,
+        metrics=settings.metrics,
+        metrics_port=settings.metrics_port,
+        worker_security=security,
     )
 
 
-def config_from_entries(settings: argparse.Namespace, entries: list[ModelEntry],
-                        environ: Mapping[str, str]) -> GatewayConfig:
+def config_from_entries(
+    settings: argparse.Namespace, entries: list[ModelEntry], environ: Mapping[str, str]
+) -> GatewayConfig:
     """``build_config`` over entries whose errors need no location (the command line)."""
     tracing = tracing_config_from_args(settings, environ)
     return build_config(settings, tuple(pool_config(e, tracing) for e in entries), tracing, environ)

@@ -32,6 +32,7 @@ Every error names the file, the line and the key, e.g.
 ``serve.toml:7: models[1].replicas: must be >= 0, got -1`` (lines from
 ``config.toml_lines``, since tomllib gives no positions).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -186,10 +187,19 @@ def dotted(path: Path_) -> str:
 
 
 # pydantic error type -> what it means for a TOML value
-MESSAGES = {"int_type": "must be an integer", "bool_type": "must be true or false", "string_type": "must be a string",
-            "float_type": "must be a number", "list_type": "must be a list", "dict_type": "must be a table",
-            "model_type": "must be a table", "greater_than_equal": "must be >= {ge}", "greater_than": "must be > {gt}",
-            "less_than_equal": "must be <= {le}", "literal_error": "must be one of {expected}"}
+MESSAGES = {
+    "int_type": "must be an integer",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "float_type": "must be a number",
+    "list_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "greater_than_equal": "must be >= {ge}",
+    "greater_than": "must be > {gt}",
+    "less_than_equal": "must be <= {le}",
+    "literal_error": "must be one of {expected}",
+}
 ITEMS: dict[str, type[Table]] = {"models": ModelTable, "remote": RemoteTable}  # array of tables -> one element's model
 
 
@@ -243,9 +253,13 @@ def entry_of(table: ModelTable, flags: Mapping[str, Any], folder: Path | None = 
     args = {**MODEL_DEFAULTS, **_dest_values(table, folder, ENTRY_KEYS)}
     args.update({dest: value for dest, value in flags.items() if dest in MODEL_DEFAULTS})
     remotes = tuple(flags["worker_url"]) if "worker_url" in flags else tuple(r.url for r in table.remote)
-    return ModelEntry(args=argparse.Namespace(**args), replicas=flags.get("workers", table.replicas),
-                      devices=tuple(map(str, table.devices)), remotes=remotes,
-                      max_in_flight_per_worker=table.max_in_flight_per_worker)
+    return ModelEntry(
+        args=argparse.Namespace(**args),
+        replicas=flags.get("workers", table.replicas),
+        devices=tuple(map(str, table.devices)),
+        remotes=remotes,
+        max_in_flight_per_worker=table.max_in_flight_per_worker,
+    )
 
 
 def model_entry(body: Mapping) -> ModelEntry:
@@ -256,8 +270,13 @@ def model_entry(body: Mapping) -> ModelEntry:
         raise setting_error(exc, ModelTable) from None
 
 
-def config_from_toml(text: str, file: str, serve_parser: argparse.ArgumentParser,
-                     environ: Mapping[str, str] = os.environ, flags: Mapping[str, Any] = {}) -> GatewayConfig:
+def config_from_toml(
+    text: str,
+    file: str,
+    serve_parser: argparse.ArgumentParser,
+    environ: Mapping[str, str] = os.environ,
+    flags: Mapping[str, Any] = {},
+) -> GatewayConfig:
     """The GatewayConfig of a config file's ``text`` with ``flags`` (dest -> value, given on the command line)
     over it; ConfigError naming file, line and key."""
     try:
@@ -272,17 +291,20 @@ def config_from_toml(text: str, file: str, serve_parser: argparse.ArgumentParser
         raise ConfigError(f"{where}: {dotted(exc.path)}: {exc}" if exc.path else f"{where}: {exc}") from None
 
 
-def _config(doc: dict, folder: Path, serve_parser: argparse.ArgumentParser, environ: Mapping[str, str],
-            flags: Mapping[str, Any]) -> GatewayConfig:
+def _config(
+    doc: dict, folder: Path, serve_parser: argparse.ArgumentParser, environ: Mapping[str, str], flags: Mapping[str, Any]
+) -> GatewayConfig:
     try:
         file = FileSettings.model_validate(doc)
     except ValidationError as exc:
         raise setting_error(exc, FileSettings) from None
-    top = {dest: value for dest, value in flags.items() if dest not in MODEL_DEFAULTS and dest not in
-           MODEL_FLAGS_OF_SERVE}
+    top = {
+        dest: value for dest, value in flags.items() if dest not in MODEL_DEFAULTS and dest not in MODEL_FLAGS_OF_SERVE
+    }
     replaced = frozenset({"models", *(EITHER[dest] for dest in top if dest in EITHER)})  # --api-key over api_key_file
-    settings = argparse.Namespace(**{**vars(serve_parser.parse_args([])), **_dest_values(file, folder, replaced),
-                                     **top})
+    settings = argparse.Namespace(
+        **{**vars(serve_parser.parse_args([])), **_dest_values(file, folder, replaced), **top}
+    )
     try:
         tracing = tracing_config_from_args(settings, environ)
     except ValueError as exc:
@@ -298,8 +320,12 @@ def _config(doc: dict, folder: Path, serve_parser: argparse.ArgumentParser, envi
     return build_config(settings, tuple(pools), tracing, environ)
 
 
-def load_config(file: str, serve_parser: argparse.ArgumentParser, environ: Mapping[str, str] = os.environ,
-                flags: Mapping[str, Any] = {}) -> GatewayConfig:
+def load_config(
+    file: str,
+    serve_parser: argparse.ArgumentParser,
+    environ: Mapping[str, str] = os.environ,
+    flags: Mapping[str, Any] = {},
+) -> GatewayConfig:
     try:
         text = Path(file).read_text(encoding="utf-8")
     except OSError as exc:

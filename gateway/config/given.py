@@ -9,6 +9,7 @@ the command line gave (no flag parses to None). ``parse_noting_given`` parses
 as usual and keeps that record in ``args.given_flags``; ``gateway.cli`` does
 the same for every command.
 """
+
 from __future__ import annotations
 
 import argparse

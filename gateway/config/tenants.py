@@ -15,6 +15,7 @@ Plain keys are hashed when read: the gateway holds only digests and compares
 them in constant time (``gateway.http.tenants``). Every error names the file,
 the line and the key, as the config file's do. Names and keys are unique.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -108,6 +109,14 @@ def tenants_from_toml(text: str) -> tuple[Tenant, ...]:
             raise _Problem(("tenants", i), "a key belongs to two tenants")
         names.add(table.name)
         seen |= set(digests)
-        tenants.append(Tenant(table.name, digests, table.priority, table.requests_per_minute,
-                              table.tokens_per_minute, table.max_concurrent))
+        tenants.append(
+            Tenant(
+                table.name,
+                digests,
+                table.priority,
+                table.requests_per_minute,
+                table.tokens_per_minute,
+                table.max_concurrent,
+            )
+        )
     return tuple(tenants)

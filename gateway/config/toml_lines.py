@@ -8,6 +8,7 @@ lines of a multi-line array hold no ``key =``). It only points an error at a
 line, so it stays simple: a key it cannot place (inside an inline table, say)
 gets its table's line (``line_of``).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,10 +32,10 @@ def key_lines(text: str) -> dict[Path_, int]:
             table = _table(header.group(1) == "[[", _keys(header.group(2)), arrays)
             lines.setdefault(table, n)
         elif key := KEY.match(line):
-            keys = _keys(line[:key.end() - 1])
+            keys = _keys(line[: key.end() - 1])
             for i in range(1, len(keys) + 1):
                 lines.setdefault(table + keys[:i], n)
-            opened = [q for q in ('"""', "'''") if line[key.end():].count(q) == 1]
+            opened = [q for q in ('"""', "'''") if line[key.end() :].count(q) == 1]
             closing = opened[0] if opened else None
     return lines
 
@@ -63,4 +64,3 @@ def _table(is_array: bool, keys: tuple[str, ...], arrays: dict[Path_, int]) -> P
         elif path in arrays:
             path += (arrays[path] - 1,)
     return path
-

@@ -25,6 +25,7 @@ How to add routes (a new dialect, or new routes of one):
 3. Add the tuple to ``DIALECTS`` below. ``register`` mounts every route;
    ``gateway.http.openapi`` documents the same routes from the same models.
 """
+
 from __future__ import annotations
 
 from aiohttp import web

@@ -1,4 +1,5 @@
 """Read a JSON request body into a pydantic model, with vLLM's 400 messages."""
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,7 @@ def _input(error: ErrorDetails) -> str:
         return ""
     value = repr(error["input"])
     if len(value) > MAX_INPUT_CHARS:
-        value = value[: MAX_INPUT_CHARS // 2] + "..." + value[-MAX_INPUT_CHARS // 2:]
+        value = value[: MAX_INPUT_CHARS // 2] + "..." + value[-MAX_INPUT_CHARS // 2 :]
     return f", input_value={value}, input_type={type(error['input']).__name__}"
 
 

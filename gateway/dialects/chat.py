@@ -10,6 +10,7 @@ vLLM's "string" content format does). The worker renders each conversation
 with the model's own chat template. A template sent with the request is
 refused, as vLLM refuses it without ``--trust-request-chat-template``.
 """
+
 from __future__ import annotations
 
 from typing import Any, TypeGuard
@@ -22,8 +23,10 @@ from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.wire import ChatInput, Input
 
-UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
-                      "Refused request with untrusted chat template.")
+UNTRUSTED_TEMPLATE = (
+    "Chat template is passed with request, but --trust-request-chat-template is not set. "
+    "Refused request with untrusted chat template."
+)
 BOTH_FLAGS = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
 ONE_OF = "Exactly one of `input` or `messages` must be given."
 
@@ -66,7 +69,8 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
     # Either one, never null (a default is not validated, an explicit null is; nor is it documented): a None
     # default on a type without None, which mypy refuses (as it refuses widening PoolingBody's fields).
     input: CompletionInput | Conversation | list[Conversation] = Field(  # type: ignore[assignment]
-        None, json_schema_extra=_no_default)
+        None, json_schema_extra=_no_default
+    )
     messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)  # type: ignore[assignment]
     add_special_tokens: bool | None = None  # type: ignore[assignment]  # None: True for texts and ids, False for chat
 
@@ -74,8 +78,9 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
     @classmethod
     def _input_or_messages(cls, data: Any) -> Any:
         if isinstance(data, dict) and "input" not in data and "messages" not in data:
-            raise validation_failure("1 validation error:\n  body.input: Field required [type=missing]",
-                                     param="body.input")
+            raise validation_failure(
+                "1 validation error:\n  body.input: Field required [type=missing]", param="body.input"
+            )
         return data
 
     def chat(self) -> list[Conversation] | None:
@@ -101,11 +106,15 @@ def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list
         raise InvalidRequest(UNTRUSTED_TEMPLATE, param="chat_template")
     if options.continue_final_message and options.add_generation_prompt:
         raise InvalidRequest(BOTH_FLAGS, param="continue_final_message")
-    return [ChatInput(messages=[_message(m) for m in conversation],
-                      add_generation_prompt=options.add_generation_prompt,
-                      continue_final_message=options.continue_final_message,
-                      chat_template_kwargs=options.chat_template_kwargs)
-            for conversation in conversations]
+    return [
+        ChatInput(
+            messages=[_message(m) for m in conversation],
+            add_generation_prompt=options.add_generation_prompt,
+            continue_final_message=options.continue_final_message,
+            chat_template_kwargs=options.chat_template_kwargs,
+        )
+        for conversation in conversations
+    ]
 
 
 def conversations(value: Conversation | list[Conversation]) -> list[Conversation]:
@@ -127,8 +136,9 @@ def _message(message: ChatMessage) -> dict:
     if isinstance(message.content, list):
         kinds = [p.type for p in message.content if p.type != "text"]
         if kinds:
-            raise InvalidRequest(f"Only text content is served; got a content part of type '{kinds[0]}'.",
-                                 param="messages")
+            raise InvalidRequest(
+                f"Only text content is served; got a content part of type '{kinds[0]}'.", param="messages"
+            )
         body["content"] = "\n".join(p.text or "" for p in message.content)
     elif message.content is None:
         body["content"] = ""

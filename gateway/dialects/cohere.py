@@ -15,6 +15,7 @@ sparse head (SPLADE, BGE-M3: ``dialects.sparse``; 400 for other models); ``prior
 (lower runs earlier, default 0) is the call's scheduling priority. Errors are
 Cohere's ``{"message": ...}``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -99,8 +100,9 @@ def prompted(texts: list[str], input_type: str | None, info: ModelInfo) -> tuple
     if not prompt:
         return list(texts), False
     if info.chat_template:
-        return [ChatInput(messages=[{"role": "system", "content": prompt}, {"role": "user", "content": t}])
-                for t in texts], True
+        return [
+            ChatInput(messages=[{"role": "system", "content": prompt}, {"role": "user", "content": t}]) for t in texts
+        ], True
     return [prompt + t for t in texts], False
 
 
@@ -109,9 +111,14 @@ def to_request(req: CohereEmbedRequest, info: ModelInfo) -> tuple[ServeRequest, 
     texts = texts_of(req)
     inputs, chat = prompted(texts, req.input_type, info)
     k = None if req.truncate == "NONE" else _keep(req.max_tokens, input_cap(info, "embed"))
-    params = PoolingParams(task="embed", dimensions=req.output_dimension, truncate_prompt_tokens=k,
-                           truncation_side="left" if req.truncate == "START" else "right",
-                           add_special_tokens=not chat, adapter=req.task)
+    params = PoolingParams(
+        task="embed",
+        dimensions=req.output_dimension,
+        truncate_prompt_tokens=k,
+        truncation_side="left" if req.truncate == "START" else "right",
+        add_special_tokens=not chat,
+        adapter=req.task,
+    )
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority), texts
 
 
@@ -127,12 +134,21 @@ def check_max_tokens(req: CohereEmbedRequest, prompt_tokens: list[int]) -> None:
     if req.truncate == "NONE" and req.max_tokens is not None:
         for n in prompt_tokens:
             if n > req.max_tokens:
-                raise InvalidRequest(f"Input of {n} tokens exceeds max_tokens={req.max_tokens} with truncate=NONE. "
-                                     "Set truncate to END or START to allow truncation.", param="max_tokens")
+                raise InvalidRequest(
+                    f"Input of {n} tokens exceeds max_tokens={req.max_tokens} with truncate=NONE. "
+                    "Set truncate to END or START to allow truncation.",
+                    param="max_tokens",
+                )
 
 
-def to_response(served: Served, texts: list[str], types: Sequence[str] | None, *, version: str = "2",
-                sparse: list[SparseVector] | None = None) -> dict:
+def to_response(
+    served: Served,
+    texts: list[str],
+    types: Sequence[str] | None,
+    *,
+    version: str = "2",
+    sparse: list[SparseVector] | None = None,
+) -> dict:
     """The embed response; ``types`` None (v1 only) answers v1's ``embeddings_floats``; ``sparse``: the
     sparse vectors when ``types`` holds "sparse" (``served`` is then the dense call, if any was made)."""
     rows = [served.result.outputs.item(i) for i in range(len(served.result.outputs))]
@@ -142,8 +158,10 @@ def to_response(served: Served, texts: list[str], types: Sequence[str] | None, *
         return {**body, "embeddings": [EMBEDDING_TYPES["float"](r) for r in rows], "response_type": "embeddings_floats"}
     if SPARSE in types and sparse is None:
         raise ValueError("sparse embeddings were asked for but not computed")
-    embeddings = {t: [v.to_json() for v in sparse or ()] if t == SPARSE else [EMBEDDING_TYPES[t](r) for r in rows]
-                  for t in dict.fromkeys(types)}
+    embeddings = {
+        t: [v.to_json() for v in sparse or ()] if t == SPARSE else [EMBEDDING_TYPES[t](r) for r in rows]
+        for t in dict.fromkeys(types)
+    }
     return {**body, "embeddings": embeddings, "response_type": "embeddings_by_type"}
 
 
@@ -176,8 +194,24 @@ async def embed_v1(request: web.Request, req: CohereEmbedRequest) -> web.Respons
 
 
 ROUTES = (
-    Route("POST", "/v2/embed", embed_v2, CohereEmbedRequest, CohereEmbedResponse, tasks=("embed",),
-          errors="cohere", summary="Cohere embed (v2)"),
-    Route("POST", "/v1/embed", embed_v1, CohereEmbedRequest, CohereEmbedResponse, tasks=("embed",),
-          errors="cohere", summary="Cohere embed (v1; embeddings_floats without embedding_types)"),
+    Route(
+        "POST",
+        "/v2/embed",
+        embed_v2,
+        CohereEmbedRequest,
+        CohereEmbedResponse,
+        tasks=("embed",),
+        errors="cohere",
+        summary="Cohere embed (v2)",
+    ),
+    Route(
+        "POST",
+        "/v1/embed",
+        embed_v1,
+        CohereEmbedRequest,
+        CohereEmbedResponse,
+        tasks=("embed",),
+        errors="cohere",
+        summary="Cohere embed (v1; embeddings_floats without embedding_types)",
+    ),
 )

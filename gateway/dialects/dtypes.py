@@ -8,6 +8,7 @@ Out-of-range values follow torch: e4m3fn (no infinities) saturates at ±448,
 e5m2 becomes ±inf from 61440 up. Each array comes back in host byte
 order, as the raw codes (bfloat16 as uint16, fp8 as uint8, as vLLM sends them).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

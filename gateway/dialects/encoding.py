@@ -7,6 +7,7 @@ bytes are swapped only when ``endianness`` is neither ``native`` nor the
 host's order; the default (float32, native on a little-endian host) is what
 the OpenAI SDK decodes.
 """
+
 from __future__ import annotations
 
 import base64
@@ -56,8 +57,9 @@ ENCODERS: dict[str, Callable[[str, str], Callable[[np.ndarray], object]]] = {
 }
 
 
-def json_encoder(encoding_format: str, embed_dtype: str = "float32",
-                 endianness: str = "native") -> Callable[[np.ndarray], object]:
+def json_encoder(
+    encoding_format: str, embed_dtype: str = "float32", endianness: str = "native"
+) -> Callable[[np.ndarray], object]:
     """The per-item encoder of a JSON response in ``encoding_format``."""
     return ENCODERS[encoding_format](embed_dtype, endianness)
 
@@ -68,8 +70,16 @@ def bytes_items(arrays: list[np.ndarray], embed_dtype: str, endianness: str) -> 
     for i, array in enumerate(arrays):
         raw = to_raw(array, embed_dtype, endianness)
         chunks.append(raw)
-        items.append({"index": i, "embed_dtype": embed_dtype, "endianness": endianness,
-                      "start": start, "end": start + len(raw), "shape": list(np.shape(array))})
+        items.append(
+            {
+                "index": i,
+                "embed_dtype": embed_dtype,
+                "endianness": endianness,
+                "start": start,
+                "end": start + len(raw),
+                "shape": list(np.shape(array)),
+            }
+        )
         start += len(raw)
     return b"".join(chunks), items
 

@@ -1,5 +1,6 @@
 """vLLM's response envelopes: the list body ``{id, object: "list", created, model, data, usage}`` and the
 ``bytes`` / ``bytes_only`` answer (items' raw bytes back to back, with or without a ``metadata`` header)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,18 +26,30 @@ class Usage(BaseModel):
 
 def usage(prompt_tokens: int) -> dict:
     """vLLM's ``UsageInfo`` as it dumps it: pooling has no completion tokens."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0,
-            "prompt_tokens_details": None, "completion_tokens_details": None}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
 
 
 def list_response(prefix: str, served: Served, data: list[dict], *, created: int) -> dict:
     """The body around ``data``; its id is ``{prefix}-{request id}`` as vLLM makes it."""
-    return {"id": f"{prefix}-{served.request_id}", "object": "list", "created": created,
-            "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
+    return {
+        "id": f"{prefix}-{served.request_id}",
+        "object": "list",
+        "created": created,
+        "model": served.info.served_model_name,
+        "data": data,
+        "usage": usage(served.result.total_tokens),
+    }
 
 
-def bytes_response(prefix: str, served: Served, *, embed_dtype: str, endianness: str, created: int,
-                   with_metadata: bool) -> web.Response:
+def bytes_response(
+    prefix: str, served: Served, *, embed_dtype: str, endianness: str, created: int, with_metadata: bool
+) -> web.Response:
     """``application/octet-stream``: each item's ``embed_dtype`` codes; ``bytes`` adds the ``metadata``
     header (JSON: id, created, model, each item's index, dtype, endianness, byte range and shape, usage)."""
     rows = served.result.outputs
@@ -44,20 +57,39 @@ def bytes_response(prefix: str, served: Served, *, embed_dtype: str, endianness:
     headers = {}
     if with_metadata:
         tokens = served.result.total_tokens
-        metadata = {"id": f"{prefix}-{served.request_id}", "created": created,
-                    "model": served.info.served_model_name, "data": items,
-                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        metadata = {
+            "id": f"{prefix}-{served.request_id}",
+            "created": created,
+            "model": served.info.served_model_name,
+            "data": items,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
         headers["metadata"] = orjson.dumps(metadata).decode()
     return web.Response(body=body, headers=headers, content_type="application/octet-stream")
 
 
-def encoded_response(prefix: str, served: Served, *, encoding_format: str, embed_dtype: str, endianness: str,
-                     created: int, to_json: Callable[..., dict[str, Any]]) -> web.Response:
+def encoded_response(
+    prefix: str,
+    served: Served,
+    *,
+    encoding_format: str,
+    embed_dtype: str,
+    endianness: str,
+    created: int,
+    to_json: Callable[..., dict[str, Any]],
+) -> web.Response:
     """The answer of a route whose arrays are encoded as asked: ``bytes`` / ``bytes_only`` as above, else
     the route's JSON body, ``to_json(served, encoding_format=, embed_dtype=, endianness=, created=)``."""
     if encoding_format in ("bytes", "bytes_only"):
-        return bytes_response(prefix, served, embed_dtype=embed_dtype, endianness=endianness, created=created,
-                              with_metadata=encoding_format == "bytes")
-    body = to_json(served, encoding_format=encoding_format, embed_dtype=embed_dtype, endianness=endianness,
-                   created=created)
+        return bytes_response(
+            prefix,
+            served,
+            embed_dtype=embed_dtype,
+            endianness=endianness,
+            created=created,
+            with_metadata=encoding_format == "bytes",
+        )
+    body = to_json(
+        served, encoding_format=encoding_format, embed_dtype=embed_dtype, endianness=endianness, created=created
+    )
     return web.Response(body=dumps(body), content_type="application/json")

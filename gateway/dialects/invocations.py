@@ -10,6 +10,7 @@ Expected one of: [...]", naming the candidates that were offered; a body a
 candidate refuses while validating (a removed parameter such as ``normalize``
 included) counts as not fitting it, as a pydantic error does in vLLM.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -65,5 +66,12 @@ async def invoke(request: web.Request, body: InvocationBody) -> web.StreamRespon
     raise InvalidRequest(f"Cannot find suitable handler for request. Expected one of: {names}")
 
 
-ROUTES = (Route("POST", "/invocations", invoke, InvocationBody,
-                summary="SageMaker: the body's shape picks embeddings, classify, rerank, score or pooling"),)
+ROUTES = (
+    Route(
+        "POST",
+        "/invocations",
+        invoke,
+        InvocationBody,
+        summary="SageMaker: the body's shape picks embeddings, classify, rerank, score or pooling",
+    ),
+)

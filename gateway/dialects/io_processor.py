@@ -15,6 +15,7 @@ before any plugin check (``vllm_pooling.pooling_task``). Plugins run in the
 gateway, which imports no torch (a plugin may import what it likes).
 ``examples/io_processor_plugin`` ships one: sentence similarity.
 """
+
 from __future__ import annotations
 
 import time
@@ -55,8 +56,10 @@ def load_plugin(name: str) -> IOProcessor:
     """The plugin ``name`` (ValueError naming what is installed when it is not)."""
     found = installed()
     if name not in found:
-        raise ValueError(f"--io-processor-plugin {name!r} is not installed (entry point group {ENTRY_POINT_GROUP}; "
-                         f"installed: {', '.join(sorted(found)) or 'none'})")
+        raise ValueError(
+            f"--io-processor-plugin {name!r} is not installed (entry point group {ENTRY_POINT_GROUP}; "
+            f"installed: {', '.join(sorted(found)) or 'none'})"
+        )
     return found[name].load()()
 
 
@@ -84,15 +87,34 @@ class IOProcessorRequest(BaseModel):
 
 async def create_plugin_pooling(request: web.Request, req: IOProcessorRequest) -> web.Response:
     plugin = plugin_of(request)
-    call = ServeRequest(model=req.model, inputs=list(plugin.to_inputs(req.data)),
-                        params=PoolingParams(task=plugin.task), priority=req.priority)
+    call = ServeRequest(
+        model=req.model,
+        inputs=list(plugin.to_inputs(req.data)),
+        params=PoolingParams(task=plugin.task),
+        priority=req.priority,
+    )
     served = await serve(request, call)
     rows = served.result.outputs
     data = plugin.to_response(req.data, [rows.item(i) for i in range(len(rows))])
-    return web.json_response({"id": f"pooling-{served.request_id}", "object": "io_processor",
-                              "created": int(time.time()), "model": served.info.served_model_name, "data": data,
-                              "usage": usage(served.result.total_tokens)})
+    return web.json_response(
+        {
+            "id": f"pooling-{served.request_id}",
+            "object": "io_processor",
+            "created": int(time.time()),
+            "model": served.info.served_model_name,
+            "data": data,
+            "usage": usage(served.result.total_tokens),
+        }
+    )
 
 
-ROUTES = (Route("POST", "/pooling", create_plugin_pooling, IOProcessorRequest, shape=is_plugin_body,
-                summary="an IO-processor plugin's request and response (--io-processor-plugin)"),)
+ROUTES = (
+    Route(
+        "POST",
+        "/pooling",
+        create_plugin_pooling,
+        IOProcessorRequest,
+        shape=is_plugin_body,
+        summary="an IO-processor plugin's request and response (--io-processor-plugin)",
+    ),
+)

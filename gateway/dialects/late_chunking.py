@@ -14,6 +14,7 @@ The answer is the embeddings list with one item per chunk, in order, each
 naming its ``chunk``: ``{document, start, end}`` (characters of the document
 as encoded). Bad boundaries are 400s, as is a model without token vectors.
 """
+
 from __future__ import annotations
 
 import time
@@ -53,13 +54,28 @@ def late_request(base: ServeRequest, boundaries: list[int] | None, size: int | N
 
 def to_response(served: Served, *, encoding_format: str, embed_dtype: str, endianness: str) -> dict:
     """One embeddings item per chunk, in order, each naming its document and character span."""
-    encode, rows, windows = json_encoder(encoding_format, embed_dtype, endianness), served.result.outputs, \
-        served.result.windows
+    encode, rows, windows = (
+        json_encoder(encoding_format, embed_dtype, endianness),
+        served.result.outputs,
+        served.result.windows,
+    )
     if windows is None:
         raise ValueError("a late-chunking call's result has no windows")
     documents = [d for d, count in enumerate(windows.counts) for _ in range(count)]
-    data = [{"index": i, "object": "embedding", "embedding": encode(rows.item(i)),
-             "chunk": {"document": documents[i], "start": start, "end": end}}
-            for i, (start, end) in enumerate(windows.spans)]
-    return {"id": f"embd-{served.request_id}", "object": "list", "created": int(time.time()),
-            "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
+    data = [
+        {
+            "index": i,
+            "object": "embedding",
+            "embedding": encode(rows.item(i)),
+            "chunk": {"document": documents[i], "start": start, "end": end},
+        }
+        for i, (start, end) in enumerate(windows.spans)
+    ]
+    return {
+        "id": f"embd-{served.request_id}",
+        "object": "list",
+        "created": int(time.time()),
+        "model": served.info.served_model_name,
+        "data": data,
+        "usage": usage(served.result.total_tokens),
+    }

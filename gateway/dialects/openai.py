@@ -24,6 +24,7 @@ A model whose active task is ``token_embed`` answers with one vector per
 token (``[[float]]``), float only and without ``dimensions``, as vLLM's
 token-embedding route does.
 """
+
 from __future__ import annotations
 
 import time
@@ -96,28 +97,47 @@ def to_request(req: EmbeddingRequest, task: PoolingTask = "embed", info: ModelIn
         if info is None:
             raise ValueError("a request that names a prompt is converted with its model's info")
         inputs = prompted(inputs, role_prompt(info, req.input_type, req.prompt_name))
-    params = PoolingParams(task=task, dimensions=req.dimensions, use_activation=req.use_activation,
-                           add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),
-                           adapter=req.task,
-                           **req.truncation())
+    params = PoolingParams(
+        task=task,
+        dimensions=req.dimensions,
+        use_activation=req.use_activation,
+        add_special_tokens=special,
+        query_inputs=query_inputs(info, req.input_type, len(inputs)),
+        adapter=req.task,
+        **req.truncation(),
+    )
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
 def _check_token_embed(req: EmbeddingRequest) -> None:
     if req.encoding_format != "float":
-        raise validation_failure("1 validation error:\n  body.encoding_format: Input should be 'float' "
-                                 "[type=literal_error]", param="body.encoding_format")
+        raise validation_failure(
+            "1 validation error:\n  body.encoding_format: Input should be 'float' [type=literal_error]",
+            param="body.encoding_format",
+        )
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
 
 
-def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: str = "float32",
-                endianness: str = "native", created: int) -> dict:
+def to_response(
+    served: Served,
+    *,
+    encoding_format: str = "float",
+    embed_dtype: str = "float32",
+    endianness: str = "native",
+    created: int,
+) -> dict:
     """The embeddings response body; the call's one block of vectors is split into rows here."""
     encode, rows = json_encoder(encoding_format, embed_dtype, endianness), served.result.outputs
     data = [{"index": i, "object": "embedding", "embedding": encode(rows.item(i))} for i in range(len(rows))]
-    return {"id": f"embd-{served.request_id}", "object": "list", "created": created,
-            "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
+    return {
+        "id": f"embd-{served.request_id}",
+        "object": "list",
+        "created": created,
+        "model": served.info.served_model_name,
+        "data": data,
+        "usage": usage(served.result.total_tokens),
+    }
 
 
 async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.Response:
@@ -128,9 +148,15 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
         return await _late_chunked(request, req, info)
     if not outputs.plain(req.embedding_types) or req.return_tokens:
         body, response_id = await outputs.respond(
-            request, info, to_request(req, embed_task(info), info), req.embedding_types or ["dense"],
-            encoding_format=req.encoding_format, embed_dtype=req.embed_dtype, endianness=req.endianness,
-            return_tokens=req.return_tokens)
+            request,
+            info,
+            to_request(req, embed_task(info), info),
+            req.embedding_types or ["dense"],
+            encoding_format=req.encoding_format,
+            embed_dtype=req.embed_dtype,
+            endianness=req.endianness,
+            return_tokens=req.return_tokens,
+        )
         if record is not None:
             record.response_id = response_id
         return outputs.json_response(body)
@@ -140,28 +166,47 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
         record.response_id = f"embd-{served.request_id}"
         if len(rows):
             record.dimension_count = int(rows.item(0).shape[-1])
-    return encoded_response("embd", served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
-                            endianness=req.endianness, created=created, to_json=to_response)
+    return encoded_response(
+        "embd",
+        served,
+        encoding_format=req.encoding_format,
+        embed_dtype=req.embed_dtype,
+        endianness=req.endianness,
+        created=created,
+        to_json=to_response,
+    )
 
 
 async def _late_chunked(request: web.Request, req: EmbeddingRequest, info: ModelInfo) -> web.Response:
     if not req.late_chunking:
         raise InvalidRequest("chunk_boundaries and chunk_size need late_chunking: true", param="late_chunking")
     if req.encoding_format not in outputs.JSON_FORMATS or not outputs.plain(req.embedding_types):
-        raise InvalidRequest("late chunking answers dense vectors as JSON (encoding_format float or base64)",
-                             param="late_chunking")
+        raise InvalidRequest(
+            "late chunking answers dense vectors as JSON (encoding_format float or base64)", param="late_chunking"
+        )
     if req.dimensions is not None:
         raise InvalidRequest("dimensions does not apply to late chunking", param="dimensions")
     if req.input_type is not None or req.prompt_name is not None:  # a prefix would move every boundary
         raise InvalidRequest("input_type and prompt_name do not combine with late chunking", param="input_type")
-    served = await serve(request, late.late_request(to_request(req, "embed", info), req.chunk_boundaries,
-                                                     req.chunk_size))
-    body = late.to_response(served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
-                            endianness=req.endianness)
+    served = await serve(
+        request, late.late_request(to_request(req, "embed", info), req.chunk_boundaries, req.chunk_size)
+    )
+    body = late.to_response(
+        served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype, endianness=req.endianness
+    )
     if (record := request.get(RECORD)) is not None:
         record.response_id = body["id"]
     return outputs.json_response(body)
 
 
-ROUTES = (Route("POST", "/v1/embeddings", create_embeddings, EmbeddingRequest, EmbeddingResponse,
-                tasks=("embed", "token_embed"), summary="OpenAI embeddings (vLLM's superset)"),)
+ROUTES = (
+    Route(
+        "POST",
+        "/v1/embeddings",
+        create_embeddings,
+        EmbeddingRequest,
+        EmbeddingResponse,
+        tasks=("embed", "token_embed"),
+        summary="OpenAI embeddings (vLLM's superset)",
+    ),
+)

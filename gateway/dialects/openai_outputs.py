@@ -18,6 +18,7 @@ input runs one forward whose hidden states feed every asked head, and the call
 answers one block per output; usage counts the inputs' tokens once. A
 multi-output call's inputs run whole (up to ``max_model_len``, never chunked).
 """
+
 from __future__ import annotations
 
 import time
@@ -46,23 +47,36 @@ def plain(types: Sequence[str] | None) -> bool:
     return types is None or list(dict.fromkeys(types)) == ["dense"]
 
 
-def check(types: list[str], info: ModelInfo, encoding_format: str, return_tokens: bool,
-          dimensions: int | None) -> None:
+def check(types: list[str], info: ModelInfo, encoding_format: str, return_tokens: bool, dimensions: int | None) -> None:
     if encoding_format not in JSON_FORMATS:
-        raise InvalidRequest(f"embedding_types {types} answer JSON: encoding_format must be float or base64, "
-                             f"not {encoding_format!r}", param="encoding_format")
+        raise InvalidRequest(
+            f"embedding_types {types} answer JSON: encoding_format must be float or base64, not {encoding_format!r}",
+            param="encoding_format",
+        )
     if dimensions is not None and "dense" not in types:
-        raise InvalidRequest("dimensions applies to dense embeddings: add \"dense\" to embedding_types",
-                             param="dimensions")
+        raise InvalidRequest(
+            'dimensions applies to dense embeddings: add "dense" to embedding_types', param="dimensions"
+        )
     if return_tokens and "sparse" not in types:
         raise InvalidRequest("return_tokens applies to sparse embeddings", param="return_tokens")
     if "multi_vector" in types and "token_embed" not in info.tasks:
-        raise InvalidRequest(f"Model '{info.served_model_name}' has no multi-vector output (task 'token_embed').",
-                             param="embedding_types")
+        raise InvalidRequest(
+            f"Model '{info.served_model_name}' has no multi-vector output (task 'token_embed').",
+            param="embedding_types",
+        )
 
 
-async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, types: Sequence[str], *,
-                  encoding_format: str, embed_dtype: str, endianness: str, return_tokens: bool) -> tuple[dict, str]:
+async def respond(
+    request: web.Request,
+    info: ModelInfo,
+    base: ServeRequest,
+    types: Sequence[str],
+    *,
+    encoding_format: str,
+    embed_dtype: str,
+    endianness: str,
+    return_tokens: bool,
+) -> tuple[dict, str]:
     """The response body with every asked output per item, and the request id it carries."""
     types = list(dict.fromkeys(types))
     check(types, info, encoding_format, return_tokens, base.params.dimensions)
@@ -84,8 +98,14 @@ async def respond(request: web.Request, info: ModelInfo, base: ServeRequest, typ
         for i, item in enumerate(data):
             item["multi_vector"] = rows.item(i).tolist()
     response_id = f"embd-{served.request_id}"
-    body = {"id": response_id, "object": "list", "created": int(time.time()),
-            "model": served.info.served_model_name, "data": data, "usage": usage(served.result.total_tokens)}
+    body = {
+        "id": response_id,
+        "object": "list",
+        "created": int(time.time()),
+        "model": served.info.served_model_name,
+        "data": data,
+        "usage": usage(served.result.total_tokens),
+    }
     return body, response_id
 
 

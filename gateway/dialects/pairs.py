@@ -26,6 +26,7 @@ default, or ``mean``); every window's tokens count in usage, and each result
 names its best window as ``best_chunk: {index, start, end}`` (characters of
 the document). Without ``max_chunks_per_doc`` nothing changes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -128,17 +129,28 @@ def as_list(value: ScoreInput | Sequence[ScoreInput]) -> list[ScoreInput]:
     return [value] if isinstance(value, str | TextObject | ContentInput) else list(value)
 
 
-async def score_pairs(request: web.Request, body: ScoringBody, queries: ScoreInput | Sequence[ScoreInput],
-                      documents: ScoreInput | Sequence[ScoreInput]) -> Scored:
+async def score_pairs(
+    request: web.Request,
+    body: ScoringBody,
+    queries: ScoreInput | Sequence[ScoreInput],
+    documents: ScoreInput | Sequence[ScoreInput],
+) -> Scored:
     """Score every (query, document) pair of ``body`` with the model's own scorer, in one call."""
     info = request.app[ROUTER].lookup(body.model).info
     qs, ds = as_list(queries), as_list(documents)
     check_pairs(len(qs), len(ds))  # before the texts are read: vLLM's order of messages
     texts_q, texts_d = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
-    plan = plan_scores(info, texts_q, texts_d, SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
-                       body.instruction_text(), body.window_spec())
+    plan = plan_scores(
+        info,
+        texts_q,
+        texts_d,
+        SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
+        body.instruction_text(),
+        body.window_spec(),
+    )
     params = plan.params(use_activation=body.use_activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
-    served = await serve(request, ServeRequest(model=body.model, inputs=plan.inputs, params=params,
-                                               priority=body.priority))
+    served = await serve(
+        request, ServeRequest(model=body.model, inputs=plan.inputs, params=params, priority=body.priority)
+    )
     scores = plan.scores(served.result.outputs, served.result.windows)
     return Scored(scores.values, served, scores.best)

@@ -22,6 +22,7 @@ names one in two ways:
   always sends one, so a plain embedder must accept it; vLLM answers 400).
   Any other unknown type or name is a 400 listing what the model has.
 """
+
 from __future__ import annotations
 
 from poolgate.shared.errors import InvalidRequest
@@ -43,8 +44,7 @@ def prompt_for(info: ModelInfo, input_type: str | None = None, prompt_name: str 
     prompts = info.prompts or {}
     if prompt_name is not None:
         if prompt_name not in prompts:
-            raise InvalidRequest(f"Unsupported prompt_name '{prompt_name}'. {_supported(prompts)}",
-                                 param="prompt_name")
+            raise InvalidRequest(f"Unsupported prompt_name '{prompt_name}'. {_supported(prompts)}", param="prompt_name")
         return prompts[prompt_name]
     if input_type is None:
         return None
@@ -52,8 +52,9 @@ def prompt_for(info: ModelInfo, input_type: str | None = None, prompt_name: str 
         return prompts[input_type]
     if input_type in COHERE_TYPES:
         return next((prompts[name] for name in COHERE_TYPES[input_type] if name in prompts), None)
-    raise InvalidRequest(f"Unsupported input_type '{input_type}'. {_supported(prompts, standard=True)}",
-                         param="input_type")
+    raise InvalidRequest(
+        f"Unsupported input_type '{input_type}'. {_supported(prompts, standard=True)}", param="input_type"
+    )
 
 
 def prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
@@ -62,8 +63,10 @@ def prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
         return inputs
     texts = only_texts(inputs)
     if texts is None:
-        raise InvalidRequest("input_type and prompt_name prefix texts: pass the input as strings, "
-                             "not token ids or chat messages", param="input_type")
+        raise InvalidRequest(
+            "input_type and prompt_name prefix texts: pass the input as strings, not token ids or chat messages",
+            param="input_type",
+        )
     return [prompt + x for x in texts]
 
 

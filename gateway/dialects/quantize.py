@@ -14,6 +14,7 @@ was sent with):
   as int8 (ubinary − 128). The dimension must be a multiple of 8.
 - ``base64`` = base64 of the little-endian float32 bytes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,8 +39,10 @@ def uint8(v: np.ndarray) -> np.ndarray:
 def ubinary(v: np.ndarray) -> np.ndarray:
     v = np.asarray(v)
     if v.shape[-1] % 8:
-        raise InvalidRequest(f"binary and ubinary embeddings need a dimension that is a multiple of 8; "
-                             f"this one has {v.shape[-1]}.", param="embedding_types")
+        raise InvalidRequest(
+            f"binary and ubinary embeddings need a dimension that is a multiple of 8; this one has {v.shape[-1]}.",
+            param="embedding_types",
+        )
     return np.packbits(v >= 0, axis=-1)
 
 
@@ -56,4 +59,3 @@ EMBEDDING_TYPES: dict[str, Callable[[np.ndarray], object]] = {
     "ubinary": ubinary,
     "base64": to_base64,
 }
-

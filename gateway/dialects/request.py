@@ -4,6 +4,7 @@ Like vLLM's ``OpenAIBaseModel``, unknown fields are allowed and ignored, but
 the names vLLM removed (``normalize``; ``task: "score"`` / ``"encode"``) are
 answered with vLLM's 400 before any field is validated.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -76,5 +77,7 @@ class PoolingBody(BaseModel):
 
     def truncation(self) -> dict:
         """The truncation fields of ``PoolingParams`` for this body."""
-        return {"truncate_prompt_tokens": self.truncate_prompt_tokens,
-                "truncation_side": self.truncation_side or "right"}
+        return {
+            "truncate_prompt_tokens": self.truncate_prompt_tokens,
+            "truncation_side": self.truncation_side or "right",
+        }

@@ -17,6 +17,7 @@ Results are sorted by score, highest first (ties keep document order), then
 cut to ``top_n``. ``/v2/rerank`` answers errors in Cohere's ``{"message"}``
 shape; the other two in vLLM's.
 """
+
 from __future__ import annotations
 
 import math
@@ -80,18 +81,27 @@ def to_response(scored: Scored, texts: list[str], *, top_n: int | None, return_d
             item["best_chunk"] = chunk
         results.append(item)
     units = math.ceil(len(texts) / DOCUMENTS_PER_SEARCH_UNIT)
-    return {"id": f"score-{served.request_id}", "model": served.info.served_model_name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results,
-            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": units},
-                     "tokens": {"input_tokens": tokens}}}
+    return {
+        "id": f"score-{served.request_id}",
+        "model": served.info.served_model_name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        "results": results,
+        "meta": {
+            "api_version": {"version": "2"},
+            "billed_units": {"search_units": units},
+            "tokens": {"input_tokens": tokens},
+        },
+    }
 
 
 def check_documents(config: GatewayConfig, n: int) -> None:
     """``--max-documents-per-rerank`` (default: the input cap, which admission checks anyway)."""
     cap = config.max_documents_per_rerank
     if cap is not None and n > cap:
-        raise InvalidRequest(f"Too many documents: {n} in one rerank request; the limit is {cap} "
-                             "(--max-documents-per-rerank).", param="documents")
+        raise InvalidRequest(
+            f"Too many documents: {n} in one rerank request; the limit is {cap} (--max-documents-per-rerank).",
+            param="documents",
+        )
 
 
 async def create_rerank(request: web.Request, req: RerankRequest) -> web.Response:
@@ -107,8 +117,16 @@ async def create_rerank(request: web.Request, req: RerankRequest) -> web.Respons
 
 
 ROUTES = tuple(
-    Route("POST", path, create_rerank, RerankRequest, RerankResponse, serves=scoring_enabled, operation="rerank",
-          errors=errors,
-          summary="Rerank documents by relevance to a query (vLLM / Jina / Cohere v2)")
+    Route(
+        "POST",
+        path,
+        create_rerank,
+        RerankRequest,
+        RerankResponse,
+        serves=scoring_enabled,
+        operation="rerank",
+        errors=errors,
+        summary="Rerank documents by relevance to a query (vLLM / Jina / Cohere v2)",
+    )
     for path, errors in (("/rerank", "openai"), ("/v1/rerank", "openai"), ("/v2/rerank", "cohere"))
 )

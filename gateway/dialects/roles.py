@@ -11,6 +11,7 @@ prompt of that name, if it has one, still applies; a role name it has no
 prompt for applies none. A model without roles is untouched: ``input_type``
 there means a prompt only.
 """
+
 from __future__ import annotations
 
 from poolgate.gateway.dialects.prompts import COHERE_TYPES, prompt_for
@@ -21,8 +22,10 @@ ROLES: dict[str, str] = {
     **dict.fromkeys(("search_query", *COHERE_TYPES["search_query"]), "query"),
     **dict.fromkeys(("search_document", *COHERE_TYPES["search_document"]), "document"),
 }
-NEEDS_ROLE = ("this model encodes queries and documents differently (PyLate ColBERT): say which the inputs are "
-              f"with input_type ({', '.join(ROLES)})")
+NEEDS_ROLE = (
+    "this model encodes queries and documents differently (PyLate ColBERT): say which the inputs are "
+    f"with input_type ({', '.join(ROLES)})"
+)
 
 
 def query_inputs(info: ModelInfo | None, input_type: str | None, n_inputs: int) -> int | None:
@@ -31,14 +34,21 @@ def query_inputs(info: ModelInfo | None, input_type: str | None, n_inputs: int) 
         return None
     role = ROLES.get(input_type) if input_type is not None else None
     if role is None:
-        raise InvalidRequest(NEEDS_ROLE if input_type is None else f"Unsupported input_type '{input_type}'. "
-                             + NEEDS_ROLE, param="input_type")
+        raise InvalidRequest(
+            NEEDS_ROLE if input_type is None else f"Unsupported input_type '{input_type}'. " + NEEDS_ROLE,
+            param="input_type",
+        )
     return n_inputs if role == "query" else 0
 
 
 def role_prompt(info: ModelInfo, input_type: str | None, prompt_name: str | None) -> str | None:
     """``prompt_for``, where a role model's role name it has no prompt of needs none."""
-    if (info.input_roles and prompt_name is None and input_type in ROLES
-            and input_type not in (info.prompts or {}) and input_type not in COHERE_TYPES):
+    if (
+        info.input_roles
+        and prompt_name is None
+        and input_type in ROLES
+        and input_type not in (info.prompts or {})
+        and input_type not in COHERE_TYPES
+    ):
         return None
     return prompt_for(info, input_type, prompt_name)

@@ -18,6 +18,7 @@ loaded and unloaded while the gateway runs):
 2. the body names (or defaults to) a model that does not serve it → 400,
    vLLM's "Unsupported task: ..." (``shared.limits.unsupported_task``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -94,15 +95,27 @@ def shared(routes: list[Route]) -> Route:
     """One route for ``routes`` (one method and path, all but one with a ``shape``): the body picks which."""
     defaults = [r for r in routes if r.shape is None]
     first = routes[0]
-    if len(defaults) != 1 or any((r.method, r.path, r.public, r.recorded) != (first.method, first.path, first.public,
-                                                                             first.recorded) for r in routes):
-        raise ValueError(f"{first.method} {first.path}: routes sharing a path need one default, the others a "
-                         "shape, and the same public/recorded rules")
+    if len(defaults) != 1 or any(
+        (r.method, r.path, r.public, r.recorded) != (first.method, first.path, first.public, first.recorded)
+        for r in routes
+    ):
+        raise ValueError(
+            f"{first.method} {first.path}: routes sharing a path need one default, the others a "
+            "shape, and the same public/recorded rules"
+        )
     ordered = (*(r for r in routes if r.shape is not None), defaults[0])
     summary = " | ".join(r.summary for r in ordered) + " (the body's shape picks which)"
-    return Route(first.method, first.path, defaults[0].handler, errors=defaults[0].errors, summary=summary,
-                 response_model=defaults[0].response_model, public=first.public, recorded=first.recorded,
-                 alternatives=ordered)
+    return Route(
+        first.method,
+        first.path,
+        defaults[0].handler,
+        errors=defaults[0].errors,
+        summary=summary,
+        response_model=defaults[0].response_model,
+        public=first.public,
+        recorded=first.recorded,
+        alternatives=ordered,
+    )
 
 
 def pick(route: Route, raw: object) -> Route:
@@ -163,8 +176,11 @@ async def route_of(request: web.Request) -> Route:
     matched = table.get(request.match_info.route)
     if matched is not None:
         return matched
-    same_path = [route for mounted, route in table.items()
-                 if mounted.resource is not None and (await mounted.resource.resolve(request))[1]]
+    same_path = [
+        route
+        for mounted, route in table.items()
+        if mounted.resource is not None and (await mounted.resource.resolve(request))[1]
+    ]
     if not same_path:
         return UNMATCHED
     return replace(same_path[0], public=all(route.public for route in same_path))

@@ -11,6 +11,7 @@ token strings with ``return_tokens``). A model without a sparse head is a
 and one forward: the sparse head is a further output of the dense call
 (``PoolingParams.outputs``).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -26,21 +27,24 @@ from poolgate.shared.wire import ModelInfo
 def sparse_request(info: ModelInfo, req: ServeRequest, *, return_tokens: bool = False) -> ServeRequest:
     """``req`` (the dense request of the same inputs) turned to the model's sparse head; 400 without one."""
     head = sparse_head(info)
-    params = replace(req.params, task=head.task, sparse=True, return_tokens=return_tokens, dimensions=None,
-                     use_activation=None)
+    params = replace(
+        req.params, task=head.task, sparse=True, return_tokens=return_tokens, dimensions=None, use_activation=None
+    )
     return replace(req, params=params)
 
 
-async def serve_sparse(request: web.Request, info: ModelInfo, req: ServeRequest, *,
-                       return_tokens: bool = False) -> tuple[Served, list[SparseVector]]:
+async def serve_sparse(
+    request: web.Request, info: ModelInfo, req: ServeRequest, *, return_tokens: bool = False
+) -> tuple[Served, list[SparseVector]]:
     """Serve ``req``'s inputs through the sparse head: the served call and each input's sparse vector."""
     served = await serve(request, sparse_request(info, req, return_tokens=return_tokens))
     rows, tokens = served.result.outputs, served.result.tokens
     return served, [sparse_vector(rows, i, tokens) for i in range(len(rows))]
 
 
-async def serve_dense_and_sparse(request: web.Request, info: ModelInfo, req: ServeRequest, *,
-                                 return_tokens: bool = False) -> tuple[Served, list[SparseVector]]:
+async def serve_dense_and_sparse(
+    request: web.Request, info: ModelInfo, req: ServeRequest, *, return_tokens: bool = False
+) -> tuple[Served, list[SparseVector]]:
     """``req`` (a dense request) served with the sparse head as a further output of its one forward: the
     served call (its rows the dense vectors) and each input's sparse vector."""
     req = replace(req, params=with_policy(request.app[CONFIG], req.params))  # both outputs tokenize alike

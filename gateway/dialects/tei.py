@@ -27,6 +27,7 @@ are in ``dialects.tei_body``; /predict and /rerank in ``dialects.tei_scores``;
   goes to /similarity, a ``{query, texts}`` body to /rerank, else the model's
   kind picks /predict (a classifier) or /embed.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any
@@ -129,8 +130,9 @@ def has_sparse_head(info: ModelInfo) -> bool:
 async def similarity(request: web.Request, req: SimilarityRequest) -> web.Response:
     options = req.parameters or SimilarityParameters()
     info = request.app[ROUTER].lookup(req.model).info
-    texts = prompted([req.inputs.source_sentence, *req.inputs.sentences],
-                     prompt_for(info, prompt_name=options.prompt_name))
+    texts = prompted(
+        [req.inputs.source_sentence, *req.inputs.sentences], prompt_for(info, prompt_name=options.prompt_name)
+    )
     served = await serve(request, ServeRequest(model=req.model, inputs=texts, params=options.params("embed")))
     return _json(cosine_scores(served.result.outputs, 1))  # (sentences,)
 
@@ -139,22 +141,36 @@ def model_type(info: ModelInfo) -> dict:
     """TEI's ``model_type``: a one-label classifier is a reranker, another classifier a classifier."""
     if info.tasks and info.tasks[0] == "classify":
         labels = tei_scores.labels_of(info)
-        kind = {"id2label": {str(i): label for i, label in enumerate(labels)},
-                "label2id": {label: i for i, label in enumerate(labels)}}
+        kind = {
+            "id2label": {str(i): label for i, label in enumerate(labels)},
+            "label2id": {label: i for i, label in enumerate(labels)},
+        }
         return {"reranker" if scoring_enabled(info) else "classifier": kind}
     return {"embedding": {"pooling": None}}
 
 
 async def info_route(request: web.Request, _body: None = None) -> web.Response:
     info, config = request.app[ROUTER].lookup(request.query.get("model")).info, request.app[CONFIG]
-    return _json({
-        "model_id": info.served_model_name, "model_sha": None, "model_dtype": info.dtype,
-        "model_type": model_type(info),
-        "max_concurrent_requests": config.max_in_flight_per_worker, "max_input_length": info.max_model_len,
-        "max_batch_tokens": None, "max_batch_requests": None, "max_client_batch_size": config.max_inputs_per_request,
-        "auto_truncate": config.auto_truncate, "tokenization_workers": None, "version": VERSION, "sha": None,
-        "docker_label": None, "prompts": info.prompts, "kernels": info.kernels or {},
-    })
+    return _json(
+        {
+            "model_id": info.served_model_name,
+            "model_sha": None,
+            "model_dtype": info.dtype,
+            "model_type": model_type(info),
+            "max_concurrent_requests": config.max_in_flight_per_worker,
+            "max_input_length": info.max_model_len,
+            "max_batch_tokens": None,
+            "max_batch_requests": None,
+            "max_client_batch_size": config.max_inputs_per_request,
+            "auto_truncate": config.auto_truncate,
+            "tokenization_workers": None,
+            "version": VERSION,
+            "sha": None,
+            "docker_label": None,
+            "prompts": info.prompts,
+            "kernels": info.kernels or {},
+        }
+    )
 
 
 class AnyBody(RootModel[dict[str, Any]]):
@@ -177,19 +193,57 @@ async def root(request: web.Request, body: AnyBody) -> web.StreamResponse:
     return await serve_route(request, chosen, raw)
 
 
-EMBED = Route("POST", "/embed", embed, EmbedRequest, EmbedResponse, tasks=("embed",), errors="tei",
-              summary="TEI: one vector per input")
-SIMILARITY = Route("POST", "/similarity", similarity, SimilarityRequest, SimilarityResponse, tasks=("embed",),
-                   errors="tei", summary="TEI: cosine of each sentence with the source sentence")
+EMBED = Route(
+    "POST",
+    "/embed",
+    embed,
+    EmbedRequest,
+    EmbedResponse,
+    tasks=("embed",),
+    errors="tei",
+    summary="TEI: one vector per input",
+)
+SIMILARITY = Route(
+    "POST",
+    "/similarity",
+    similarity,
+    SimilarityRequest,
+    SimilarityResponse,
+    tasks=("embed",),
+    errors="tei",
+    summary="TEI: cosine of each sentence with the source sentence",
+)
 ROUTES = (
     EMBED,
-    Route("POST", "/embed_all", embed_all, EmbedAllRequest, EmbedAllResponse, tasks=("token_embed",), errors="tei",
-          summary="TEI: every token's vector"),
-    Route("POST", "/embed_sparse", embed_sparse, EmbedAllRequest, EmbedSparseResponse, errors="tei",
-          serves=has_sparse_head, operation="embed_sparse",
-          summary="TEI: each input's sparse vector (SPLADE, BGE-M3's sparse weights)"),
+    Route(
+        "POST",
+        "/embed_all",
+        embed_all,
+        EmbedAllRequest,
+        EmbedAllResponse,
+        tasks=("token_embed",),
+        errors="tei",
+        summary="TEI: every token's vector",
+    ),
+    Route(
+        "POST",
+        "/embed_sparse",
+        embed_sparse,
+        EmbedAllRequest,
+        EmbedSparseResponse,
+        errors="tei",
+        serves=has_sparse_head,
+        operation="embed_sparse",
+        summary="TEI: each input's sparse vector (SPLADE, BGE-M3's sparse weights)",
+    ),
     SIMILARITY,
     Route("GET", "/info", info_route, errors="tei", summary="TEI: the model and the server's limits"),
-    Route("POST", "/", root, AnyBody, errors="tei",
-          summary="TEI's compat route (InferenceClient): similarity, rerank, predict or embed by body and model"),
+    Route(
+        "POST",
+        "/",
+        root,
+        AnyBody,
+        errors="tei",
+        summary="TEI's compat route (InferenceClient): similarity, rerank, predict or embed by body and model",
+    ),
 )

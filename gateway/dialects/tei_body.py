@@ -8,6 +8,7 @@ each input to the model's length; absent or false, the server's
 request cannot ask of poolgate's policy). ``truncation_direction`` is
 ``right`` (keep the first tokens) or ``left``, in either case.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
@@ -36,8 +37,12 @@ class TeiBody(BaseModel):
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
 
     def params(self, task: PoolingTask, **fields: Any) -> PoolingParams:
-        return PoolingParams(task=task, truncate_prompt_tokens=-1 if self.truncate else None,
-                             truncation_side=self.truncation_direction.lower(), **fields)
+        return PoolingParams(
+            task=task,
+            truncate_prompt_tokens=-1 if self.truncate else None,
+            truncation_side=self.truncation_direction.lower(),
+            **fields,
+        )
 
 
 class InputsBody(TeiBody):
@@ -63,6 +68,7 @@ def prompted(inputs: list[Input], prompt: str | None) -> list[Input]:
         return inputs
     texts = only_texts(inputs)
     if texts is None:
-        raise InvalidRequest("prompt_name prefixes texts: pass the inputs as strings, not token ids",
-                             param="prompt_name")
+        raise InvalidRequest(
+            "prompt_name prefixes texts: pass the inputs as strings, not token ids", param="prompt_name"
+        )
     return [prompt + x for x in texts]

@@ -15,6 +15,7 @@
   and no ``documents`` is TEI's (``shape``), and each answers as its own
   dialect. Scores come from the model's scorer (``dialects.pairs``).
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, cast
@@ -54,16 +55,19 @@ class PredictRequest(TeiBody):
     def _sizes(cls, value: Any) -> Any:
         batch = value if value and isinstance(value[0], list) else [value] if isinstance(value, list) else []
         if not value or any(len(seq) not in (1, 2) for seq in batch):
-            raise ValueError("a string, a pair of strings [string, string] or a batch of mixed strings and pairs "
-                             "[[string], [string, string], ...]")
+            raise ValueError(
+                "a string, a pair of strings [string, string] or a batch of mixed strings and pairs "
+                "[[string], [string, string], ...]"
+            )
         return value
 
     def batch(self) -> tuple[list, bool]:
         """The call inputs and whether the body was a batch."""
         single = isinstance(self.inputs, str) or isinstance(self.inputs[0], str)
         items = cast(list[str | list[str]], [self.inputs] if single else self.inputs)  # shapes: ``_sizes``
-        return [seq if isinstance(seq, str) else seq[0] if len(seq) == 1 else TextPair(seq[0], seq[1])
-                for seq in items], not single
+        return [
+            seq if isinstance(seq, str) else seq[0] if len(seq) == 1 else TextPair(seq[0], seq[1]) for seq in items
+        ], not single
 
 
 class Prediction(BaseModel):
@@ -105,21 +109,29 @@ async def predict(request: web.Request, req: PredictRequest) -> web.Response:
     params = req.params("classify", use_activation=False if raw else None)
     served = await serve(request, ServeRequest(model=req.model, inputs=inputs, params=params))
     rows, labels = served.result.outputs, labels_of(served.info)
-    answers = [predictions(rows.item(i).astype(np.float32).reshape(-1), labels)[:options.top_k]
-               for i in range(len(rows))]
+    answers = [
+        predictions(rows.item(i).astype(np.float32).reshape(-1), labels)[: options.top_k] for i in range(len(rows))
+    ]
     return web.Response(body=dumps(answers if is_batch else answers[0]), content_type="application/json")
 
 
 async def rerank(request: web.Request, req: RerankTextsRequest) -> web.Response:
     if req.truncation_direction.lower() != "right":
-        raise InvalidRequest("truncation_direction left is not supported on /rerank: pairs are cut from the "
-                             "document's end", param="truncation_direction")
-    body = ScoringBody(model=req.model, truncate_prompt_tokens=-1 if req.truncate else None,
-                       use_activation=False if req.raw_scores else None)
+        raise InvalidRequest(
+            "truncation_direction left is not supported on /rerank: pairs are cut from the document's end",
+            param="truncation_direction",
+        )
+    body = ScoringBody(
+        model=req.model,
+        truncate_prompt_tokens=-1 if req.truncate else None,
+        use_activation=False if req.raw_scores else None,
+    )
     scored = await score_pairs(request, body, req.query, req.texts)
     order = np.argsort(-scored.scores, kind="stable")
-    ranks = [{"index": int(i), "score": float(scored.scores[i]), **({"text": req.texts[i]} if req.return_text else {})}
-             for i in order]
+    ranks = [
+        {"index": int(i), "score": float(scored.scores[i]), **({"text": req.texts[i]} if req.return_text else {})}
+        for i in order
+    ]
     return web.Response(body=dumps(ranks), content_type="application/json")
 
 
@@ -127,9 +139,26 @@ def _tei_rerank_body(raw: object) -> bool:
     return isinstance(raw, dict) and "texts" in raw and "documents" not in raw
 
 
-PREDICT = Route("POST", "/predict", predict, PredictRequest, PredictResponse, tasks=("classify",), errors="tei",
-                summary="TEI: every label's score for texts or pairs")
-RERANK = Route("POST", "/rerank", rerank, RerankTextsRequest, RerankResponse, serves=scoring_enabled,
-               operation="rerank", errors="tei", shape=_tei_rerank_body,
-               summary="TEI rerank ({query, texts}): texts by relevance to the query")
+PREDICT = Route(
+    "POST",
+    "/predict",
+    predict,
+    PredictRequest,
+    PredictResponse,
+    tasks=("classify",),
+    errors="tei",
+    summary="TEI: every label's score for texts or pairs",
+)
+RERANK = Route(
+    "POST",
+    "/rerank",
+    rerank,
+    RerankTextsRequest,
+    RerankResponse,
+    serves=scoring_enabled,
+    operation="rerank",
+    errors="tei",
+    shape=_tei_rerank_body,
+    summary="TEI rerank ({query, texts}): texts by relevance to the query",
+)
 ROUTES = (PREDICT, RERANK)

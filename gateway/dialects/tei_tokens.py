@@ -12,6 +12,7 @@
 Both run as tokenizer jobs through the model's pools (``gateway.serving.run``),
 one per input, in the worker's own tokenizer.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,13 +61,15 @@ DecodeResponse = RootModel[list[str]]
 def simple_tokens(text: str, details: dict) -> list[dict]:
     """TEI's tokens of ``text`` from the worker's ids, token strings, offsets and special flags."""
     out = []
-    for token_id, token, span, special in zip(details["tokens"], details["token_strs"], details["offsets"],
-                                              details["special"], strict=True):
+    for token_id, token, span, special in zip(
+        details["tokens"], details["token_strs"], details["offsets"], details["special"], strict=True
+    ):
         if special:
             out.append({"id": token_id, "text": token or "", "special": True, "start": None, "stop": None})
         else:
-            out.append({"id": token_id, "text": text[span[0]:span[1]], "special": False, "start": span[0],
-                        "stop": span[1]})
+            out.append(
+                {"id": token_id, "text": text[span[0] : span[1]], "special": False, "start": span[0], "stop": span[1]}
+            )
     return out
 
 
@@ -80,9 +83,15 @@ async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Resp
     check_inputs(pools.info, texts)  # the checks every route runs: valid Unicode
 
     async def one(text: str) -> list[dict]:
-        details = await run(request, pools, lambda rid, deadline: token_details_job(
-            rid, text, deadline=deadline, add_special_tokens=req.add_special_tokens))
+        details = await run(
+            request,
+            pools,
+            lambda rid, deadline: token_details_job(
+                rid, text, deadline=deadline, add_special_tokens=req.add_special_tokens
+            ),
+        )
         return simple_tokens(text, details)
+
     answers = await asyncio.gather(*(one(text) for text in texts))
     return web.Response(body=dumps(list(answers)), content_type="application/json")
 
@@ -92,8 +101,14 @@ async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
     batch = [ids for ids in as_batch(req.ids) if isinstance(ids, list)]  # one id list, or a batch of them
 
     async def one(ids: list[int]) -> str:
-        return await run(request, pools, lambda rid, deadline: detokenize_job(
-            rid, ids, deadline=deadline, skip_special_tokens=req.skip_special_tokens))
+        return await run(
+            request,
+            pools,
+            lambda rid, deadline: detokenize_job(
+                rid, ids, deadline=deadline, skip_special_tokens=req.skip_special_tokens
+            ),
+        )
+
     texts = await asyncio.gather(*(one(ids) for ids in batch))
     return web.Response(body=dumps(list(texts)), content_type="application/json")
 
@@ -103,8 +118,17 @@ def _tei_tokenize_body(raw: object) -> bool:
 
 
 ROUTES = (
-    Route("POST", "/tokenize", tokenize, TokenizeInputsRequest, TokenizeResponse, errors="tei",
-          shape=_tei_tokenize_body, summary="TEI tokenize ({inputs}): each token's id, text and offsets"),
-    Route("POST", "/decode", decode, DecodeRequest, DecodeResponse, errors="tei",
-          summary="TEI: token ids back to text"),
+    Route(
+        "POST",
+        "/tokenize",
+        tokenize,
+        TokenizeInputsRequest,
+        TokenizeResponse,
+        errors="tei",
+        shape=_tei_tokenize_body,
+        summary="TEI tokenize ({inputs}): each token's id, text and offsets",
+    ),
+    Route(
+        "POST", "/decode", decode, DecodeRequest, DecodeResponse, errors="tei", summary="TEI: token ids back to text"
+    ),
 )

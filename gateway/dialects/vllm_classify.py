@@ -8,6 +8,7 @@ The body is vLLM's ``ClassificationRequest``: ``input`` (or chat-style
 model's probabilities (after its activation), the label of the largest one
 (``null`` when the model names no labels) and the number of classes.
 """
+
 from __future__ import annotations
 
 import time
@@ -51,8 +52,9 @@ class ClassificationResponse(BaseModel):
 
 def to_request(req: ClassificationRequest) -> ServeRequest:
     inputs, special = req.call_inputs()
-    params = PoolingParams(task="classify", use_activation=req.use_activation, add_special_tokens=special,
-                           **req.truncation())
+    params = PoolingParams(
+        task="classify", use_activation=req.use_activation, add_special_tokens=special, **req.truncation()
+    )
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
@@ -62,8 +64,9 @@ def to_response(served: Served, *, created: int) -> dict:
     data = []
     for i in range(len(rows)):
         probs = rows.item(i)  # (num_labels,)
-        data.append({"index": i, "label": label_of(probs, labels), "probs": to_float_list(probs),
-                     "num_classes": len(probs)})
+        data.append(
+            {"index": i, "label": label_of(probs, labels), "probs": to_float_list(probs), "num_classes": len(probs)}
+        )
     return list_response("classify", served, data, created=created)
 
 
@@ -81,5 +84,15 @@ async def create_classify(request: web.Request, req: ClassificationRequest) -> w
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-ROUTES = tuple(Route("POST", path, create_classify, ClassificationRequest, ClassificationResponse,
-                     tasks=("classify",), summary="vLLM classification") for path in PATHS)
+ROUTES = tuple(
+    Route(
+        "POST",
+        path,
+        create_classify,
+        ClassificationRequest,
+        ClassificationResponse,
+        tasks=("classify",),
+        summary="vLLM classification",
+    )
+    for path in PATHS
+)

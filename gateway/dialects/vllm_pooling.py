@@ -23,6 +23,7 @@ on ``/v1/embeddings``) prefixes the model's prompt of that type, and for a model
 input roles (PyLate ColBERT) says whether the inputs are queries or documents
 (``dialects.roles``; required there).
 """
+
 from __future__ import annotations
 
 import time
@@ -53,7 +54,7 @@ from poolgate.shared.wire import ModelInfo
 # The tasks whose output /pooling returns as it is; the others need a vLLM IO-processor plugin.
 RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
 EMBEDDING_TASKS = ("embed", "token_embed")  # whose last axis is gen_ai.embeddings.dimension.count
-PLUGIN_BODY = "task 'plugin': send the plugin's request as \"data\", without \"input\""
+PLUGIN_BODY = 'task \'plugin\': send the plugin\'s request as "data", without "input"'
 
 
 class PoolingRequest(EncodedBody):
@@ -93,8 +94,10 @@ def pooling_task(info: ModelInfo, requested: str | None, plugin: str | None = No
     if task == "plugin":  # vLLM's plugin task: a "data" body for the plugin (gateway.dialects.io_processor)
         raise InvalidRequest(NO_PLUGIN if plugin is None else PLUGIN_BODY, param="task")
     if task not in RAW_TASKS:
-        raise InvalidRequest(f"Task {task!r} is only available through an IO processor plugin, "
-                             "which poolgate does not load.", param="task")
+        raise InvalidRequest(
+            f"Task {task!r} is only available through an IO processor plugin, which poolgate does not load.",
+            param="task",
+        )
     return task
 
 
@@ -106,9 +109,13 @@ def to_request(req: PoolingRequest, info: ModelInfo, plugin: str | None = None) 
     inputs, special = req.call_inputs()
     if req.input_type is not None:
         inputs = prompted(inputs, role_prompt(info, req.input_type, None))
-    params = PoolingParams(task=pooling_task(info, req.task, plugin), use_activation=req.use_activation,
-                           add_special_tokens=special, query_inputs=query_inputs(info, req.input_type, len(inputs)),
-                           **req.truncation())
+    params = PoolingParams(
+        task=pooling_task(info, req.task, plugin),
+        use_activation=req.use_activation,
+        add_special_tokens=special,
+        query_inputs=query_inputs(info, req.input_type, len(inputs)),
+        **req.truncation(),
+    )
     return ServeRequest(model=req.model, inputs=inputs, params=params, priority=req.priority)
 
 
@@ -120,8 +127,14 @@ def pooled(served: Served, pool_factor: int) -> Served:
     return replace(served, result=replace(served.result, outputs=Rows(np.concatenate(items), offsets)))
 
 
-def to_response(served: Served, *, encoding_format: str = "float", embed_dtype: str = "float32",
-                endianness: str = "native", created: int) -> dict:
+def to_response(
+    served: Served,
+    *,
+    encoding_format: str = "float",
+    embed_dtype: str = "float32",
+    endianness: str = "native",
+    created: int,
+) -> dict:
     """vLLM's PoolingResponse; each input's array (one row, or its block of token rows) is one item."""
     encode, rows = json_encoder(encoding_format, embed_dtype, endianness), served.result.outputs
     data = [{"index": i, "object": "pooling", "data": encode(rows.item(i))} for i in range(len(rows))]
@@ -134,8 +147,9 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     info = request.app[ROUTER].lookup(req.model).info
     call = to_request(req, info, request.app[CONFIG].io_processor_plugin)
     if req.pool_factor is not None and call.params.task != "token_embed":
-        raise InvalidRequest(f"pool_factor pools token_embed vectors; the task is {call.params.task!r}",
-                             param="pool_factor")
+        raise InvalidRequest(
+            f"pool_factor pools token_embed vectors; the task is {call.params.task!r}", param="pool_factor"
+        )
     served = await serve(request, call)
     if req.pool_factor is not None:
         served = pooled(served, req.pool_factor)
@@ -144,9 +158,17 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
         record.response_id = f"pooling-{served.request_id}"
         if call.params.task in EMBEDDING_TASKS and len(served.result.outputs):
             record.dimension_count = int(served.result.outputs.item(0).shape[-1])
-    return encoded_response("pooling", served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
-                            endianness=req.endianness, created=created, to_json=to_response)
+    return encoded_response(
+        "pooling",
+        served,
+        encoding_format=req.encoding_format,
+        embed_dtype=req.embed_dtype,
+        endianness=req.endianness,
+        created=created,
+        to_json=to_response,
+    )
 
 
-ROUTES = (Route("POST", "/pooling", create_pooling, PoolingRequest, PoolingResponse,
-                summary="vLLM raw pooling output"),)
+ROUTES = (
+    Route("POST", "/pooling", create_pooling, PoolingRequest, PoolingResponse, summary="vLLM raw pooling output"),
+)

@@ -8,6 +8,7 @@ vLLM's multimodal ``{"content"}``, which text models refuse). Pairs are 1:1,
 vLLM's ``ScoreResponse``: ``{id: "score-…", object: "list", created, model,
 data: [{index, object: "score", score}], usage}``, one item per pair in order.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,7 +27,10 @@ from poolgate.shared.score_plan import scoring_enabled
 PATHS = ("/score", "/v1/score")
 # vLLM's pair forms, in the order its request union tries them: (first side, second side).
 PAIR_FORMS: tuple[tuple[str, str], ...] = (
-    ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"),
+    ("queries", "documents"),
+    ("queries", "items"),
+    ("data_1", "data_2"),
+    ("text_1", "text_2"),
 )
 
 
@@ -90,5 +94,16 @@ async def create_score(request: web.Request, req: ScoreRequest) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-ROUTES = tuple(Route("POST", path, create_score, ScoreRequest, ScoreResponse, serves=scoring_enabled, operation="score",
-                     summary="vLLM score: query/document pair scores") for path in PATHS)
+ROUTES = tuple(
+    Route(
+        "POST",
+        path,
+        create_score,
+        ScoreRequest,
+        ScoreResponse,
+        serves=scoring_enabled,
+        operation="score",
+        summary="vLLM score: query/document pair scores",
+    )
+    for path in PATHS
+)

@@ -15,6 +15,7 @@ worker uses the model's own tokenizer (``workers.engine.inputs.InputStage``).
 - ``/detokenize`` ``{model, tokens}`` → ``{prompt}``; ids outside the
   vocabulary are a 400.
 """
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -81,8 +82,13 @@ async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Res
     pools = lookup(request, req.model)
     x = req.input()
     check_inputs(pools.info, [x])  # the checks every route runs: valid Unicode, no empty conversation
-    ids, strs = await run(request, pools, lambda rid, deadline: tokenize_job(
-        rid, x, deadline=deadline, add_special_tokens=req.special_tokens(), return_token_strs=req.return_token_strs))
+    ids, strs = await run(
+        request,
+        pools,
+        lambda rid, deadline: tokenize_job(
+            rid, x, deadline=deadline, add_special_tokens=req.special_tokens(), return_token_strs=req.return_token_strs
+        ),
+    )
     body = {"count": len(ids), "max_model_len": pools.info.max_model_len, "tokens": ids, "token_strs": strs}
     return web.Response(body=dumps(body), content_type="application/json")
 
@@ -94,8 +100,20 @@ async def create_detokenize(request: web.Request, req: DetokenizeRequest) -> web
 
 
 ROUTES = (
-    Route("POST", "/tokenize", create_tokenize, TokenizeRequest, TokenizeResponse,
-          summary="Tokenize a prompt or chat messages with the model's tokenizer"),
-    Route("POST", "/detokenize", create_detokenize, DetokenizeRequest, DetokenizeResponse,
-          summary="Turn token ids back into text"),
+    Route(
+        "POST",
+        "/tokenize",
+        create_tokenize,
+        TokenizeRequest,
+        TokenizeResponse,
+        summary="Tokenize a prompt or chat messages with the model's tokenizer",
+    ),
+    Route(
+        "POST",
+        "/detokenize",
+        create_detokenize,
+        DetokenizeRequest,
+        DetokenizeResponse,
+        summary="Turn token ids back into text",
+    ),
 )

@@ -10,6 +10,7 @@ the path's methods, the ``Authorization``, ``Content-Type``,
 ``Access-Control-Allow-Credentials`` is ever sent: API keys go in the
 ``Authorization`` header, which needs no credentials mode.
 """
+
 from __future__ import annotations
 
 from aiohttp import web
@@ -37,9 +38,14 @@ def preflight(request: web.Request, allow_origin: str) -> web.Response | None:
     if not isinstance(missing, web.HTTPMethodNotAllowed):  # 404: no such path
         return None
     methods = ", ".join(sorted(m for m in missing.allowed_methods if m != "OPTIONS"))
-    response = web.Response(status=204, headers={
-        "Access-Control-Allow-Methods": methods, "Access-Control-Allow-Headers": ALLOW_HEADERS,
-        "Access-Control-Max-Age": MAX_AGE_S})
+    response = web.Response(
+        status=204,
+        headers={
+            "Access-Control-Allow-Methods": methods,
+            "Access-Control-Allow-Headers": ALLOW_HEADERS,
+            "Access-Control-Max-Age": MAX_AGE_S,
+        },
+    )
     mark(response, allow_origin)
     return response
 

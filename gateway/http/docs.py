@@ -8,6 +8,7 @@ page sends are ordinary API requests (guarded by the API key: the document's
 so the page works behind a proxy that mounts the gateway under a prefix.
 Only the files the page loads are served (``ASSETS``).
 """
+
 from __future__ import annotations
 
 from aiohttp import web
@@ -15,8 +16,12 @@ from swagger_ui_bundle import swagger_ui_path
 
 from poolgate.gateway.dialects.route import Route
 
-ASSETS = {"swagger-ui.css": "text/css", "swagger-ui-bundle.js": "application/javascript",
-          "favicon-32x32.png": "image/png", "favicon-16x16.png": "image/png"}
+ASSETS = {
+    "swagger-ui.css": "text/css",
+    "swagger-ui-bundle.js": "application/javascript",
+    "favicon-32x32.png": "image/png",
+    "favicon-16x16.png": "image/png",
+}
 PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -45,8 +50,9 @@ async def asset(request: web.Request, _body: None = None) -> web.StreamResponse:
     name = request.match_info["name"]
     if name not in ASSETS:
         raise web.HTTPNotFound()
-    return web.FileResponse(swagger_ui_path / name, headers={"Content-Type": ASSETS[name],
-                                                            "Cache-Control": "public, max-age=86400"})
+    return web.FileResponse(
+        swagger_ui_path / name, headers={"Content-Type": ASSETS[name], "Cache-Control": "public, max-age=86400"}
+    )
 
 
 ROUTES = (

@@ -1,4 +1,5 @@
 """Error bodies by shape name: what ``Route.errors`` names, and aiohttp's own HTTP exceptions as PoolgateErrors."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,8 +33,11 @@ def tei_error_body(err: PoolgateError) -> dict:
 
 
 # Error shape name (``Route.errors``) -> body builder.
-ERROR_FORMATS: dict[str, Callable[[PoolgateError], dict]] = {"openai": openai_error_body, "cohere": cohere_error_body,
-                                                            "tei": tei_error_body}
+ERROR_FORMATS: dict[str, Callable[[PoolgateError], dict]] = {
+    "openai": openai_error_body,
+    "cohere": cohere_error_body,
+    "tei": tei_error_body,
+}
 
 
 class HTTPError(PoolgateError):

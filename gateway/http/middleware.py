@@ -23,6 +23,7 @@ nowhere else: ``PoolgateError`` by its own status, aiohttp's HTTP exceptions
 else as a logged 500. A 429 or 503 carries ``Retry-After``: the error's own
 ``retry_after_s`` (admission's drain time, a tenant's bucket), else 1 s.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -90,8 +91,15 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except PoolgateError as err:
         error = err
     except Exception as exc:
-        _failures.log(logging.ERROR, ("unhandled", route.path, type(exc)), "unhandled error in %s %s (request %s)",
-                      request.method, request.path, request_id, exc_info=True)
+        _failures.log(
+            logging.ERROR,
+            ("unhandled", route.path, type(exc)),
+            "unhandled error in %s %s (request %s)",
+            request.method,
+            request.path,
+            request_id,
+            exc_info=True,
+        )
         error = InternalError("Internal server error.")
     if error is not None:
         response = error_response(request, error, request.get(CHOSEN, route))
@@ -103,8 +111,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return response
 
 
-async def _write_and_end(request: web.Request, response: web.StreamResponse, record: RequestRecord,
-                         error: PoolgateError | None) -> None:
+async def _write_and_end(
+    request: web.Request, response: web.StreamResponse, record: RequestRecord, error: PoolgateError | None
+) -> None:
     """Write the response here, so the span and the latency cover writing the body; end the record
     whatever happens (a client that leaves mid-body is a 499)."""
     status = response.status
@@ -153,8 +162,14 @@ def _retry_after(err: PoolgateError) -> str:
 def error_response(request: web.Request, err: PoolgateError, route: Route) -> web.Response:
     """The error body for ``err`` in ``route``'s shape."""
     if err.status >= 500 and not (err.status == 503 and route.quiet_503):
-        _failures.log(logging.WARNING, (err.status, err.message), "request %s failed: %s %s", request.get(REQUEST_ID),
-                      err.status, err.message)
+        _failures.log(
+            logging.WARNING,
+            (err.status, err.message),
+            "request %s failed: %s %s",
+            request.get(REQUEST_ID),
+            err.status,
+            err.message,
+        )
     headers = {"Retry-After": _retry_after(err)} if err.status in RETRY_STATUSES else {}
     if isinstance(err, HTTPError) and err.allow:
         headers["Allow"] = err.allow

@@ -6,6 +6,7 @@ the JSON schema of the model its body is validated with, its response model
 when it has one, its dialect's error body, and whether it needs the API key
 (the ``bearer`` security scheme on every route that is not public).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,35 +24,58 @@ ROUTES_KEY = web.AppKey("routes", list)  # every mounted Route, in order
 REF = "#/components/schemas/{model}"
 BEARER = "bearer"  # the API key, as ``Authorization: Bearer KEY``
 ERROR_SCHEMAS = {
-    "openai": {"type": "object", "required": ["error"], "properties": {"error": {
-        "type": "object", "required": ["message", "type"],
-        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                       "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}},
+    "openai": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "null"]},
+                },
+            }
+        },
+    },
     "cohere": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}},
-    "tei": {"type": "object", "required": ["error", "error_type"], "properties": {
-        "error": {"type": "string"}, "error_type": {"type": "string"}}},
+    "tei": {
+        "type": "object",
+        "required": ["error", "error_type"],
+        "properties": {"error": {"type": "string"}, "error_type": {"type": "string"}},
+    },
 }
 
 
 def document(routes: list[Route], models: list[ModelInfo]) -> dict:
     """The OpenAPI document of the ``routes`` live for ``models``; a path two dialects share documents the
     bodies of each (``oneOf``), as the route tells them apart by shape."""
-    live = {route: [p for p in route.alternatives or (route,) if is_live(p, models)]
-            for route in routes if is_live(route, models)}
+    live = {
+        route: [p for p in route.alternatives or (route,) if is_live(p, models)]
+        for route in routes
+        if is_live(route, models)
+    }
     schemas = _schemas([p for parts in live.values() for p in parts])
     paths: dict[str, dict] = {}
     for route, parts in live.items():
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, parts, schemas)
     components = dict(schemas.pop("$defs", {}))
     components.update({f"{name.capitalize()}Error": schema for name, schema in ERROR_SCHEMAS.items()})
-    return {"openapi": "3.1.0", "info": {"title": "poolgate", "version": VERSION}, "paths": paths,
-            "components": {"schemas": components, "securitySchemes": {BEARER: {"type": "http", "scheme": "bearer"}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "poolgate", "version": VERSION},
+        "paths": paths,
+        "components": {"schemas": components, "securitySchemes": {BEARER: {"type": "http", "scheme": "bearer"}}},
+    }
 
 
 def _schemas(routes: list[Route]) -> dict:
     """``{(model, mode): schema ref}`` plus ``$defs``: each pydantic model once."""
     pairs: set[tuple[type[BaseModel], JsonSchemaMode]] = {
-        (r.request_model, "validation") for r in routes if r.request_model is not None}
+        (r.request_model, "validation") for r in routes if r.request_model is not None
+    }
     pairs |= {(r.response_model, "serialization") for r in routes if r.response_model is not None}
     if not pairs:
         return {}
@@ -65,8 +89,10 @@ def _one_of(schemas: list[dict]) -> dict:
 
 
 def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
-    op: dict = {"operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
-                "summary": route.summary or route.path}
+    op: dict = {
+        "operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
+        "summary": route.summary or route.path,
+    }
     names = re.findall(r"{(\w+)}", route.path)
     if names:
         op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]

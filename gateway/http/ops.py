@@ -1,4 +1,5 @@
 """The operational routes: model list, health, readiness ping and version."""
+
 from __future__ import annotations
 
 import time
@@ -17,19 +18,32 @@ def model_card(info: ModelInfo, created: int) -> dict:
     first worker: backend, device, dtype, attention path, each op's kernel (and on a CPU its class), memory in
     bytes once loaded)."""
     return {
-        "id": info.served_model_name, "object": "model", "created": created, "owned_by": "poolgate",
-        "root": info.served_model_name, "parent": None, "max_model_len": info.max_model_len,
-        "permission": [], "worker": {
-            "backend": info.backend, "device": info.device, "device_name": info.device_name, "dtype": info.dtype,
-            "attention": info.attention, "kernels": info.kernels or {}, "memory": info.device_memory or {},
+        "id": info.served_model_name,
+        "object": "model",
+        "created": created,
+        "owned_by": "poolgate",
+        "root": info.served_model_name,
+        "parent": None,
+        "max_model_len": info.max_model_len,
+        "permission": [],
+        "worker": {
+            "backend": info.backend,
+            "device": info.device,
+            "device_name": info.device_name,
+            "dtype": info.dtype,
+            "attention": info.attention,
+            "kernels": info.kernels or {},
+            "memory": info.device_memory or {},
         },
     }
 
 
 async def list_models(request: web.Request, _body: None = None) -> web.Response:
     created = int(time.time())
-    cards = [{**model_card(model.info, created), "backends": model.backends}  # its pools, in preference order
-             for model in list(request.app[ROUTER].pools.values())]
+    cards = [
+        {**model_card(model.info, created), "backends": model.backends}  # its pools, in preference order
+        for model in list(request.app[ROUTER].pools.values())
+    ]
     return web.json_response({"object": "list", "data": cards})
 
 
@@ -47,10 +61,16 @@ async def version(request: web.Request, _body: None = None) -> web.Response:
 # Not recorded, as vLLM does not record them; /v1/models needs the API key like the rest of /v1, the probes do not.
 ROUTES = (
     Route("GET", "/v1/models", list_models, summary="The served models", recorded=False),
-    Route("GET", "/health", health, summary="200 once every model has a ready worker, else 503",
-          public=True, recorded=False, quiet_503=True),
+    Route(
+        "GET",
+        "/health",
+        health,
+        summary="200 once every model has a ready worker, else 503",
+        public=True,
+        recorded=False,
+        quiet_503=True,
+    ),
     Route("GET", "/ping", health, summary="Same as /health (SageMaker)", public=True, recorded=False, quiet_503=True),
-    Route("POST", "/ping", health, summary="Same as /health (SageMaker)", public=True, recorded=False,
-          quiet_503=True),
+    Route("POST", "/ping", health, summary="Same as /health (SageMaker)", public=True, recorded=False, quiet_503=True),
     Route("GET", "/version", version, summary="The poolgate version", public=True, recorded=False),
 )

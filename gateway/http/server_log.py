@@ -9,6 +9,7 @@ ADDR (answered 400): KIND``, the kind being the parser's reason up to its
 first colon (never the bytes), through a ``LogLimiter`` (once per reason per
 window, with a count). Other records of that logger pass unchanged.
 """
+
 from __future__ import annotations
 
 import logging

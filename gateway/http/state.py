@@ -1,4 +1,5 @@
 """Typed keys for the state the app factory puts on the app and each request."""
+
 from __future__ import annotations
 
 from aiohttp import web

@@ -21,6 +21,7 @@ has enough again, the reason ``tenant_concurrency`` / ``tenant_requests`` /
 ``tenant_tokens``, and one log line per tenant and reason until it is under
 its quota again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -81,8 +82,9 @@ class TenantState:
         if cap is not None and self.in_flight >= cap:
             self._refuse("tenant_concurrency", f"{cap} requests in flight at once", 1.0)
         if self.requests is not None and self.requests.wait_s(1):
-            self._refuse("tenant_requests", f"{self.tenant.requests_per_minute} requests per minute",
-                         self.requests.wait_s(1))
+            self._refuse(
+                "tenant_requests", f"{self.tenant.requests_per_minute} requests per minute", self.requests.wait_s(1)
+            )
         self._check_tokens()
         if self.requests is not None:
             self.requests.take(1)
@@ -105,8 +107,7 @@ class TenantState:
 
     def _check_tokens(self) -> None:
         if self.tokens is not None and self.tokens.refill() < 0:
-            self._refuse("tenant_tokens", f"{self.tenant.tokens_per_minute} tokens per minute",
-                         self.tokens.wait_s(0))
+            self._refuse("tenant_tokens", f"{self.tenant.tokens_per_minute} tokens per minute", self.tokens.wait_s(0))
 
     def leave(self) -> None:
         """One admitted request ended."""
@@ -116,8 +117,11 @@ class TenantState:
         if reason not in self.logged:
             self.logged.add(reason)
             log.warning("tenant %s is over its quota of %s (429 until it is under it again)", self.name, quota)
-        raise Overloaded(f"Tenant '{self.name}' is over its quota of {quota}; retry later.",
-                         retry_after_s=float(min(60, max(1, math.ceil(wait_s)))), reason=reason)
+        raise Overloaded(
+            f"Tenant '{self.name}' is over its quota of {quota}; retry later.",
+            retry_after_s=float(min(60, max(1, math.ceil(wait_s)))),
+            reason=reason,
+        )
 
 
 class Tenants:
@@ -127,12 +131,18 @@ class Tenants:
         self.states: list[TenantState] = []
         self._keys: list[tuple[bytes, TenantState]] = []
         if config.api_key:
-            main = TenantState(Tenant(DEFAULT_TENANT, (hashlib.sha256(config.api_key.encode()).hexdigest(),)),
-                               admin=True)
+            main = TenantState(
+                Tenant(DEFAULT_TENANT, (hashlib.sha256(config.api_key.encode()).hexdigest(),)), admin=True
+            )
             self._add(main)
         for tenant in config.tenants:
-            self._add(TenantState(tenant, requests=_bucket(tenant.requests_per_minute, clock),
-                                  tokens=_bucket(tenant.tokens_per_minute, clock)))
+            self._add(
+                TenantState(
+                    tenant,
+                    requests=_bucket(tenant.requests_per_minute, clock),
+                    tokens=_bucket(tenant.tokens_per_minute, clock),
+                )
+            )
 
     @property
     def enabled(self) -> bool:

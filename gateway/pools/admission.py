@@ -35,6 +35,7 @@ was admitted is released when the job ends, retried or not (a retry after a
 lost worker is not admitted again). Refusals are counted by reason
 (``refused``).
 """
+
 from __future__ import annotations
 
 import math
@@ -105,8 +106,11 @@ class Admission:
             raise InvalidRequest(f"Too many inputs: {inputs} in one request; the limit is {cap}.", param="input")
         chars = self.limits.max_chars_per_input
         if chars is not None and longest_chars > chars:
-            raise InvalidRequest(f"An input of {longest_chars} characters is too long; the limit is {chars} "
-                                 "characters per input (--max-chars-per-input).", param="input")
+            raise InvalidRequest(
+                f"An input of {longest_chars} characters is too long; the limit is {chars} "
+                "characters per input (--max-chars-per-input).",
+                param="input",
+            )
 
     def candidates(self, members: Iterable[M], calls_of: Callable[[M], int]) -> list[M]:
         """The members that may take one more job (below ``max_calls_per_worker``); 429 when none may."""
@@ -138,9 +142,12 @@ class Admission:
         before it is done passes the limit; ``capacity``: the pool's measured tokens/s (0 = not known)."""
         cap, scale = self.queue_limit(capacity), self.counted_per_estimated
         if cap is not None and self.jobs and (before := round(self.work_before(tokens) * scale)) > cap:
-            self._refuse(REASON_QUEUE_FULL, f"Model '{self.model}' has about {round(self.tokens * scale)} tokens "
-                                            f"of work queued (the limit is {cap}); retry shortly.",
-                         retry_after(before - cap, capacity))
+            self._refuse(
+                REASON_QUEUE_FULL,
+                f"Model '{self.model}' has about {round(self.tokens * scale)} tokens "
+                f"of work queued (the limit is {cap}); retry shortly.",
+                retry_after(before - cap, capacity),
+            )
         self.tokens += tokens
         self.jobs += 1
         self._sizes.append(tokens)

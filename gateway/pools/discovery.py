@@ -11,6 +11,7 @@ answers; each address that disappears is drained and removed. A failed lookup
 keeps the current workers (DNS hiccups must not empty a pool). The gateway
 then needs no list of pods and no cluster manager of its own.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,7 +46,7 @@ class DnsName:
 
 def parse_dns_url(url: str) -> DnsName:
     """``dns+tcp://name:port`` as a DnsName; ValueError otherwise."""
-    rest = url[len(DNS_SCHEME):]
+    rest = url[len(DNS_SCHEME) :]
     host, sep, port = rest.rpartition(":")
     if not url.startswith(DNS_SCHEME) or not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"a DNS worker URL must be dns+tcp://name:port, got {url!r}")
@@ -64,8 +65,9 @@ def check_url(url: str) -> str:
         try:
             parse_address(url)
         except ValueError:
-            raise ValueError(f"a worker URL must be tcp://host:port, unix:/path or dns+tcp://name:port, "
-                             f"got {url!r}") from None
+            raise ValueError(
+                f"a worker URL must be tcp://host:port, unix:/path or dns+tcp://name:port, got {url!r}"
+            ) from None
     return url
 
 
@@ -83,8 +85,14 @@ class Discovery:
     worker URL to its client.
     """
 
-    def __init__(self, url: str, connect: Callable[[str], Awaitable[WorkerClient]], *,
-                 resolver: Resolver = resolve_host, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        connect: Callable[[str], Awaitable[WorkerClient]],
+        *,
+        resolver: Resolver = resolve_host,
+        interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> None:
         self.url, self.name = url, parse_dns_url(url)
         self.connect, self.resolver, self.interval_s = connect, resolver, interval_s
         self.members: dict[str, object] = {}
@@ -107,8 +115,14 @@ class Discovery:
         try:
             addresses = await self.resolver(self.name.host, self.name.port)
         except OSError as exc:
-            _repeats.log(logging.WARNING, (self.url, str(exc)), "cannot resolve %s: %s (keeping its %d workers)",
-                         self.url, exc, len(self.members))
+            _repeats.log(
+                logging.WARNING,
+                (self.url, str(exc)),
+                "cannot resolve %s: %s (keeping its %d workers)",
+                self.url,
+                exc,
+                len(self.members),
+            )
             return [], []
         urls = {self.name.worker_url(a) for a in addresses}
         gone = [self.members.pop(url) for url in sorted(set(self.members) - urls)]
@@ -130,8 +144,9 @@ class Discovery:
             try:
                 served = (await client.info()).served_model_name
             except Exception as exc:  # dropped before it answered (restarting, a blip): the next round retries
-                _repeats.log(logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url,
-                             exc)
+                _repeats.log(
+                    logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url, exc
+                )
                 await client.close()
                 return None
             if served != expected:

@@ -8,6 +8,7 @@ passed, ``stop`` runs (in the gateway: ``run_app``'s own graceful exit, which
 waits for the responses being written, then stops the workers). A second
 signal stops at once.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,8 +41,7 @@ class Drain:
             return
         pools = list(self.router.pools.values())
         busy = sum(pool.in_flight(c) for pool in pools for c in pool.clients)
-        log.info("%s: draining (no new requests; waiting up to %gs for %d calls in flight)",
-                 name, self.timeout_s, busy)
+        log.info("%s: draining (no new requests; waiting up to %gs for %d calls in flight)", name, self.timeout_s, busy)
         for pool in pools:
             pool.drain()
         self.task = asyncio.create_task(self._finish(pools))

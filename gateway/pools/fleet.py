@@ -17,6 +17,7 @@ started). A worker that serves a model other than its pool's is refused. The
 pool's admission (``admission_limits``): the gateway's input cap and queued-work
 limit, and its own ``max_in_flight_per_worker``, else the gateway's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,10 +44,13 @@ log = logging.getLogger("poolgate.gateway.pools.fleet")
 
 def admission_limits(config: GatewayConfig, pc: PoolConfig) -> AdmissionLimits:
     """The pool's admission limits from the gateway's config and the pool's own table."""
-    return AdmissionLimits(max_inputs_per_request=config.max_inputs_per_request,
-                           max_chars_per_input=config.max_chars_per_input,
-                           max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker,
-                           max_queued_tokens=config.max_queued_tokens, max_queued_s=config.max_queued_s)
+    return AdmissionLimits(
+        max_inputs_per_request=config.max_inputs_per_request,
+        max_chars_per_input=config.max_chars_per_input,
+        max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker,
+        max_queued_tokens=config.max_queued_tokens,
+        max_queued_s=config.max_queued_s,
+    )
 
 
 @dataclass
@@ -72,8 +76,16 @@ Started = tuple[RunningPool, WorkerPool]
 class Fleet:
     """Every served model's running pools (module doc); ``runner_factory`` is for tests (fake models)."""
 
-    def __init__(self, config: GatewayConfig, router: Router, folder: Path, *, runner_factory: str | None = None,
-                 resolver: Resolver = resolve_host, discovery_interval_s: float = DEFAULT_INTERVAL_S):
+    def __init__(
+        self,
+        config: GatewayConfig,
+        router: Router,
+        folder: Path,
+        *,
+        runner_factory: str | None = None,
+        resolver: Resolver = resolve_host,
+        discovery_interval_s: float = DEFAULT_INTERVAL_S,
+    ):
         self.config, self.router, self.folder = config, router, folder
         self.runner_factory, self.resolver, self.discovery_interval_s = runner_factory, resolver, discovery_interval_s
         self.running: dict[str, list[RunningPool]] = {}  # model name -> its pools' keepers
@@ -157,8 +169,16 @@ class Fleet:
 
     async def _start_locals(self, pc: PoolConfig, run: RunningPool) -> list[WorkerClient]:
         for i, cfg in enumerate(pc.workers):
-            run.supervisors.append(Supervisor(cfg, self._address(), i, ready_timeout=self.config.startup_timeout_s,
-                                              env=worker_env, runner_factory=self.runner_factory))
+            run.supervisors.append(
+                Supervisor(
+                    cfg,
+                    self._address(),
+                    i,
+                    ready_timeout=self.config.startup_timeout_s,
+                    env=worker_env,
+                    runner_factory=self.runner_factory,
+                )
+            )
         errors = await start_all(run.supervisors)  # those that failed keep retrying in the background (``_watch``)
         up = [s.worker.client for s in run.supervisors if s.worker is not None and s.worker.client is not None]
         if errors and not up and not pc.remotes:
@@ -166,8 +186,13 @@ class Fleet:
                 raise errors[0]
             raise Unavailable(f"no worker of {pc.model} came up ({len(errors)} tried): {errors[0]}") from errors[0]
         if run.supervisors and len(up) < len(run.supervisors):
-            log.warning("serving %s (%s) with %d of %d local workers; the others keep retrying in the background",
-                        pc.model, pc.backend, len(up), len(run.supervisors))
+            log.warning(
+                "serving %s (%s) with %d of %d local workers; the others keep retrying in the background",
+                pc.model,
+                pc.backend,
+                len(up),
+                len(run.supervisors),
+            )
         return up
 
     def _address(self) -> str:
@@ -187,8 +212,11 @@ class Fleet:
             raise failed[0]
         for url in pc.remotes:
             if is_dns_url(url):  # wait for DNS only when nothing else serves the pool
-                run.discoveries.append(discovery := Discovery(url, self.connect, resolver=self.resolver,
-                                                                interval_s=self.discovery_interval_s))
+                run.discoveries.append(
+                    discovery := Discovery(
+                        url, self.connect, resolver=self.resolver, interval_s=self.discovery_interval_s
+                    )
+                )
                 clients += await discovery.first(0 if clients or pc.workers else self.config.startup_timeout_s)
         return clients
 

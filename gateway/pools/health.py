@@ -7,6 +7,7 @@ With the defaults (every 0.25 s, 0.75 s to answer) a dead or hung worker is out
 within a second. A worker that answers again is back in rotation at the next round.
 Workers a supervisor is restarting (``starting``) and those draining are skipped.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -18,6 +18,7 @@ Linux the worker asks the kernel for SIGTERM when the gateway dies (the
 gateway must spawn it from the thread that lives as long as the gateway,
 i.e. its event loop thread, since the kernel ties that signal to the thread).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -54,23 +55,39 @@ class LocalWorker:
         self.info: ModelInfo | None = None
         self.address: str | None = None  # where it serves, as it reported it
 
-    async def start(self, cfg: WorkerConfig, address: str, *, ready_timeout: float,
-                    runner_factory: str | None = None) -> None:
+    async def start(
+        self, cfg: WorkerConfig, address: str, *, ready_timeout: float, runner_factory: str | None = None
+    ) -> None:
         """Spawn the worker listening on ``address`` (``tcp://host:0``: a port it picks) and return once
         it reported its address and answered ``info`` there."""
         if cfg.security.token is None:  # a fresh token per process: nobody else can use our worker's port
             cfg = replace(cfg, security=replace(cfg.security, token=secrets.token_urlsafe(32)))
         read_fd, write_fd = os.pipe()
-        cmd = [sys.executable, "-m", "poolgate.workers.main", "--listen", address, "--report-fd", str(write_fd),
-               "--config", "-", "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "poolgate.workers.main",
+            "--listen",
+            address,
+            "--report-fd",
+            str(write_fd),
+            "--config",
+            "-",
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         if runner_factory is not None:
             cmd += ["--runner-factory", runner_factory]
         log.info("starting worker for %s on %s", cfg.served_model_name, address)
         report = os.fdopen(read_fd, "rb", buffering=0)  # closed below, or once the worker reported
         try:
             process = self.process = await asyncio.create_subprocess_exec(
-                *cmd, stdin=subprocess.PIPE, start_new_session=True, pass_fds=(write_fd,),
-                env={**os.environ, **self.env} if self.env else None)
+                *cmd,
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(write_fd,),
+                env={**os.environ, **self.env} if self.env else None,
+            )
         except BaseException:
             report.close()
             raise
@@ -91,8 +108,9 @@ class LocalWorker:
         finally:
             report.close()
 
-    async def _wait_ready(self, process: asyncio.subprocess.Process, report: IO[bytes],
-                          cfg: WorkerConfig) -> tuple[WorkerClient, ModelInfo]:
+    async def _wait_ready(
+        self, process: asyncio.subprocess.Process, report: IO[bytes], cfg: WorkerConfig
+    ) -> tuple[WorkerClient, ModelInfo]:
         """Read the address line from the pipe (EOF: the worker exited first), then connect there."""
         line = await _read_line(report)
         if not line:

@@ -1,4 +1,5 @@
 """One worker's place in a pool: the client protocol, the member's state and load, the token estimate."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,9 @@ class Client(Protocol):
 
     async def pool(self, call: PoolingCall) -> PoolingResult: ...
 
-    async def tokenize(self, x: Input, *, add_special_tokens: bool = True,
-                       return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]: ...
+    async def tokenize(
+        self, x: Input, *, add_special_tokens: bool = True, return_token_strs: bool = False
+    ) -> tuple[list[int], list[str | None] | None]: ...
 
     async def detokenize(self, ids: list[int]) -> str: ...
 

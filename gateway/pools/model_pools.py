@@ -20,6 +20,7 @@ For the code that looks at workers (metrics, health checks, the admin API),
 (``clients``, ``is_ready``, ``recoveries``, ``in_flight``, ``probe``...) over all
 its pools.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,8 +33,16 @@ from poolgate.shared.errors import Overloaded, Unavailable
 from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
 
 # ModelInfo fields every pool of one model must agree on (what clients see must not depend on the pool)
-SAME_FIELDS = ("tasks", "embedding_dim", "max_model_len", "labels", "is_matryoshka", "matryoshka_dimensions",
-               "chunked_processing", "max_embed_len")
+SAME_FIELDS = (
+    "tasks",
+    "embedding_dim",
+    "max_model_len",
+    "labels",
+    "is_matryoshka",
+    "matryoshka_dimensions",
+    "chunked_processing",
+    "max_embed_len",
+)
 
 
 class ModelPools:
@@ -69,8 +78,10 @@ class ModelPools:
                 raise ValueError(f"model '{pool.name}' already has a pool on backend '{pool.info.backend}'")
             differ = [f for f in SAME_FIELDS if getattr(pool.info, f) != getattr(first, f)]
             if differ:
-                raise ValueError(f"the {pool.info.backend} pool of '{pool.name}' differs from its "
-                                 f"{first.backend} pool in {', '.join(differ)}: they must serve the same model")
+                raise ValueError(
+                    f"the {pool.info.backend} pool of '{pool.name}' differs from its "
+                    f"{first.backend} pool in {', '.join(differ)}: they must serve the same model"
+                )
         self.pools.append(pool)
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
@@ -126,8 +137,16 @@ class ModelPools:
 
     def snapshot(self) -> list[dict]:
         """Each pool's backend, cap and workers (``WorkerPool.snapshot``), in preference order."""
-        return [{"backend": pool.info.backend, "dtype": pool.info.dtype, "max_in_flight_per_worker": pool.max_in_flight,
-                 "ready": pool.ready, "workers": pool.snapshot()} for pool in self.pools]
+        return [
+            {
+                "backend": pool.info.backend,
+                "dtype": pool.info.dtype,
+                "max_in_flight_per_worker": pool.max_in_flight,
+                "ready": pool.ready,
+                "workers": pool.snapshot(),
+            }
+            for pool in self.pools
+        ]
 
     def drain(self) -> None:
         for pool in self.pools:

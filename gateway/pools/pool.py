@@ -27,6 +27,7 @@ worker itself refused because its queue is full (``Overloaded``, the member stay
 ready). A request's own fault (4xx), an internal error and a passed deadline are
 never retried. The retry ignores the per-worker cap: the job was admitted already.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -56,8 +57,15 @@ class WorkerPool:
     starts the given clients ``down`` (a probe or ``mark_ready`` brings them in).
     """
 
-    def __init__(self, model_info: ModelInfo, clients: Sequence[Client], *, limits: AdmissionLimits | None = None,
-                 max_in_flight: int | None = None, ready: bool = True) -> None:
+    def __init__(
+        self,
+        model_info: ModelInfo,
+        clients: Sequence[Client],
+        *,
+        limits: AdmissionLimits | None = None,
+        max_in_flight: int | None = None,
+        ready: bool = True,
+    ) -> None:
         if not clients:
             raise ValueError("a WorkerPool needs at least one client")
         if max_in_flight is not None:
@@ -168,17 +176,26 @@ class WorkerPool:
         try:
             await asyncio.wait_for(member.idle.wait(), drain_timeout_s)
         except TimeoutError:
-            log.warning("worker %s still had %d calls after %ss of draining", client.address,
-                        member.calls, drain_timeout_s)
+            log.warning(
+                "worker %s still had %d calls after %ss of draining", client.address, member.calls, drain_timeout_s
+            )
         self._members.pop(id(client), None)
         await client.close()
 
     def snapshot(self) -> list[dict]:
         """Every member's state and load, for the admin API."""
-        return [{"address": m.client.address, "state": m.state, "calls_in_flight": m.calls,
-                 "outstanding_tokens": m.tokens, "recoveries": m.recoveries, "error": m.error,
-                 "tokens_per_s": m.tokens_per_s}
-                for m in self._members.values()]
+        return [
+            {
+                "address": m.client.address,
+                "state": m.state,
+                "calls_in_flight": m.calls,
+                "outstanding_tokens": m.tokens,
+                "recoveries": m.recoveries,
+                "error": m.error,
+                "tokens_per_s": m.tokens_per_s,
+            }
+            for m in self._members.values()
+        ]
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
         """The call's result (``run`` of its pooling job)."""
@@ -205,8 +222,14 @@ class WorkerPool:
                 if not others or (job.deadline is not None and job.deadline <= time.time()):
                     raise
                 retry = min(others, key=load)
-                _retries.log(logging.INFO, (member.client.address, str(exc)), "retrying %s on %s after: %s",
-                             job.request_id, retry.client.address, exc)
+                _retries.log(
+                    logging.INFO,
+                    (member.client.address, str(exc)),
+                    "retrying %s on %s after: %s",
+                    job.request_id,
+                    retry.client.address,
+                    exc,
+                )
                 return self._counted(job, await self._send(retry, job))
         finally:
             self.admission.release(job.tokens)
@@ -292,4 +315,3 @@ class WorkerPool:
     async def close(self) -> None:
         for member in list(self._members.values()):
             await member.client.close()
-

@@ -1,4 +1,5 @@
 """Maps a request's model name and task to the model's pools (``ModelPools``); models come and go at run time."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator

@@ -21,6 +21,7 @@ returning the variables to add (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES`
 ``ZE_AFFINITY_MASK``, thread counts). ``shared.backends.worker_env`` is the one
 the gateway uses; ``no_extra_env`` adds nothing.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,9 +61,18 @@ class Backoff:
 class Supervisor:
     """One local worker kept running (see the module doc)."""
 
-    def __init__(self, cfg: WorkerConfig, address: str, index: int = 0, *, ready_timeout: float,
-                 env: WorkerEnv = no_extra_env, backoff: Backoff = Backoff(),
-                 runner_factory: str | None = None, hung_kill_after_s: float | None = HUNG_KILL_AFTER_S) -> None:
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        address: str,
+        index: int = 0,
+        *,
+        ready_timeout: float,
+        env: WorkerEnv = no_extra_env,
+        backoff: Backoff = Backoff(),
+        runner_factory: str | None = None,
+        hung_kill_after_s: float | None = HUNG_KILL_AFTER_S,
+    ) -> None:
         self.cfg, self.address, self.index = cfg, address, index
         self.ready_timeout, self.env, self.backoff = ready_timeout, env, backoff
         self.runner_factory, self.hung_kill_after_s = runner_factory, hung_kill_after_s
@@ -83,8 +93,7 @@ class Supervisor:
     async def start(self) -> LocalWorker:
         """Start one incarnation and wait until it is ready (raises if it is not)."""
         worker = LocalWorker(self.env(self.cfg))
-        await worker.start(self.cfg, self.address, ready_timeout=self.ready_timeout,
-                           runner_factory=self.runner_factory)
+        await worker.start(self.cfg, self.address, ready_timeout=self.ready_timeout, runner_factory=self.runner_factory)
         self.worker, self._up_since, self.error = worker, time.monotonic(), None
         return worker
 
@@ -122,8 +131,13 @@ class Supervisor:
             return
         down = self.pool.down_for(self.member)
         if down >= self.hung_kill_after_s and process.returncode is None:
-            log.warning("worker %d of %s (pid %d) has not answered for %.1fs; killing it", self.index,
-                        self.name, process.pid, down)
+            log.warning(
+                "worker %d of %s (pid %d) has not answered for %.1fs; killing it",
+                self.index,
+                self.name,
+                process.pid,
+                down,
+            )
             with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 process.kill()
 
@@ -143,12 +157,23 @@ class Supervisor:
             new = await self.start()
         except Exception as exc:  # Unavailable (exited, not ready in time) or a spawn error: try again later
             self.failures, self.error = self.failures + 1, str(exc)
-            log.warning("worker %d of %s did not come back: %s (next try in %gs)", self.index, self.name, exc,
-                        self.backoff.delay(self.failures))
+            log.warning(
+                "worker %d of %s did not come back: %s (next try in %gs)",
+                self.index,
+                self.name,
+                exc,
+                self.backoff.delay(self.failures),
+            )
             return
         self.restarts += 1
-        log.info("worker %d of %s is back (restart %d, pid %d) on %s", self.index, self.name, self.restarts,
-                 new.pid, new.address)
+        log.info(
+            "worker %d of %s is back (restart %d, pid %d) on %s",
+            self.index,
+            self.name,
+            self.restarts,
+            new.pid,
+            new.address,
+        )
         if self.pool is None or new.client is None:
             return
         old, self.member = self.member, new.client

@@ -11,6 +11,7 @@ the transport (the ``health`` op, at most ``WORKER_STATS_TIMEOUT_S``), and
 model, backend and worker, so one scrape of the gateway sees everything. A
 worker that does not answer reports ``poolgate_worker_up 0`` and nothing else.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,10 +72,16 @@ CACHE_SERIES: dict[str, tuple[type, str, str]] = {
 }
 # the worker's pipeline stats scalars (workers.engine.stats) -> (family, metric name, help)
 PIPELINE_SERIES: dict[str, tuple[type, str, str]] = {
-    "out_of_memory": (CounterMetricFamily, names.DEVICE_OUT_OF_MEMORY,
-                      "Batches that ran out of device memory and were split and run again."),
-    "tokens_per_s": (GaugeMetricFamily, names.WORKER_TOKENS_PER_S,
-                     "The worker's measured capacity: tokens per second of device time (admission reads it)."),
+    "out_of_memory": (
+        CounterMetricFamily,
+        names.DEVICE_OUT_OF_MEMORY,
+        "Batches that ran out of device memory and were split and run again.",
+    ),
+    "tokens_per_s": (
+        GaugeMetricFamily,
+        names.WORKER_TOKENS_PER_S,
+        "The worker's measured capacity: tokens per second of device time (admission reads it).",
+    ),
 }
 # the worker's pipeline stats key -> (metric name, help), one histogram each
 BATCH_HISTOGRAMS: dict[str, tuple[str, str]] = {
@@ -101,21 +108,25 @@ class WorkerCollector:
     async def refresh(self) -> None:
         pairs = [(pool, client) for pool in list(self.router.worker_pools()) for client in pool.clients]
         answers = await asyncio.gather(*(_health(client) for _, client in pairs))
-        self.samples = [_WorkerSample(pool, client, health)
-                        for (pool, client), health in zip(pairs, answers, strict=True)]
+        self.samples = [
+            _WorkerSample(pool, client, health) for (pool, client), health in zip(pairs, answers, strict=True)
+        ]
 
     def describe(self) -> list[Metric]:
         return []  # collected only at scrape time, after refresh
 
     def collect(self) -> Iterator[Metric]:
         gauges = {key: GaugeMetricFamily(name, doc, labels=WORKER_LABELS) for key, (name, doc) in LOAD_GAUGES.items()}
-        batches = {key: HistogramMetricFamily(name, doc, labels=WORKER_LABELS)
-                   for key, (name, doc) in BATCH_HISTOGRAMS.items()}
+        batches = {
+            key: HistogramMetricFamily(name, doc, labels=WORKER_LABELS) for key, (name, doc) in BATCH_HISTOGRAMS.items()
+        }
         up = GaugeMetricFamily(names.WORKER_UP, "1 if the worker answers and is in rotation.", labels=WORKER_LABELS)
-        recoveries = CounterMetricFamily(names.WORKER_RECOVERIES, "Times the worker came back into rotation.",
-                                         labels=WORKER_LABELS)
-        memory = GaugeMetricFamily(names.DEVICE_MEMORY, "Device memory of the worker's model.",
-                                   labels=[*WORKER_LABELS, "kind"])
+        recoveries = CounterMetricFamily(
+            names.WORKER_RECOVERIES, "Times the worker came back into rotation.", labels=WORKER_LABELS
+        )
+        memory = GaugeMetricFamily(
+            names.DEVICE_MEMORY, "Device memory of the worker's model.", labels=[*WORKER_LABELS, "kind"]
+        )
         cache = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in CACHE_SERIES.items()}
         scalars = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in PIPELINE_SERIES.items()}
         for s in self.samples:
@@ -143,8 +154,9 @@ class WorkerCollector:
         yield from self._in_flight()
 
     def _in_flight(self) -> Iterator[Metric]:
-        fam = GaugeMetricFamily(names.REQUESTS_IN_FLIGHT, "Calls sent to the model's workers and not yet answered.",
-                                labels=[names.MODEL])
+        fam = GaugeMetricFamily(
+            names.REQUESTS_IN_FLIGHT, "Calls sent to the model's workers and not yet answered.", labels=[names.MODEL]
+        )
         for pool in list(self.router.pools.values()):
             fam.add_metric([pool.name], float(sum(pool.in_flight(c) for c in pool.clients)))
         yield fam
@@ -164,26 +176,64 @@ class GatewayMetrics:
         disable_created_metrics()  # no *_created series: they only double what a scrape stores
         self.registry = CollectorRegistry()
         r, lat, tok = self.registry, names.LATENCY_BUCKETS, names.TOKEN_BUCKETS
-        self.requests = Counter(names.REQUESTS, "API requests by route, model and HTTP status.",
-                                [names.ROUTE, names.MODEL, names.STATUS], registry=r)
-        self.duration = Histogram(names.REQUEST_DURATION, "Arrival until the response is written.",
-                                  [names.ROUTE, names.MODEL], buckets=lat, registry=r)
-        self.errors = Counter(names.REQUEST_ERRORS, "Failed API requests by error type.",
-                              [names.ROUTE, names.MODEL, names.ERROR_TYPE], registry=r)
-        self.prompt_tokens = Counter(names.PROMPT_TOKENS, "Prompt tokens pooled.",
-                                     [names.MODEL, names.TASK], registry=r)
-        self.request_tokens = Histogram(names.REQUEST_PROMPT_TOKENS, "Prompt tokens per request.",
-                                        [names.MODEL, names.TASK], buckets=tok, registry=r)
-        self.queue = Histogram(names.QUEUE_TIME, "Time a request's inputs waited in the worker's queue.",
-                               [names.MODEL, names.TASK, names.BACKEND], buckets=lat, registry=r)
-        self.inference = Histogram(names.INFERENCE_TIME, "First batch start until the request's last output.",
-                                   [names.MODEL, names.TASK, names.BACKEND], buckets=lat, registry=r)
-        self.rejections = Counter(names.ADMISSION_REJECTIONS, "Requests refused with 429 by admission control.",
-                                  [names.MODEL, names.REASON], registry=r)
-        self.tenant_requests = Counter(names.TENANT_REQUESTS, "API requests by tenant, model and HTTP status.",
-                                       [names.TENANT, names.MODEL, names.STATUS], registry=r)
-        self.tenant_tokens = Counter(names.TENANT_PROMPT_TOKENS, "Prompt tokens pooled per tenant.",
-                                     [names.TENANT, names.MODEL], registry=r)
+        self.requests = Counter(
+            names.REQUESTS,
+            "API requests by route, model and HTTP status.",
+            [names.ROUTE, names.MODEL, names.STATUS],
+            registry=r,
+        )
+        self.duration = Histogram(
+            names.REQUEST_DURATION,
+            "Arrival until the response is written.",
+            [names.ROUTE, names.MODEL],
+            buckets=lat,
+            registry=r,
+        )
+        self.errors = Counter(
+            names.REQUEST_ERRORS,
+            "Failed API requests by error type.",
+            [names.ROUTE, names.MODEL, names.ERROR_TYPE],
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            names.PROMPT_TOKENS, "Prompt tokens pooled.", [names.MODEL, names.TASK], registry=r
+        )
+        self.request_tokens = Histogram(
+            names.REQUEST_PROMPT_TOKENS,
+            "Prompt tokens per request.",
+            [names.MODEL, names.TASK],
+            buckets=tok,
+            registry=r,
+        )
+        self.queue = Histogram(
+            names.QUEUE_TIME,
+            "Time a request's inputs waited in the worker's queue.",
+            [names.MODEL, names.TASK, names.BACKEND],
+            buckets=lat,
+            registry=r,
+        )
+        self.inference = Histogram(
+            names.INFERENCE_TIME,
+            "First batch start until the request's last output.",
+            [names.MODEL, names.TASK, names.BACKEND],
+            buckets=lat,
+            registry=r,
+        )
+        self.rejections = Counter(
+            names.ADMISSION_REJECTIONS,
+            "Requests refused with 429 by admission control.",
+            [names.MODEL, names.REASON],
+            registry=r,
+        )
+        self.tenant_requests = Counter(
+            names.TENANT_REQUESTS,
+            "API requests by tenant, model and HTTP status.",
+            [names.TENANT, names.MODEL, names.STATUS],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            names.TENANT_PROMPT_TOKENS, "Prompt tokens pooled per tenant.", [names.TENANT, names.MODEL], registry=r
+        )
         self.workers = WorkerCollector(router)
         r.register(self.workers)
 
@@ -214,6 +264,7 @@ class GatewayMetrics:
 
     def add_route(self, app: web.Application) -> None:
         """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port): public, not recorded."""
+
         async def scrape(request: web.Request, _body: None = None) -> web.Response:
             return web.Response(body=await self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

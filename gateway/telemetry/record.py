@@ -10,6 +10,7 @@ one small object. The middleware begins a record only for a route marked
 ``recorded`` (``dialects.route.Route``): ops routes (health, metrics, version,
 model list) are not, as vLLM does not record them.
 """
+
 from __future__ import annotations
 
 import time
@@ -81,8 +82,9 @@ class Telemetry:
             return None
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else UNMATCHED_ROUTE
-        record = RequestRecord(request_id=request_id, route=route, arrival_ns=time.time_ns(),
-                               started=time.perf_counter())
+        record = RequestRecord(
+            request_id=request_id, route=route, arrival_ns=time.time_ns(), started=time.perf_counter()
+        )
         if self.tracer is not None:
             self.tracer.start(record, request.headers)
         return record

@@ -17,6 +17,7 @@ the HTTP server convention says. A request that failed before it was routed
 (a bad body, an unknown model) has no task, so its span has no
 ``gen_ai.operation.name`` and no model: we do not guess them from the route.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -42,9 +43,12 @@ class SpanTracer(ExportingTracer):
 
     def start(self, record: RequestRecord, headers: Mapping[str, str]) -> None:
         span = self.tracer.start_span(
-            names.SPAN_NAME, context=PROPAGATOR.extract(headers), kind=SpanKind.SERVER,
+            names.SPAN_NAME,
+            context=PROPAGATOR.extract(headers),
+            kind=SpanKind.SERVER,
             start_time=record.arrival_ns,
-            attributes={names.ATTR_PROVIDER: names.PROVIDER, names.ATTR_HTTP_ROUTE: record.route})
+            attributes={names.ATTR_PROVIDER: names.PROVIDER, names.ATTR_HTTP_ROUTE: record.route},
+        )
         record.span = span
         PROPAGATOR.inject(record.trace_context, context=trace.set_span_in_context(span))
 
