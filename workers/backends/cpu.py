@@ -38,11 +38,11 @@ BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})  # where ``--dtype auto`` tr
 # ``poolgate bench-runner``, are in docs/operations.md "CPU classes".
 SLOW_DTYPES: dict[tuple[str, str], str] = {
     ("bfloat16", "fallback"): "no bf16 instructions and no oneDNN bf16 path: torch's reference kernels run it, "
-                              "correct but several times slower than float32",
+                              "correct but about 9x slower than float32",
     ("bfloat16", "onednn"): "no bf16 instructions: oneDNN converts bf16 to float32 in registers, correct but "
-                            "slower than float32 (for half the memory)",
+                            "about 3x slower than float32 (for half the memory)",
     ("float16", "fallback"): "no fp16 instructions (AVX512-FP16, AMX-FP16): torch's reference kernels run it, "
-                             "correct but several times slower than float32",
+                             "correct but about 9x slower than float32",
 }
 
 
