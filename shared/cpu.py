@@ -197,7 +197,7 @@ def apply_cpu_class(environ: MutableMapping[str, str] | None = None, flags: set[
 
 
 _ARM_BF16, _ARM_FP16 = "bf16", "asimdhp"
-_X86_BF16_NATIVE = frozenset({"avx512_bf16", "amx_bf16"})
+BF16_INSTRUCTIONS = frozenset({"avx512_bf16", "amx_bf16"})  # x86 flags with bf16 dot products
 _X86_FP16_NATIVE = frozenset({"avx512_fp16", "amx_fp16"})
 _ONEDNN_BF16 = frozenset({"avx512bw", "avx512vl", "avx512dq"})  # oneDNN's bf16 on AVX512 without BF16 insns
 
@@ -208,7 +208,7 @@ def dtype_path(dtype: str, flags: set[str] | frozenset[str]) -> str:
     if dtype == "float32":
         return "native"
     if dtype == "bfloat16":
-        if flags & _X86_BF16_NATIVE or _ARM_BF16 in flags:
+        if flags & BF16_INSTRUCTIONS or _ARM_BF16 in flags:
             return "native"
         return "onednn" if flags >= _ONEDNN_BF16 or "avx_ne_convert" in flags else "fallback"
     if dtype == "float16":

@@ -24,7 +24,7 @@ from functools import cache
 import torch
 
 from poolgate.shared.backends import available_cpus, physical_cores
-from poolgate.shared.cpu import cpu_class, cpu_flags, cpu_model, dtype_path
+from poolgate.shared.cpu import BF16_INSTRUCTIONS, cpu_class, cpu_flags, cpu_model, dtype_path
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels import cpu_attention, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
@@ -33,7 +33,7 @@ from poolgate.workers.kernels.ops import Ops
 
 log = logging.getLogger("poolgate.worker")
 
-BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})  # where ``--dtype auto`` tries bf16
+BF16_FLAGS = BF16_INSTRUCTIONS  # where ``--dtype auto`` tries bf16 (x86 only: ARM64 bf16 is unmeasured)
 # (dtype, shared.cpu.dtype_path) -> what the worker logs once at start; the factors per class, measured with
 # ``poolgate bench-runner``, are in docs/operations.md "CPU classes".
 SLOW_DTYPES: dict[tuple[str, str], str] = {
