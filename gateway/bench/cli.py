@@ -10,6 +10,8 @@ their tokens/s compared (``bench.mixed``). ``--latency`` sends one request at a
 time with one input of ``--latency-tokens`` tokens (a different text each time):
 the single-request latency percentiles. ``--gateway-only`` measures the gateway
 alone against a zero-cost worker it starts itself (``bench.gateway_only``).
+``--burst`` sends ``--burst-requests`` requests at once and counts how many the
+admission takes and refuses (``bench.burst``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
-from poolgate.shared.config import DTYPE_CHOICES
+from poolgate.shared.config import DTYPE_CHOICES, GatewayConfig
 from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 from poolgate.shared.model_flags import positive_int as _positive_int
 from poolgate.shared.models import bundled_model_path
@@ -95,6 +98,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --gateway-only: then the same with N gateway processes on one port (--reuse-port), "
         "sharing the worker",
+    )
+    mode.add_argument(
+        "--burst",
+        action="store_true",
+        help="send --burst-requests requests of --batch-size inputs at once to --url; count the admitted (200) "
+        "and refused (429) and the admitted latency against the admission limit (bench.burst)",
+    )
+    mode.add_argument("--burst-requests", type=_positive_int, default=200, metavar="N", help="requests in the burst")
+    mode.add_argument(
+        "--max-queued-s",
+        type=float,
+        default=GatewayConfig.max_queued_s,
+        metavar="SECONDS",
+        help="with --burst: the server's --max-queued-seconds, printed beside the latencies",
     )
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
     kill.add_argument(
@@ -258,9 +275,24 @@ def gateway_only_main(args: argparse.Namespace) -> int:
     return _emit(report, format_gateway_only(report), args)
 
 
+def burst_main(args: argparse.Namespace) -> int:
+    texts, _ = load_texts(args)
+    try:
+        model = (args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))])[0]
+    except (TimeoutError, OSError, BadResponse, aiohttp.ClientError) as exc:
+        print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
+        return 2
+    cfg = load_config(args, model)
+    print(f"poolgate bench --burst: {args.burst_requests:,} requests at once -> {cfg.url}", file=sys.stderr)
+    report = asyncio.run(run_burst(cfg, texts, args.burst_requests, args.max_queued_s))
+    return _emit(report, format_burst(report), args)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.gateway_only:
         return gateway_only_main(args)
+    if args.burst:
+        return burst_main(args)
     try:
         texts, corpus = load_texts(args)
         kill_plan(args)
