@@ -15,6 +15,7 @@ from poolgate.gateway.http.state import CONFIG, ROUTE_OF, ROUTER, TELEMETRY, TEN
 from poolgate.gateway.http.tenants import Tenants
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import Telemetry
+from poolgate.gateway.tokenizing import tokenizer_pool
 from poolgate.shared.config import GatewayConfig
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
@@ -38,5 +39,6 @@ def make_app(
     routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES, *docs.ROUTES]
     app[openapi.ROUTES_KEY] = routes
     register(app, routes)
+    app.cleanup_ctx.append(tokenizer_pool)
     app.cleanup_ctx.extend(cleanup_ctx)
     return app

@@ -157,7 +157,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="TOKENS",
-        help="admit work up to this many tokens per pool (the estimate scaled by what recent calls counted) "
+        help="admit work up to this many tokens per pool (counted by the model's tokenizer in the gateway) "
         "instead of --max-queued-seconds",
     )
     p.add_argument(

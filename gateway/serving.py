@@ -1,49 +1,50 @@
-"""The one serving path every dialect calls: resolve the pool, apply server policy, check, submit.
+"""The one serving path every dialect calls: resolve once, tokenize, count, admit, submit, finish.
 
 A dialect validates its body, turns it into a dialect-free ``ServeRequest``
 (model, inputs, pooling params with the task) and gets back the served model
 and the ``PoolingResult``; it adds only its conversions. Here, once per
-request and for every dialect alike:
+request and for every dialect alike, into one ``Resolved`` the rest of the way
+reads:
 
-1. the router resolves ``(model, task)`` to a pool (404 / vLLM's task error);
+1. the router resolves ``(model, task)`` to the model's pools (404 / vLLM's
+   task error);
 2. server policy fills what the request left open: ``--auto-truncate`` turns
    "no truncation" into -1; the call's deadline is now plus the request's
    ``X-Request-Timeout`` header (seconds), else plus ``--request-timeout``. At
    the deadline the client gets 504 ``deadline_exceeded`` (the pool stops
    waiting and the worker drops the call's work that has not run);
-3. limits the gateway can check from the pool's ``ModelInfo`` alone run before
-   anything crosses the transport: ``dimensions``, ``truncate_prompt_tokens``,
-   input types and token ids (``shared.limits``, the same functions a worker
-   runs at its own boundary);
-4. the pools run the call (with its priority, deadline and the request's trace
-   context) through their one submit: pick → admission (the input cap, caps,
-   queued tokens: ``gateway.pools.admission``) → send → retry → accounting;
-   the request's telemetry record gets the model, task, backend, token count
-   and the worker's queue and inference times.
-
-Ops that are not pooling calls (``/tokenize``, ``/detokenize``) take the same
-road: ``lookup`` the model, then ``run`` a ``Job`` with the request's deadline.
+3. the request's own size limits (inputs per request, characters per input)
+   are checked before any tokenizing;
+4. the model's ``Front`` (``shared.inputs.front``) checks the call against the
+   model (task, params, inputs: ``shared.limits``), shapes and tokenizes its
+   inputs with the model's own tokenizer in the gateway's tokenizer pool
+   (``gateway.tokenizing``, off the event loop) and counts them; from here on
+   every count is exact: ``--max-tokens-per-request``, the tenant's token quota
+   (``take_tokens``), the pools' admission and the workers' deadline drop;
+5. the pools run the tokenized call (with its priority, deadline and the
+   request's trace context) through their one submit: pick → admission →
+   send → retry → accounting; the ``Front`` finishes the answer (sparse rows,
+   late chunks, windows) and the request's telemetry record gets the model,
+   task, backend, token count and the tokenize, queue and inference times,
+   here and nowhere else.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER, TENANT
-from poolgate.gateway.pools.job import Job
-from poolgate.gateway.pools.member import estimate_tokens
 from poolgate.gateway.pools.model_pools import ModelPools
+from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import check_inputs, check_params
+from poolgate.shared.errors import InvalidRequest, Overloaded
+from poolgate.shared.inputs.front import Prepared
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 
@@ -104,41 +105,75 @@ def request_deadline(request: web.Request) -> float | None:
     return deadline(request.app[CONFIG], time.time(), request.headers.get(TIMEOUT_HEADER))
 
 
+@dataclass(frozen=True, eq=False)
+class Resolved:
+    """One request resolved once (module doc): its model's pools and its call, tokenized and counted."""
+
+    request_id: str
+    pools: ModelPools
+    prepared: Prepared
+    tokenize_ns: tuple[int, int]  # wall clock around its wait for and run in the tokenizer pool
+
+    @property
+    def tokens(self) -> int:
+        return self.prepared.total_tokens
+
+
 async def serve(request: web.Request, req: ServeRequest) -> Served:
     """Run ``req`` for the HTTP ``request`` through the one path above."""
-    config, record = request.app[CONFIG], request.get(RECORD)
+    resolved = await resolve(request, req)
+    tenant = request.get(TENANT)
+    if tenant is not None:
+        tenant.take_tokens(resolved.tokens)
+    try:
+        answer = await resolved.pools.submit(resolved.prepared.call)
+    except Overloaded:  # refused before it ran: the tenant keeps its tokens
+        if tenant is not None:
+            tenant.give_back(resolved.tokens)
+        raise
+    result = resolved.pools.front.finish(resolved.prepared, answer)
+    if (record := request.get(RECORD)) is not None:
+        record.prompt_tokens = result.total_tokens
+        record.tokenize_s, record.tokenize_ns = result.timings.get("tokenize_s"), resolved.tokenize_ns
+        record.queue_s = result.timings.get("queue_s")
+        record.inference_s = result.timings.get("inference_s")
+    return Served(resolved.request_id, resolved.pools.info, result)
+
+
+async def resolve(request: web.Request, req: ServeRequest) -> Resolved:
+    """Steps 1 to 4 of the module doc: the request's pools, its call checked, tokenized and counted."""
+    record = request.get(RECORD)
     if record is not None:
         record.task = req.params.task  # known even if the model is not
-    pool = request.app[ROUTER].resolve(req.model, req.params.task)
+    pools = request.app[ROUTER].resolve(req.model, req.params.task)
     if record is not None:
-        record.model, record.backend = pool.name, pool.info.backend
-    params = with_policy(config, req.params)
-    check_params(pool.info, params)
-    check_inputs(pool.info, req.inputs)
-    request_id = request[REQUEST_ID]
+        record.model, record.backend = pools.name, pools.info.backend
+    pools.check(len(req.inputs), max(map(chars, req.inputs), default=0))
     call = PoolingCall(
-        request_id=request_id,
-        model=pool.name,
+        request_id=request[REQUEST_ID],
+        model=pools.name,
         inputs=req.inputs,
-        params=params,
+        params=with_policy(request.app[CONFIG], req.params),
         deadline=request_deadline(request),
         priority=priority(request, req.priority),
         trace_context=record.trace_context if record is not None else {},
     )
-    tenant, pooled = request.get(TENANT), 0
-    reserved = tenant.reserve(estimate_tokens(req.inputs)) if tenant is not None else 0
-    try:
-        result = await pool.submit(call)
-        pooled = result.total_tokens
-    finally:
-        if tenant is not None:
-            tenant.charge(pooled, reserved)
-    if record is not None:
-        record.prompt_tokens = result.total_tokens
-        record.tokenize_s = result.timings.get("tokenize_s")
-        record.queue_s = result.timings.get("queue_s")
-        record.inference_s = result.timings.get("inference_s")
-    return Served(request_id, pool.info, result)
+    started = time.time_ns()
+    prepared = await run_tokenizer(request.app, pools.front.prepare, call)
+    return Resolved(call.request_id, pools, prepared, (started, time.time_ns()))
+
+
+def chars(x: Input) -> int:
+    """The characters of one input (the per-input cap, checked before tokenizing): a text's, every text
+    field of an object input, a chat's contents; 0 for token ids."""
+    if isinstance(x, str):
+        return len(x)
+    if isinstance(x, list):
+        return 0
+    if isinstance(x, ChatInput):
+        return sum(len(str(m.get("content") or "")) for m in x.messages)
+    values = (getattr(x, f.name) for f in fields(x)) if is_dataclass(x) else ()
+    return sum(len(v) for v in values if isinstance(v, str))
 
 
 def lookup(request: web.Request, model: str | None) -> ModelPools:
@@ -147,9 +182,3 @@ def lookup(request: web.Request, model: str | None) -> ModelPools:
     if (record := request.get(RECORD)) is not None:
         record.model = pools.name
     return pools
-
-
-async def run(request: web.Request, pools: ModelPools, make: Callable[[str, float | None], Job]) -> Any:
-    """The answer to the job ``make(request_id, deadline)`` builds, through the pools' one submit."""
-    job = make(request[REQUEST_ID], request_deadline(request))
-    return await pools.run(job)

@@ -153,7 +153,7 @@ class GatewayConfig:
     request_timeout_s: float | None = 600.0  # becomes each call's deadline; None = no deadline
     max_in_flight_per_worker: int | None = None  # calls per worker before 429; None = no cap
     max_queued_s: float | None = 5.0  # admit up to this many seconds of a pool's measured capacity; None = off
-    max_queued_tokens: int | None = None  # or up to this many estimated tokens per pool (gateway.pools.admission)
+    max_queued_tokens: int | None = None  # or up to this many counted tokens per pool (gateway.pools.admission)
     health_probe_interval_s: float = 0.25  # how often every worker gets a health check (gateway.pools.health)
     health_check_timeout_s: float = 0.75  # a worker that does not answer its check within this is down
     drain_timeout_s: float = 30.0  # on SIGTERM, how long calls in flight may take before the gateway stops

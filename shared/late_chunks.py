@@ -29,9 +29,6 @@ class LateChunkText:
     starts: list[int] | None = None
     chunk_tokens: int = 0
 
-    def estimate_tokens(self) -> int:
-        return len(self.text) // 4 + 2
-
 
 def check_late(doc: LateChunkText) -> None:
     """vLLM-style 400s for chunk boundaries the document cannot have."""

@@ -1,8 +1,8 @@
 """Checks of a call against a model (task, params, inputs, lengths), with vLLM's messages.
 
 The gateway's serving path runs ``check_params`` and ``check_inputs`` once per
-request before anything crosses the transport; a worker runs ``check_call``
-(the same functions) at its own boundary, since any client may reach it.
+request before it tokenizes (``check_call``: the same functions); a worker
+runs ``check_token_call`` at its own boundary, since any client may reach it.
 Lengths and ``truncate_prompt_tokens`` are checked against the input cap:
 ``max_model_len``, or for embed inputs with chunked processing ``max_embed_len``
 (None: no cap; ``workers.engine.chunking`` then splits what is over ``max_model_len``).
@@ -20,6 +20,7 @@ from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText, check_late
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.sparse import sparse_head
 from poolgate.shared.tasks import TASK_PARAMS
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
 
 PAIR_TASKS = ("classify",)  # the tasks that read a TextPair as one sequence (a cross-encoder)
@@ -288,6 +289,30 @@ def _check_chat(chat: ChatInput) -> None:
 def _check_cap(k: object) -> None:
     if not _is_token_id(k):
         raise InvalidRequest("a per-text token cap must be a non-negative integer", param="input")
+
+
+def check_tokens(tokens: int, cap: int | None) -> None:
+    """A call's counted tokens against ``--max-tokens-per-request`` (None: no cap)."""
+    if cap is not None and tokens > cap:
+        raise InvalidRequest(
+            f"The request's inputs have {tokens} tokens; the limit is {cap} tokens per request "
+            "(--max-tokens-per-request).",
+            param="input",
+        )
+
+
+def check_token_call(info: ModelInfo, call: TokenCall) -> None:
+    """A worker's check of a tokenized call at its own boundary: its params, each sequence's length against
+    the input cap, every id in the vocabulary (never a 500 in a batch)."""
+    check_params(info, call.params)
+    task = cap_task(call.params)
+    for n in call.lengths():
+        check_length(info, n, task)
+    if len(call.ids) and (int(call.ids.min()) < 0 or (info.vocab_size and int(call.ids.max()) >= info.vocab_size)):
+        bad = int(call.ids.min()) if int(call.ids.min()) < 0 else int(call.ids.max())
+        raise InvalidRequest(
+            f"Token id {bad} is out of vocabulary (the model has {info.vocab_size} tokens).", param="input"
+        )
 
 
 def check_token_ids(info: ModelInfo, ids: list[int]) -> None:

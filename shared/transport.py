@@ -2,10 +2,13 @@
 
 Addresses, framing and the dial are ``shared.connection``'s (re-exported
 here). Every message is one ``shared.wire`` frame. A request header is ``{"id", "op", "call"?}`` with
-``op`` in ``pool | info | health | tokenize | detokenize | cancel`` (and ``hello``, the
-token frame that opens a connection); a response header is
+``op`` in ``pool | info | health | cancel`` (and ``hello``, the token frame
+that opens a connection). A ``pool`` request is a tokenized call
+(``shared.token_call``: its token ids ride as the frame's arrays); ``info``
+with ``"tokenizer": true`` also answers the model's tokenizer files
+(``shared.inputs.tokenizer_files``). A response header is
 ``{"id", "ok": true, "result"}`` (a call's outputs ride as the frame's arrays:
-one ``Rows`` block, never one array per input; a multi-output call's further blocks follow it,
+one ``Rows`` block, never one array per sequence; a multi-output call's further blocks follow it,
 their array counts in the result's ``more``) or
 ``{"id", "ok": false, "error": PoolgateError.to_wire()}``. Many requests share
 one connection, matched by id; ``cancel`` (no response) tells the worker the
@@ -24,15 +27,17 @@ import asyncio
 import contextlib
 import itertools
 import ssl
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from poolgate.shared.connection import Address, Dialer, FrameError, open_stream, parse_address, read_frame
 from poolgate.shared.errors import InternalError, Unauthorized, Unavailable, from_wire
+from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
 from poolgate.shared.rows import Rows
-from poolgate.shared.windows import Windows
-from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult, decode_frame, encode_frame, input_to_wire
+from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire import ModelInfo, PoolingResult, decode_frame, encode_frame
 
 __all__ = ["Address", "FrameError", "WorkerClient", "open_stream", "parse_address", "read_frame"]
 
@@ -100,65 +105,34 @@ class WorkerClient:
         result, _ = await self._request({"op": "health"})
         return result
 
-    async def pool(self, call: PoolingCall) -> PoolingResult:
-        result, arrays = await self._request({"op": "pool", "call": call.to_wire()})
+    async def tokenizer(self) -> tuple[ModelInfo, TokenizerFiles]:
+        """The worker's model info and its tokenizer files (the ``info`` op with ``tokenizer``)."""
+        result, arrays = await self._request({"op": "info", "tokenizer": True})
+        try:
+            return ModelInfo.from_wire(result["info"]), TokenizerFiles.from_wire(result["tokenizer"], arrays[0])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise InternalError(f"worker at {self.address} sent malformed tokenizer files: {exc}") from None
+
+    async def pool(self, call: TokenCall) -> PoolingResult:
+        """The worker's answer to a tokenized call: one row and one token count per sequence."""
+        header, blocks = call.to_wire()
+        result, arrays = await self._request({"op": "pool", "call": header}, blocks)
         more = _more_blocks(result, arrays, len(call.params.outputs))
         try:
-            outputs = Rows.from_arrays(arrays[: len(arrays) - sum(len(block) for block, _ in more)])
-            more_rows = [Rows.from_arrays(block) for block, _ in more]
+            outputs = Rows.from_arrays(arrays[: len(arrays) - sum(len(block) for block in more)])
+            more_rows = [Rows.from_arrays(block) for block in more]
         except ValueError as exc:
             raise InternalError(f"worker sent malformed outputs: {exc}") from None
-        try:
-            windows = Windows.from_wire(result["windows"]) if result.get("windows") else None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InternalError(f"worker sent malformed windows: {exc}") from None
-        rows = len(call.inputs) if windows is None else len(windows.spans)
-        if len(result["prompt_tokens"]) != len(call.inputs) or any(len(r) != rows for r in (outputs, *more_rows)):
-            raise InternalError(f"worker sent {len(outputs)} outputs for {len(call.inputs)} inputs")
+        n = len(call)
+        if len(result["prompt_tokens"]) != n or any(len(r) != n for r in (outputs, *more_rows)):
+            raise InternalError(f"worker sent {len(outputs)} outputs for {n} sequences")
         prompt_tokens = list(result["prompt_tokens"])
         return PoolingResult(
             outputs=outputs,
             prompt_tokens=prompt_tokens,
             timings=dict(result.get("timings") or {}),
-            windows=windows,
-            tokens=result.get("tokens"),
-            more=[PoolingResult(r, prompt_tokens, tokens=t) for r, (_, t) in zip(more_rows, more, strict=True)],
+            more=[PoolingResult(r, prompt_tokens) for r in more_rows],
         )
-
-    async def tokenize(
-        self, x: Input, *, add_special_tokens: bool = True, return_token_strs: bool = False
-    ) -> tuple[list[int], list[str | None] | None]:
-        """One text's (or chat's) token ids, and each id's token string when asked (the ``tokenize`` op)."""
-        result, _ = await self._request(
-            {
-                "op": "tokenize",
-                "input": input_to_wire(x),
-                "add_special_tokens": add_special_tokens,
-                "return_token_strs": return_token_strs,
-            }
-        )
-        return list(result["tokens"]), result.get("token_strs")
-
-    async def token_details(self, text: str, *, add_special_tokens: bool = True) -> dict[str, Any]:
-        """A text's ``tokens``, ``token_strs``, ``offsets`` (None for a special token) and ``special`` flags
-        (the ``tokenize`` op with offsets)."""
-        result, _ = await self._request(
-            {
-                "op": "tokenize",
-                "input": text,
-                "add_special_tokens": add_special_tokens,
-                "return_token_strs": True,
-                "return_offsets": True,
-            }
-        )
-        return result
-
-    async def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
-        """The text of ``ids`` (the ``detokenize`` op)."""
-        result, _ = await self._request(
-            {"op": "detokenize", "tokens": list(ids), "skip_special_tokens": skip_special_tokens}
-        )
-        return result["prompt"]
 
     async def close(self) -> None:
         self._closed = True
@@ -168,14 +142,16 @@ class WorkerClient:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             await self._writer.wait_closed()
 
-    async def _request(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    async def _request(
+        self, header: dict[str, Any], arrays: Sequence[np.ndarray] = ()
+    ) -> tuple[dict[str, Any], list[np.ndarray]]:
         if self._lost is not None:
             await self._reconnect()
         rid = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            self._writer.write(encode_frame({"id": rid, **header}))
+            self._writer.write(encode_frame({"id": rid, **header}, arrays))
             async with self._drain_lock:
                 await self._writer.drain()
             response, arrays = await future
@@ -230,10 +206,8 @@ class WorkerClient:
                 future.set_exception(Unavailable(f"worker at {self.address}: {self._lost}"))
 
 
-def _more_blocks(
-    result: dict[str, Any], arrays: list[np.ndarray], expected: int
-) -> list[tuple[list[np.ndarray], list[Any] | None]]:
-    """A multi-output call's further blocks: (their arrays, the tail of ``arrays``; their token strings)."""
+def _more_blocks(result: dict[str, Any], arrays: list[np.ndarray], expected: int) -> list[list[np.ndarray]]:
+    """A multi-output call's further blocks: their arrays, the tail of ``arrays``."""
     specs = result.get("more") or []
     if len(specs) != expected:
         raise InternalError(f"worker sent {len(specs)} further outputs for the call's {expected}")
@@ -242,7 +216,7 @@ def _more_blocks(
     if at < 1 or min(counts, default=1) < 1:
         raise InternalError("worker sent malformed further outputs")
     blocks = []
-    for spec, count in zip(specs, counts, strict=True):
-        blocks.append((list(arrays[at : at + count]), spec.get("tokens")))
+    for count in counts:
+        blocks.append(list(arrays[at : at + count]))
         at += count
     return blocks

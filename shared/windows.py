@@ -41,10 +41,6 @@ class WindowedText:
     max_query_tokens: int = 0
     max_tokens: int = 0
 
-    def estimate_tokens(self) -> int:
-        windows = min(self.max_windows, 1 + len(self.text) // 1200)  # ~300 tokens of text per window, a guess
-        return len(self.text) // 4 + 2 + windows * (len(self.query or "") // 4 + 2)
-
 
 @dataclass(frozen=True)
 class Windows:

@@ -38,9 +38,6 @@ class TextPair:
     max_pair_tokens: int = 0
     instruction: str | None = None  # for a score template that takes one (Qwen3-Reranker's <Instruct>)
 
-    def estimate_tokens(self) -> int:
-        return estimate_tokens(self.text) + estimate_tokens(self.text_pair)
-
 
 @dataclass(frozen=True)
 class CappedText:
@@ -50,47 +47,20 @@ class CappedText:
     text: str
     max_tokens: int
 
-    def estimate_tokens(self) -> int:
-        return min(estimate_tokens(self.text), self.max_tokens + 2) if self.max_tokens else estimate_tokens(self.text)
-
 
 @dataclass(frozen=True)
 class ChatInput:
-    """One conversation (OpenAI-style ``{"role", "content"}`` messages, text only), which the worker renders
-    to text with the model's chat template (``workers.engine.inputs.render_chats``) and then tokenizes."""
+    """One conversation (OpenAI-style ``{"role", "content"}`` messages, text only), which the gateway
+    renders to text with the model's chat template (``shared.inputs.stage.render_chats``) and then tokenizes."""
 
     messages: list[dict[str, Any]]
     add_generation_prompt: bool = False
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
 
-    def estimate_tokens(self) -> int:
-        """Each message's text, plus a few template tokens per message."""
-        return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in self.messages)
-
 
 ObjectInput = TextPair | CappedText | ChatInput | WindowedText | LateChunkText
 Input = str | list[int] | ObjectInput
-
-# The inputs that travel as JSON objects, by their "type" tag on the wire.
-WIRE_INPUTS: dict[str, type[ObjectInput]] = {
-    "text_pair": TextPair,
-    "capped_text": CappedText,
-    "chat": ChatInput,
-    "windowed_text": WindowedText,
-    "late_chunks": LateChunkText,
-}
-_TAGS = {cls: tag for tag, cls in WIRE_INPUTS.items()}
-
-
-def estimate_tokens(x: Input) -> int:
-    """An input's token count as a gateway guesses it without a tokenizer: chars/4 + 2 for a text,
-    the count of token ids, each object input its own guess."""
-    if isinstance(x, str):
-        return len(x) // 4 + 2
-    if isinstance(x, list):
-        return len(x)
-    return x.estimate_tokens()
 
 
 def only_texts(inputs: Sequence[Input]) -> list[str] | None:
@@ -99,27 +69,10 @@ def only_texts(inputs: Sequence[Input]) -> list[str] | None:
     return texts if len(texts) == len(inputs) else None
 
 
-def input_to_wire(x: Input) -> str | list[int] | dict[str, Any]:
-    """A text or token ids as they are; an object input as ``{"type": tag, **fields}``."""
-    if not isinstance(x, ObjectInput):
-        return x
-    return {"type": _TAGS[type(x)], **asdict(x)}
-
-
-def input_from_wire(x: str | list[int] | dict[str, Any]) -> Input:
-    """Inverse of ``input_to_wire``; ValueError for an object of no known type."""
-    if not isinstance(x, dict):
-        return x
-    tag = x.get("type")
-    cls = WIRE_INPUTS.get(tag) if isinstance(tag, str) else None
-    if cls is None:
-        raise ValueError(f"unknown input type {tag!r}")
-    return cls(**{k: v for k, v in x.items() if k != "type"})
-
-
 @dataclass(frozen=True)
 class PoolingCall:
-    """One dialect-free request: what to pool, how, and by when."""
+    """One dialect-free request: what to pool, how, and by when. It never crosses the transport: the gateway
+    (or the offline API) tokenizes it into a ``shared.token_call.TokenCall`` first (``shared.inputs.front``)."""
 
     request_id: str
     model: str
@@ -128,19 +81,6 @@ class PoolingCall:
     deadline: float | None = None  # unix time; None = no deadline
     priority: int = 0
     trace_context: dict[str, str] = field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        body = asdict(self)
-        body["params"] = self.params.to_wire()
-        body["inputs"] = [input_to_wire(x) for x in self.inputs]
-        return body
-
-    @classmethod
-    def from_wire(cls, body: dict[str, Any]) -> PoolingCall:
-        body = dict(body)
-        body["params"] = PoolingParams.from_wire(body["params"])
-        body["inputs"] = [input_from_wire(x) for x in body["inputs"]]
-        return cls(**body)
 
 
 @dataclass
@@ -189,6 +129,8 @@ class ModelInfo:
     input_roles: bool = False  # queries and documents encode apart (PyLate): calls say PoolingParams.query_inputs
     adapters: tuple[str, ...] | None = None  # the task adapters a call may name (PoolingParams.adapter); None = none
     kernels: dict[str, str] | None = None  # op -> the kernel it runs and why not a faster one (Backend.kernels)
+    tokenizer_sha256: str | None = None  # its TokenizerFiles' hash (shared.inputs.tokenizer_files); None: a fake's
+    max_tokens_per_request: int | None = None  # --max-tokens-per-request, counted where the call is tokenized
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

@@ -21,33 +21,35 @@ from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import ChatInput, ModelInfo, PoolingCall, PoolingResult, TextPair
-from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput
+from poolgate.shared.inputs.encoded import Encoded
+from poolgate.shared.inputs.front import Front
+from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
+from poolgate.shared.inputs.words import WordEncoder
+from poolgate.shared.token_call import TokenCall
+from poolgate.workers.engine.runner_api import LoadedModel, RunOutput
 from poolgate.workers.engine.sequence import Sequence, param_runs
 
 CLS, SEP = 101, 102
 FAIL_TOKEN = 666  # a sequence whose first real token is this makes the fake device fail
 
 
-class FakeEncoder:
-    """Whitespace "tokenizer": each word one id, between CLS and SEP; records calls and threads."""
+class FakeEncoder(WordEncoder):
+    """The ``words`` tokenizer (each word one id, between CLS and SEP) that records its calls and threads, fails
+    on the text "explode", and decodes the words it has seen."""
 
     def __init__(self, *, chat_template: bool = True) -> None:
+        super().__init__()
         self.calls: list[tuple[list[str], int | None]] = []
         self.pair_calls: list[list[TextPair]] = []
         self.threads: set[int] = set()
-        self.chat_template = chat_template
+        self.chat_template = "words" if chat_template else None
+
+    def word_id(self, word: str) -> int:
+        return fake_word_id(word)
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
-        """``[CLS] a [SEP] b [SEP]`` per pair (each side cut to its cap first), type 1 from ``b`` on."""
         self.pair_calls.append(list(pairs))
-        out = [fake_pair_ids(self.cut(p.text, p.max_text_tokens), self.cut(p.text_pair, p.max_pair_tokens))
-               for p in pairs]
-        ids, types = [x[0][:max_tokens] for x in out], [x[1][:max_tokens] for x in out]
-        return Encoded(ids, types)
-
-    def cut(self, text: str, max_tokens: int) -> str:
-        """The first ``max_tokens`` words (0 = all)."""
-        return " ".join(text.split()[:max_tokens]) if max_tokens > 0 else text
+        return super().encode_pairs(pairs, max_tokens)
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """The words this encoder has seen for ``ids`` ("[CLS]"/"[SEP]" for the specials)."""
@@ -58,21 +60,12 @@ class FakeEncoder:
     def token_strs(self, ids: list[int]) -> list[str | None]:
         return [FAKE_VOCAB.get(i) for i in ids]
 
-    def token_spans(self, text: str) -> tuple[str, list[tuple[int, int]]]:
-        """Each word's character span."""
-        spans, at = [], 0
-        for word in text.split():
-            at = text.index(word, at)
-            spans.append((at, at + len(word)))
-            at += len(word)
-        return text, spans
-
     def render_chat(self, chat: ChatInput) -> str:
         """``fake_chat_text``; a FakeEncoder built with ``chat_template=False`` refuses as the real one does."""
         if not self.chat_template:
-            from poolgate.workers.engine.tokenizer import NO_CHAT_TEMPLATE
+            from poolgate.shared.inputs.tokenizer import NO_CHAT_TEMPLATE
             raise InvalidRequest(NO_CHAT_TEMPLATE, param="messages")
-        return fake_chat_text(chat.messages, chat.add_generation_prompt)
+        return super().render_chat(chat)
 
     def encode(self, texts: list[str], max_tokens: int | None = None, *,
                add_special_tokens: bool = True, side: str = "right") -> list[list[int]]:
@@ -80,15 +73,7 @@ class FakeEncoder:
         self.threads.add(threading.get_ident())
         if any(t == "explode" for t in texts):
             raise RuntimeError("tokenizer exploded")
-        out = []
-        specials = 2 if add_special_tokens else 0
-        for text in texts:
-            ids = [fake_word_id(w) for w in text.split()]
-            if max_tokens is not None:
-                keep = max(max_tokens - specials, 0)
-                ids = (ids[len(ids) - keep:] if keep else []) if side == "left" else ids[:keep]
-            out.append([CLS, *ids, SEP] if add_special_tokens else ids)
-        return out
+        return super().encode(texts, max_tokens, add_special_tokens=add_special_tokens, side=side)
 
 
 def fake_chat_text(messages: list[dict], add_generation_prompt: bool = False) -> str:
@@ -112,6 +97,17 @@ def fake_pair_ids(first: str, second: str) -> tuple[list[int], list[int]]:
     """``[CLS] a [SEP] b [SEP]`` and its token type ids (1 for ``b [SEP]``)."""
     a, b = fake_ids(first), fake_ids(second)[1:]
     return [*a, *b], [0] * len(a) + [1] * len(b)
+
+
+def fake_front(info: ModelInfo | None = None) -> Front:
+    """The gateway side of a fake model: its ``Front`` over a ``FakeEncoder``."""
+    return Front(info or fake_model().info, FakeEncoder())
+
+
+def tokenized(call: PoolingCall, info: ModelInfo | None = None) -> TokenCall:
+    """``call`` as the gateway sends it: tokenized by a fake model's ``Front`` (by default one with room for
+    any length: a pool's tests are not about the model's input cap)."""
+    return fake_front(info or fake_model(max_model_len=10**7).info).prepare(call).call
 
 
 def fake_ids(text: str, max_tokens: int | None = None) -> list[int]:
@@ -344,28 +340,18 @@ class FakeWorkerClient:
             raise self.fail
         return self.health_answer
 
-    async def pool(self, call: PoolingCall) -> PoolingResult:
+    async def tokenizer(self) -> tuple[ModelInfo, TokenizerFiles]:
+        return self.info_, FakeEncoder().files
+
+    async def pool(self, call: TokenCall) -> PoolingResult:
         self.calls.append(call)
         if self.gate is not None:
             await self.gate.wait()
         if self.fail is not None:
             raise self.fail
-        ids = [fake_ids(x) if isinstance(x, str) else list(x) for x in call.inputs]
+        ids = call.sequences()
         values = np.stack([fake_vector(x, self.info_.embedding_dim) for x in ids])
         return PoolingResult(outputs=Rows(values), prompt_tokens=[len(x) for x in ids])
-
-    async def tokenize(self, x, *, add_special_tokens: bool = True,
-                       return_token_strs: bool = False) -> tuple[list[int], list[str | None] | None]:
-        """The fake encoder's ids for a text (the ``tokenize`` op)."""
-        if self.fail is not None:
-            raise self.fail
-        ids = FakeEncoder().encode([x], add_special_tokens=add_special_tokens)[0]
-        return ids, FakeEncoder().token_strs(ids) if return_token_strs else None
-
-    async def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
-        if self.fail is not None:
-            raise self.fail
-        return FakeEncoder().decode(ids, skip_special_tokens=skip_special_tokens)
 
     async def close(self) -> None:
         self.closed = True

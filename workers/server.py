@@ -27,7 +27,8 @@ from poolgate.shared.config import TransportSecurity
 from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.log_limit import LogLimiter
 from poolgate.shared.transport import FrameError, read_frame
-from poolgate.shared.wire import ModelInfo, PoolingCall, decode_frame, encode_frame, input_from_wire
+from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire import ModelInfo, decode_frame, encode_frame
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.listener import authenticate, error_frame, listen
 
@@ -63,73 +64,49 @@ def bound_address(server: asyncio.Server) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
-async def _pool(conn: "_Connection", header: dict) -> OpResult:
+async def _pool(conn: "_Connection", header: dict, arrays: list[np.ndarray]) -> OpResult:
+    """A tokenized call (``shared.token_call``): its header in ``call``, its blocks the frame's arrays."""
     try:
-        call = PoolingCall.from_wire(header["call"])
-    except (KeyError, TypeError, ValueError) as exc:
+        call = TokenCall.from_wire(header["call"], arrays)
+    except (KeyError, TypeError, ValueError, StopIteration) as exc:
         raise InvalidRequest(f"malformed pool call: {exc!r}") from exc
     if conn.draining.is_set():  # shutting down: the gateway retries the call on another worker
         raise Unavailable("worker is draining (shutting down)")
-    result = await conn.engine.submit(call)
+    result = await conn.engine.submit_tokens(call)
     header = {"prompt_tokens": result.prompt_tokens, "timings": result.timings}
-    if result.windows is not None:
-        header["windows"] = result.windows.to_wire()
-    if result.tokens is not None:
-        header["tokens"] = result.tokens
     arrays = result.outputs.arrays()
-    if result.more:  # a multi-output call: each further block's array count (and token strings), arrays after
-        header["more"] = [{"arrays": len(more.outputs.arrays()), "tokens": more.tokens} for more in result.more]
+    if result.more:  # a multi-output call: each further block's array count, its arrays after
+        header["more"] = [{"arrays": len(more.outputs.arrays())} for more in result.more]
         arrays += [a for more in result.more for a in more.outputs.arrays()]
     return header, arrays
 
 
-async def _info(conn: "_Connection", header: dict) -> OpResult:
-    return conn.info.to_wire(), []
+async def _info(conn: "_Connection", header: dict, arrays: list[np.ndarray]) -> OpResult:
+    """The ``ModelInfo``; with ``tokenizer``, also the model's ``TokenizerFiles`` (``info`` and
+    ``tokenizer`` in the result, the tokenizer file as the frame's one array)."""
+    if not header.get("tokenizer"):
+        return conn.info.to_wire(), []
+    files = getattr(conn.engine.front.encoder, "files", None)
+    if files is None:
+        raise InvalidRequest("this worker's model has no tokenizer files to send")
+    settings, data = files.to_wire()
+    return {"info": conn.info.to_wire(), "tokenizer": settings}, [data]
 
 
-async def _health(conn: "_Connection", header: dict) -> OpResult:
+async def _health(conn: "_Connection", header: dict, arrays: list[np.ndarray]) -> OpResult:
     draining = conn.draining.is_set()
     return {"ready": not draining, "draining": draining, **conn.engine.load()}, []
 
 
-async def _hello(conn: "_Connection", header: dict) -> OpResult:
+async def _hello(conn: "_Connection", header: dict, arrays: list[np.ndarray]) -> OpResult:
     """A client's token hello on a worker that requires none (``workers.listener`` checks it where one is set)."""
     return {}, []
 
 
-async def _tokenize(conn: "_Connection", header: dict) -> OpResult:
-    """``{"input", "add_special_tokens", "return_token_strs", "return_offsets"}`` -> ``{"tokens", "token_strs"}``
-    (/tokenize), plus ``"offsets"`` and ``"special"`` for a text with ``return_offsets`` (TEI's /tokenize)."""
-    try:
-        x = input_from_wire(header["input"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidRequest(f"malformed tokenize request: {exc!r}") from exc
-    stage = conn.engine.inputs
-    ids = await asyncio.to_thread(stage.tokenize_one, x, add_special_tokens=bool(header.get("add_special_tokens", True)))
-    strs = stage.encoder.token_strs(ids) if header.get("return_token_strs") else None
-    answer = {"tokens": ids, "token_strs": strs}
-    if header.get("return_offsets"):
-        if not isinstance(x, str):
-            raise InvalidRequest("token offsets are given for a text", param="inputs")
-        answer["offsets"], answer["special"] = await asyncio.to_thread(stage.token_offsets, x, ids)
-    return answer, []
-
-
-async def _detokenize(conn: "_Connection", header: dict) -> OpResult:
-    """``{"tokens", "skip_special_tokens"}`` -> ``{"prompt"}`` (/detokenize, TEI's /decode)."""
-    ids = header.get("tokens")
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise InvalidRequest("tokens must be a list of non-negative integer token ids", param="tokens")
-    skip = bool(header.get("skip_special_tokens", False))
-    return {"prompt": await asyncio.to_thread(conn.engine.inputs.detokenize, ids, skip_special_tokens=skip)}, []
-
-
-OPS: dict[str, Callable[["_Connection", dict], Awaitable[OpResult]]] = {
+OPS: dict[str, Callable[["_Connection", dict, list[np.ndarray]], Awaitable[OpResult]]] = {
     "pool": _pool,
     "info": _info,
     "health": _health,
-    "tokenize": _tokenize,
-    "detokenize": _detokenize,
     "hello": _hello,
 }
 
@@ -163,7 +140,7 @@ class _Connection:
 
     def _dispatch(self, head: bytes, payload: bytes) -> None:
         try:
-            header, _ = decode_frame(head, payload)
+            header, arrays = decode_frame(head, payload)
             if not isinstance(header, dict):
                 raise ValueError("frame header is not a JSON object")
         except Exception as exc:
@@ -181,17 +158,17 @@ class _Connection:
         if rid in self.tasks:
             self._send(error_frame(rid, InvalidRequest("request id is already in flight")))
             return
-        task = asyncio.create_task(self._answer(rid, header))
+        task = asyncio.create_task(self._answer(rid, header, arrays))
         self.tasks[rid] = task
         task.add_done_callback(lambda _: self.tasks.pop(rid, None))
 
-    async def _answer(self, rid: int, header: dict) -> None:
+    async def _answer(self, rid: int, header: dict, arrays: list[np.ndarray]) -> None:
         try:
             op = OPS.get(header.get("op"))
             if op is None:
                 raise InvalidRequest(f"unknown op {header.get('op')!r}; expected one of {sorted(OPS)}")
-            result, arrays = await op(self, header)
-            frame = encode_frame({"id": rid, "ok": True, "result": result}, arrays)
+            result, out = await op(self, header, arrays)
+            frame = encode_frame({"id": rid, "ok": True, "result": result}, out)
         except PoolgateError as exc:
             frame = error_frame(rid, exc)
         except Exception as exc:

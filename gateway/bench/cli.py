@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(1 and 32 inputs per request, float and base64); --url and --model are not used",
     )
     mode.add_argument(
+        "--zero-cost-tokenizer",
+        choices=("model", "words"),
+        default="model",
+        help="with --gateway-only: the tokenizer the gateway runs, the bundled MiniLM's (model) or a whitespace "
+        "split (words: the gateway without tokenizing)",
+    )
+    mode.add_argument(
         "--gateway-processes",
         type=_positive_int,
         default=1,
@@ -268,7 +275,7 @@ def gateway_only_main(args: argparse.Namespace) -> int:
     texts, _ = load_texts(args)
     print(f"poolgate bench --gateway-only: {len(texts):,} texts, zero-cost worker", file=sys.stderr)
     try:
-        report = run_gateway_only(load_config(args, "null"), texts, args.gateway_processes)
+        report = run_gateway_only(load_config(args, "null"), texts, args.gateway_processes, args.zero_cost_tokenizer)
     except (OSError, RuntimeError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -1,12 +1,14 @@
 """``poolgate bench --gateway-only``: the gateway's own ceiling, against a worker whose model costs nothing.
 
 Starts, on 127.0.0.1, one ``poolgate worker`` serving the zero-cost model
-(``poolgate.workers.tools.null_model``: whitespace ids, a constant vector; named to
-the worker by its factory string, so this client imports nothing of the worker)
+(``poolgate.workers.tools.null_model``: a constant vector; named to the worker by
+its factory string, so this client imports nothing of the worker; the gateway
+tokenizes with the bundled MiniLM's tokenizer, or with ``--zero-cost-tokenizer
+words`` a whitespace split, which leaves tokenizing out of what is measured)
 and one ``poolgate serve --worker-url`` in front of it, then runs the HTTP load
 at 1 and at 32 inputs per request, in float and in base64, and stops both. What
-is left is HTTP, JSON, the dialect, routing, admission, the transport and the
-response encoding: requests/s and inputs/s per gateway process. With
+is left is HTTP, JSON, the dialect, routing, tokenizing, admission, the transport
+and the response encoding: requests/s, inputs/s and tokens/s per gateway process. With
 ``--gateway-processes N`` it then does the same with N gateway processes on one
 port (``--reuse-port``, each with its own metrics port), sharing the one worker:
 the scale-out, measured beside one process in the same run.
@@ -30,7 +32,10 @@ from poolgate.gateway.bench.load import LoadConfig, run_load
 from poolgate.gateway.bench.report import summarize
 from poolgate.shared.telemetry import WORKER_UP
 
-NULL_FACTORY = "poolgate.workers.tools.null_model:load"
+NULL_FACTORIES = {  # --zero-cost-tokenizer -> the zero-cost model's factory
+    "model": "poolgate.workers.tools.null_model:load",  # the bundled MiniLM's tokenizer: tokenizing is measured
+    "words": "poolgate.workers.tools.null_model:load_words",  # a whitespace split: the gateway without it
+}
 MODEL = "null"
 SHAPES: tuple[tuple[int, Literal["float", "base64"]], ...] = (  # (inputs per request, encoding)
     (1, "float"),
@@ -81,7 +86,7 @@ def _wait_ready(urls: list[str], procs: list[subprocess.Popen]) -> None:
 
 
 @contextlib.contextmanager
-def null_gateway(processes: int = 1) -> Iterator[tuple[str, list[str]]]:
+def null_gateway(processes: int = 1, tokenizer: str = "model") -> Iterator[tuple[str, list[str]]]:
     """``processes`` gateways on one free port in front of one zero-cost worker; yields the base URL and each
     gateway's own /metrics URL."""
     worker_port, http_port = free_port(), free_port()
@@ -94,7 +99,7 @@ def null_gateway(processes: int = 1) -> Iterator[tuple[str, list[str]]]:
                 "--listen",
                 f"tcp://127.0.0.1:{worker_port}",
                 "--runner-factory",
-                NULL_FACTORY,
+                NULL_FACTORIES[tokenizer],
             ),
             stderr=subprocess.DEVNULL,
         )
@@ -134,12 +139,12 @@ def null_gateway(processes: int = 1) -> Iterator[tuple[str, list[str]]]:
                 p.kill()
 
 
-def run_gateway_only(base: LoadConfig, texts: list[str], processes: int = 1) -> dict:
+def run_gateway_only(base: LoadConfig, texts: list[str], processes: int = 1, tokenizer: str = "model") -> dict:
     """Every (batch size, encoding) of ``SHAPES`` against one zero-cost worker behind one gateway process, then
-    (``processes`` > 1) behind that many on one port: the report."""
+    (``processes`` > 1) behind that many on one port: the report. ``tokenizer``: a key of ``NULL_FACTORIES``."""
     runs = []
     for n in sorted({1, processes}):
-        with null_gateway(n) as (url, _):
+        with null_gateway(n, tokenizer) as (url, _):
             for batch, encoding in SHAPES:
                 cfg = replace(base, url=url, model=MODEL, batch_size=batch, encoding_format=encoding)
                 result = asyncio.run(run_load(cfg, texts))
@@ -148,6 +153,7 @@ def run_gateway_only(base: LoadConfig, texts: list[str], processes: int = 1) -> 
                 )
     return {
         "mode": "gateway-only",
+        "tokenizer": tokenizer,
         "concurrency": base.concurrency,
         "texts": len(texts),
         "runs": runs,
@@ -158,14 +164,15 @@ def run_gateway_only(base: LoadConfig, texts: list[str], processes: int = 1) -> 
 def format_gateway_only(report: dict) -> str:
     lines = [
         f"poolgate bench --gateway-only: zero-cost worker, {report['texts']:,} texts, "
-        f"concurrency {report['concurrency']}",
+        f"concurrency {report['concurrency']}, tokenizer: {report.get('tokenizer', 'model')}",
         f"  {'gateways':>8}  {'inputs/request':>14}  {'encoding':>8}  {'requests/s':>12}  {'inputs/s':>12}  "
-        f"{'p50 ms':>8}  errors",
+        f"{'tokens/s':>12}  {'p50 ms':>8}  errors",
     ]
     for r in report["runs"]:
         lines.append(
             f"  {r.get('gateway_processes', 1):>8}  {r['batch_size']:>14}  {r['encoding_format']:>8}  "
             f"{r['requests_per_s']:>12,.1f}  "
-            f"{r['inputs_per_s']:>12,.1f}  {r['latency_ms']['p50'] or 0:>8.2f}  {r['errors']}"
+            f"{r['inputs_per_s']:>12,.1f}  {r['tokens_per_s']:>12,.0f}  {r['latency_ms']['p50'] or 0:>8.2f}  "
+            f"{r['errors']}"
         )
     return "\n".join(lines)

@@ -8,7 +8,7 @@ Opt-in per request with ``late_chunking: true``, in one of three forms:
   increasing, inside the text) with one text in ``input``;
 - ``chunk_size`` (tokens per chunk) with one or more texts in ``input``.
 
-The worker (``workers.engine.late_chunking``) encodes each document as one
+The worker (``shared.inputs.late_plan``) encodes each document as one
 sequence and gives each chunk the normalized mean of its tokens' vectors.
 The answer is the embeddings list with one item per chunk, in order, each
 naming its ``chunk``: ``{document, start, end}`` (characters of the document

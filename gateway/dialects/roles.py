@@ -1,7 +1,7 @@
 """Input roles: whether a request's texts are queries or documents (``input_type``), for models that encode them apart.
 
 A PyLate ColBERT model (``ModelInfo.input_roles``) marks and expands queries
-and documents differently (``workers.engine.roles``), so a request that is not
+and documents differently (``shared.inputs.pylate_roles``), so a request that is not
 a (query, document) scoring request must say which its inputs are. It says so
 with the field that already picks prompts (``dialects.prompts``): ``input_type``
 ``query`` or ``search_query`` (Cohere's) for queries, ``document``,

@@ -9,13 +9,11 @@
 - ``/decode`` ``{ids, skip_special_tokens=true}`` (ids, or a list of them) →
   ``[text]``, one per id list.
 
-Both run as tokenizer jobs through the model's pools (``gateway.serving.run``),
-one per input, in the worker's own tokenizer.
+The gateway answers both itself, with the model's own tokenizer (its
+``Front``, ``shared.inputs.front``) in its tokenizer pool: no worker is asked.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, RootModel, StrictStr
@@ -25,8 +23,8 @@ from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.request import as_batch
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.tei_body import TokenIds
-from poolgate.gateway.pools.job import detokenize_job, token_details_job
-from poolgate.gateway.serving import lookup, run
+from poolgate.gateway.serving import lookup
+from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs
 
@@ -82,17 +80,12 @@ async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Resp
     texts = [prompt + text for text in texts]
     check_inputs(pools.info, texts)  # the checks every route runs: valid Unicode
 
-    async def one(text: str) -> list[dict]:
-        details = await run(
-            request,
-            pools,
-            lambda rid, deadline: token_details_job(
-                rid, text, deadline=deadline, add_special_tokens=req.add_special_tokens
-            ),
-        )
-        return simple_tokens(text, details)
+    front = pools.front
 
-    answers = await asyncio.gather(*(one(text) for text in texts))
+    def one(text: str) -> list[dict]:
+        return simple_tokens(text, front.token_details(text, req.add_special_tokens))
+
+    answers = await run_tokenizer(request.app, lambda batch: [one(text) for text in batch], texts)
     return web.Response(body=dumps(list(answers)), content_type="application/json")
 
 
@@ -100,16 +93,10 @@ async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
     pools = lookup(request, req.model)
     batch = [ids for ids in as_batch(req.ids) if isinstance(ids, list)]  # one id list, or a batch of them
 
-    async def one(ids: list[int]) -> str:
-        return await run(
-            request,
-            pools,
-            lambda rid, deadline: detokenize_job(
-                rid, ids, deadline=deadline, skip_special_tokens=req.skip_special_tokens
-            ),
-        )
-
-    texts = await asyncio.gather(*(one(ids) for ids in batch))
+    front = pools.front
+    texts = await run_tokenizer(
+        request.app, lambda ids_batch: [front.detokenize(ids, req.skip_special_tokens) for ids in ids_batch], batch
+    )
     return web.Response(body=dumps(list(texts)), content_type="application/json")
 
 

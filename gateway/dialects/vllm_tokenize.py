@@ -1,9 +1,7 @@
 """vLLM's tokenizer routes: ``POST /tokenize`` (a prompt, or chat messages) and ``POST /detokenize``.
 
-The gateway has no tokenizer: each request is a ``tokenize`` / ``detokenize``
-job that runs through the model's pools like every op a worker answers
-(``gateway.serving.run``: pool order, admission, drain, retry, load), and the
-worker uses the model's own tokenizer (``workers.engine.inputs.InputStage``).
+The gateway answers both itself, with the model's own tokenizer (its
+``Front``, ``shared.inputs.front``) in its tokenizer pool: no worker is asked.
 
 - ``/tokenize``, completion form ``{model, prompt, add_special_tokens=true,
   return_token_strs=false}``, or chat form ``{model, messages,
@@ -26,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.pools.job import detokenize_job, tokenize_job
-from poolgate.gateway.serving import lookup, run
+from poolgate.gateway.serving import lookup
+from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.limits import check_inputs
 from poolgate.shared.wire import Input
 
@@ -82,12 +80,9 @@ async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Res
     pools = lookup(request, req.model)
     x = req.input()
     check_inputs(pools.info, [x])  # the checks every route runs: valid Unicode, no empty conversation
-    ids, strs = await run(
-        request,
-        pools,
-        lambda rid, deadline: tokenize_job(
-            rid, x, deadline=deadline, add_special_tokens=req.special_tokens(), return_token_strs=req.return_token_strs
-        ),
+    front = pools.front
+    ids, strs = await run_tokenizer(
+        request.app, lambda y: front.tokenize(y, req.special_tokens(), req.return_token_strs), x
     )
     body = {"count": len(ids), "max_model_len": pools.info.max_model_len, "tokens": ids, "token_strs": strs}
     return web.Response(body=dumps(body), content_type="application/json")
@@ -95,7 +90,8 @@ async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Res
 
 async def create_detokenize(request: web.Request, req: DetokenizeRequest) -> web.Response:
     pools = lookup(request, req.model)
-    prompt = await run(request, pools, lambda rid, deadline: detokenize_job(rid, req.tokens, deadline=deadline))
+    front = pools.front
+    prompt = await run_tokenizer(request.app, lambda ids: front.detokenize(ids, False), req.tokens)
     return web.Response(body=dumps({"prompt": prompt}), content_type="application/json")
 
 

@@ -7,14 +7,16 @@ hashed and compared with every digest (``hmac.compare_digest``, no early exit),
 so the answer's timing says nothing about which key, if any, matched.
 
 A tenant's quotas, checked when a request arrives (``admit``), charged with
-the request's prompt tokens once pooled (``charge``) and released when it ends
-(``leave``):
+the request's tokens once the gateway's tokenizer counted them, before it is
+queued (``take_tokens``), and released when it ends (``leave``):
 
 - ``max_concurrent``: requests in flight at once;
 - ``requests_per_minute`` and ``tokens_per_minute``: token buckets holding a
-  minute's worth, refilled continuously. A request needs one request and a
-  bucket of tokens not in debt (its tokens are known only once it ran, so a
-  big request may take the bucket below zero; the next ones wait for it).
+  minute's worth, refilled continuously. A request needs one request, and its
+  counted tokens in the bucket (one bigger than a minute's quota needs a full
+  bucket and leaves it in debt); requests in flight together each take their
+  own. A request the pools then refuse before it ran (429) gets its tokens
+  back (``give_back``); one that ran, or failed while running, keeps its charge.
 
 Over a quota: ``Overloaded`` (429) with a ``Retry-After`` of when the bucket
 has enough again, the reason ``tenant_concurrency`` / ``tenant_requests`` /
@@ -91,19 +93,24 @@ class TenantState:
         self.in_flight += 1
         self.logged.clear()
 
-    def reserve(self, estimated_tokens: int) -> int:
-        """Charge a request's estimated tokens before it runs (refused while the bucket is in debt), so
-        requests in flight together cannot all spend the same tokens; ``charge`` corrects it once pooled."""
+    def take_tokens(self, tokens: int) -> None:
+        """Charge a request's counted ``tokens``, or refuse it (429 naming them) when the bucket does not hold
+        them (module doc)."""
         if self.tokens is None:
-            return 0
-        self._check_tokens()
-        self.tokens.take(estimated_tokens)
-        return estimated_tokens
+            return
+        need = min(float(tokens), self.tokens.capacity)
+        if self.tokens.refill() < need:
+            self._refuse(
+                "tenant_tokens",
+                f"{self.tenant.tokens_per_minute} tokens per minute (this request has {tokens} tokens)",
+                self.tokens.wait_s(need),
+            )
+        self.tokens.take(tokens)
 
-    def charge(self, prompt_tokens: int, reserved: int = 0) -> None:
-        """A request of this tenant pooled ``prompt_tokens`` (0: it failed) after ``reserve`` took ``reserved``."""
-        if self.tokens is not None and prompt_tokens != reserved:
-            self.tokens.take(prompt_tokens - reserved)
+    def give_back(self, tokens: int) -> None:
+        """A request charged ``tokens`` was refused before it ran (module doc)."""
+        if self.tokens is not None:
+            self.tokens.take(-tokens)
 
     def _check_tokens(self) -> None:
         if self.tokens is not None and self.tokens.refill() < 0:

@@ -1,4 +1,4 @@
-"""A pool's admission: whether it takes one more job now, counted in estimated tokens (and calls per worker).
+"""A pool's admission: whether it takes one more job now, counted in the model's tokens (and calls per worker).
 
 One ``Admission`` per ``WorkerPool`` holds every gateway-side limit on the work
 the pool accepts (``AdmissionLimits``), so none lives anywhere else:
@@ -9,8 +9,9 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   answer otherwise, before any tokenizing;
 - ``max_calls_per_worker`` (``max_in_flight_per_worker``): a worker with that
   many jobs in flight is not picked; when every ready worker is at it, 429;
-- queued work, in estimated tokens (``gateway.pools.member.estimate_tokens``):
-  the work that runs before a new job is done may not pass
+- queued work, in tokens the model's tokenizer counted (the gateway tokenizes
+  every call before it reaches a pool, ``shared.inputs.front``): the work that
+  runs before a new job is done may not pass
   ``max_queued_tokens`` or, when that is not set, ``max_queued_s`` seconds of
   the pool's measured capacity (the sum of its ready workers' ``tokens_per_s``,
   from their health answers; at least ``MIN_QUEUED_TOKENS``; no limit until a
@@ -21,13 +22,8 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   (it runs beside it), a burst of equal jobs is admitted up to the limit. A
   job past it is refused with 429, except when nothing is admitted (a lone job
   bigger than the limit still runs, or it never could); its ``Retry-After`` is
-  how long the excess takes to drain at that capacity. The gateway's estimate
-  (characters / 4) is off by the model's tokenizer and the language (English
-  subwords: ~1.6x the tokens the workers count on the bench corpus; CJK text:
-  far fewer than they count), while the capacity and ``max_queued_tokens`` are
-  in counted tokens; so the estimate is scaled by the ratio the pool's answered
-  calls showed (``observe``: counted over estimated tokens, decayed per call;
-  1 until a call was answered) before it is compared with the limit.
+  how long the excess takes to drain at that capacity. The capacity, the limit
+  and every job are in the same counted tokens, for any language or code.
 
 A refusal is ``Overloaded`` (with its ``reason`` and ``retry_after_s``), raised
 before anything is sent, so ``ModelPools`` tries the model's next pool. What
@@ -53,7 +49,6 @@ REASON_WORKERS_BUSY = "workers_busy"
 REASON_QUEUE_FULL = "queue_full"
 
 MIN_QUEUED_TOKENS = 4096  # the capacity-derived limit never goes below this
-ESTIMATE_DECAY = 0.9  # per answered call, of the sums behind ``counted_per_estimated``
 MAX_RETRY_AFTER_S = 60
 
 
@@ -82,22 +77,10 @@ class Admission:
     def __init__(self, limits: AdmissionLimits | None = None, *, model: str = ""):
         self.limits = limits or AdmissionLimits()
         self.model = model
-        self.tokens = 0  # estimated tokens of admitted jobs not yet finished
+        self.tokens = 0  # counted tokens of admitted jobs not yet finished
         self.jobs = 0
-        self._sizes: list[int] = []  # each admitted job's estimated tokens
+        self._sizes: list[int] = []  # each admitted job's tokens
         self.refused: Counter[str] = Counter()  # reason -> refusals
-        self._estimated = self._counted = 0.0  # decayed sums over answered calls (``observe``)
-
-    def observe(self, estimated: int, counted: int) -> None:
-        """An answered call of ``estimated`` tokens that the worker counted ``counted`` tokens (module doc)."""
-        if estimated > 0 and counted > 0:
-            self._estimated = ESTIMATE_DECAY * self._estimated + estimated
-            self._counted = ESTIMATE_DECAY * self._counted + counted
-
-    @property
-    def counted_per_estimated(self) -> float:
-        """Tokens the workers counted per estimated token, over recent answered calls; 1 until one."""
-        return self._counted / self._estimated if self._estimated else 1.0
 
     def check(self, inputs: int, longest_chars: int = 0) -> None:
         """A request's own limits: its input count and its longest input (400, the same on every pool)."""
@@ -138,14 +121,15 @@ class Admission:
         return tokens + sum(min(size, tokens) for size in self._sizes)
 
     def admit(self, tokens: int, capacity: float = 0.0) -> None:
-        """Count a job of ``tokens`` estimated tokens in, or refuse it (429) when the work that would run
+        """Count a job of ``tokens`` counted tokens in, or refuse it (429) when the work that would run
         before it is done passes the limit; ``capacity``: the pool's measured tokens/s (0 = not known)."""
-        cap, scale = self.queue_limit(capacity), self.counted_per_estimated
-        if cap is not None and self.jobs and (before := round(self.work_before(tokens) * scale)) > cap:
+        cap = self.queue_limit(capacity)
+        if cap is not None and self.jobs and (before := self.work_before(tokens)) > cap:
             self._refuse(
                 REASON_QUEUE_FULL,
-                f"Model '{self.model}' has about {round(self.tokens * scale)} tokens "
-                f"of work queued (the limit is {cap}); retry shortly.",
+                f"Model '{self.model}' cannot take this request of {tokens} tokens now: {before} tokens of "
+                f"work would run before it is done ({self.tokens} tokens queued; the limit is {cap}); "
+                "retry shortly.",
                 retry_after(before - cap, capacity),
             )
         self.tokens += tokens

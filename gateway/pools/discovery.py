@@ -109,9 +109,10 @@ class Discovery:
             log.info("waiting for workers behind %s", self.url)
             await asyncio.sleep(min(self.interval_s, 1.0))
 
-    async def sync(self, expected: str | None) -> tuple[list, list]:
-        """Resolve once; dial the new addresses (each must serve model ``expected`` when given) and drop
-        the gone ones from ``members``. Returns (clients added, clients gone). A failed lookup changes nothing."""
+    async def sync(self, expected: str | None, tokenizer: str | None = None) -> tuple[list, list]:
+        """Resolve once; dial the new addresses (each must serve model ``expected``, with the tokenizer of
+        sha256 ``tokenizer``, when given) and drop the gone ones from ``members``. Returns (clients added,
+        clients gone). A failed lookup changes nothing."""
         try:
             addresses = await self.resolver(self.name.host, self.name.port)
         except OSError as exc:
@@ -128,13 +129,13 @@ class Discovery:
         gone = [self.members.pop(url) for url in sorted(set(self.members) - urls)]
         added = []
         for url in sorted(urls - set(self.members)):
-            client = await self._join(url, expected)
+            client = await self._join(url, expected, tokenizer)
             if client is not None:
                 self.members[url] = client
                 added.append(client)
         return added, gone
 
-    async def _join(self, url: str, expected: str | None) -> WorkerClient | None:
+    async def _join(self, url: str, expected: str | None, tokenizer: str | None) -> WorkerClient | None:
         try:
             client = await self.connect(url)
         except Exception as exc:  # not up yet, refused our token, ...: tried again at the next round
@@ -142,15 +143,32 @@ class Discovery:
             return None
         if expected is not None:
             try:
-                served = (await client.info()).served_model_name
+                info = await client.info()
             except Exception as exc:  # dropped before it answered (restarting, a blip): the next round retries
                 _repeats.log(
                     logging.INFO, (url, str(exc)), "worker %s (from %s) not joining yet: %s", url, self.url, exc
                 )
                 await client.close()
                 return None
-            if served != expected:
-                log.error("worker %s (from %s) serves '%s', not '%s': not added", url, self.url, served, expected)
+            if info.served_model_name != expected:
+                log.error(
+                    "worker %s (from %s) serves '%s', not '%s': not added",
+                    url,
+                    self.url,
+                    info.served_model_name,
+                    expected,
+                )
+                await client.close()
+                return None
+            if info.tokenizer_sha256 != tokenizer:
+                log.error(
+                    "worker %s (from %s) tokenizes '%s' differently (tokenizer sha256 %s, the pool's %s): not added",
+                    url,
+                    self.url,
+                    expected,
+                    info.tokenizer_sha256,
+                    tokenizer,
+                )
                 await client.close()
                 return None
         return client
@@ -159,7 +177,7 @@ class Discovery:
         """Forever: every ``interval_s``, add the new workers to ``pool`` and drain-and-remove the gone ones."""
         while True:
             await asyncio.sleep(self.interval_s)
-            added, gone = await self.sync(expected=pool.name)
+            added, gone = await self.sync(expected=pool.name, tokenizer=pool.info.tokenizer_sha256)
             for client in added:
                 log.info("worker %s joins %s (from %s)", client.address, pool.name, self.url)
                 pool.add(client)

@@ -15,7 +15,10 @@ config, and later for a model the admin API loads or unloads. For one pool:
 A pool must have one worker up at start, else the start fails (stopping what it
 started). A worker that serves a model other than its pool's is refused. The
 pool's admission (``admission_limits``): the gateway's input cap and queued-work
-limit, and its own ``max_in_flight_per_worker``, else the gateway's.
+limit, and its own ``max_in_flight_per_worker``, else the gateway's. A model's
+tokenizer comes from its first worker (the ``info`` op's tokenizer files,
+``_front``): the gateway tokenizes every call of the model with it, so workers
+(and pools) of one model whose tokenizers hash differently fail the start.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from poolgate.gateway.pools.supervisor import Supervisor, start_all
 from poolgate.shared.backends import worker_env
 from poolgate.shared.config import GatewayConfig, PoolConfig
 from poolgate.shared.errors import Conflict, Unavailable
+from poolgate.shared.inputs.encoders import encoder_for
+from poolgate.shared.inputs.front import Front
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.transport_security import client_context
 from poolgate.shared.wire import ModelInfo
@@ -92,6 +97,7 @@ class Fleet:
         self._sockets = itertools.count()
         self._lock = asyncio.Lock()  # serializes changes to the router and ``running``
         self._starting: set[str] = set()  # models being started (not served yet)
+        self._fronts: dict[str, Front] = {}  # tokenizer sha256 -> the model's Front (shared by its pools)
 
     async def start(self, pools: Sequence[PoolConfig]) -> list[str]:
         """Bring ``pools`` up and serve them (all or none); the names of the models they serve.
@@ -242,21 +248,50 @@ class Fleet:
                 delay = min(delay * 2, 2.0)
 
     async def _make_pools(self, pc: PoolConfig, run: RunningPool, clients: list[WorkerClient]) -> list[Started]:
-        """One pool of ``clients`` (several when the config left the model to the workers: ``--worker-url``)."""
-        by_name: dict[str, tuple[ModelInfo, list[WorkerClient]]] = {}
+        """One pool of ``clients`` (several when the config left the model to the workers: ``--worker-url``),
+        each with its model's tokenizer (``_front``)."""
+        by_name: dict[str, list[tuple[WorkerClient, ModelInfo]]] = {}
         for client, info in zip(clients, await asyncio.gather(*(c.info() for c in clients)), strict=True):
             if pc.model is not None and info.served_model_name != pc.model:
                 await asyncio.gather(*(c.close() for c in clients))
                 raise Unavailable(f"worker {client.address} serves '{info.served_model_name}', not '{pc.model}'")
-            by_name.setdefault(info.served_model_name, (info, []))[1].append(client)
+            by_name.setdefault(info.served_model_name, []).append((client, info))
         if not by_name:
             raise Unavailable(f"no worker of {pc.model or 'the remote workers'} came up (see the log above)")
         limits = admission_limits(self.config, pc)
         started: list[Started] = []
-        for info, members in by_name.values():
-            keeper = run if not started else RunningPool(pc)
-            started.append((keeper, WorkerPool(info, members, limits=limits)))
+        try:
+            for members in by_name.values():
+                front = await self._front(members)
+                keeper = run if not started else RunningPool(pc)
+                pool = WorkerPool(members[0][1], [c for c, _ in members], limits=limits, front=front)
+                started.append((keeper, pool))
+        except Unavailable:
+            await asyncio.gather(*(c.close() for c in clients))
+            raise
         return started
+
+    async def _front(self, members: list[tuple[WorkerClient, ModelInfo]]) -> Front:
+        """The model's tokenizer, from its first worker's files (``shared.inputs.tokenizer_files``); every
+        worker of it must have the same ones, and so must its pools on other backends (one per hash)."""
+        (first, info), *others = members
+        for client, other in others:
+            if other.tokenizer_sha256 != info.tokenizer_sha256:
+                raise Unavailable(
+                    f"workers {first.address} and {client.address} of model '{info.served_model_name}' have "
+                    f"different tokenizers (sha256 {info.tokenizer_sha256} and {other.tokenizer_sha256}): one "
+                    "model name must tokenize one way"
+                )
+        cached = self._fronts.get(info.tokenizer_sha256 or "")
+        if cached is not None and cached.info.served_model_name == info.served_model_name:
+            return cached
+        _, files = await first.tokenizer()
+        if info.tokenizer_sha256 is not None and files.sha256 != info.tokenizer_sha256:
+            raise Unavailable(f"worker {first.address} sent tokenizer files that do not match its sha256")
+        front = Front(info, await asyncio.to_thread(encoder_for, files))
+        if info.tokenizer_sha256 is not None:
+            self._fronts[info.tokenizer_sha256] = front
+        return front
 
     def _watch(self, run: RunningPool, pool: WorkerPool) -> None:
         """Start the pool's background work: restarting local workers, re-resolving DNS names."""

@@ -1,4 +1,4 @@
-"""One worker's place in a pool: the client protocol, the member's state and load, the token estimate."""
+"""One worker's place in a pool: the client protocol, the member's state and load."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from poolgate.shared import wire
 from poolgate.shared.errors import Unavailable
-from poolgate.shared.wire import Input, PoolingCall, PoolingResult
+from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
+from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire import ModelInfo, PoolingResult
 
 State = Literal["starting", "ready", "down", "draining"]
 
@@ -19,13 +20,11 @@ class Client(Protocol):
 
     address: str
 
-    async def pool(self, call: PoolingCall) -> PoolingResult: ...
+    async def info(self) -> ModelInfo: ...
 
-    async def tokenize(
-        self, x: Input, *, add_special_tokens: bool = True, return_token_strs: bool = False
-    ) -> tuple[list[int], list[str | None] | None]: ...
+    async def tokenizer(self) -> tuple[ModelInfo, TokenizerFiles]: ...
 
-    async def detokenize(self, ids: list[int]) -> str: ...
+    async def pool(self, call: TokenCall) -> PoolingResult: ...
 
     async def health(self) -> dict[str, Any]: ...
 
@@ -52,11 +51,6 @@ def tokens_per_s(answer: dict) -> float:
     """The worker's measured capacity from its health answer (``pipeline.tokens_per_s``; 0: not yet known)."""
     rate = (answer.get("pipeline") or {}).get("tokens_per_s")
     return float(rate) if isinstance(rate, (int, float)) and rate > 0 else 0.0
-
-
-def estimate_tokens(inputs: list[Input]) -> int:
-    """A call's token count as the gateway can guess it without a tokenizer (``gateway.pools.pool``'s doc)."""
-    return sum(wire.estimate_tokens(x) for x in inputs)
 
 
 @dataclass(eq=False)

@@ -2,7 +2,7 @@
 
 A model is served by one or more ``WorkerPool``s, e.g. CUDA replicas and a CPU
 overflow pool, kept in the order they were configured (``[[models]]`` tables in
-file order). A job (a pooling call or a tokenizer op, ``gateway.pools.job``)
+file order). A job (a tokenized pooling call, ``gateway.pools.job``)
 goes to the FIRST pool that admits it (its ``Admission``: a ready worker below
 the per-worker cap, room in its queued tokens); when that pool refuses it
 (``Overloaded``: the pool is full, or its workers' queues are) or cannot serve
@@ -30,7 +30,9 @@ from typing import Any
 from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.pool import Client, WorkerPool
 from poolgate.shared.errors import Overloaded, Unavailable
-from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.inputs.front import Front
+from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire import ModelInfo, PoolingResult
 
 # ModelInfo fields every pool of one model must agree on (what clients see must not depend on the pool)
 SAME_FIELDS = (
@@ -42,6 +44,8 @@ SAME_FIELDS = (
     "matryoshka_dimensions",
     "chunked_processing",
     "max_embed_len",
+    "tokenizer_sha256",  # they tokenize alike (shared.inputs.tokenizer_files)
+    "max_tokens_per_request",
 )
 
 
@@ -84,15 +88,26 @@ class ModelPools:
                 )
         self.pools.append(pool)
 
-    async def submit(self, call: PoolingCall) -> PoolingResult:
+    @property
+    def front(self) -> Front:
+        """The model's tokenizer and input shaping (``shared.inputs.front``); 503 until it is known."""
+        front = self.pools[0].front
+        if front is None:
+            raise Unavailable(f"model '{self.name}' has no tokenizer loaded yet; retry shortly.")
+        return front
+
+    def check(self, inputs: int, longest_chars: int) -> None:
+        """The request's own limits (400, before it is tokenized): its input count, its longest input."""
+        self.pools[0].admission.check(inputs, longest_chars)
+
+    async def submit(self, call: TokenCall) -> PoolingResult:
         """The call's result (``run`` of its pooling job)."""
         return await self.run(pooling_job(call))
 
     async def run(self, job: Job) -> Any:
         """The job's answer from the first pool that takes it (module doc). When none does, the client
         sees 429 if some pool was only full (worth retrying shortly), else the last pool's 503. A job
-        over a request limit (400) is refused before any pool is tried."""
-        self.pools[0].check(job)
+        over a request limit (400) was refused before it was tokenized (``check``)."""
         refusals: list[Exception] = []
         for pool in self.pools:
             if refusals and job.deadline is not None and job.deadline <= time.time():

@@ -7,18 +7,16 @@ Each member (one worker's client) has a state:
 - ``down``: lost or not answering; health checks (``probe``) bring it back when it answers;
 - ``draining``: leaving the pool (``remove``); no new calls, its calls in flight finish.
 
-Load is the member's OUTSTANDING TOKENS: the sum of ``estimate_tokens`` over its
-calls in flight, counted here when a call is picked (so concurrent picks see each
-other) and released when it ends. The estimate is cheap and gateway-side:
-``len(ids)`` for token ids, ``len(text) // 4 + 2`` for text (about four characters
-per token for English subwords, plus two special tokens). It only has to rank
-workers, not bill anyone; admission scales it by the tokens the answered calls
-were counted (``gateway.pools.admission``).
+Load is the member's OUTSTANDING TOKENS: the sum of its calls' token counts in
+flight (counted by the model's tokenizer before the call reached the pool,
+``shared.inputs.front``), counted here when a call is picked (so concurrent
+picks see each other) and released when it ends.
 
-Every op a worker answers (a pooling call, ``/tokenize``, ``/detokenize``) is a
-``Job`` (``gateway.pools.job``) and goes through the one ``run``: pick →
-admission (``gateway.pools.admission``: the input cap, the per-worker call cap,
-the pool's queued tokens) → send → retry → accounting.
+Every call a worker answers is a ``Job`` (``gateway.pools.job``) and goes
+through the one ``run``: pick → admission (``gateway.pools.admission``: the
+per-worker call cap, the pool's queued tokens) → send → retry → accounting.
+The model's tokenizer (``front``, a ``shared.inputs.front.Front``) sits beside
+the pool: every pool of one model has the same one.
 
 Failover: a job whose worker is lost (``Unavailable``: connection lost, worker
 shutting down, or marked down by a health check while the job was on it) is
@@ -38,12 +36,14 @@ from typing import Any
 
 from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
-from poolgate.gateway.pools.member import Client, Member, State, check, estimate_tokens, load, tokens_per_s
+from poolgate.gateway.pools.member import Client, Member, State, check, load, tokens_per_s
 from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared.inputs.front import Front
 from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.wire import ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire import ModelInfo, PoolingResult
 
-__all__ = ["AdmissionLimits", "Client", "Job", "Member", "State", "WorkerPool", "estimate_tokens"]
+__all__ = ["AdmissionLimits", "Client", "Job", "Member", "State", "WorkerPool"]
 
 log = logging.getLogger("poolgate.gateway.pools.pool")
 _retries = LogLimiter(log)  # one line per worker and cause per window, not one per call
@@ -65,6 +65,7 @@ class WorkerPool:
         limits: AdmissionLimits | None = None,
         max_in_flight: int | None = None,
         ready: bool = True,
+        front: Front | None = None,
     ) -> None:
         if not clients:
             raise ValueError("a WorkerPool needs at least one client")
@@ -73,6 +74,7 @@ class WorkerPool:
                 raise ValueError("give either limits or max_in_flight")
             limits = AdmissionLimits(max_calls_per_worker=max_in_flight)
         self.info = model_info
+        self.front = front  # the model's tokenizer and input shaping (None: not known yet)
         self.admission = Admission(limits, model=model_info.served_model_name)
         self.draining = False  # set by ``drain``: the gateway is shutting down
         self._said_empty = False  # "no ready worker" is logged (once per outage, until one is back)
@@ -197,13 +199,9 @@ class WorkerPool:
             for m in self._members.values()
         ]
 
-    async def submit(self, call: PoolingCall) -> PoolingResult:
+    async def submit(self, call: TokenCall) -> PoolingResult:
         """The call's result (``run`` of its pooling job)."""
         return await self.run(pooling_job(call))
-
-    def check(self, job: Job) -> None:
-        """The request's own limits (400), before any pool is tried."""
-        self.admission.check(job.inputs, job.longest_chars)
 
     async def run(self, job: Job) -> Any:
         """The job's answer from the least-loaded ready worker that may take it; on a lost worker (or one
@@ -211,12 +209,11 @@ class WorkerPool:
         then cancels it in the worker)."""
         if self.draining:
             raise Unavailable("The server is shutting down; retry on another instance.")
-        self.check(job)
         member = self._pick()
         self.admission.admit(job.tokens, self.capacity())
         try:
             try:
-                return self._counted(job, await self._send(member, job))
+                return await self._send(member, job)
             except (Unavailable, Overloaded) as exc:
                 others = [m for m in self._ready() if m is not member]
                 if not others or (job.deadline is not None and job.deadline <= time.time()):
@@ -230,15 +227,9 @@ class WorkerPool:
                     retry.client.address,
                     exc,
                 )
-                return self._counted(job, await self._send(retry, job))
+                return await self._send(retry, job)
         finally:
             self.admission.release(job.tokens)
-
-    def _counted(self, job: Job, result: Any) -> Any:
-        """``result``, its counted tokens told to admission (which scales its estimates by them)."""
-        if isinstance(result, PoolingResult):
-            self.admission.observe(job.tokens, result.total_tokens)
-        return result
 
     async def _send(self, member: Member, job: Job) -> Any:
         """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""

@@ -38,6 +38,7 @@ class RequestRecord:
     backend: str | None = None
     prompt_tokens: int | None = None
     tokenize_s: float | None = None
+    tokenize_ns: tuple[int, int] | None = None  # wall clock: its inputs waited for and ran in the tokenizer pool
     queue_s: float | None = None
     inference_s: float | None = None
     encoding_formats: tuple[str, ...] = ()

@@ -40,6 +40,7 @@ class SpanTracer(ExportingTracer):
 
     def __init__(self, cfg: TracingConfig):
         super().__init__(cfg, INSTRUMENTATION)
+        self.detailed = cfg.detailed  # --collect-detailed-traces: the gateway's own child span, "tokenize"
 
     def start(self, record: RequestRecord, headers: Mapping[str, str]) -> None:
         span = self.tracer.start_span(
@@ -57,6 +58,14 @@ class SpanTracer(ExportingTracer):
         if span is None:
             return
         span.set_attributes(span_attributes(record))
+        if self.detailed and record.tokenize_ns is not None:  # the workers' child spans follow it (queue, ...)
+            child = self.tracer.start_span(
+                "tokenize",
+                context=trace.set_span_in_context(span),
+                start_time=record.tokenize_ns[0],
+                attributes={names.ATTR_REQUEST_ID: record.request_id},
+            )
+            child.end(end_time=record.tokenize_ns[1])
         if record.status >= 500:
             span.set_status(Status(StatusCode.ERROR, record.error_type))
         span.end()

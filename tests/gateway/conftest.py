@@ -12,6 +12,7 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.shared.config import GatewayConfig
+from poolgate.shared.inputs.front import Front
 from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import fake_model, worker_clients
 
@@ -23,9 +24,10 @@ async def served_router(models: list[LoadedModel], *, max_in_flight: int | None 
         async with worker_clients(models, folder) as clients:
             by_name: dict[str, tuple] = {}
             for model, client in zip(models, clients):
-                by_name.setdefault(model.info.served_model_name, (model.info, []))[1].append(client)
-            yield Router(WorkerPool(info, members, max_in_flight=max_in_flight, ready=ready)
-                         for info, members in by_name.values())
+                by_name.setdefault(model.info.served_model_name, (model, []))[1].append(client)
+            yield Router(WorkerPool(model.info, members, max_in_flight=max_in_flight, ready=ready,
+                                    front=Front(model.info, model.encoder))
+                         for model, members in by_name.values())
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.models import bundled_model_path
-from tests.fakes import FakeWorkerClient, fake_model, until
+from tests.fakes import FakeWorkerClient, fake_front, fake_model, until
 
 FAKE_FACTORY = "tests.workers.fake_factory:build"
 KEY = "sk-admin"
@@ -152,7 +152,7 @@ async def test_unload_drains_the_calls_in_flight_first(admin):
     info = fake_model(name="held").info
     worker = FakeWorkerClient(info)
     worker.gate = asyncio.Event()
-    router = Router([WorkerPool(info, [worker])])
+    router = Router([WorkerPool(info, [worker], front=fake_front(info))])
     client = await admin(router=router)
     call = asyncio.create_task(embed(client, "held"))
     await until(lambda: worker.calls)

@@ -15,7 +15,7 @@ from poolgate.gateway.pools.fleet import admission_limits
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.shared.config import GatewayConfig, PoolConfig
-from tests.fakes import fake_model, worker_clients
+from tests.fakes import fake_front, fake_model, worker_clients
 
 
 @contextlib.asynccontextmanager
@@ -23,7 +23,8 @@ async def app_with(config: GatewayConfig, model):
     """The app over one real worker, its pool's admission built from ``config`` as the fleet builds it."""
     with tempfile.TemporaryDirectory(prefix="pg-test-") as folder:
         async with worker_clients([model], folder) as clients:
-            pool = WorkerPool(model.info, clients, limits=admission_limits(config, PoolConfig(model=None)))
+            pool = WorkerPool(model.info, clients, limits=admission_limits(config, PoolConfig(model=None)),
+                              front=fake_front(model.info))
             client = TestClient(TestServer(make_app(config, Router([pool]))))
             await client.start_server()
             try:

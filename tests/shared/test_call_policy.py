@@ -1,6 +1,8 @@
 """A call's priority and deadline cross the transport to each worker Sequence; a full worker queue is Overloaded."""
 from __future__ import annotations
 
+import json
+
 import asyncio
 import time
 
@@ -8,15 +10,18 @@ import pytest
 
 from poolgate.shared.errors import Overloaded, from_wire
 from poolgate.shared.transport import WorkerClient
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import PoolingCall, TextPair
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
-from tests.fakes import fake_model
+from tests.fakes import fake_model, tokenized
 
 
 def test_priority_and_deadline_survive_the_wire():
-    call = PoolingCall(request_id="r", model="m", inputs=["a", TextPair("q", "d")], deadline=123.5, priority=-3)
-    assert PoolingCall.from_wire(call.to_wire()) == call
+    call = tokenized(PoolingCall(request_id="r", model="m", inputs=["a"], deadline=123.5, priority=-3))
+    header, arrays = call.to_wire()
+    back = TokenCall.from_wire(json.loads(json.dumps(header)), arrays)
+    assert (back.deadline, back.priority, back.sequences()) == (123.5, -3, call.sequences())
 
 
 def test_overloaded_keeps_its_class_and_429_across_the_wire():
@@ -41,19 +46,19 @@ async def served():
 async def test_a_calls_priority_and_deadline_reach_every_sequence(served):
     model, client = served
     deadline = time.time() + 30
-    await client.pool(PoolingCall(request_id="r", model="fake-model", inputs=[[1, 2], [3]], deadline=deadline,
-                                  priority=9))
+    await client.pool(tokenized(PoolingCall(request_id="r", model="fake-model", inputs=[[1, 2], [3]], deadline=deadline,
+                                  priority=9)))
     assert [(s.priority, s.deadline) for s in model.runner.batches[-1]] == [(9, deadline), (9, deadline)]
 
 
 async def test_a_full_worker_queue_answers_overloaded(served):
     model, client = served
     model.runner.release.clear()
-    held = asyncio.create_task(client.pool(PoolingCall(request_id="a", model="fake-model", inputs=[[1]])))
+    held = asyncio.create_task(client.pool(tokenized(PoolingCall(request_id="a", model="fake-model", inputs=[[1]]))))
     await asyncio.to_thread(model.runner.entered.wait, 2)
-    queued = asyncio.create_task(client.pool(PoolingCall(request_id="b", model="fake-model", inputs=[[2, 3]])))
+    queued = asyncio.create_task(client.pool(tokenized(PoolingCall(request_id="b", model="fake-model", inputs=[[2, 3]]))))
     await asyncio.sleep(0.05)
     with pytest.raises(Overloaded, match="queue is full"):
-        await client.pool(PoolingCall(request_id="c", model="fake-model", inputs=[[4, 5]]))
+        await client.pool(tokenized(PoolingCall(request_id="c", model="fake-model", inputs=[[4, 5]])))
     model.runner.release.set()
     await asyncio.gather(held, queued)

@@ -1,35 +1,17 @@
 """Pair inputs on the wire (TextPair, CappedText), their checks, and shared.scoring's pairing and scores."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.limits import check_inputs
 from poolgate.shared.rows import Rows
-from poolgate.shared.scoring import (check_pairs, cosine_scores, cross_encoder_scores, maxsim, maxsim_scores,
-                                     query_of)
-from poolgate.shared.wire import CappedText, PoolingCall, TextPair, estimate_tokens, input_from_wire
+from poolgate.shared.scoring import check_pairs, cosine_scores, cross_encoder_scores, maxsim, maxsim_scores, query_of
+from poolgate.shared.wire import CappedText, TextPair
 from tests.fakes import fake_model
 
 INFO = fake_model().info
-
-
-def test_object_inputs_round_trip_through_json():
-    call = PoolingCall("r", "m", ["a", [1, 2], TextPair("q", "d", 0, 3, "inst"), CappedText("x y", 1)])
-    assert PoolingCall.from_wire(json.loads(json.dumps(call.to_wire()))) == call
-    with pytest.raises(ValueError, match="unknown input type"):
-        input_from_wire({"type": "nope"})
-    with pytest.raises(TypeError):
-        input_from_wire({"type": "text_pair", "text": "a"})
-
-
-def test_token_estimates_cover_every_input():
-    assert estimate_tokens(TextPair("a" * 40, "b" * 80)) == 12 + 22
-    assert estimate_tokens(CappedText("a" * 400, 5)) == 7
-    assert estimate_tokens(CappedText("a" * 8, 0)) == 4
 
 
 def test_pairs_are_for_a_cross_encoder_only():

@@ -12,14 +12,15 @@ from numpy.testing import assert_array_equal
 from poolgate.shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, Unavailable
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.transport import Address, WorkerClient, parse_address, read_frame
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
-from tests.fakes import fake_ids, fake_model, fake_vector, until
+from tests.fakes import fake_ids, fake_model, fake_vector, tokenized, until
 
 
-def call(*inputs, **params) -> PoolingCall:
-    return PoolingCall(request_id="r", model="fake-model", inputs=list(inputs), params=PoolingParams(**params))
+def call(*inputs, **params) -> TokenCall:
+    return tokenized(PoolingCall(request_id="r", model="fake-model", inputs=list(inputs), params=PoolingParams(**params)))
 
 
 @pytest.fixture

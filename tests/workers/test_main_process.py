@@ -16,7 +16,7 @@ from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.wire import PoolingCall
 from poolgate.gateway.pools.local_worker import LocalWorker
-from tests.fakes import expected_vector, fake_vector
+from tests.fakes import expected_vector, fake_vector, tokenized
 from tests.processes import alive, free_port
 
 FACTORY = "tests.workers.fake_factory:build"
@@ -38,7 +38,7 @@ async def test_spawn_pool_and_stop(sock_dir, kind):
     await worker.start(CFG, address, ready_timeout=30, runner_factory=FACTORY)
     try:
         assert worker.info.served_model_name == "proc-model" and worker.info.max_model_len == 16
-        result = await worker.client.pool(PoolingCall("r1", "proc-model", ["hello there", [3, 4]]))
+        result = await worker.client.pool(tokenized(PoolingCall("r1", "proc-model", ["hello there", [3, 4]])))
         assert result.outputs.item(0).tobytes() == expected_vector("hello there").tobytes()
         assert result.outputs.item(1).tobytes() == fake_vector([3, 4]).tobytes()
         assert (await worker.client.health())["ready"] is True

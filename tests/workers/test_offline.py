@@ -269,7 +269,7 @@ def test_flags_are_checked_at_the_edge():
 
 def test_a_bert_pair_carries_its_token_type_ids(tmp_path):
     from poolgate.shared.wire import TextPair
-    from poolgate.workers.engine.tokenizer import TextEncoder
+    from poolgate.workers.load.tokenizer_files import load_encoder
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -280,6 +280,6 @@ def test_a_bert_pair_carries_its_token_type_ids(tmp_path):
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
                             sep_token="[SEP]").save_pretrained(tmp_path)
-    encoded = TextEncoder(tmp_path).encode_pairs([TextPair("a", "b b"), TextPair("a a b", "b", max_text_tokens=1)])
+    encoded = load_encoder(tmp_path).encode_pairs([TextPair("a", "b b"), TextPair("a a b", "b", max_text_tokens=1)])
     assert encoded.ids == [[2, 4, 3, 5, 5, 3], [2, 4, 3, 5, 3]]
     assert encoded.type_ids == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1]]

@@ -58,7 +58,7 @@ async def test_a_call_over_several_batches_gets_its_spans_from_the_engines_clock
     assert batches >= 2  # 96 tokens over a 64-token budget
     await flush()
     spans = receiver.spans
-    assert sorted(s.name for s in spans) == sorted(["tokenize", "queue"] + ["forward", "pool"] * batches)
+    assert sorted(s.name for s in spans) == sorted(["queue"] + ["forward", "pool"] * batches)  # tokenize: the gateway's
     for s in spans:
         assert (s.trace_id, s.parent_span_id) == (trace_id, parent_id)
         assert s.attributes == {names.ATTR_REQUEST_ID: "r1"} and s.service_name == "poolgate"
@@ -70,7 +70,6 @@ async def test_a_call_over_several_batches_gets_its_spans_from_the_engines_clock
     for s in sorted(spans, key=lambda s: s.start_ns):
         by_name.setdefault(s.name, []).append(s)
     timings = result.timings
-    assert abs(seconds(by_name["tokenize"][0]) - timings["tokenize_s"]) < 2 * US / 1e9
     assert abs(seconds(by_name["queue"][0]) - timings["queue_s"]) < 2 * US / 1e9
     for forward, (start, end) in zip(by_name["forward"], model.runner.execute_times):
         assert 0.01 <= seconds(forward) <= end - start + 2 * US / 1e9  # the runner's own forward reading

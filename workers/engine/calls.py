@@ -5,7 +5,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError
+from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError
 from poolgate.shared.rows import Rows
 from poolgate.workers.engine.chunking import Chunks, fold
 from poolgate.workers.engine.runner_api import Step
@@ -23,7 +23,6 @@ class Call:
     chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
     done: int = 0
     failed: bool = False
-    tokenize_s: float = 0.0
     queued_at: float = 0.0  # perf_counter when its sequences were queued
     started: float | None = None  # perf_counter when its first batch began executing
     finished: float = 0.0  # perf_counter when its last batch finished
@@ -32,8 +31,7 @@ class Call:
     def timings(self) -> dict[str, float]:
         """vLLM's split: time in queue (queued → first execute), in inference (first execute → done)."""
         started = self.queued_at if self.started is None else self.started
-        return {"tokenize_s": self.tokenize_s, "queue_s": started - self.queued_at,
-                "inference_s": self.finished - started}
+        return {"queue_s": started - self.queued_at, "inference_s": self.finished - started}
 
     def rows(self) -> Rows:
         """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
@@ -79,13 +77,6 @@ def settle(calls: list[Call], error: PoolgateError) -> None:
     for call in calls:
         if not call.future.done():
             call.future.set_exception(error.copy())
-
-
-def check_tokens(tokens: int, cap: int | None) -> None:
-    """A call's tokens against ``--max-tokens-per-request`` (None: no cap)."""
-    if cap is not None and tokens > cap:
-        raise InvalidRequest(f"The request's inputs have {tokens} tokens; the limit is {cap} tokens per request "
-                             "(--max-tokens-per-request).", param="input")
 
 
 def check_deadline(deadline: float | None) -> None:

@@ -1,13 +1,17 @@
-"""The worker's engine: a PoolingCall in, its outputs as one block out, batches run as a pipeline.
+"""The worker's engine: a tokenized call in (``shared.token_call``), its outputs as one block out, batches as a pipeline.
 
-``submit`` (on the event loop) checks the call, tokenizes it in a thread pool
-(``InputStage``) and queues one ``Sequence`` per input (per chunk, for an
-embed input cut by chunked processing: ``workers.engine.chunking``), each carrying its
-call's priority, deadline and arrival, all at once into the bounded scheduler
-(a full queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the
-batch cut is the scheduler's policy object, by default ``fair``: priority lanes
-with aging, round robin over calls, ``workers.engine.fair_policy``). Two threads
-then run batches as a two-stage pipeline:
+``submit_tokens`` (on the event loop) checks the call's token ids against the
+model (``shared.limits.check_token_call``: task and params, lengths, vocabulary)
+and queues one ``Sequence`` per sequence (per chunk, for an embed input cut
+by chunked processing: ``workers.engine.chunking``), each carrying its call's
+priority, deadline and arrival, all at once into the bounded scheduler (a full
+queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the batch
+cut is the scheduler's policy object, by default ``fair``: priority lanes with
+aging, round robin over calls, ``workers.engine.fair_policy``). The worker
+never tokenizes on this path: the gateway did, in front of its queue
+(``shared.inputs``). ``submit`` is the in-process way in (the offline API):
+a call of inputs tokenized by the same ``shared.inputs.front`` first, in the
+engine's tokenizer pool. Two threads then run batches as a two-stage pipeline:
 
 - the *prepare* thread cuts the next batch from the scheduler, drops
   sequences whose call cannot finish by its deadline (it would pass before
@@ -25,8 +29,7 @@ done (chunked inputs folded back to one row each, vectorized over the call),
 and its future is resolved on the loop once. A multi-output call
 (``PoolingParams.outputs``) runs one forward per batch like any other; each of
 its runs carries every output's rows (``runner_api.join_outputs``), gathered
-per output, and the call answers one block per output (``PoolingResult.more``,
-sparse outputs turned to sparse rows). A client that leaves cancels its
+per output, and the call answers one block per output (``PoolingResult.more``). A client that leaves cancels its
 sequences and the scheduler drops them.
 """
 from __future__ import annotations
@@ -37,23 +40,24 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.limits import cap_task, chunks_inputs
 from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.wire import LateChunkText, PoolingCall, PoolingResult, WindowedText
+from poolgate.shared.inputs.front import Front
+from poolgate.shared.limits import check_tokens, check_token_call
+from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire import PoolingCall, PoolingResult
 from poolgate.workers.engine.cache import CachingRunner
-from poolgate.workers.engine.calls import Call, call_runs, calls_of, check_deadline, check_tokens, resolve, settle
+from poolgate.workers.engine.calls import Call, call_runs, calls_of, check_deadline, resolve, settle
 from poolgate.workers.engine.chunking import split
-from poolgate.workers.engine.inputs import InputStage
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
 from poolgate.workers.engine.policy import BatchPolicy
-from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput, Step, join_outputs
+from poolgate.workers.engine.runner_api import LoadedModel, RunOutput, Step, join_outputs
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
-from poolgate.workers.engine.sparse import SparseOutput
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.engine.stats import PipelineStats
 
@@ -61,14 +65,12 @@ log = logging.getLogger("poolgate.worker.engine")
 _failures = LogLimiter(log)  # a batch failure that repeats (a lost device) logs once per window
 
 QUEUE_BUDGETS = 128  # the default queue bound, in token budgets (a backstop: the gateway admits less)
-TOKENIZE_SLICE = 128  # inputs per tokenizer job: a big call's tokenizing interleaves with other calls'
 
 
 class CallTracer(Protocol):
     """``workers.engine.tracing``: the detailed spans of a finished call, from its perf_counter readings."""
 
-    def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
-              steps: list[Step]) -> None: ...
+    def trace(self, call: TokenCall, queued: float, started: float, steps: list[Step]) -> None: ...
 
 
 @dataclass
@@ -88,9 +90,8 @@ class Engine:
         self.info = model.info
         self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
         self.runner = self.cache or model.runner
-        self.sparse = SparseOutput(model.info, model.encoder)
         self._device_memory = model.device_memory
-        self.inputs = InputStage(model.info, model.encoder)
+        self.front = Front(model.info, model.encoder)  # in-process calls only (``submit``)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
         self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded,
                                               policy=policy if policy is not None else FairPolicy(),
@@ -145,9 +146,15 @@ class Engine:
         return load
 
     async def submit(self, call: PoolingCall) -> PoolingResult:
-        """Check, tokenize and queue every input of ``call``; resolve when all have run."""
-        if not self._threads or self.scheduler.closed:
-            raise Unavailable("worker engine is not running")
+        """An in-process call of inputs (the offline API, tests): tokenized by the model's ``shared.inputs.front``
+        in the engine's tokenizer pool, run as its ``TokenCall``, its answer finished. The transport's calls
+        come tokenized (``submit_tokens``)."""
+        prepared = await self._loop_or_fail().run_in_executor(self._tokenizer, self.front.prepare, call)
+        return self.front.finish(prepared, await self.submit_tokens(prepared.call))
+
+    async def submit_tokens(self, call: TokenCall) -> PoolingResult:
+        """Check and queue every sequence of ``call``; resolve, one row per sequence, when all have run."""
+        self._loop_or_fail()
         self._submits += 1
         try:
             return await self._submit(call)
@@ -156,26 +163,26 @@ class Engine:
             if not self._submits:
                 self._idle.set()
 
-    async def _submit(self, call: PoolingCall) -> PoolingResult:
-        self.inputs.check(call)
-        start = time.perf_counter()
-        encoded = await self._encode(call)
+    def _loop_or_fail(self) -> asyncio.AbstractEventLoop:
+        if not self._threads or self.scheduler.closed or self._loop is None:
+            raise Unavailable("worker engine is not running")
+        return self._loop
+
+    async def _submit(self, call: TokenCall) -> PoolingResult:
+        check_token_call(self.info, call)
         check_deadline(call.deadline)
-        token_lists, types = encoded.ids, encoded.type_ids
-        prompt_tokens = encoded.prompt_tokens()  # per input (a windowed document: all its windows)
+        token_lists, types, attend = call.sequences(), call.type_lists(), call.attend_lists()
+        prompt_tokens = call.lengths()
         check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
         state = Call(self._loop.create_future())
         if chunks_inputs(self.info, cap_task(call.params)):  # embed: no text pairs, so no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
-            types = [None] * len(token_lists)
+            types = attend = [None] * len(token_lists)
         arrival = time.monotonic()
-        params = call.params if encoded.late is None else encoded.late.params  # late chunking: token vectors
-        attend = encoded.attend if encoded.attend is not None and state.chunks is None else [None] * len(token_lists)
-        state.seqs = [Sequence(ids, params, arrival=arrival, handle=state, token_type_ids=t,
+        state.seqs = [Sequence(ids, call.params, arrival=arrival, handle=state, token_type_ids=t,
                                priority=call.priority, deadline=call.deadline, attend=a)
                       for ids, t, a in zip(token_lists, types, attend)]
         state.queued_at = time.perf_counter()
-        state.tokenize_s = state.queued_at - start
         self._live.add(state)
         try:
             self.scheduler.add_all(state.seqs)  # whole or not at all: Overloaded when the queue is full
@@ -188,42 +195,10 @@ class Engine:
             self._live.discard(state)
         if self._tracer is not None:
             started = state.queued_at if state.started is None else state.started
-            self._tracer.trace(call, start, state.queued_at, started, state.steps)
-        tokens, windows = None, encoded.windows
-        if call.params.sparse:  # workers.engine.sparse: each input's {token id: weight}
-            rows, tokens = self.sparse(rows, token_lists, call.params)
-        if encoded.late is not None:  # workers.engine.late_chunking: a vector per chunk
-            rows, windows = encoded.late.fold(rows)
-        more = self._more(state, token_lists, prompt_tokens, call.params.outputs) if call.params.outputs else []
-        return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens,
-                             timings=state.timings(), windows=windows, tokens=tokens, more=more)
-
-    def _more(self, state: Call, token_lists: list[list[int]], prompt_tokens: list[int],
-              outputs: tuple) -> list[PoolingResult]:
-        """A multi-output call's further outputs, each answered as its own call would be."""
-        results = []
-        for rows, params in zip(state.more_rows(len(outputs)), outputs):
-            tokens = None
-            if params.sparse:
-                rows, tokens = self.sparse(rows, token_lists, params)
-            results.append(PoolingResult(outputs=rows, prompt_tokens=prompt_tokens, tokens=tokens))
-        return results
-
-    async def _encode(self, call: PoolingCall) -> Encoded:
-        """The call's tokens from the tokenizer pool; a call of many inputs in slices of TOKENIZE_SLICE,
-        one after the other, so other calls' tokenizing runs between them (windowed and late-chunked documents,
-        whose plans span the call: at once)."""
-        inputs = call.inputs
-        if (len(inputs) <= TOKENIZE_SLICE or call.params.query_inputs is not None  # roles count over the call
-                or any(isinstance(x, (WindowedText, LateChunkText)) for x in inputs)):
-            return await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, call)
-        ids, types = [], []
-        for at in range(0, len(inputs), TOKENIZE_SLICE):
-            part = replace(call, inputs=inputs[at:at + TOKENIZE_SLICE])
-            encoded = await self._loop.run_in_executor(self._tokenizer, self.inputs.encode, part)
-            ids += encoded.ids
-            types += encoded.type_ids
-        return Encoded(ids, types)
+            self._tracer.trace(call, state.queued_at, started, state.steps)
+        outputs = call.params.outputs
+        more = [PoolingResult(r, prompt_tokens) for r in state.more_rows(len(outputs))] if outputs else []
+        return PoolingResult(outputs=rows, prompt_tokens=prompt_tokens, timings=state.timings(), more=more)
 
     # --- the prepare thread -------------------------------------------------
 

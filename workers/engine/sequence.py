@@ -17,7 +17,7 @@ class Sequence:
     earlier), ``deadline`` (unix time, None = none) and ``arrival`` (monotonic, when its call was
     queued) come from its call and are what a batch policy (``workers.engine.policy``) orders by.
     ``attend``: per token, whether it is a key other tokens attend (False: PyLate's [MASK] query expansion
-    without attention to it, ``workers.engine.roles``), or None when every token is."""
+    without attention to it, ``shared.inputs.pylate_roles``), or None when every token is."""
 
     token_ids: list[int]
     params: PoolingParams

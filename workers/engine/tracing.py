@@ -2,9 +2,9 @@
 
 For each call the engine finishes, ``CallSpans.trace`` makes its child spans
 under the gateway's ``llm_request`` span (whose context travels in
-``PoolingCall.trace_context``):
+``TokenCall.trace_context``), after the gateway's own ``tokenize`` child span
+(``gateway.telemetry.tracing``: the worker no longer tokenizes):
 
-- ``tokenize``: the call's inputs tokenized (in the tokenizer pool);
 - ``queue``: its sequences waiting in the scheduler, until its first batch
   starts executing;
 - ``forward`` and ``pool``, once per batch the call ran in: the runner's own
@@ -28,7 +28,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from poolgate.shared import telemetry as names
 from poolgate.shared.config import TracingConfig
 from poolgate.shared.trace_export import ExportingTracer
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.token_call import TokenCall
 
 PROPAGATOR = TraceContextTextMapPropagator()
 INSTRUMENTATION = "poolgate.worker"
@@ -41,13 +41,12 @@ class CallSpans(ExportingTracer):
         super().__init__(cfg, INSTRUMENTATION)
         self._offset_ns = time.time_ns() - time.perf_counter_ns()  # perf_counter ns -> epoch ns
 
-    def trace(self, call: PoolingCall, tokenize_start: float, queued: float, started: float,
-              steps: list[tuple[str, float, float]]) -> None:
+    def trace(self, call: TokenCall, queued: float, started: float, steps: list[tuple[str, float, float]]) -> None:
         """Spans for one call; the times are perf_counter seconds."""
         parent = PROPAGATOR.extract(call.trace_context)
         if not trace.get_current_span(parent).get_span_context().is_valid:
             return
-        for name, start, end in [("tokenize", tokenize_start, queued), ("queue", queued, started), *steps]:
+        for name, start, end in [("queue", queued, started), *steps]:
             span = self.tracer.start_span(name, context=parent, start_time=self._epoch_ns(start),
                                            attributes={names.ATTR_REQUEST_ID: call.request_id})
             span.end(end_time=self._epoch_ns(end))

@@ -33,12 +33,12 @@ from poolgate.workers.models import Architecture, architecture_for, build_model,
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.engine.runner import PoolingRunner
-from poolgate.workers.engine.roles import RoleEncoder
 from poolgate.workers.engine.runner_api import LoadedModel
-from poolgate.workers.engine.score_templates import template_for
+from poolgate.shared.inputs.score_templates import template_for
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.st_config import ModelSpec, read_prompts, read_spec
-from poolgate.workers.engine.tokenizer import TextEncoder
+from poolgate.shared.inputs.tokenizer import TextEncoder
+from poolgate.workers.load.tokenizer_files import files_of, read_tokenizer
 
 log = logging.getLogger("poolgate.worker")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -152,16 +152,16 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     budget = cfg.max_batch_tokens or backend.default_batch_tokens
     arch = architecture_for(spec)
     log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name, arch.implementation)
-    encoder = TextEncoder(spec.path, do_lower_case=spec.do_lower_case, gguf_file=spec.gguf_file,
-                          score_template=template_for(spec.hf_config), trust_remote_code=cfg.trust_remote_code)
+    tokenizer = read_tokenizer(spec.path, gguf_file=spec.gguf_file, trust_remote_code=cfg.trust_remote_code)
+    roles = read_settings(spec, tokenizer) if pylate_config(spec) is not None else None  # PyLate: inputs by role
+    encoder = TextEncoder(files_of(tokenizer, do_lower_case=spec.do_lower_case,
+                                   score_template=template_for(spec.hf_config), roles=roles))
     probes = encoder.encode(list(PROBE_TEXTS), max_tokens=spec.max_model_len)
-    if pylate_config(spec) is not None:  # PyLate ColBERT: inputs tokenized by role (workers.engine.roles)
-        encoder.roles = RoleEncoder(read_settings(spec, encoder.tokenizer), encoder)
     if not arch.packed:
         check_supported(spec, cfg.trust_remote_code)  # before looking for weights it could not run
     weights = open_weights(spec, allow_pickle=cfg.allow_pickle_weights)  # the one read, shared by model and heads
     try:
-        pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=encoder.tokenizer,
+        pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=tokenizer,
                              allow_pickle=cfg.allow_pickle_weights)
         runner = _choose_runner(spec, cfg, backend, weights, pooler, probes)
     finally:
@@ -185,8 +185,9 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
         labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
         max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
-        prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.tokenizer.chat_template),
+        prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.chat_template),
         input_roles=encoder.roles is not None, adapters=adapter_names(spec.architecture, spec.hf_config),
+        tokenizer_sha256=encoder.files.sha256,
     )
     table = settled(plan(cfg, backend, spec), spec, backend, tasks=info.tasks, dtype=runner.dtype).table()
     for line in table.splitlines():  # the table `poolgate inspect` prints, as loading settled it

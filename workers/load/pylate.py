@@ -22,28 +22,14 @@ from __future__ import annotations
 
 import json
 import string
-from dataclasses import dataclass
 from pathlib import Path
 
+from poolgate.shared.inputs.pylate_roles import PyLateSettings
 from poolgate.workers.load.st_config import PYLATE_KEYS, PYLATE_LENGTHS, ModelSpec
 
 CONFIG = "config_sentence_transformers.json"
 DEFAULTS = {"query_prefix": "[Q] ", "document_prefix": "[D] ", **PYLATE_LENGTHS, "do_query_expansion": True,
             "attend_to_expansion_tokens": False}
-
-
-@dataclass(frozen=True)
-class PyLateSettings:
-    """The resolved settings: marker ids, lengths, the expansion token and the skiplist's ids."""
-
-    query_id: int
-    document_id: int
-    query_length: int
-    document_length: int
-    expand: bool  # pad queries to query_length with expansion_id
-    attend_expansion: bool  # the expansion tokens are keys the other tokens attend
-    expansion_id: int
-    skiplist: frozenset[int]
 
 
 def pylate_config(spec: ModelSpec) -> dict | None:

@@ -3,7 +3,7 @@
 PyLate's ``encode`` keeps every token of a query (its [MASK] expansion too)
 and drops a document's tokens whose id is in the skiplist
 (``workers.load.pylate``). The row selector tells the two apart by the
-marker each sequence carries after its first token (``workers.engine.roles``
+marker each sequence carries after its first token (``shared.inputs.pylate_roles``
 puts it there), so one run may hold queries and documents alike (a /score
 call). Served task: ``token_embed``, scored with MaxSim on the score routes.
 """

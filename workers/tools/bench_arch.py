@@ -79,9 +79,9 @@ def corpus_ids(num_texts: int, seed: int, max_len: int, sort: bool) -> list[list
     """The synthetic bench corpus as BERT-uncased token ids (the bundled MiniLM's tokenizer), capped."""
     from poolgate.shared.corpus import synthetic_corpus
     from poolgate.shared.models import bundled_model_path
-    from poolgate.workers.engine.tokenizer import TextEncoder
+    from poolgate.workers.load.tokenizer_files import load_encoder
 
-    ids = TextEncoder(bundled_model_path()).encode(synthetic_corpus(num_texts, seed), max_tokens=max_len)
+    ids = load_encoder(bundled_model_path()).encode(synthetic_corpus(num_texts, seed), max_tokens=max_len)
     return sorted(ids, key=len) if sort else ids
 
 

@@ -1,62 +1,32 @@
-"""A model that costs nothing, to measure the gateway alone: word ids in, one constant unit vector out per input.
+"""A model that costs nothing, to measure the gateway alone: token ids in, one constant unit vector out per input.
 
-``poolgate worker --runner-factory poolgate.workers.tools.null_model:load`` serves it
+``poolgate worker MODEL --runner-factory poolgate.workers.tools.null_model:load`` serves it
 (``poolgate bench --gateway-only`` starts one): the worker's engine, scheduler and
-transport run as for a real model, but "tokenizing" is a split on whitespace and
-the "forward" writes a fixed vector, so the requests/s measured are the gateway's
-(and the transport's) ceiling. Embed only; never a model to serve answers with.
+transport run as for a real model, but the "forward" writes a fixed vector, so the
+requests/s measured are the gateway's (and the transport's) ceiling. ``load``
+gives the gateway MODEL's own tokenizer (the bundled MiniLM's by default), so its
+tokenizing is measured with the rest; ``load_words`` the ``words`` tokenizer
+(``shared.inputs.words``: a whitespace split), so it is not. Embed only; never a
+model to serve answers with.
 """
 from __future__ import annotations
 
-import zlib
+from pathlib import Path
 
 import numpy as np
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.rows import Rows
-from poolgate.shared.wire import ModelInfo, TextPair
-from poolgate.workers.engine.runner_api import Encoded, LoadedModel, RunOutput
+from poolgate.shared.inputs.encoded import TextEncoder
+from poolgate.shared.inputs.words import WordEncoder, WordSettings
+from poolgate.shared.wire import ModelInfo
+from poolgate.workers.engine.runner_api import LoadedModel, RunOutput
 from poolgate.workers.engine.sequence import Sequence, param_runs
+from poolgate.workers.load.tokenizer_files import load_encoder
 
 DIM = 384  # as the bundled MiniLM, so responses weigh what real ones do
 VOCAB = 30522
-CLS, SEP = 101, 102
 MAX_LEN = 512
-
-
-def _ids(text: str) -> list[int]:
-    return [1000 + zlib.crc32(w.encode()) % (VOCAB - 1000) for w in text.split()]
-
-
-class WordEncoder:
-    """Whitespace "tokenizer": one id per word between [CLS] and [SEP]; nothing to decode."""
-
-    tokenizer = None
-
-    def encode(self, texts: list[str], max_tokens: int | None = None, *, add_special_tokens: bool = True,
-               side: str = "right") -> list[list[int]]:
-        specials = 2 if add_special_tokens else 0
-        out = []
-        for text in texts:
-            ids = _ids(text)
-            if max_tokens is not None:
-                keep = max(max_tokens - specials, 0)
-                ids = ids[len(ids) - keep:] if side == "left" and keep else ids[:keep]
-            out.append([CLS, *ids, SEP] if add_special_tokens else ids)
-        return out
-
-    def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
-        ids = [self.encode([f"{p.text} {p.text_pair}"], max_tokens)[0] for p in pairs]
-        return Encoded(ids, [None] * len(ids))
-
-    def cut(self, text: str, max_tokens: int) -> str:
-        return " ".join(text.split()[:max_tokens]) if max_tokens > 0 else text
-
-    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
-        return " ".join(str(i) for i in ids)
-
-    def token_strs(self, ids: list[int]) -> list[str | None]:
-        return [None] * len(ids)
 
 
 class ConstantRunner:
@@ -73,9 +43,18 @@ class ConstantRunner:
 
 
 def load(cfg: WorkerConfig) -> LoadedModel:
-    """The runner factory (``module:function(cfg) -> LoadedModel``)."""
+    """The runner factory (``module:function(cfg) -> LoadedModel``), with the model folder's tokenizer."""
+    return _loaded(cfg, load_encoder(Path(cfg.model_path)))
+
+
+def load_words(cfg: WorkerConfig) -> LoadedModel:
+    """The runner factory with the ``words`` tokenizer (no tokenizing cost in the gateway)."""
+    return _loaded(cfg, WordEncoder(WordSettings(buckets=VOCAB - 1000).files()))
+
+
+def _loaded(cfg: WorkerConfig, encoder: TextEncoder) -> LoadedModel:
     info = ModelInfo(served_model_name=cfg.served_model_name, architecture="NullModel", tasks=("embed",),
                      max_model_len=cfg.max_model_len or MAX_LEN, embedding_dim=DIM, backend="cpu", dtype="float32",
-                     vocab_size=VOCAB)
-    return LoadedModel(info=info, encoder=WordEncoder(), runner=ConstantRunner(),
+                     vocab_size=VOCAB, tokenizer_sha256=encoder.files.sha256)
+    return LoadedModel(info=info, encoder=encoder, runner=ConstantRunner(),
                        max_batch_tokens=cfg.max_batch_tokens or 16384)

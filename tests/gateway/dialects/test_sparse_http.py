@@ -133,8 +133,8 @@ async def test_bge_m3_three_outputs_are_one_call_and_one_forward_equal_to_three_
     forwards = Counting(model.runner.model)
     monkeypatch.setattr(model.runner, "model", forwards)
     submits = []
-    submit = Engine.submit
-    monkeypatch.setattr(Engine, "submit", lambda self, call: (submits.append(call), submit(self, call))[1])
+    submit = Engine.submit_tokens
+    monkeypatch.setattr(Engine, "submit_tokens", lambda self, call: (submits.append(call), submit(self, call))[1])
     client = await gateway(models=[model])
     one = {"dense": {}, "sparse": {"return_tokens": True}, "multi_vector": {}}
     separate = {}

@@ -64,21 +64,12 @@ async def test_errors(gateway, path, body, message):
     assert message in (await resp.json())["error"]["message"]
 
 
-async def test_tokenize_goes_through_the_pools_one_submit():
-    """Pool order, readiness, admission and the retry apply to tokenizer ops as to pooling calls."""
-    from poolgate.gateway.pools.job import detokenize_job, tokenize_job
-    from poolgate.gateway.pools.model_pools import ModelPools
-    from poolgate.gateway.pools.pool import WorkerPool
-    from poolgate.shared.errors import Unavailable
-    from tests.fakes import FakeWorkerClient
-
-    a, b = FakeWorkerClient(address="fake://a"), FakeWorkerClient(address="fake://b")
-    pool = WorkerPool(a.info_, [a, b])
-    pools = ModelPools([pool])
-    a.fail = Unavailable("connection lost")  # a is picked first (a tie), lost, and the op retried on b
-    assert await pools.run(tokenize_job("r", "x y")) == (fake_ids("x y"), None)
-    assert pool.state(a) == "down" and pool.in_flight(b) == 0
-    assert await pools.run(detokenize_job("r", fake_ids("x y"))) == FakeEncoder().decode(fake_ids("x y"))
-    pool.mark_ready(b, False)
-    with pytest.raises(Unavailable, match="No worker is ready"):
-        await pools.run(tokenize_job("r", "x y"))
+async def test_the_gateway_tokenizes_itself_with_no_worker_ready(gateway):
+    """/tokenize and /detokenize are answered with the model's tokenizer in the gateway: no worker is asked."""
+    client = await gateway(ready=False)
+    r = await client.post("/tokenize", json={"prompt": "x y"})
+    assert r.status == 200 and (await r.json())["tokens"] == fake_ids("x y")
+    r = await client.post("/detokenize", json={"tokens": fake_ids("x y")})
+    assert r.status == 200 and (await r.json())["prompt"] == FakeEncoder().decode(fake_ids("x y"))
+    r = await client.post("/v1/embeddings", json={"input": "x y"})
+    assert r.status == 503  # a pooling call does need a worker

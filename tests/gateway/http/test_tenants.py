@@ -47,14 +47,27 @@ def test_requests_per_minute_refill_continuously_and_retry_after_says_when():
     state.admit()
 
 
-def test_tokens_are_charged_when_a_request_ends_and_debt_blocks_the_next():
+def test_counted_tokens_are_charged_before_the_request_runs_and_a_429_names_them():
     clock = Clock()
     state = tenants(Tenant("a", (sha("k"),), tokens_per_minute=600), clock=clock).identify("k")
     state.admit()
-    state.charge(900)  # over the minute's 600: 300 in debt
+    state.take_tokens(400)  # counted by the tokenizer, taken before it is queued
+    with pytest.raises(Overloaded, match=r"600 tokens per minute \(this request has 300 tokens\)") as refused:
+        state.take_tokens(300)  # 200 left: a concurrent request cannot spend the same tokens
+    assert refused.value.reason == "tenant_tokens" and refused.value.retry_after_s == 10.0  # 100 more at 10/s
+    state.give_back(400)  # the pools refused the first before it ran
+    state.take_tokens(300)
+    state.leave()
+
+
+def test_a_request_bigger_than_a_minute_needs_a_full_bucket_and_leaves_it_in_debt():
+    clock = Clock()
+    state = tenants(Tenant("a", (sha("k"),), tokens_per_minute=600), clock=clock).identify("k")
+    state.admit()
+    state.take_tokens(900)  # a full bucket: 300 in debt
     state.leave()
     with pytest.raises(Overloaded) as refused:
-        state.admit()
+        state.admit()  # in debt: refused before its inputs are even tokenized
     assert refused.value.reason == "tenant_tokens" and refused.value.retry_after_s == 30.0  # 300 at 10/s
     clock.now += 31
     state.admit()

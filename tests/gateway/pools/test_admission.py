@@ -9,17 +9,19 @@ import pytest
 from poolgate.gateway.pools.admission import (MIN_QUEUED_TOKENS, REASON_QUEUE_FULL, REASON_WORKERS_BUSY, Admission,
                                               AdmissionLimits)
 from poolgate.gateway.pools.fleet import admission_limits
-from poolgate.gateway.pools.job import pooling_job, tokenize_job
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.config import GatewayConfig, PoolConfig
 from poolgate.shared.errors import InvalidRequest, Overloaded
+from poolgate.gateway.serving import chars
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import ChatInput, PoolingCall, TextPair
-from tests.fakes import FakeWorkerClient, fake_model, until
+from tests.fakes import FakeWorkerClient, fake_model, tokenized, until
 
 
-def call(*inputs: str, rid: str = "r", priority: int = 0) -> PoolingCall:
-    return PoolingCall(request_id=rid, model="m", inputs=list(inputs) or ["a b"], priority=priority)
+def call(*inputs: str, rid: str = "r", priority: int = 0) -> TokenCall:
+    """A call of ``inputs`` tokenized (the fake tokenizer: one token per word, plus CLS and SEP)."""
+    return tokenized(PoolingCall(request_id=rid, model="m", inputs=list(inputs) or ["a b"], priority=priority))
 
 
 def pool(backend: str = "cpu", n: int = 1, **limits) -> WorkerPool:
@@ -41,17 +43,16 @@ def test_the_characters_of_one_input_are_capped_before_any_tokenizing():
     with pytest.raises(InvalidRequest, match="An input of 11 characters is too long; the limit is 10 characters "
                                              r"per input \(--max-chars-per-input\)"):
         admission.check(1, 11)
-    assert pooling_job(call("abc", "x" * 7)).longest_chars == 7
-    pairs = PoolingCall(request_id="r", model="m", inputs=[TextPair("q" * 4, "d" * 5), [1, 2, 3],
-                                                            ChatInput([{"role": "user", "content": "hey"}])])
-    assert pooling_job(pairs).longest_chars == 9 and tokenize_job("r", "x" * 12).longest_chars == 12
+    inputs = ["abc", "x" * 7, TextPair("q" * 4, "d" * 5), [1, 2, 3], ChatInput([{"role": "user", "content": "hey"}])]
+    assert [chars(x) for x in inputs] == [3, 7, 9, 0, 3]
 
 
 def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
     admission = Admission(AdmissionLimits(max_queued_tokens=10), model="m")
     admission.admit(50)  # nothing admitted yet: even a job over the limit runs
     admission.admit(2)  # runs beside the big one (round robin): 2 + 2 before it is done
-    with pytest.raises(Overloaded, match="Model 'm' has about 52 tokens of work queued"):
+    with pytest.raises(Overloaded, match="Model 'm' cannot take this request of 5 tokens now: 12 tokens of work "
+                                         r"would run before it is done \(52 tokens queued; the limit is 10\)"):
         admission.admit(5)  # 5 + 5 + 2 > 10
     admission.release(50)
     admission.release(2)
@@ -84,9 +85,9 @@ async def test_a_pool_over_its_queued_tokens_refuses_and_the_next_pool_takes_the
     first, second = pool("cuda", max_queued_tokens=8), pool("cpu")
     first.clients[0].gate = asyncio.Event()
     model = ModelPools([first, second])
-    held = asyncio.create_task(model.submit(call("x" * 20, rid="held")))  # 7 estimated tokens
+    held = asyncio.create_task(model.submit(call("x " * 5, rid="held")))  # 7 tokens
     await until(lambda: first.clients[0].calls)
-    await model.submit(call("y" * 20, rid="over"))  # 7 + 7 > 8: the cpu pool answers
+    await model.submit(call("y " * 5, rid="over"))  # 7 + 7 > 8: the cpu pool answers
     assert [c.request_id for c in second.clients[0].calls] == ["over"]
     assert first.admission.refused == {REASON_QUEUE_FULL: 1}
     first.clients[0].gate.set()
@@ -106,11 +107,10 @@ async def test_calls_per_worker_is_counted_as_a_refusal_reason():
     await held
 
 
-async def test_too_many_inputs_is_a_400_before_any_pool_is_tried():
+def test_too_many_inputs_is_a_400_before_any_tokenizing():
     first, second = pool("cuda", max_inputs_per_request=2), pool("cpu", max_inputs_per_request=2)
     with pytest.raises(InvalidRequest, match="Too many inputs"):
-        await ModelPools([first, second]).submit(call("a", "b", "c"))
-    assert not first.clients[0].calls and not second.clients[0].calls
+        ModelPools([first, second]).check(3, 1)
 
 
 async def test_a_worker_whose_queue_is_full_is_skipped_then_the_next_pool():
@@ -152,10 +152,10 @@ async def test_a_pool_reads_its_capacity_from_health_answers_and_refuses_past_it
     await only.probe(1.0)
     assert only.capacity() == 5000.0 and only.snapshot()[0]["tokens_per_s"] == 5000.0
     client.gate = asyncio.Event()
-    held = asyncio.create_task(only.submit(call("x" * 16_000)))  # ~4,002 tokens admitted
+    held = asyncio.create_task(only.submit(call("x " * 4_000)))  # 4,002 tokens admitted
     await until(lambda: client.calls)
     with pytest.raises(Overloaded) as refused:
-        await only.submit(call("y" * 20_000))  # 5,002 + 4,002 > max(4096, 5000)
+        await only.submit(call("y " * 5_000))  # 5,002 + 4,002 > max(4096, 5000)
     assert refused.value.retry_after_s == 1.0
     client.health_answer = {"ready": True}  # an answer without a rate keeps the last one
     await only.probe(1.0)
@@ -164,39 +164,19 @@ async def test_a_pool_reads_its_capacity_from_health_answers_and_refuses_past_it
     await held
 
 
-def test_estimates_are_scaled_by_the_tokens_answered_calls_counted():
-    admission = Admission(AdmissionLimits(max_queued_tokens=100), model="m")
-    assert admission.counted_per_estimated == 1.0  # nothing answered yet: the estimate as it is
-    admission.observe(100, 50)  # the estimates ran 2x high (English subwords)
-    assert admission.counted_per_estimated == 0.5
-    admission.admit(120)
-    admission.admit(80)  # 80 + 80 estimated = 80 counted (unscaled, 160 would pass 100)
-    admission.release(120)
-    admission.release(80)
-    admission.observe(100, 250)  # then low (CJK): (0.9 * 50 + 250) / (0.9 * 100 + 100)
-    assert admission.counted_per_estimated == pytest.approx(295 / 190)
-    admission.observe(0, 7)  # nothing estimated (or counted): no weight
-    admission.observe(7, 0)
-    assert admission.counted_per_estimated == pytest.approx(295 / 190)
-    admission.admit(40)
-    admission.admit(20)  # (20 + 20) * 1.55 = 62
-    with pytest.raises(Overloaded, match="has about 93 tokens of work queued"):
-        admission.admit(40)  # (40 + 40 + 20) * 1.55 = 155 > 100 (unscaled 100 would be admitted)
-
-
-async def test_a_pool_scales_its_estimates_by_the_tokens_its_workers_counted():
-    only = pool(max_queued_s=1.0)
+async def test_a_pool_admits_by_the_tokens_the_models_tokenizer_counted():
+    only = pool(max_queued_tokens=5_000)
     client = only.clients[0]
-    client.health_answer = {"ready": True, "pipeline": {"tokens_per_s": 5000.0}}
-    await only.probe(1.0)
-    text = "w " * 4000  # estimated 2,002 tokens, counted (one per word) about twice that
-    await only.submit(call(text))
-    assert only.admission.counted_per_estimated == pytest.approx(2.0, rel=0.01)
+    text = "w " * 2_000  # 4,000 characters, 2,002 tokens counted (one per word): no characters/4 guess
+    assert len(call(text).ids) == 2_002
     client.gate = asyncio.Event()
     held = asyncio.create_task(only.submit(call(text)))
+    await until(lambda: client.calls)
+    await_second = asyncio.create_task(only.submit(call(text)))  # 2 x 2,002 = 4,004 <= 5,000
     await until(lambda: len(client.calls) == 2)
-    with pytest.raises(Overloaded, match="queued"):
-        await only.submit(call(text))  # 2 x 2,002 estimated = ~8,000 counted > 5,000 (unscaled: 4,004 would pass)
-    assert only.admission.refused == {REASON_QUEUE_FULL: 1}
+    with pytest.raises(Overloaded, match="request of 2002 tokens"):
+        await only.submit(call(text))  # 3 x 2,002 = 6,006 > 5,000
+    assert only.admission.refused == {REASON_QUEUE_FULL: 1} and only.admission.tokens == 4_004
     client.gate.set()
-    await held
+    await asyncio.gather(held, await_second)
+    assert only.admission.tokens == 0

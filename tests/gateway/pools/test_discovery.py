@@ -16,7 +16,7 @@ from poolgate.shared.config import GatewayConfig, PoolConfig, TransportSecurity
 from poolgate.shared.errors import Unavailable
 from poolgate.shared.transport import WorkerClient
 from poolgate.shared.wire import PoolingCall
-from tests.fakes import FakeDns, fake_model, until
+from tests.fakes import FakeDns, fake_model, tokenized, until
 from tests.processes import free_port
 
 TOKEN = "t0ken"
@@ -79,7 +79,7 @@ async def test_workers_join_and_leave_as_dns_changes():
         await until(lambda: len(model.clients) == 2)
         assert sorted(c.address for c in model.clients) == [f"tcp://127.0.0.{i}:{port}" for i in (2, 3)]
         for i in range(4):
-            await model.submit(PoolingCall(request_id=f"r{i}", model="fake-model", inputs=["a b"]))
+            await model.submit(tokenized(PoolingCall(request_id=f"r{i}", model="fake-model", inputs=["a b"])))
 
         first = model.clients[0]
         dns.addresses = ["127.0.0.3"]

@@ -15,7 +15,7 @@ from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
 from poolgate.shared.errors import Conflict, Unavailable
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.engine.runner_api import LoadedModel
-from tests.fakes import fake_model, running_worker
+from tests.fakes import fake_model, running_worker, tokenized
 
 FAKE = "tests.workers.fake_factory:build"
 
@@ -43,7 +43,7 @@ def on_backend(model: LoadedModel, backend: str) -> LoadedModel:
 
 
 async def call(router: Router, name: str) -> None:
-    await router.resolve(name, "embed").submit(PoolingCall(request_id="r", model=name, inputs=["a b"]))
+    await router.resolve(name, "embed").submit(tokenized(PoolingCall(request_id="r", model=name, inputs=["a b"])))
 
 
 async def test_local_and_remote_pools_of_two_models(tmp_path):

@@ -9,8 +9,9 @@ import pytest
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import PoolingCall
-from tests.fakes import FakeWorkerClient, fake_model, until
+from tests.fakes import FakeWorkerClient, fake_model, tokenized, until
 
 
 def pool(backend: str, n: int = 1, *, cap: int | None = None) -> WorkerPool:
@@ -18,8 +19,8 @@ def pool(backend: str, n: int = 1, *, cap: int | None = None) -> WorkerPool:
     return WorkerPool(info, [FakeWorkerClient(info, address=f"{backend}-{i}") for i in range(n)], max_in_flight=cap)
 
 
-def call(i: int = 0) -> PoolingCall:
-    return PoolingCall(request_id=f"r{i}", model="m", inputs=["a b"])
+def call(i: int = 0) -> TokenCall:
+    return tokenized(PoolingCall(request_id=f"r{i}", model="m", inputs=["a b"]))
 
 
 async def test_the_first_pool_takes_everything_it_can():

@@ -7,14 +7,15 @@ import time
 
 import pytest
 
-from poolgate.gateway.pools.pool import WorkerPool, estimate_tokens
+from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, Overloaded, Unavailable
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import PoolingCall
-from tests.fakes import FakeWorkerClient, expected_vector, until
+from tests.fakes import FakeWorkerClient, expected_vector, tokenized, until
 
 
-def call(text: str = "hello world", deadline: float | None = None) -> PoolingCall:
-    return PoolingCall(request_id="r", model="fake-model", inputs=[text], deadline=deadline)
+def call(text: str = "hello world", deadline: float | None = None) -> TokenCall:
+    return tokenized(PoolingCall(request_id="r", model="fake-model", inputs=[text], deadline=deadline))
 
 
 def two_clients() -> list[FakeWorkerClient]:
@@ -30,11 +31,6 @@ async def test_submit_returns_the_runner_vectors():
     assert pool.name == "fake-model" and pool.in_flight(client) == 0 and pool.outstanding_tokens(client) == 0
 
 
-def test_token_estimate_is_chars_over_four_for_text_and_length_for_ids():
-    assert estimate_tokens(["x" * 40]) == 12  # 40 / 4 + 2 special tokens
-    assert estimate_tokens([[1, 2, 3], "", "abcdefg"]) == 3 + 2 + 3
-
-
 async def test_concurrent_calls_spread_to_the_least_loaded_client():
     a, b = two_clients()
     a.gate, b.gate = asyncio.Event(), asyncio.Event()
@@ -43,7 +39,7 @@ async def test_concurrent_calls_spread_to_the_least_loaded_client():
     await until(lambda: len(a.calls) + len(b.calls) == 4)
     assert (len(a.calls), len(b.calls)) == (2, 2)
     assert (pool.in_flight(a), pool.in_flight(b)) == (2, 2)
-    assert pool.outstanding_tokens(a) == 2 * estimate_tokens(["hello world"])
+    assert pool.outstanding_tokens(a) == 2 * 4  # "hello world": 2 words between CLS and SEP, counted
     a.gate.set(), b.gate.set()
     await asyncio.gather(*tasks)
     assert (pool.in_flight(a), pool.in_flight(b)) == (0, 0)
@@ -230,10 +226,10 @@ async def test_snapshot_lists_state_and_load():
     a.gate = asyncio.Event()
     pool = WorkerPool(a.info_, [a, b])
     pool.set_state(b, "down", "connection refused")
-    held = asyncio.create_task(pool.submit(call("x" * 40)))
+    held = asyncio.create_task(pool.submit(call("x" * 40)))  # one word: 3 tokens counted
     await until(lambda: a.calls)
     assert pool.snapshot() == [
-        {"address": "fake://a", "state": "ready", "calls_in_flight": 1, "outstanding_tokens": 12,
+        {"address": "fake://a", "state": "ready", "calls_in_flight": 1, "outstanding_tokens": 3,
          "recoveries": 0, "error": None, "tokens_per_s": 0.0},
         {"address": "fake://b", "state": "down", "calls_in_flight": 0, "outstanding_tokens": 0,
          "recoveries": 0, "error": "connection refused", "tokens_per_s": 0.0},
@@ -274,7 +270,7 @@ async def test_a_wedged_worker_answers_504_at_the_deadline_and_stays_in_rotation
     client = FakeWorkerClient()
     client.gate = asyncio.Event()  # never set: the worker does not answer
     pool = WorkerPool(client.info_, [client])
-    late = PoolingCall(request_id="slow", model="fake-model", inputs=["x"], deadline=time.time() + 0.05)
+    late = tokenized(PoolingCall(request_id="slow", model="fake-model", inputs=["x"], deadline=time.time() + 0.05))
     with pytest.raises(DeadlineExceeded, match="slow"):
         await pool.submit(late)
     assert pool.in_flight(client) == 0 and pool.is_ready(client)

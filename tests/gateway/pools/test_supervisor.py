@@ -15,8 +15,9 @@ from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.supervisor import Backoff, Supervisor, start_all
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import Unavailable
+from poolgate.shared.token_call import TokenCall
 from poolgate.shared.wire import PoolingCall
-from tests.fakes import expected_vector, until
+from tests.fakes import expected_vector, tokenized, until
 from tests.processes import alive
 
 FACTORY = "tests.workers.fake_factory:build"
@@ -24,8 +25,8 @@ CFG = WorkerConfig(model_path="unused", served_model_name="sup-model", max_model
 FAST = Backoff(first_s=0.05, max_s=0.2, reset_after_s=60)
 
 
-def call(text: str = "hello there") -> PoolingCall:
-    return PoolingCall(request_id="r", model="sup-model", inputs=[text])
+def call(text: str = "hello there") -> TokenCall:
+    return tokenized(PoolingCall(request_id="r", model="sup-model", inputs=[text]))
 
 
 def test_backoff_doubles_up_to_its_cap():

@@ -20,6 +20,7 @@ from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.gateway.telemetry.tracing import build_tracer
 from poolgate.shared import telemetry as names
+from poolgate.shared.inputs.front import Front
 from poolgate.shared.config import GatewayConfig, TracingConfig
 from poolgate.shared.transport import WorkerClient
 from poolgate.workers.engine.engine import Engine
@@ -83,7 +84,7 @@ async def traced_worker_router(spans: CallSpans):
         server = await serve(f"unix:{folder}/w.sock", engine, model.info)
         client = await WorkerClient.connect(f"unix:{folder}/w.sock")
         try:
-            yield Router([WorkerPool(model.info, [client])])
+            yield Router([WorkerPool(model.info, [client], front=Front(model.info, model.encoder))])
         finally:
             await client.close()
             server.close()
@@ -200,8 +201,11 @@ async def test_detailed_child_spans_join_the_request_span(traced, receiver):
     for child in children:
         assert (child.trace_id, child.parent_span_id, child.kind) == (trace_id, parent.span_id, INTERNAL)
         assert parent.start_ns - 1_000_000 <= child.start_ns <= child.end_ns <= parent.end_ns + 1_000_000
-    # one batch: tokenize, queue, then the runner's forward and pool, in order, with no real gap
-    assert all(0 <= b.start_ns - a.end_ns < 1_000_000 for a, b in zip(children, children[1:]))
+    # the gateway tokenizes, the call crosses to the worker, then one batch: queue, the runner's forward and pool,
+    # in order, with no real gap
+    tokenize, *worker = children
+    assert 0 <= worker[0].start_ns - tokenize.end_ns < 100_000_000
+    assert all(0 <= b.start_ns - a.end_ns < 1_000_000 for a, b in zip(worker, worker[1:]))
 
 
 async def test_an_unsampled_caller_gets_no_spans_anywhere(traced, receiver):

@@ -8,8 +8,9 @@ from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.models import bundled_model_path
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import ChatInput, ModelInfo, PoolingCall
-from poolgate.workers.engine.inputs import InputStage
-from poolgate.workers.engine.tokenizer import NO_CHAT_TEMPLATE, TextEncoder
+from poolgate.shared.inputs.stage import InputStage
+from poolgate.shared.inputs.tokenizer import NO_CHAT_TEMPLATE
+from poolgate.workers.load.tokenizer_files import load_encoder
 
 TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}"
             "{% if add_generation_prompt %}[assistant]{% endif %}")
@@ -18,7 +19,7 @@ TEXT = "one two three four five six seven eight nine ten"
 
 @pytest.fixture(scope="module")
 def encoder():
-    return TextEncoder(bundled_model_path())
+    return load_encoder(bundled_model_path())
 
 
 def stage(encoder) -> InputStage:
@@ -49,7 +50,7 @@ def test_left_truncation_of_token_ids_keeps_the_last_ids(encoder):
 
 
 def test_a_chat_is_rendered_with_the_tokenizers_template(encoder, monkeypatch):
-    monkeypatch.setattr(encoder.tokenizer, "chat_template", TEMPLATE)
+    monkeypatch.setattr(encoder, "chat_template", TEMPLATE)
     chat = ChatInput(messages=[{"role": "user", "content": "hello there"}], add_generation_prompt=True)
     hf = AutoTokenizer.from_pretrained(str(bundled_model_path()))
     text = hf.apply_chat_template(chat.messages, chat_template=TEMPLATE, tokenize=False, add_generation_prompt=True)
@@ -60,11 +61,11 @@ def test_a_chat_is_rendered_with_the_tokenizers_template(encoder, monkeypatch):
 
 def test_no_template_and_a_template_error_are_400(encoder, monkeypatch):
     chat = ChatInput(messages=[{"role": "user", "content": "x"}])
-    monkeypatch.setattr(encoder.tokenizer, "chat_template", None)
+    monkeypatch.setattr(encoder, "chat_template", None)
     with pytest.raises(InvalidRequest, match="As of transformers v4.44") as info:
         stage(encoder).tokenize(call([chat]))
     assert info.value.message == NO_CHAT_TEMPLATE
-    monkeypatch.setattr(encoder.tokenizer, "chat_template", "{{ raise_exception('roles must alternate') }}")
+    monkeypatch.setattr(encoder, "chat_template", "{{ raise_exception('roles must alternate') }}")
     with pytest.raises(InvalidRequest, match="roles must alternate"):
         stage(encoder).tokenize(call([chat]))
 

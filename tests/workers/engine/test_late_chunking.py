@@ -1,4 +1,4 @@
-"""workers.engine.late_chunking in a real engine (bundled MiniLM): one sequence per document, a vector per chunk."""
+"""shared.inputs.late_plan in a real engine (bundled MiniLM): one sequence per document, a vector per chunk."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from poolgate.shared.late_chunks import LateChunkText
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.engine.engine import TOKENIZE_SLICE
+
 from poolgate.workers.offline import PoolingModel
 
 
@@ -17,7 +17,7 @@ def minilm():
 
 
 def test_a_call_of_many_documents_keeps_its_plan(minilm):
-    docs = [f"document number {i} is about topic {i % 7} and more" for i in range(TOKENIZE_SLICE + 5)]
+    docs = [f"document number {i} is about topic {i % 7} and more" for i in range(133)]
     result = minilm._submit([LateChunkText(d, None, 4) for d in docs], PoolingParams(task="embed"))
     assert result.windows is not None and len(result.windows.counts) == len(docs)
     assert len(result.outputs) == sum(result.windows.counts)

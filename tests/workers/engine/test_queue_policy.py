@@ -10,7 +10,7 @@ import pytest
 
 from poolgate.shared.errors import DeadlineExceeded, InvalidRequest, Overloaded
 from poolgate.shared.wire import PoolingCall
-from poolgate.workers.engine.engine import QUEUE_BUDGETS, TOKENIZE_SLICE, Engine
+from poolgate.workers.engine.engine import QUEUE_BUDGETS, Engine
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
 from tests.fakes import fake_ids, fake_model, fake_vector, running_engine
 
@@ -80,12 +80,11 @@ def test_the_default_queue_bound_is_a_number_of_token_budgets():
     assert Engine(fake_model(max_batch_tokens=64), max_queued_tokens=100).scheduler.max_queued_tokens == 100
 
 
-async def test_a_call_of_many_inputs_is_tokenized_in_slices_and_keeps_its_order():
+async def test_a_call_of_many_inputs_keeps_its_order():
     model = fake_model(max_batch_tokens=4096, max_model_len=8)
     async with running_engine(model) as engine:
-        texts = [f"t{i}" for i in range(2 * TOKENIZE_SLICE + 5)]
+        texts = [f"t{i}" for i in range(261)]
         result = await engine.submit(call(*texts))
-        assert [len(batch) for batch, _ in model.encoder.calls] == [TOKENIZE_SLICE, TOKENIZE_SLICE, 5]
         assert result.prompt_tokens == [3] * len(texts)
         assert [c for batch, _ in model.encoder.calls for c in batch] == texts
         np.testing.assert_array_equal(result.outputs.item(len(texts) - 1), fake_vector(fake_ids(texts[-1])))

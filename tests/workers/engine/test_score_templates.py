@@ -5,9 +5,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from poolgate.shared.wire import TextPair
-from poolgate.workers.engine.score_templates import (QWEN3_DEFAULT_INSTRUCTION, bge_reranker_gemma, qwen3_reranker,
+from poolgate.shared.inputs.score_templates import (QWEN3_DEFAULT_INSTRUCTION, bge_reranker_gemma, qwen3_reranker,
                                               template_for)
-from poolgate.workers.engine.tokenizer import TextEncoder
+from poolgate.workers.load.tokenizer_files import load_encoder
 from tests.fakes import make_tiny_tokenizer
 
 
@@ -33,7 +33,7 @@ def test_qwen3_reranker_prompt_is_vllms_template():
 def test_a_templated_pair_is_the_prompt_tokenized_whole(tmp_path):
     make_tiny_tokenizer(tmp_path, pair_types=True)
     ref = AutoTokenizer.from_pretrained(str(tmp_path))
-    encoder = TextEncoder(tmp_path, score_template="qwen3_reranker")
+    encoder = load_encoder(tmp_path, score_template="qwen3_reranker")
     encoded = encoder.encode_pairs([TextPair("w1 w2 w3", "w4", max_text_tokens=2, instruction="w9")])
     assert encoded.ids == [ref(qwen3_reranker("w1 w2", "w4", "w9"))["input_ids"]]
     assert encoded.type_ids == [None]
@@ -42,7 +42,7 @@ def test_a_templated_pair_is_the_prompt_tokenized_whole(tmp_path):
 def test_truncation_cuts_the_document_never_the_template(tmp_path):
     make_tiny_tokenizer(tmp_path, pair_types=True)
     ref = AutoTokenizer.from_pretrained(str(tmp_path))
-    encoder = TextEncoder(tmp_path, score_template="qwen3_reranker")
+    encoder = load_encoder(tmp_path, score_template="qwen3_reranker")
     whole = ref(qwen3_reranker("w1", "w4 w5 w6 w7", None))["input_ids"]
     (ids,) = encoder.encode_pairs([TextPair("w1", "w4 w5 w6 w7")], max_tokens=len(whole) - 2).ids
     assert ids == ref(qwen3_reranker("w1", "w4 w5", None))["input_ids"]  # the prompt's tail (read for the score) kept
@@ -53,7 +53,7 @@ def test_truncation_cuts_the_document_never_the_template(tmp_path):
 
 def test_a_pair_truncation_below_the_special_tokens_is_refused(tmp_path):
     make_tiny_tokenizer(tmp_path, pair_types=True)
-    encoder = TextEncoder(tmp_path)
+    encoder = load_encoder(tmp_path)
     with pytest.raises(Exception, match="cannot hold a pair"):
         encoder.encode_pairs([TextPair("w1 w2 w3", "w4 w5 w6")], max_tokens=2)
     (ids,) = encoder.encode_pairs([TextPair("w1 w2 w3", "w4 w5 w6")], max_tokens=5).ids
@@ -93,6 +93,6 @@ def test_a_qwen3_style_reranker_scores_p_yes_of_its_prompt(tmp_path):
 def test_a_cap_on_a_lower_casing_tokenizer_cuts_where_its_tokens_end():
     from poolgate.shared.models import bundled_model_path
 
-    encoder = TextEncoder(bundled_model_path(), do_lower_case=True)  # MiniLM lower-cases; "İ" grows when it does
+    encoder = load_encoder(bundled_model_path(), do_lower_case=True)  # MiniLM lower-cases; "İ" grows when it does
     cut = encoder.cut("İİİİ hello world again", 3)
     assert encoder.backend.encode(cut.lower(), add_special_tokens=False).tokens == ["iii", "##i", "hello"]

@@ -1,5 +1,5 @@
 """The nemotron-rerank and mxbai-rerank-v2 prompts (the seed table's score templates), and when each is chosen."""
-from poolgate.workers.engine.score_templates import mxbai_rerank_v2, nemotron_rerank, template_for
+from poolgate.shared.inputs.score_templates import mxbai_rerank_v2, nemotron_rerank, template_for
 
 
 def test_nemotron_rerank_is_question_then_passage_and_chosen_by_its_architecture():

@@ -5,15 +5,15 @@ import pytest
 from transformers import AutoTokenizer
 
 from poolgate.shared.errors import InvalidRequest
-from poolgate.workers.engine.inputs import InputStage
-from poolgate.workers.engine.tokenizer import TextEncoder
+from poolgate.shared.inputs.stage import InputStage
+from poolgate.workers.load.tokenizer_files import load_encoder
 from tests.fakes import fake_model, make_tiny_tokenizer
 
 
 def test_tokenize_detokenize_and_token_strings_match_transformers(tmp_path):
     make_tiny_tokenizer(tmp_path)
     ref = AutoTokenizer.from_pretrained(str(tmp_path))
-    encoder = TextEncoder(tmp_path)
+    encoder = load_encoder(tmp_path)
     stage = InputStage(fake_model(max_model_len=4).info, encoder)
     text = "w1 w2 w3 w4 w5 w6"  # longer than the model: counted, not refused
     ids = stage.tokenize_one(text)

@@ -63,9 +63,9 @@ async def test_with_one_tokenizer_thread_the_small_call_waits_for_the_huge_one()
 
 
 def test_the_real_tokenizer_gives_the_same_ids_on_two_threads_at_once():
-    from poolgate.workers.engine.tokenizer import TextEncoder
+    from poolgate.workers.load.tokenizer_files import load_encoder
 
-    encoder = TextEncoder(bundled_model_path())
+    encoder = load_encoder(bundled_model_path())
     text = "the quick brown fox jumps over the lazy dog " * 40
     jobs = [(text, cap) for _ in range(100) for cap in (None, 7, 33)]
     alone = {cap: encoder.encode([text], cap) for cap in (None, 7, 33)}

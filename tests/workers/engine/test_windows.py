@@ -1,4 +1,4 @@
-"""workers.engine.windows through the input stage with the bundled WordPiece tokenizer: windows that fit,
+"""shared.inputs.window_cuts through the input stage with the bundled WordPiece tokenizer: windows that fit,
 spans that match."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.models import bundled_model_path
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.wire import PoolingCall, WindowedText
-from poolgate.workers.engine.inputs import InputStage
-from poolgate.workers.engine.tokenizer import TextEncoder
+from poolgate.shared.inputs.stage import InputStage
+from poolgate.workers.load.tokenizer_files import load_encoder, read_tokenizer
 from tests.fakes import fake_model
 
 # Words WordPiece splits into many pieces: a window cut between two pieces re-tokenizes longer.
@@ -20,7 +20,7 @@ TEXT = " ".join(["antidisestablishmentarianism photosynthesizing zzzqxv unbeliev
 
 @pytest.fixture(scope="module")
 def encoder():
-    return TextEncoder(bundled_model_path())
+    return load_encoder(bundled_model_path())
 
 
 @pytest.mark.parametrize("cap", [17, 31, 40])
@@ -53,12 +53,13 @@ def test_a_query_that_leaves_no_room_is_a_400(encoder):
 
 
 def test_a_score_templates_prompt_leaves_room_for_each_window():
-    encoder = TextEncoder(bundled_model_path(), score_template="bge_reranker_gemma")
+    encoder = load_encoder(bundled_model_path(), score_template="bge_reranker_gemma")
     stage = InputStage(replace(fake_model().info, max_model_len=96, tasks=("classify",)), encoder)
     query = "which words are long?"
     room = encoder.room(query, None, 0)
-    assert room == len(encoder.tokenizer(encoder.score_template(query, "", None))["input_ids"])
+    hf = read_tokenizer(bundled_model_path())  # transformers' own tokenizer is the reference
+    assert room == len(hf(encoder.score_template(query, "", None))["input_ids"])
     encoded = stage.encode(PoolingCall("r", "m", [WindowedText(TEXT, 20, 4, query=query)], PoolingParams(task="classify")))
     assert encoded.windows.counts[0] > 2 and all(len(ids) <= 96 for ids in encoded.ids)
     for (a, b), ids in zip(encoded.windows.spans, encoded.ids):  # each window read as the template's prompt
-        assert ids == encoder.tokenizer(encoder.score_template(query, TEXT[a:b], None))["input_ids"]
+        assert ids == hf(encoder.score_template(query, TEXT[a:b], None))["input_ids"]

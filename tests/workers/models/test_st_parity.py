@@ -121,10 +121,10 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
 
 
 def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
-    from poolgate.workers.engine.tokenizer import TextEncoder
+    from poolgate.workers.load.tokenizer_files import load_encoder
 
     folder, _ = tiny_bert
-    plain, lowering = TextEncoder(folder), TextEncoder(folder, do_lower_case=True)
+    plain, lowering = load_encoder(folder), load_encoder(folder, do_lower_case=True)
     assert lowering.encode(["W1 W2"]) == plain.encode(["w1 w2"])
     assert plain.encode(["W1 W2"]) != plain.encode(["w1 w2"])  # the vocabulary is case-sensitive
     assert lowering.encode(["W1 W2 W3"], max_tokens=3) == plain.encode(["w1"])
@@ -132,7 +132,7 @@ def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
 
 def test_add_special_tokens_false_matches_the_tokenizer(minilm):
     from poolgate.shared.wire import PoolingCall
-    from poolgate.workers.engine.inputs import InputStage
+    from poolgate.shared.inputs.stage import InputStage
 
     runner, st = minilm
     stage = InputStage(runner.info, runner.encoder)

@@ -64,7 +64,7 @@ def _reference(tmp_path: Path, settings: dict) -> tuple[Path, list, list, np.nda
 
 def _served(model, texts: list[str], query_inputs: int) -> list[np.ndarray]:
     """Each text's token vectors as the worker serves them: the input stage by role, then the runner."""
-    from poolgate.workers.engine.inputs import InputStage
+    from poolgate.shared.inputs.stage import InputStage
     from poolgate.workers.engine.sequence import Sequence
 
     params = PoolingParams(task="token_embed", query_inputs=query_inputs)
@@ -104,7 +104,7 @@ def test_vectors_and_maxsim_equal_pylates(tmp_path, venv, name):
 
 
 def test_a_call_without_roles_or_with_token_ids_is_refused(tmp_path, venv):
-    from poolgate.workers.engine.inputs import InputStage
+    from poolgate.shared.inputs.stage import InputStage
 
     folder, *_ = _reference(tmp_path, SETTINGS["expansion, not attended"])
     model = _load(folder)
@@ -119,7 +119,7 @@ def test_a_call_without_roles_or_with_token_ids_is_refused(tmp_path, venv):
 
 def test_a_model_without_roles_refuses_query_inputs():
     from poolgate.shared.models import bundled_model_path
-    from poolgate.workers.engine.inputs import InputStage
+    from poolgate.shared.inputs.stage import InputStage
 
     model = _load(bundled_model_path())
     with pytest.raises(InvalidRequest, match="encodes queries and documents alike"):

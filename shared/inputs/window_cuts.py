@@ -12,14 +12,15 @@ text is the document's characters from its first token's start to its last
 token's end; re-tokenized, a cut can come out a token or two longer at its
 edges, so ``shrink`` cuts a window that no longer fits and names its new span.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import Input, TextPair, WindowedText
+from poolgate.shared.inputs.encoded import TextEncoder
 from poolgate.shared.windows import Windows
-from poolgate.workers.engine.runner_api import TextEncoder
+from poolgate.shared.wire import Input, TextPair, WindowedText
 
 Span = tuple[int, int]
 
@@ -59,7 +60,7 @@ def expand(encoder: TextEncoder, inputs: list[Input], cap: int) -> Expanded | No
 
 def window_input(doc: WindowedText, text: str, span: Span) -> Input:
     """What one window is read as: the query with the window's text, or that text alone."""
-    piece = text[span[0]:span[1]]
+    piece = text[span[0] : span[1]]
     if doc.query is None:
         return piece
     return TextPair(doc.query, piece, doc.max_query_tokens, 0, doc.instruction)
@@ -69,12 +70,16 @@ def _spans(encoder: TextEncoder, doc: WindowedText, cap: int) -> tuple[str, list
     """The text the windows index (the one the tokenizer sees) and each window's character span."""
     size = cap - encoder.room(doc.query, doc.instruction, doc.max_query_tokens)
     if size < 1:
-        raise InvalidRequest(f"The query leaves no room for a document window: the model reads at most {cap} "
-                             "tokens per sequence. Shorten the query or set max_tokens_per_query.",
-                             param="max_chunks_per_doc")
+        raise InvalidRequest(
+            f"The query leaves no room for a document window: the model reads at most {cap} "
+            "tokens per sequence. Shorten the query or set max_tokens_per_query.",
+            param="max_chunks_per_doc",
+        )
     if doc.overlap >= size:
-        raise InvalidRequest(f"chunk_overlap ({doc.overlap}) must be smaller than the window "
-                             f"({size} tokens for this query and model).", param="chunk_overlap")
+        raise InvalidRequest(
+            f"chunk_overlap ({doc.overlap}) must be smaller than the window ({size} tokens for this query and model).",
+            param="chunk_overlap",
+        )
     text, offsets = encoder.token_spans(doc.text)
     n = min(len(offsets), doc.max_tokens) if doc.max_tokens else len(offsets)
     if n <= size:
@@ -90,7 +95,7 @@ def _spans(encoder: TextEncoder, doc: WindowedText, cap: int) -> tuple[str, list
 
 def shrink(encoder: TextEncoder, text: str, span: Span, excess: int) -> Span:
     """``span`` cut by ``excess`` tokens at its end (a re-tokenized window that came out too long)."""
-    piece = text[span[0]:span[1]]
+    piece = text[span[0] : span[1]]
     _, offsets = encoder.token_spans(piece)
     keep = max(len(offsets) - excess, 1)
     return span[0], span[0] + offsets[keep - 1][1]

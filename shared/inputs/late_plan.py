@@ -10,6 +10,7 @@ or past a truncation). The engine runs each document as ONE sequence with
 ``LatePlan.fold`` turns its token rows into one row per chunk: the mean of
 the chunk's token vectors, L2-normalized.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -33,8 +34,9 @@ class SpanEncoder(Protocol):
 
     def token_spans(self, text: str) -> tuple[str, list[Span]]: ...
 
-    def encode(self, texts: list[str], max_tokens: int | None = None, *,
-               add_special_tokens: bool = True) -> list[list[int]]: ...
+    def encode(
+        self, texts: list[str], max_tokens: int | None = None, *, add_special_tokens: bool = True
+    ) -> list[list[int]]: ...
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,10 @@ class LatePlan:
         for i, ranges in enumerate(self.ranges):
             block = rows.item(i)  # (T, dim)
             if len(block) != self.lengths[i]:
-                raise InvalidRequest("late chunking needs one vector per token, and this model's token "
-                                     "vectors leave tokens out", param="late_chunking")
+                raise InvalidRequest(
+                    "late chunking needs one vector per token, and this model's token vectors leave tokens out",
+                    param="late_chunking",
+                )
             for a, b in ranges:
                 mean = block[a:b].astype(np.float64).mean(axis=0)  # (dim,)
                 vectors.append(mean / max(np.linalg.norm(mean), 1e-12))
@@ -64,12 +68,13 @@ class LatePlan:
 def plan(encoder: SpanEncoder, docs: list[LateChunkText], ids: list[list[int]], params: PoolingParams) -> LatePlan:
     """The chunks of each document, given its sequence's ``ids`` (tokenized with special tokens)."""
     ranges, spans = [], []
-    for doc, seq in zip(docs, ids):
+    for doc, seq in zip(docs, ids, strict=True):
         text, offsets = encoder.token_spans(doc.text)
         first, kept = _content_run(encoder.encode([doc.text], add_special_tokens=False)[0], seq)
         offsets = offsets[:kept]
-        doc_ranges, doc_spans = (_by_tokens(offsets, doc.chunk_tokens) if doc.starts is None
-                                 else _by_starts(offsets, doc.starts, len(text)))
+        doc_ranges, doc_spans = (
+            _by_tokens(offsets, doc.chunk_tokens) if doc.starts is None else _by_starts(offsets, doc.starts, len(text))
+        )
         ranges.append([(first + a, first + b) for a, b in doc_ranges])
         spans.append(doc_spans)
     raw = replace(params, task=TOKEN_TASK, use_activation=False, dimensions=None)
@@ -90,13 +95,18 @@ def _content_run(content: list[int], seq: list[int]) -> tuple[int, int]:
 def _by_starts(offsets: list[Span], starts: list[int], length: int) -> tuple[list[Span], list[Span]]:
     token_starts = [o[0] for o in offsets]
     ends = [*starts[1:], length]
-    ranges = [(bisect.bisect_left(token_starts, s), bisect.bisect_left(token_starts, e)) for s, e in zip(starts, ends)]
+    ranges = [
+        (bisect.bisect_left(token_starts, s), bisect.bisect_left(token_starts, e))
+        for s, e in zip(starts, ends, strict=True)
+    ]
     for k, (a, b) in enumerate(ranges):
         if a == b:
-            raise InvalidRequest(f"chunk {k} (characters {starts[k]} to {ends[k]}) holds no token of the document "
-                                 "as read (a boundary inside one token, or past a truncation)",
-                                 param="chunk_boundaries")
-    return ranges, list(zip(starts, ends))
+            raise InvalidRequest(
+                f"chunk {k} (characters {starts[k]} to {ends[k]}) holds no token of the document "
+                "as read (a boundary inside one token, or past a truncation)",
+                param="chunk_boundaries",
+            )
+    return ranges, list(zip(starts, ends, strict=True))
 
 
 def _by_tokens(offsets: list[Span], size: int) -> tuple[list[Span], list[Span]]:

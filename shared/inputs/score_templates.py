@@ -13,26 +13,33 @@ type ids. Qwen3-Reranker's prompt is the one vLLM ships as
 in the user turn, and an opened assistant turn with an empty think block; its
 score head (``classifier_from_token: ["no", "yes"]``) then gives P(yes).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 
-QWEN3_SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
-                'Note that the answer can only be "yes" or "no".')
+QWEN3_SYSTEM = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
+    'Note that the answer can only be "yes" or "no".'
+)
 QWEN3_DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
 
 def qwen3_reranker(query: str, document: str, instruction: str | None) -> str:
-    return (f"<|im_start|>system\n{QWEN3_SYSTEM}<|im_end|>\n<|im_start|>user\n"
-            f"<Instruct>: {instruction or QWEN3_DEFAULT_INSTRUCTION}\n<Query>: {query}\n<Document>: {document}"
-            "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    return (
+        f"<|im_start|>system\n{QWEN3_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        f"<Instruct>: {instruction or QWEN3_DEFAULT_INSTRUCTION}\n<Query>: {query}\n<Document>: {document}"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def bge_reranker_gemma(query: str, document: str, instruction: str | None) -> str:
     """bge-reranker-v2-gemma's prompt (vLLM's ``bge-reranker-v2-gemma.jinja``); served with
     ``classifier_from_token: ["Yes"]`` its score is sigmoid(logit_Yes)."""
-    return (f"A: {query}\nB: {document}\nGiven a query A and a passage B, determine whether the passage "
-            "contains an answer to the query by providing a prediction of either 'Yes' or 'No'.")
+    return (
+        f"A: {query}\nB: {document}\nGiven a query A and a passage B, determine whether the passage "
+        "contains an answer to the query by providing a prediction of either 'Yes' or 'No'."
+    )
 
 
 def nemotron_rerank(query: str, document: str, instruction: str | None) -> str:
@@ -42,16 +49,20 @@ def nemotron_rerank(query: str, document: str, instruction: str | None) -> str:
 
 
 MXBAI_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-MXBAI_TASK = ("You are a search relevance expert who evaluates how well documents match search queries. For each "
-              "query-document pair, carefully analyze the semantic relationship between them, then provide your "
-              "binary relevance judgment (0 for not relevant, 1 for relevant).")
+MXBAI_TASK = (
+    "You are a search relevance expert who evaluates how well documents match search queries. For each "
+    "query-document pair, carefully analyze the semantic relationship between them, then provide your "
+    "binary relevance judgment (0 for not relevant, 1 for relevant)."
+)
 
 
 def mxbai_rerank_v2(query: str, document: str, instruction: str | None) -> str:
     """mxbai-rerank-v2's prompt (vLLM's ``mxbai_rerank_v2.jinja``): Qwen's system turn, query and document and the
     relevance task in the user turn, an opened assistant turn (served with ``classifier_from_token: ["0", "1"]``)."""
-    return (f"<|im_start|>system\n{MXBAI_SYSTEM}<|im_end|>\n<|im_start|>user\nquery: {query}\ndocument: {document}\n"
-            f"{MXBAI_TASK}\nRelevance:<|im_end|>\n<|im_start|>assistant\n")
+    return (
+        f"<|im_start|>system\n{MXBAI_SYSTEM}<|im_end|>\n<|im_start|>user\nquery: {query}\ndocument: {document}\n"
+        f"{MXBAI_TASK}\nRelevance:<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 SCORE_TEMPLATES: dict[str, Callable[[str, str, str | None], str]] = {

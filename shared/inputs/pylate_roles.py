@@ -15,14 +15,42 @@ A request's ``truncate_prompt_tokens`` lowers the role's length. Only texts
 take roles: token ids, pairs and chat inputs are refused, and so is a call
 without roles or without special tokens.
 """
+
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.params import PoolingParams
-from poolgate.workers.load.pylate import PyLateSettings
 
-NO_ROLES = ("this model (PyLate ColBERT) encodes queries and documents differently: say which the inputs are "
-            "(input_type query or document)")
+
+@dataclass(frozen=True)
+class PyLateSettings:
+    """The resolved settings (``workers.load.pylate`` reads them): marker ids, lengths, the expansion token and
+    the skiplist's ids."""
+
+    query_id: int
+    document_id: int
+    query_length: int
+    document_length: int
+    expand: bool  # pad queries to query_length with expansion_id
+    attend_expansion: bool  # the expansion tokens are keys the other tokens attend
+    expansion_id: int
+    skiplist: frozenset[int]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**asdict(self), "skiplist": sorted(self.skiplist)}
+
+    @classmethod
+    def from_wire(cls, body: dict[str, Any]) -> PyLateSettings:
+        return cls(**{**body, "skiplist": frozenset(body["skiplist"])})
+
+
+NO_ROLES = (
+    "this model (PyLate ColBERT) encodes queries and documents differently: say which the inputs are "
+    "(input_type query or document)"
+)
 
 
 class RoleEncoder:
@@ -36,15 +64,19 @@ class RoleEncoder:
         if params.query_inputs is None:
             raise InvalidRequest(NO_ROLES, param="input_type")
         if not params.add_special_tokens:
-            raise InvalidRequest("a PyLate model's markers follow its first special token: add_special_tokens "
-                                 "must stay true", param="add_special_tokens")
+            raise InvalidRequest(
+                "a PyLate model's markers follow its first special token: add_special_tokens must stay true",
+                param="add_special_tokens",
+            )
         if not all(isinstance(x, str) for x in inputs):
-            raise InvalidRequest("a PyLate model's queries and documents are texts: pass the inputs as strings",
-                                 param="input")
+            raise InvalidRequest(
+                "a PyLate model's queries and documents are texts: pass the inputs as strings", param="input"
+            )
         n = params.query_inputs
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(inputs):
-            raise InvalidRequest(f"query_inputs must be between 0 and the {len(inputs)} inputs, got {n!r}",
-                                 param="query_inputs")
+            raise InvalidRequest(
+                f"query_inputs must be between 0 and the {len(inputs)} inputs, got {n!r}", param="query_inputs"
+            )
         queries = self._queries([x.strip() for x in inputs[:n]], k)
         documents = self._documents([x.strip() for x in inputs[n:]], k)
         return [q for q, _ in queries] + documents, [a for _, a in queries] + [None] * len(documents)
@@ -52,8 +84,9 @@ class RoleEncoder:
     def _length(self, role_length: int, k: int | None) -> int:
         length = role_length if k is None else min(role_length, k)
         if length < 3:
-            raise InvalidRequest(f"{length} tokens cannot hold a PyLate marker with the special tokens",
-                                 param="truncate_prompt_tokens")
+            raise InvalidRequest(
+                f"{length} tokens cannot hold a PyLate marker with the special tokens", param="truncate_prompt_tokens"
+            )
         return length
 
     def _marked(self, texts: list[str], marker: int, length: int) -> list[list[int]]:

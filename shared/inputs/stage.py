@@ -11,21 +11,22 @@ splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-
 cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
 through the tokenizer's pair template (``TextEncoder.encode_pairs``) and keeps
 its token type ids. A long document to score in windows (``WindowedText``) is
-cut into one input per window first (``workers.engine.windows``). A PyLate model's inputs are
-tokenized by their role instead (``workers.engine.roles``).
+cut into one input per window first (``shared.inputs.window_cuts``). A PyLate model's inputs are
+tokenized by their role instead (``shared.inputs.pylate_roles``).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.inputs import late_plan as late_chunking
+from poolgate.shared.inputs.encoded import Encoded, TextEncoder
+from poolgate.shared.inputs.window_cuts import Expanded, expand, shrink, window_input
+from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
-from poolgate.workers.engine import late_chunking
-from poolgate.workers.engine.runner_api import Encoded, TextEncoder
-from poolgate.workers.engine.windows import Expanded, expand, shrink, window_input
 
 
 class InputStage:
@@ -44,13 +45,16 @@ class InputStage:
 
     def encode(self, call: PoolingCall) -> Encoded:
         """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs); a
-        ``WindowedText`` becomes one sequence per window (``workers.engine.windows``), named in ``windows``."""
+        ``WindowedText`` becomes one sequence per window (``shared.inputs.window_cuts``), named in ``windows``."""
         k = truncation_length(self.info, call.params)
-        if getattr(self.encoder, "roles", None) is not None:  # PyLate: queries and documents (workers.engine.roles)
+        if (
+            getattr(self.encoder, "roles", None) is not None
+        ):  # PyLate: queries and documents (shared.inputs.pylate_roles)
             return self._encode_roles(call, k)
         if call.params.query_inputs is not None:
-            raise InvalidRequest("this model encodes queries and documents alike: query_inputs does not apply",
-                                 param="query_inputs")
+            raise InvalidRequest(
+                "this model encodes queries and documents alike: query_inputs does not apply", param="query_inputs"
+            )
         inputs = render_chats(self.encoder, call.inputs)
         late = [x for x in inputs if isinstance(x, LateChunkText)]  # a late-chunking call holds only these
         inputs = [x.text for x in late] if late else inputs
@@ -60,7 +64,7 @@ class InputStage:
         if expanded is not None:
             self._fit_windows(expanded, encoded, cap, k, call.params)
             encoded = replace(encoded, windows=expanded.windows())
-        if late:  # workers.engine.late_chunking: one sequence per document, a vector per chunk
+        if late:  # shared.inputs.late_plan: one sequence per document, a vector per chunk
             encoded = replace(encoded, late=late_chunking.plan(self.encoder, late, encoded.ids, call.params))
         for x in encoded.ids:
             check_length(self.info, len(x), TOKEN_TASK if late else cap_task(call.params))
@@ -68,8 +72,10 @@ class InputStage:
 
     def _encode_roles(self, call: PoolingCall, k: int | None) -> Encoded:
         if any(isinstance(x, (WindowedText, LateChunkText)) for x in call.inputs):
-            raise InvalidRequest("a PyLate model's documents are cut to its document_length: windows and late "
-                                 "chunking do not apply", param="input")
+            raise InvalidRequest(
+                "a PyLate model's documents are cut to its document_length: windows and late chunking do not apply",
+                param="input",
+            )
         inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in call.inputs]
         ids, attend = self.encoder.roles.encode(inputs, call.params, k)
         for x in ids:
@@ -79,17 +85,22 @@ class InputStage:
     def _encode_inputs(self, inputs: list[Input], k: int | None, params: PoolingParams) -> Encoded:
         inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in inputs]
         pairs = [i for i, x in enumerate(inputs) if isinstance(x, TextPair)]
-        ids = self._encode([x if not isinstance(x, TextPair) else [] for x in inputs], k,
-                           params.add_special_tokens, params.truncation_side)
+        ids = self._encode(
+            [x if not isinstance(x, TextPair) else [] for x in inputs],
+            k,
+            params.add_special_tokens,
+            params.truncation_side,
+        )
         types: list[list[int] | None] = [None] * len(ids)
         if pairs:
             encoded = self.encoder.encode_pairs([inputs[i] for i in pairs], k)
-            for i, pair_ids, pair_types in zip(pairs, encoded.ids, encoded.type_ids):
+            for i, pair_ids, pair_types in zip(pairs, encoded.ids, encoded.type_ids, strict=True):
                 ids[i], types[i] = pair_ids, pair_types
         return Encoded(ids, types)
 
-    def _fit_windows(self, expanded: Expanded, encoded: Encoded, cap: int, k: int | None,
-                     params: PoolingParams) -> None:
+    def _fit_windows(
+        self, expanded: Expanded, encoded: Encoded, cap: int, k: int | None, params: PoolingParams
+    ) -> None:
         """Cut (in place) each window whose re-tokenized text came out over ``cap`` tokens."""
         for j, source in enumerate(expanded.sources):
             for _ in range(3):
@@ -120,7 +131,7 @@ class InputStage:
         ids of the text without special tokens, found as one run inside ``ids``."""
         content = self.encoder.encode([text], add_special_tokens=False)[0]
         _, spans = self.encoder.token_spans(text)
-        start = next((k for k in range(len(ids) - len(content) + 1) if ids[k:k + len(content)] == content), None)
+        start = next((k for k in range(len(ids) - len(content) + 1) if ids[k : k + len(content)] == content), None)
         if start is None or len(spans) != len(content):
             raise InvalidRequest("this tokenizer's special tokens cannot be told from the text's", param="inputs")
         offsets: list[list[int] | None] = [None] * len(ids)
@@ -128,21 +139,23 @@ class InputStage:
             offsets[start + i] = list(span)
         return offsets, [o is None for o in offsets]
 
-    def _encode(self, inputs: list[Input], k: int | None, special: bool = True,
-                side: str = "right") -> list[list[int]]:
+    def _encode(self, inputs: list[Input], k: int | None, special: bool = True, side: str = "right") -> list[list[int]]:
         ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         if texts:
-            for i, encoded in zip(texts, self.encoder.encode([inputs[i] for i in texts], add_special_tokens=special)):
+            for i, encoded in zip(
+                texts, self.encoder.encode([inputs[i] for i in texts], add_special_tokens=special), strict=True
+            ):
                 ids[i] = encoded
         if k is None:
             return ids
         too_long = [i for i in texts if len(ids[i]) > k]
         if too_long:
             left = {"side": "left"} if side == "left" else {}  # keep the last tokens (special tokens stay)
-            encoded = self.encoder.encode([inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special,
-                                          **left)
-            for i, truncated in zip(too_long, encoded):
+            encoded = self.encoder.encode(
+                [inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special, **left
+            )
+            for i, truncated in zip(too_long, encoded, strict=True):
                 ids[i] = truncated
         # k below a tokenizer's special-token count still keeps k
         return [x[-k:] if side == "left" else x[:k] for x in ids]

@@ -1,4 +1,7 @@
-"""A sparse call's answer: each input's ``{token id: weight}`` from its pooled rows (``shared.sparse``).
+"""A sparse call's answer, made where the tokenizer is: each input's ``{token id: weight}`` from its rows.
+
+The rows are the worker's (``shared.sparse``), the token strings the
+tokenizer's, so the gateway (``shared.inputs.front``) makes the answer.
 
 The engine runs a sparse call through the model's sparse head's task like any
 other call, then ``SparseOutput`` turns its rows into sparse rows: SPLADE's
@@ -8,17 +11,18 @@ id's highest positive weight, without the tokenizer's unused ids (CLS, EOS,
 PAD, UNK), as FlagEmbedding does. With ``return_tokens`` each id's token
 string comes too.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
+from poolgate.shared.inputs.encoded import TextEncoder
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.sparse import SPARSE_HEADS, SparseHead, sparse_rows
 from poolgate.shared.wire import ModelInfo
-from poolgate.workers.engine.runner_api import TextEncoder
 
-UNUSED = ("cls_token_id", "eos_token_id", "sep_token_id", "pad_token_id", "unk_token_id")  # XLM-R: EOS is SEP
+UNUSED = ("cls_token", "eos_token", "sep_token", "pad_token", "unk_token")  # XLM-R: EOS is SEP
 
 
 class SparseOutput:
@@ -27,12 +31,13 @@ class SparseOutput:
     def __init__(self, info: ModelInfo, encoder: TextEncoder):
         self.head: SparseHead | None = SPARSE_HEADS.get(info.architecture)
         self.encoder = encoder
-        tokenizer = getattr(encoder, "tokenizer", None)
-        self.unused = np.array(sorted({i for name in UNUSED if (i := getattr(tokenizer, name, None)) is not None}),
-                               dtype=np.int64)
+        special = getattr(encoder, "special_token_id", None)  # a fake encoder may have none
+        ids = {i for name in UNUSED if special is not None and (i := special(name)) is not None}
+        self.unused = np.array(sorted(ids), dtype=np.int64)
 
-    def __call__(self, rows: Rows, token_lists: list[list[int]],
-                 params: PoolingParams) -> tuple[Rows, list[list[str | None]] | None]:
+    def __call__(
+        self, rows: Rows, token_lists: list[list[int]], params: PoolingParams
+    ) -> tuple[Rows, list[list[str | None]] | None]:
         """The sparse rows of a call (and each id's token string with ``return_tokens``)."""
         if self.head.per_token:
             vectors = [self._per_token(rows.item(i)[:, 0], ids) for i, ids in enumerate(token_lists)]
@@ -43,7 +48,7 @@ class SparseOutput:
 
     def _per_token(self, weights: np.ndarray, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Each token id's highest weight; (T_kept,) weights for ``ids`` less the head's skipped ends."""
-        ids = np.asarray(ids[self.head.skip_first:len(ids) - self.head.skip_last], dtype=np.int64)
+        ids = np.asarray(ids[self.head.skip_first : len(ids) - self.head.skip_last], dtype=np.int64)
         if len(ids) != len(weights):
             raise ValueError(f"{len(weights)} token weights for {len(ids)} tokens")
         unique, where = np.unique(ids, return_inverse=True)  # (u,), (T_kept,)
