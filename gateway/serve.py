@@ -17,7 +17,7 @@ from poolgate.gateway.config.file import load_config
 from poolgate.gateway.config.given import given
 from poolgate.gateway.launch import run_gateway
 from poolgate.shared.config import GatewayConfig
-from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int
+from poolgate.shared.model_flags import add_model_arguments, port_number, positive_int, settings_from_args
 from poolgate.shared.security_flags import add_gateway_security_arguments
 from poolgate.shared.tracing_flags import add_tracing_arguments
 
@@ -210,7 +210,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.e
         flags = {k: v for k, v in given(args).items() if k not in ("config", "log_level")}
         return load_config(args.config, parser, environ, flags)
     remote = tuple(args.worker_url)
-    entry = ModelEntry(args, replicas=0 if remote else args.workers, remotes=remote)
+    entry = ModelEntry(settings_from_args(args), replicas=0 if remote else args.workers, remotes=remote)
     return config_from_entries(args, [entry], environ)
 
 

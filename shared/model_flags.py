@@ -2,11 +2,12 @@
 
 Every flag is a setting of ``shared.model_settings.ModelSettings`` (name, type,
 choices, default, bounds, help); ``add_model_arguments`` adds one flag per
-setting and ``worker_config_from_args`` turns the parsed flags into one
-WorkerConfig, each setting into the field of its name (``FOLDED`` names the
-few that become another field). The config file's ``[[models]]`` table is
-derived from the same declaration (``gateway.config.file``), so a flag, its
-file key and its WorkerConfig field cannot drift.
+setting, ``settings_from_args`` reads them back as a ModelSettings, and
+``worker_config`` resolves that into the WorkerConfig (which extends
+ModelSettings, so every setting is its field of the same name). The config
+file's ``[[models]]`` table is derived from the same declaration
+(``gateway.config.file``), so a flag, its file key and its WorkerConfig field
+cannot drift.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import json
 import operator
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from poolgate.shared.config import WorkerConfig
@@ -105,30 +106,40 @@ def _table(make: Callable[[dict[str, Any]], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def pooler_config_from_args(args: argparse.Namespace) -> PoolerConfig:
-    """--pooler-config with its alias flags folded in; ValueError when both say the same thing."""
-    pooler, changes = args.pooler_config, {}
-    if args.pooling_type is not None:
+def settings_from_args(args: argparse.Namespace) -> ModelSettings:
+    """The ModelSettings of the model flags in ``args`` (each setting the dest of its name)."""
+    return ModelSettings(**{item.name: getattr(args, item.name) for item in declared()})
+
+
+def folded_pooler(settings: ModelSettings) -> PoolerConfig:
+    """``pooler_config`` with its alias settings folded in; ValueError when both say the same thing."""
+    pooler = settings.pooler_config
+    changes: dict[str, Any] = {}
+    if settings.pooling_type is not None:
         if pooler.pooling_type or pooler.seq_pooling_type:
             raise ValueError("--pooling-type and --pooler-config's pooling type are both given")
-        changes["seq_pooling_type"] = args.pooling_type
-    if args.normalize is not None:
+        changes["seq_pooling_type"] = settings.pooling_type
+    if settings.normalize is not None:
         if pooler.use_activation is not None:
             raise ValueError("--no-normalize and --pooler-config's use_activation are both given")
-        changes["use_activation"] = args.normalize
+        changes["use_activation"] = settings.normalize
     return replace(pooler, **changes) if changes else pooler
 
 
-# settings folded into WorkerConfig fields of other names; every other setting is the WorkerConfig field of its name
-FOLDED = {"model": "model_path", "pooler_config": "pooler", "pooling_type": "pooler", "normalize": "pooler"}
+def worker_config(settings: ModelSettings) -> WorkerConfig:
+    """The WorkerConfig of ``settings``: MODEL resolved to its folder (FileNotFoundError if it is missing) and
+    its served name, the pooler aliases folded into ``pooler_config`` (ValueError when they clash)."""
+    path, name = resolve_model(settings.model)
+    resolved = {
+        "model": path,
+        "served_model_name": settings.served_model_name or name,
+        "pooler_config": folded_pooler(settings),
+        "pooling_type": None,
+        "normalize": None,
+    }
+    return WorkerConfig(**{**{f.name: getattr(settings, f.name) for f in fields(settings)}, **resolved})
 
 
 def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
     """The WorkerConfig the model flags describe; FileNotFoundError if the model folder is missing."""
-    path, name = resolve_model(args.model)
-    same = {item.name: getattr(args, item.name) for item in declared() if item.name not in FOLDED}
-    return WorkerConfig(
-        **{**same, "served_model_name": args.served_model_name or name},
-        model_path=path,
-        pooler=pooler_config_from_args(args),
-    )
+    return worker_config(settings_from_args(args))

@@ -4,10 +4,10 @@
 a setting: its annotation is the value's type (a ``Literal`` gives the
 choices), its default the default, and ``setting(...)`` adds what the flag and
 the file need (help, metavar, bounds, ...). From it, ``shared.model_flags``
-derives the argparse flags and the WorkerConfig (each setting goes to the
-WorkerConfig field of its name), and ``gateway.config.file`` the pydantic model
-of a ``[[models]]`` table. A setting added here is a flag and a file key with
-nothing else to edit.
+derives the argparse flags, ``gateway.config.file`` the pydantic model of a
+``[[models]]`` table, and ``shared.config.WorkerConfig`` extends it (the
+settings, resolved, plus the worker process's own fields). A setting added
+here is a flag, a file key and a WorkerConfig field with nothing else to edit.
 """
 
 from __future__ import annotations
@@ -17,8 +17,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from poolgate.shared.config import Backend, BatchPolicy, Convert, DType, Runner, SeqPoolingType
 from poolgate.shared.pooler_config import PoolerConfig
+
+Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+Runner = Literal["auto", "pooling"]  # --runner (workers.load.convert)
+Convert = Literal["auto", "none", "embed", "classify"]  # --convert (workers.load.convert)
+BatchPolicy = Literal["fair", "fifo"]  # --batch-policy (workers.engine.scheduler.POLICIES)
+SeqPoolingType = Literal["CLS", "MEAN", "LAST"]  # --pooling-type: the sequence methods of workers.pooling.methods
+
+BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
+DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
+SEQ_POOLING_TYPES: tuple[SeqPoolingType, ...] = get_args(SeqPoolingType)
 
 
 @dataclass(frozen=True)

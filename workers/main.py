@@ -93,7 +93,7 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
         return 2
     bound_memory()  # before torch loads: workers.memory
     try:
-        log.info("loading model %s from %s", cfg.served_model_name, cfg.model_path)
+        log.info("loading model %s from %s", cfg.served_model_name, cfg.model)
         model = factory(cfg)
         return asyncio.run(run_worker(cfg, listen, model, report_fd=report_fd))
     except KeyboardInterrupt:

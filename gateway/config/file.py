@@ -254,7 +254,7 @@ def entry_of(table: ModelTable, flags: Mapping[str, Any], folder: Path | None = 
     args.update({dest: value for dest, value in flags.items() if dest in MODEL_DEFAULTS})
     remotes = tuple(flags["worker_url"]) if "worker_url" in flags else tuple(r.url for r in table.remote)
     return ModelEntry(
-        args=argparse.Namespace(**args),
+        settings=ModelSettings(**args),
         replicas=flags.get("workers", table.replicas),
         devices=tuple(map(str, table.devices)),
         remotes=remotes,
