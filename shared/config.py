@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from poolgate.shared.model_settings import ModelSettings, declared
+from poolgate.shared.model_settings import ModelSettings
+from poolgate.shared.settings import declared
 
 OtlpProtocol = Literal["http/protobuf", "grpc"]  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL (shared.trace_export.EXPORTERS)
 OTLP_PROTOCOLS: tuple[OtlpProtocol, ...] = get_args(OtlpProtocol)
@@ -79,7 +80,7 @@ class WorkerConfig(ModelSettings):
         """The WorkerConfig of ``to_wire``'s dict (after JSON): a setting read from a table (``pooler_config``)
         is made by its declared maker, as the flag and the file make it."""
         body = dict(body)
-        for item in declared():
+        for item in declared(ModelSettings):
             if item.about.table is not None and body.get(item.name) is not None:
                 body[item.name] = item.about.table(body[item.name])
         if body.get("tracing") is not None:

@@ -51,7 +51,8 @@ import numpy as np
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import InvalidRequest, Unavailable
 from poolgate.shared.model_flags import worker_config
-from poolgate.shared.model_settings import ModelSettings, declared
+from poolgate.shared.model_settings import ModelSettings
+from poolgate.shared.settings import declared
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
 from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
@@ -63,11 +64,12 @@ from poolgate.workers.engine.runner_api import LoadedModel
 Inputs = str | list[int] | Iterable[str | list[int]]  # one text, one token-id list, or a list of either
 
 # Keyword flags: the model settings (``shared.model_settings``), the CLI's model flags by their dests, MODEL aside
-FLAGS = frozenset(item.name for item in declared()) - {"model"}
+FLAGS = frozenset(item.name for item in declared(ModelSettings)) - {"model"}
 # the flags' checks, from their one declaration (shared.model_settings); pooling_type is upper-cased first (below)
-CHOICES = {item.name: item.choices for item in declared() if item.choices is not None and not item.about.upper}
-POSITIVE = tuple(item.name for item in declared() if item.kind is int and item.about.ge == 1)
-NON_NEGATIVE = tuple(item.name for item in declared() if item.kind is int and item.about.ge == 0)
+CHOICES = {item.name: item.choices for item in declared(ModelSettings)
+           if item.choices is not None and not item.about.upper}
+POSITIVE = tuple(item.name for item in declared(ModelSettings) if item.kind is int and item.about.ge == 1)
+NON_NEGATIVE = tuple(item.name for item in declared(ModelSettings) if item.kind is int and item.about.ge == 0)
 NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
            "(or use embed(), classify() or score())")
 
@@ -85,7 +87,7 @@ def offline_config(model: str | None, flags: dict[str, Any]) -> WorkerConfig:
         value, least = flags.get(name), 0 if name in NON_NEGATIVE else 1
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
             raise ValueError(f"{name} must be a {'non-negative' if least == 0 else 'positive'} integer, got {value!r}")
-    for item in declared():  # a table setting (pooler_config) may be given as its dict, as in the file
+    for item in declared(ModelSettings):  # a table setting (pooler_config) may be given as its dict, as in the file
         if item.about.table is not None and isinstance(flags.get(item.name), dict):
             flags[item.name] = item.about.table(flags[item.name])
     if flags.get("pooler_config") is None:

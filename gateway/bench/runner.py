@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from poolgate.shared.model_flags import positive_int
+from poolgate.shared.flags import positive_int
 from poolgate.shared.model_settings import DTYPE_CHOICES
 
 BACKENDS = ("auto", "cpu", "cuda", "rocm", "xpu")

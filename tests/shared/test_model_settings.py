@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from poolgate.gateway.config.file import model_table, setting_error
 from poolgate.shared.config import TracingConfig, TransportSecurity, WorkerConfig
 from poolgate.shared.model_flags import add_model_arguments, settings_from_args, worker_config, worker_config_from_args
-from poolgate.shared.model_settings import ModelSettings, declared, setting
+from poolgate.shared.model_settings import ModelSettings
+from poolgate.shared.settings import declared, setting
 from poolgate.shared.pooler_config import PoolerConfig
 
 
@@ -66,7 +67,7 @@ def test_every_setting_is_a_flag_and_a_file_key():
     add_model_arguments(parser)
     defaults = vars(parser.parse_args([]))
     table = model_table()
-    for item in declared():
+    for item in declared(ModelSettings):
         assert item.name in defaults, item.name
         assert defaults[item.name] == item.default_value(), item.name
         assert item.file_key in table.model_fields, item.name
@@ -83,7 +84,8 @@ def test_every_setting_reaches_the_worker_config(tmp_path):
     assert (cfg.verify_on_start, cfg.pooler_config.use_activation, cfg.model) == (0.999, False, str(tmp_path))
     assert (cfg.normalize, cfg.served_model_name) == (None, str(tmp_path))  # folded; MODEL's name
     settings = settings_from_args(args)
-    resolved = {item.name for item in declared() if getattr(cfg, item.name) != getattr(settings, item.name)}
+    resolved = {item.name for item in declared(ModelSettings)
+                if getattr(cfg, item.name) != getattr(settings, item.name)}
     assert resolved == {"served_model_name", "pooler_config", "normalize"}  # every other setting as given
 
 
@@ -113,12 +115,13 @@ def non_default(item):
 
 def test_the_worker_config_crosses_to_the_worker_whole():
     """to_wire, JSON, from_wire: every setting (each at a value not its default) and every process field."""
-    settings = {item.name: non_default(item) for item in declared() if item.name not in FOLDED}
+    settings = {item.name: non_default(item) for item in declared(ModelSettings) if item.name not in FOLDED}
     cfg = WorkerConfig(**settings, max_queued_tokens=64, device="1", cpu_affinity=(0, 2),
                        tracing=TracingConfig("http://c:4318/v1/traces", headers=(("k", "v"),), detailed=True),
                        security=TransportSecurity(token="t", tls_cert="c.pem", tls_key="k.pem"))
-    at_default = [item.name for item in declared() if item.name not in FOLDED and getattr(cfg, item.name) ==
-                  item.default_value() and (item.about.table is None or item.name in SAMPLES)]
+    at_default = [item.name for item in declared(ModelSettings) if item.name not in FOLDED
+                  and getattr(cfg, item.name) == item.default_value()
+                  and (item.about.table is None or item.name in SAMPLES)]
     assert at_default == []  # (a new table setting round-trips at its default, unless SAMPLES gives it a value)
     assert WorkerConfig.from_wire(json.loads(json.dumps(cfg.to_wire()))) == cfg
     plain = WorkerConfig(model="/m", served_model_name="m")

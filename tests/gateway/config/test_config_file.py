@@ -244,8 +244,9 @@ def test_a_bad_worker_url_on_the_command_line_is_refused():
 
 
 def test_the_top_level_file_keys_are_the_serve_flags(tmp_path):
-    """The serve flags are still declared twice (argparse and FileSettings); the model settings are declared once
-    (tests/shared/test_model_settings.py)."""
+    """The gateway and model settings are declared once (tests/gateway/config/test_gateway_settings.py,
+    tests/shared/test_model_settings.py); the tracing and worker security flags are still declared twice (in
+    shared.tracing_flags / shared.security_flags and FileSettings): this keeps them equal."""
     from poolgate.gateway.config.file import ALIASES, MODEL_DEFAULTS, FileSettings
 
     serve_dests = set(vars(parser().parse_args([]))) - {"config", "log_level", "workers", "worker_url"}
