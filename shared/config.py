@@ -5,22 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.model_settings import ModelSettings
+from poolgate.shared.settings import declared
 
-Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
-DType = Literal["auto", "float32", "float16", "bfloat16"]
-Runner = Literal["auto", "pooling"]  # --runner (workers.load.convert)
-Convert = Literal["auto", "none", "embed", "classify"]  # --convert (workers.load.convert)
-BatchPolicy = Literal["fair", "fifo"]  # --batch-policy (workers.engine.scheduler.POLICIES)
-
-SeqPoolingType = Literal["CLS", "MEAN", "LAST"]  # --pooling-type: the sequence methods of workers.pooling.methods
-
-BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
-SEQ_POOLING_TYPES: tuple[SeqPoolingType, ...] = get_args(SeqPoolingType)
-DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
-RUNNER_CHOICES: tuple[Runner, ...] = get_args(Runner)
-CONVERT_CHOICES: tuple[Convert, ...] = get_args(Convert)
-BATCH_POLICIES: tuple[BatchPolicy, ...] = get_args(BatchPolicy)
 OtlpProtocol = Literal["http/protobuf", "grpc"]  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL (shared.trace_export.EXPORTERS)
 OTLP_PROTOCOLS: tuple[OtlpProtocol, ...] = get_args(OtlpProtocol)
 
@@ -57,42 +44,45 @@ class TransportSecurity:
     insecure_no_token: bool = False  # worker: listen beyond loopback without a token (asked for explicitly)
 
 
-@dataclass(frozen=True)
-class WorkerConfig:
-    """Everything one worker process needs to load and serve one model."""
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig(ModelSettings):
+    """Everything one worker process needs to load and serve one model: the model settings, resolved, and what
+    the gateway decides for the process.
 
-    model_path: str
-    served_model_name: str
-    backend: Backend = "auto"
-    dtype: DType = "auto"
-    max_model_len: int | None = None
-    max_batch_tokens: int | None = None  # None: the backend's default budget
-    allow_pickle_weights: bool = False
-    allow_partial_weights: bool = False  # --allow-partial-weights: serve a checkpoint not loaded whole (logged)
-    verify_on_start: float | None = None  # --verify-on-start: refuse to serve below this cosine to the reference
-    trust_remote_code: bool = False  # --trust-remote-code: the fallback may run a checkpoint's own code (auto_map)
-    pooler: PoolerConfig = field(default_factory=PoolerConfig)  # --pooler-config (and its alias flags)
-    hf_overrides: dict[str, Any] = field(default_factory=dict)  # --hf-overrides: merged over the model's config.json
-    runner: Literal["auto", "pooling"] = "auto"  # --runner (workers.load.convert)
-    convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert (workers.load.convert)
-    num_threads: int | None = None
-    tokenizer_threads: int = 2  # --tokenizer-threads: the worker's tokenizer pool (the fast batch call frees the GIL)
+    Every setting of ``shared.model_settings.ModelSettings`` (their one declaration) is a field here by
+    inheritance, as ``shared.model_flags.worker_config`` resolves it: ``model`` is the model's folder (or
+    ``.gguf`` file), ``served_model_name`` the name clients use, and the alias settings ``pooling_type`` and
+    ``normalize`` are folded into ``pooler_config`` (so None here). The fields below them are the process's,
+    not the user's: no flag or file key sets them.
+    """
+
+    # resolved, so required (field() drops the None default these two inherit):
+    model: str = field()  # the model's folder or .gguf file
+    served_model_name: str = field()  # the name clients use (MODEL's default name when none was given)
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
-    embedding_cache_mb: int = 0  # --embedding-cache-mb: the worker's embedding cache (workers.engine.cache); 0 = off
-    batch_policy: str = "fair"  # --batch-policy: one of BATCH_POLICIES
-    max_tokens_per_request: int | None = None  # --max-tokens-per-request (the worker counts); None = no limit
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
     device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default
     cpu_affinity: tuple[int, ...] | None = None  # logical CPUs it is pinned to (several CPU workers); None: not pinned
+
+    def __post_init__(self) -> None:
+        if self.pooling_type is not None or self.normalize is not None:
+            raise ValueError(
+                "pooling_type and normalize are folded into pooler_config before a WorkerConfig is made "
+                "(shared.model_flags.worker_config)"
+            )
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_wire(cls, body: dict[str, Any]) -> WorkerConfig:
+        """The WorkerConfig of ``to_wire``'s dict (after JSON): a setting read from a table (``pooler_config``)
+        is made by its declared maker, as the flag and the file make it."""
         body = dict(body)
-        body["pooler"] = PoolerConfig.from_dict(body.get("pooler") or {})
+        for item in declared(ModelSettings):
+            if item.about.table is not None and body.get(item.name) is not None:
+                body[item.name] = item.about.table(body[item.name])
         if body.get("tracing") is not None:
             tracing = body["tracing"]
             body["tracing"] = TracingConfig(**{**tracing, "headers": tuple(map(tuple, tracing["headers"]))})

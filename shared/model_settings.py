@@ -1,49 +1,31 @@
 """The model settings, declared once: each one's type, default, bounds and help, whence its flag and its file key.
 
-``ModelSettings`` is the one declaration (as vLLM's ``EngineArgs``). A field is
-a setting: its annotation is the value's type (a ``Literal`` gives the
-choices), its default the default, and ``setting(...)`` adds what the flag and
-the file need (help, metavar, bounds, ...). From it, ``shared.model_flags``
-derives the argparse flags and the WorkerConfig (each setting goes to the
-WorkerConfig field of its name), and ``gateway.config.file`` the pydantic model
-of a ``[[models]]`` table. A setting added here is a flag and a file key with
-nothing else to edit.
+``ModelSettings`` is the one declaration (as vLLM's ``EngineArgs``), each
+field a setting as ``shared.settings`` says. From it, ``shared.model_flags``
+derives the argparse flags, ``gateway.config.file`` the pydantic model of a
+``[[models]]`` table, and ``shared.config.WorkerConfig`` extends it (the
+settings, resolved, plus the worker process's own fields). A setting added
+here is a flag, a file key and a WorkerConfig field with nothing else to edit.
 """
 
 from __future__ import annotations
 
-import types
-from collections.abc import Callable, Iterator
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
-from poolgate.shared.config import Backend, BatchPolicy, Convert, DType, Runner, SeqPoolingType
 from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.settings import setting
 
+Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+Runner = Literal["auto", "pooling"]  # --runner (workers.load.convert)
+Convert = Literal["auto", "none", "embed", "classify"]  # --convert (workers.load.convert)
+BatchPolicy = Literal["fair", "fifo"]  # --batch-policy (workers.engine.scheduler.POLICIES)
+SeqPoolingType = Literal["CLS", "MEAN", "LAST"]  # --pooling-type: the sequence methods of workers.pooling.methods
 
-@dataclass(frozen=True)
-class Setting:
-    """What a setting's flag and file key need beyond its type and default."""
-
-    help: str | None = None
-    metavar: str | None = None
-    ge: float | None = None  # bounds, checked on the command line and in the file
-    gt: float | None = None
-    le: float | None = None
-    upper: bool = False  # the value is upper-cased before it is checked (--pooling-type mean)
-    table: Callable[[dict[str, Any]], Any] | None = None  # JSON flag, TOML table; this makes the value
-    const: Any = None  # the value of the flag given bare (nargs="?"); None: the flag needs a value
-    negative: str | None = None  # a bool that only a flag of this name sets, to False (--no-normalize)
-    positional: bool = False  # MODEL: an argument, not a flag
-    file_key: str | None = None  # the [[models]] key, when it is not the setting's name
-
-
-def setting(default: Any = None, *, factory: Callable[[], Any] | None = None, **about: Any) -> Any:
-    """A ModelSettings field: its default (or default ``factory``) and its ``Setting``."""
-    meta = {"setting": Setting(**about)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
+BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
+DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
+SEQ_POOLING_TYPES: tuple[SeqPoolingType, ...] = get_args(SeqPoolingType)
 
 
 @dataclass(frozen=True)
@@ -52,6 +34,7 @@ class ModelSettings:
 
     model: str | None = setting(
         positional=True,
+        path=True,
         help="local model folder (HF or sentence-transformers layout); default: bundled all-MiniLM-L6-v2",
     )
     served_model_name: str | None = setting(file_key="name", help="name clients use (default: MODEL as given)")
@@ -128,40 +111,3 @@ class ModelSettings:
         help="fair: priority lanes with aging, round robin over requests, short batches under mixed load; "
         "fifo: first in, first out (the most throughput, no fairness)",
     )
-
-
-@dataclass(frozen=True)
-class Declared:
-    """One setting as the flags and the file read it."""
-
-    name: str
-    kind: Any  # the value's type without None: int, float, str, bool, a Literal, PoolerConfig, ...
-    optional: bool  # None is a value (the default: not set)
-    default: Any
-    factory: Callable[[], Any] | None
-    about: Setting
-
-    @property
-    def choices(self) -> tuple[Any, ...] | None:
-        return get_args(self.kind) if get_origin(self.kind) is Literal else None
-
-    @property
-    def file_key(self) -> str:
-        return self.about.file_key or self.name
-
-    def default_value(self) -> Any:
-        return self.factory() if self.factory is not None else self.default
-
-
-def declared(declaration: type = ModelSettings) -> Iterator[Declared]:
-    """The settings of ``declaration`` (ModelSettings, or a dataclass extending it), in order."""
-    hints = get_type_hints(declaration)
-    for f in fields(declaration):
-        hint, optional = hints[f.name], False
-        if get_origin(hint) in (Union, types.UnionType) and type(None) in get_args(hint):
-            rest = [a for a in get_args(hint) if a is not type(None)]
-            hint, optional = (rest[0] if len(rest) == 1 else Union[tuple(rest)]), True  # noqa: UP007
-        factory = None if f.default_factory is MISSING else f.default_factory
-        yield Declared(
-            f.name, hint, optional, None if f.default is MISSING else f.default, factory, f.metadata["setting"]
-        )

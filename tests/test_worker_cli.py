@@ -33,7 +33,7 @@ def test_serve_and_worker_read_the_model_flags_alike(tmp_path):
     (served,) = serve.config_from_args(_parse(serve.add_arguments, flags)).workers
     alone = worker_config_from_args(_parse(worker_cli.add_arguments, flags))
     assert served == alone
-    assert (alone.pooler.seq_pooling_type, alone.pooler.use_activation, alone.max_batch_tokens) == ("MEAN", False, 4096)
+    assert (alone.pooler_config.seq_pooling_type, alone.pooler_config.use_activation, alone.max_batch_tokens) == ("MEAN", False, 4096)
 
 
 def test_the_cli_imports_without_torch():

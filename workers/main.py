@@ -93,7 +93,7 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
         return 2
     bound_memory()  # before torch loads: workers.memory
     try:
-        log.info("loading model %s from %s", cfg.served_model_name, cfg.model_path)
+        log.info("loading model %s from %s", cfg.served_model_name, cfg.model)
         model = factory(cfg)
         return asyncio.run(run_worker(cfg, listen, model, report_fd=report_fd))
     except KeyboardInterrupt:
@@ -142,7 +142,7 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, rep
                     max_queued_tokens=cfg.max_queued_tokens, max_tokens_per_request=cfg.max_tokens_per_request)
     await engine.start()
     draining = asyncio.Event()
-    server = await serve(address, engine, model.info, cfg.security, draining=draining)
+    server = await serve(address, engine, engine.info, cfg.security, draining=draining)
     log.info("worker ready: serving %s on %s", model.info.served_model_name, bound_address(server))
     report_address(report_fd, bound_address(server))
     try:

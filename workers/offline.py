@@ -21,9 +21,10 @@ vLLM's messages.
   one-label cross-encoder (``classify``) one forward per pair, the pair read
   as one sequence (``shared.wire.TextPair``).
 
-Constructor flags are the CLI's model flags as keywords: ``WorkerConfig``'s
-fields (``dtype``, ``backend``, ``max_model_len``, ``max_batch_tokens``,
-``hf_overrides``, ``num_threads``, ``tokenizer_threads``, ...), with
+Constructor flags are the CLI's model flags as keywords, the settings of
+``shared.model_settings.ModelSettings`` (``dtype``, ``backend``,
+``max_model_len``, ``max_batch_tokens``, ``hf_overrides``, ``num_threads``,
+``tokenizer_threads``, ...), with
 ``pooler_config`` (vLLM's PoolerConfig, or its dict) and its aliases
 ``pooling_type`` and ``normalize``; they are checked here, at this edge.
 ``num_threads`` sets torch's threads for the whole process. ``close()`` (or
@@ -42,20 +43,17 @@ import concurrent.futures.thread  # noqa: F401  (its exit hook is registered bef
 import itertools
 import threading
 import weakref
-from argparse import Namespace
 from collections.abc import Coroutine, Iterable
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.errors import InvalidRequest, Unavailable
-from poolgate.shared.model_flags import pooler_config_from_args
-from poolgate.shared.model_settings import declared
-from poolgate.shared.models import resolve_model
+from poolgate.shared.model_flags import worker_config
+from poolgate.shared.model_settings import ModelSettings
+from poolgate.shared.settings import declared
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.shared.rows import Rows
 from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.tasks import REMOVED_TASKS
@@ -65,15 +63,13 @@ from poolgate.workers.engine.runner_api import LoadedModel
 
 Inputs = str | list[int] | Iterable[str | list[int]]  # one text, one token-id list, or a list of either
 
-# Keyword flags: the CLI's model flags (``shared.model_flags``) by their WorkerConfig names, with
-# ``pooler_config`` (a PoolerConfig or its dict) for ``pooler`` and its two aliases, as on the command line.
-ALIASES = ("pooling_type", "normalize")
-FLAGS = (frozenset(f.name for f in fields(WorkerConfig)) - {"model_path", "tracing", "pooler"}) | {
-    "pooler_config", *ALIASES}
+# Keyword flags: the model settings (``shared.model_settings``), the CLI's model flags by their dests, MODEL aside
+FLAGS = frozenset(item.name for item in declared(ModelSettings)) - {"model"}
 # the flags' checks, from their one declaration (shared.model_settings); pooling_type is upper-cased first (below)
-CHOICES = {item.name: item.choices for item in declared() if item.choices is not None and not item.about.upper}
-POSITIVE = tuple(item.name for item in declared() if item.kind is int and item.about.ge == 1)
-NON_NEGATIVE = tuple(item.name for item in declared() if item.kind is int and item.about.ge == 0)
+CHOICES = {item.name: item.choices for item in declared(ModelSettings)
+           if item.choices is not None and not item.about.upper}
+POSITIVE = tuple(item.name for item in declared(ModelSettings) if item.kind is int and item.about.ge == 1)
+NON_NEGATIVE = tuple(item.name for item in declared(ModelSettings) if item.kind is int and item.about.ge == 0)
 NO_TASK = ("encode() needs pooling_task: one of 'embed', 'classify', 'token_embed' or 'token_classify' "
            "(or use embed(), classify() or score())")
 
@@ -91,18 +87,14 @@ def offline_config(model: str | None, flags: dict[str, Any]) -> WorkerConfig:
         value, least = flags.get(name), 0 if name in NON_NEGATIVE else 1
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
             raise ValueError(f"{name} must be a {'non-negative' if least == 0 else 'positive'} integer, got {value!r}")
-    flags["pooler"] = _pooler_config(flags.pop("pooler_config", None), *(flags.pop(name, None) for name in ALIASES))
-    path, name = resolve_model(model)
-    flags["served_model_name"] = flags.get("served_model_name") or name
-    return WorkerConfig(model_path=path, **flags)
-
-
-def _pooler_config(given: PoolerConfig | dict | None, pooling_type: str | None,
-                   normalize: bool | None) -> PoolerConfig:
-    """``pooler_config`` with the ``pooling_type`` / ``normalize`` aliases folded in, as the CLI folds them."""
-    pooler = PoolerConfig.from_dict(given) if isinstance(given, dict) else given or PoolerConfig()
-    pooling_type = pooling_type.upper() if isinstance(pooling_type, str) else pooling_type
-    return pooler_config_from_args(Namespace(pooler_config=pooler, pooling_type=pooling_type, normalize=normalize))
+    for item in declared(ModelSettings):  # a table setting (pooler_config) may be given as its dict, as in the file
+        if item.about.table is not None and isinstance(flags.get(item.name), dict):
+            flags[item.name] = item.about.table(flags[item.name])
+    if flags.get("pooler_config") is None:
+        flags.pop("pooler_config", None)
+    if isinstance(flags.get("pooling_type"), str):
+        flags["pooling_type"] = flags["pooling_type"].upper()  # as the flag upper-cases it
+    return worker_config(ModelSettings(model=model, **flags))
 
 
 class _LoopThread:

@@ -25,7 +25,7 @@ import numpy as np
 
 from poolgate.gateway.bench.load import BadResponse, auth_headers, first_model_id
 from poolgate.shared.corpus import read_corpus, synthetic_corpus
-from poolgate.shared.model_flags import positive_int
+from poolgate.shared.flags import positive_int
 
 QUERY = "which of these passages answers the question about the history of the city"
 

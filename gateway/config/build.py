@@ -3,8 +3,9 @@
 ``poolgate serve MODEL --workers N`` is a one-entry config: ``serve`` turns its
 flags into one ``ModelEntry`` and calls ``build_config`` exactly as
 ``config_file`` does for each ``[[models]]`` table of a ``--config`` file. Both
-parse values with the same argparse actions (the model flags of
-``shared.model_flags`` and the serve flags), so a key cannot mean two things.
+read the model settings as one ``ModelSettings`` (``shared.model_settings``,
+the declaration the flags and the table keys both derive from), so a key
+cannot mean two things.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from poolgate.gateway.config.tenants import load_tenants
 from poolgate.gateway.pools.discovery import check_url
 from poolgate.shared.backends import place, placed
 from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
-from poolgate.shared.model_flags import worker_config_from_args
+from poolgate.shared.model_flags import worker_config
+from poolgate.shared.model_settings import ModelSettings
 from poolgate.shared.security_flags import gateway_security_from_args
 from poolgate.shared.tracing_flags import tracing_config_from_args, with_worker_tracing
 
@@ -33,9 +35,9 @@ class SettingError(ValueError):
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One pool to serve: the model flags (a Namespace of ``add_model_arguments``' dests) and its workers."""
+    """One pool to serve: the model settings and its workers."""
 
-    args: argparse.Namespace
+    settings: ModelSettings
     replicas: int | None = None  # local worker processes; None: one per device, else 0 with remotes, else 1
     devices: tuple[str, ...] = ()  # one device per local worker; () = the backend's default
     remotes: tuple[str, ...] = ()  # worker URLs
@@ -44,7 +46,7 @@ class ModelEntry:
 
 def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> PoolConfig:
     """The PoolConfig of one entry; ValueError (FileNotFoundError for a missing folder) when it is wrong."""
-    args, replicas = entry.args, entry.replicas
+    settings, replicas = entry.settings, entry.replicas
     for url in entry.remotes:
         check_url(url)
     if entry.devices and replicas is not None and replicas != len(entry.devices):
@@ -57,18 +59,18 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
     if replicas == 0 and not entry.remotes:
         raise ValueError("a model needs local replicas (replicas >= 1) or remote workers")
     if replicas == 0:
-        name = args.served_model_name or args.model  # the folder is on the workers' hosts, not here
+        name = settings.served_model_name or settings.model  # the folder is on the workers' hosts, not here
         return PoolConfig(
             model=name,
-            backend=args.backend,
+            backend=settings.backend,
             remotes=entry.remotes,
             max_in_flight_per_worker=entry.max_in_flight_per_worker,
         )
-    worker = with_worker_tracing(worker_config_from_args(args), tracing)
-    placements = place(args.backend, replicas, entry.devices)  # one device / core set per worker
+    worker = with_worker_tracing(worker_config(settings), tracing)
+    placements = place(settings.backend, replicas, entry.devices)  # one device / core set per worker
     return PoolConfig(
         model=worker.served_model_name,
-        backend=args.backend,
+        backend=settings.backend,
         workers=tuple(placed(worker, p) for p in placements),
         devices=tuple(p.device for p in placements if p.device is not None),
         remotes=entry.remotes,

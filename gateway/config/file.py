@@ -1,9 +1,12 @@
 """``poolgate serve --config FILE``: the TOML file as a pydantic model, with the command line's flags over it.
 
 The file's keys are the flags' destinations. Top-level keys are the serve
-flags (``FileSettings``; a test keeps it equal to the serve parser: ``host``,
-``port``, ``api_key`` or ``api_key_file``, ``transport``, ``request_timeout``,
-``max_in_flight_per_worker``, ``model_roots``, ...). Each ``[[models]]`` table
+flags (``FileSettings``): a key per gateway setting, derived from their one
+declaration (``gateway.config.settings.GatewaySettings``) with the flag's
+type, choices and bounds (``host``, ``port``, ``api_key`` or ``api_key_file``,
+``transport``, ``request_timeout``, ``max_in_flight_per_worker``,
+``model_roots``, ...), and the tracing and worker security keys (declared
+here beside their flags' own; a test keeps them equal). Each ``[[models]]`` table
 (``ModelTable``) has a key per model setting, derived from their one
 declaration (``shared.model_settings.ModelSettings``) with the flag's type,
 choices and bounds (``model``, ``backend``, ``dtype``, ``max_batch_tokens``,
@@ -40,7 +43,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -54,20 +57,21 @@ from pydantic import (
 )
 
 from poolgate.gateway.config.build import ModelEntry, SettingError, build_config, pool_config
+from poolgate.gateway.config.settings import GatewaySettings
 from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
 from poolgate.gateway.pools.discovery import check_url
 from poolgate.shared.config import GatewayConfig
 from poolgate.shared.model_flags import add_model_arguments
-from poolgate.shared.model_settings import Declared, ModelSettings, declared
+from poolgate.shared.model_settings import ModelSettings
+from poolgate.shared.settings import Declared, declared
 from poolgate.shared.tracing_flags import tracing_config_from_args
 
 Positive = Annotated[int, Field(ge=1)]
-Port = Annotated[int, Field(ge=0, le=65535)]
-Seconds = Annotated[float, Field(gt=0)]
-ALIASES = {"model_roots": "model_root", **{item.file_key: item.name for item in declared()}}  # file key -> flag dest
-PATH_KEYS = frozenset({"model", "model_roots", "api_key_file", "api_keys_file", "worker_token_file", "worker_tls_ca"})
-MODEL_FLAGS_OF_SERVE = {"workers": "replicas", "worker_url": "remote"}  # serve flags that fill every table
-NEGATIVE = frozenset(item.file_key for item in declared() if item.about.negative is not None)  # only false counts
+DECLARED = (*declared(GatewaySettings), *declared(ModelSettings))
+ALIASES = {item.file_key: item.name for item in DECLARED}  # file key -> flag dest
+PATH_KEYS = frozenset({*(item.file_key for item in DECLARED if item.about.path), "worker_token_file", "worker_tls_ca"})
+MODEL_FLAGS_OF_SERVE = {item.name: item.about.models_key for item in DECLARED if item.about.models_key}  # every table
+NEGATIVE = frozenset(item.file_key for item in declared(ModelSettings) if item.about.negative)  # only false counts
 EITHER = {"api_key": "api_key_file", "api_key_file": "api_key"}  # a flag for one replaces the file's other
 
 
@@ -134,34 +138,27 @@ else:
 ENTRY_KEYS = frozenset(PoolKeys.model_fields)  # not model settings
 
 
-class FileSettings(Table):
-    """The whole file: the serve flags' keys and the ``[[models]]`` tables."""
+def top_keys(declaration: type = GatewaySettings) -> type[Table]:
+    """The pydantic model of the file's top-level keys of ``declaration``: a key per setting, with its flag's
+    checks (absent: the flag's default), but for the serve flags that set a ``[[models]]`` key."""
+    keys: dict[str, Any] = {
+        item.file_key: (file_field(item)[0] | None, None)
+        for item in declared(declaration)
+        if item.about.models_key is None
+    }
+    return create_model("GatewayKeys", __base__=Table, **keys)
 
-    host: str | None = None
-    port: Port | None = None
-    reuse_port: bool | None = None
-    auto_truncate: bool | None = None
-    api_key: str | None = None
-    api_key_file: str | None = None
-    api_keys_file: str | None = None
-    model_roots: list[str] | None = None
-    io_processor_plugin: str | None = None
-    transport: Literal["unix", "tcp"] | None = None
-    startup_timeout: Seconds | None = None
-    max_inputs_per_request: Positive | None = None
-    max_request_bytes: Positive | None = None
-    max_chars_per_input: Positive | None = None
-    max_documents_per_rerank: Positive | None = None
-    request_timeout: Seconds | None = None
-    max_in_flight_per_worker: Positive | None = None
-    max_queued_seconds: Annotated[float, Field(ge=0)] | None = None
-    max_queued_tokens: Positive | None = None
-    drain_timeout: Seconds | None = None
-    health_check_interval: Seconds | None = None
-    health_check_timeout: Seconds | None = None
-    metrics_port: Port | None = None
-    metrics: bool | None = None
-    allowed_origins: list[str] | None = None
+
+if TYPE_CHECKING:
+    GatewayKeys = Table
+else:
+    GatewayKeys = top_keys()
+
+
+class FileSettings(GatewayKeys):
+    """The whole file: the gateway settings' keys (``gateway.config.settings``), the tracing and worker security
+    keys (their flags: ``shared.tracing_flags``, ``shared.security_flags``) and the ``[[models]]`` tables."""
+
     otlp_traces_endpoint: str | None = None
     collect_detailed_traces: bool | None = None
     worker_token_file: str | None = None
@@ -254,7 +251,7 @@ def entry_of(table: ModelTable, flags: Mapping[str, Any], folder: Path | None = 
     args.update({dest: value for dest, value in flags.items() if dest in MODEL_DEFAULTS})
     remotes = tuple(flags["worker_url"]) if "worker_url" in flags else tuple(r.url for r in table.remote)
     return ModelEntry(
-        args=argparse.Namespace(**args),
+        settings=ModelSettings(**args),
         replicas=flags.get("workers", table.replicas),
         devices=tuple(map(str, table.devices)),
         remotes=remotes,

@@ -11,7 +11,7 @@ SMT = {0: {0, 4}, 1: {1, 5}, 2: {2, 6}, 3: {3, 7}, 4: {0, 4}, 5: {1, 5}, 6: {2, 
 
 
 def cfg(**kw) -> WorkerConfig:
-    return WorkerConfig(model_path="/m", served_model_name="m", **kw)
+    return WorkerConfig(model="/m", served_model_name="m", **kw)
 
 
 def test_parse_cpu_list():

@@ -69,10 +69,10 @@ def _args(*flags: str) -> argparse.Namespace:
 
 def test_alias_flags_fold_into_the_pooler_config():
     cfg = worker_config_from_args(_args("--pooling-type", "mean", "--no-normalize"))
-    assert (cfg.pooler.seq_pooling_type, cfg.pooler.use_activation) == ("MEAN", False)
+    assert (cfg.pooler_config.seq_pooling_type, cfg.pooler_config.use_activation) == ("MEAN", False)
     cfg = worker_config_from_args(_args("--pooler-config", '{"pooling_type": "CLS"}',
                                         "--hf-overrides", '{"is_matryoshka": true}'))
-    assert cfg.pooler.sequence_pooling == "CLS" and cfg.hf_overrides == {"is_matryoshka": True}
+    assert cfg.pooler_config.sequence_pooling == "CLS" and cfg.hf_overrides == {"is_matryoshka": True}
     with pytest.raises(ValueError, match="both given"):
         worker_config_from_args(_args("--pooling-type", "mean", "--pooler-config", '{"pooling_type": "CLS"}'))
 

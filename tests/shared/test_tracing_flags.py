@@ -113,6 +113,6 @@ def test_a_worker_started_alone_traces_only_with_detailed_traces(tmp_path, monke
 
 
 def test_a_spawned_worker_gets_its_tracing_config_through_the_wire():
-    cfg = WorkerConfig(model_path="/m", served_model_name="m", tracing=tracing(
+    cfg = WorkerConfig(model="/m", served_model_name="m", tracing=tracing(
         ["--otlp-traces-endpoint", "http://c", "--collect-detailed-traces"], {"OTEL_EXPORTER_OTLP_HEADERS": "k=v"}))
     assert WorkerConfig.from_wire(json.loads(json.dumps(cfg.to_wire()))) == cfg

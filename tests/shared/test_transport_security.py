@@ -309,7 +309,7 @@ def test_gateway_security_flags(tmp_path, pki):
 
 
 def test_the_worker_config_carries_its_security_over_the_wire_but_not_into_repr():
-    cfg = WorkerConfig(model_path="/m", served_model_name="m", security=TransportSecurity(token=TOKEN))
+    cfg = WorkerConfig(model="/m", served_model_name="m", security=TransportSecurity(token=TOKEN))
     assert WorkerConfig.from_wire(cfg.to_wire()) == cfg
     assert TOKEN not in repr(cfg)
     assert WorkerConfig.from_wire({k: v for k, v in cfg.to_wire().items() if k != "security"}).security.token is None

@@ -33,7 +33,7 @@ def _save(folder: Path, auto, model_type: str = "bert", **extra):
 
 
 def _rows(folder: Path, task: str, seqs=SEQS, **cfg) -> list[np.ndarray]:
-    model = load_model(WorkerConfig(model_path=str(folder), served_model_name="m", dtype="float32", **cfg))
+    model = load_model(WorkerConfig(model=str(folder), served_model_name="m", dtype="float32", **cfg))
     outputs = model.runner.execute(model.runner.prepare([Sequence(s, PoolingParams(task=task)) for s in seqs]))
     return [o.rows.item(i) for o in outputs for i in range(len(o.rows))]
 

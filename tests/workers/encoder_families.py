@@ -52,7 +52,7 @@ def save_tiny(folder: Path, model_type: str, head: str = "model", seed: int = 0,
 
 def packed_hidden(folder: Path, seqs=SEQS, token_types=None) -> torch.Tensor:
     """(n_tokens, hidden) from poolgate's packed model, all of ``seqs`` in one batch."""
-    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
+    spec = read_spec(WorkerConfig(model=str(folder), served_model_name="t"))
     model, arch = build_model(spec, REFERENCE, allow_pickle=False)
     assert arch.packed, f"{spec.architecture} is not packed"
     with torch.no_grad():
@@ -70,7 +70,7 @@ def reference_hidden(model, seqs=SEQS, token_types=None) -> torch.Tensor:
 
 def served(folder: Path, task: str, seqs=SEQS) -> list[np.ndarray]:
     """Rows poolgate's runner returns for ``task`` (fp32), one array per sequence."""
-    cfg = WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32", max_batch_tokens=256)
+    cfg = WorkerConfig(model=str(folder), served_model_name="t", dtype="float32", max_batch_tokens=256)
     assert architecture_for(read_spec(cfg)).packed
     model = load_model(cfg)
     outputs = model.runner.execute(model.runner.prepare([Sequence(s, PoolingParams(task=task)) for s in seqs]))

@@ -16,7 +16,7 @@ def build(cfg: WorkerConfig) -> LoadedModel:
 
 def fail(cfg: WorkerConfig) -> LoadedModel:
     """A factory whose model never loads: the worker must exit non-zero."""
-    raise RuntimeError(f"cannot load {cfg.model_path}")
+    raise RuntimeError(f"cannot load {cfg.model}")
 
 
 def hang(cfg: WorkerConfig) -> LoadedModel:
@@ -47,11 +47,11 @@ def paced(cfg: WorkerConfig) -> LoadedModel:
 
 
 def fail_once(cfg: WorkerConfig) -> LoadedModel:
-    """The first worker to load ``cfg.model_path`` (a folder) fails; every later one is ``build``."""
+    """The first worker to load ``cfg.model`` (a folder) fails; every later one is ``build``."""
     import os
 
     try:
-        os.close(os.open(os.path.join(cfg.model_path, "failed-once"), os.O_CREAT | os.O_EXCL))
+        os.close(os.open(os.path.join(cfg.model, "failed-once"), os.O_CREAT | os.O_EXCL))
     except FileExistsError:
         return build(cfg)
     raise RuntimeError("this worker fails (the first one only)")

@@ -60,7 +60,7 @@ def to_hub_modernbert_config(folder: Path) -> None:
 
 
 def packed_model(folder: Path, attention=grouped_sdpa):
-    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
+    spec = read_spec(WorkerConfig(model=str(folder), served_model_name="t"))
     model, arch = build_model(spec, Ops(attention=attention), allow_pickle=False)
     assert arch.packed, spec.architecture
     return model
@@ -136,7 +136,7 @@ def figures(tmp: Path) -> list[tuple[str, str, float, float]]:
         for n, (auto, task, extra) in enumerate(heads):
             folder = tmp / f"{family}-{n}"
             ref = save(folder, family, auto, num_labels=3, **extra)
-            model = load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+            model = load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
                                             max_batch_tokens=512))
             got = pool_ids(model, SEQS, PoolingParams(task=task, use_activation=False))
             want = torch.cat([torch.atleast_2d(x) for x in reference_logits(ref)]).numpy()

@@ -20,7 +20,7 @@ from tests.fakes import expected_vector, fake_vector, tokenized
 from tests.processes import alive, free_port
 
 FACTORY = "tests.workers.fake_factory:build"
-CFG = WorkerConfig(model_path="unused", served_model_name="proc-model", max_model_len=16)
+CFG = WorkerConfig(model="unused", served_model_name="proc-model", max_model_len=16)
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ PARENT = textwrap.dedent("""
 
     async def main():
         worker = LocalWorker()
-        cfg = WorkerConfig(model_path="unused", served_model_name="orphan-check")
+        cfg = WorkerConfig(model="unused", served_model_name="orphan-check")
         await worker.start(cfg, sys.argv[1], ready_timeout=30, runner_factory=sys.argv[2])
         print(worker.pid, flush=True)
         await asyncio.sleep(600)
@@ -113,14 +113,14 @@ async def test_the_config_and_its_secrets_stay_out_of_the_worker_command_line(so
     from poolgate.shared.config import TracingConfig
 
     secret = "Bearer s3cr3t-token"
-    cfg = WorkerConfig(model_path="unused", served_model_name="proc-model", max_model_len=16,
+    cfg = WorkerConfig(model="unused", served_model_name="proc-model", max_model_len=16,
                        tracing=TracingConfig("http://127.0.0.1:9/v1/traces", headers=(("authorization", secret),)))
     worker = LocalWorker()
     await worker.start(cfg, f"unix:{sock_dir}/w.sock", ready_timeout=30, runner_factory=FACTORY)
     try:
         with open(f"/proc/{worker.pid}/cmdline", "rb") as f:
             argv = f.read().decode()
-        assert "s3cr3t" not in argv and "model_path" not in argv
+        assert "s3cr3t" not in argv and "served_model_name" not in argv
         assert worker.info.served_model_name == "proc-model"  # the config did arrive
     finally:
         assert await worker.stop(timeout=5) == 0

@@ -76,7 +76,7 @@ from poolgate.shared.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.build import load_model
 from poolgate.workers.tools.bench_arch import batches
-model = load_model(WorkerConfig(model_path=bundled_model_path(), served_model_name="m", dtype=sys.argv[1]))
+model = load_model(WorkerConfig(model=bundled_model_path(), served_model_name="m", dtype=sys.argv[1]))
 ids = model.encoder.encode(synthetic_corpus(512, 0), max_tokens=model.info.max_model_len)
 params = PoolingParams(task=model.info.tasks[0])
 work = [model.runner.prepare([Sequence(s, params) for s in b]) for b in batches(ids, 8192)]

@@ -243,8 +243,8 @@ def test_a_script_that_never_closes_its_model_exits_cleanly():
 def test_pooler_flags_fold_into_the_pooler_config_as_on_the_command_line(minilm):
     model, _ = minilm
     cfg = offline_config(None, {"pooling_type": "cls", "normalize": False, "dtype": "float32"})
-    assert cfg.pooler == PoolerConfig(seq_pooling_type="CLS", use_activation=False) and cfg.dtype == "float32"
-    assert offline_config(None, {"pooler_config": {"use_activation": False}}).pooler.use_activation is False
+    assert cfg.pooler_config == PoolerConfig(seq_pooling_type="CLS", use_activation=False) and cfg.dtype == "float32"
+    assert offline_config(None, {"pooler_config": {"use_activation": False}}).pooler_config.use_activation is False
     with pytest.raises(ValueError, match="both given"):
         offline_config(None, {"pooler_config": {"pooling_type": "MEAN"}, "pooling_type": "CLS"})
     with PoolingModel(dtype="float32", pooling_type="CLS", normalize=False) as cls_model:

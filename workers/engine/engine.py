@@ -40,7 +40,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
@@ -87,11 +87,12 @@ class Engine:
     def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None,
                  policy: BatchPolicy | None = None, max_queued_tokens: int | None = None,
                  max_tokens_per_request: int | None = None):
-        self.info = model.info
+        # the limit travels in the info the gateway reads, which counts it where it tokenizes (and so does ``front``)
+        self.info = replace(model.info, max_tokens_per_request=max_tokens_per_request)
         self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
         self.runner = self.cache or model.runner
         self._device_memory = model.device_memory
-        self.front = Front(model.info, model.encoder)  # in-process calls only (``submit``)
+        self.front = Front(self.info, model.encoder)  # in-process calls only (``submit``)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
         self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded,
                                               policy=policy if policy is not None else FairPolicy(),

@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from poolgate.shared.config import SEQ_POOLING_TYPES, WorkerConfig
+from poolgate.shared.config import WorkerConfig
+from poolgate.shared.model_settings import SEQ_POOLING_TYPES
 from poolgate.shared.pooler_config import PoolerConfig
 from poolgate.workers.load.convert import model_kind
 from poolgate.workers.load.gguf import find_gguf
@@ -136,8 +137,8 @@ def read_prompts(path: Path, hf_config: dict) -> dict[str, str] | None:
 
 
 def read_spec(cfg: WorkerConfig) -> ModelSpec:
-    """Build the ModelSpec for ``cfg.model_path`` with the flag > ST > default precedence."""
-    path = Path(cfg.model_path)
+    """Build the ModelSpec for ``cfg.model`` with the flag > ST > default precedence."""
+    path = Path(cfg.model)
     gguf = find_gguf(path)  # a .gguf file (or a folder of one): config, tokenizer and weights from the file
     if gguf is not None:
         path = gguf[0]
@@ -145,7 +146,7 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
     if not isinstance(hf, dict):
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
     hf = {**hf, **cfg.hf_overrides}
-    user_pooling = cfg.pooler.sequence_pooling
+    user_pooling = cfg.pooler_config.sequence_pooling
     modules = _read_json(path / "modules.json") or []
     pooling, normalize, dense = None, None, []
     for module in modules:
@@ -177,13 +178,13 @@ def read_spec(cfg: WorkerConfig) -> ModelSpec:
         hf_config=hf,
         architecture=architecture,
         pooling_type=user_pooling or pooling,
-        normalize=cfg.pooler.use_activation if cfg.pooler.use_activation is not None else normalize,
+        normalize=normalize if cfg.pooler_config.use_activation is None else cfg.pooler_config.use_activation,
         max_model_len=int(max_len),
         do_lower_case=bool(st.get("do_lower_case", False)),
         dense=tuple(dense),
         is_matryoshka=bool(dims or hf.get("is_matryoshka", False)),
         matryoshka_dimensions=tuple(dims) if dims else None,
-        pooler=cfg.pooler,
+        pooler=cfg.pooler_config,
         kind=kind,
         gguf_file=gguf[1] if gguf else None,
         pylate=tuple(k for k in PYLATE_KEYS if k in (_read_json(path / "config_sentence_transformers.json") or {})),

@@ -106,7 +106,7 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
     from poolgate.workers.engine.runner import PoolingRunner
     from poolgate.workers.load.st_config import read_spec
 
-    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="bench", max_model_len=max_len))
+    spec = read_spec(WorkerConfig(model=str(folder), served_model_name="bench", max_model_len=max_len))
     backend = get_backend("cpu")
     if packed:
         model, arch = build_model(spec, backend.ops(dtype), allow_pickle=False)

@@ -44,7 +44,7 @@ class ConstantRunner:
 
 def load(cfg: WorkerConfig) -> LoadedModel:
     """The runner factory (``module:function(cfg) -> LoadedModel``), with the model folder's tokenizer."""
-    return _loaded(cfg, load_encoder(Path(cfg.model_path)))
+    return _loaded(cfg, load_encoder(Path(cfg.model)))
 
 
 def load_words(cfg: WorkerConfig) -> LoadedModel:

@@ -39,7 +39,7 @@ class RunnerBench:
 
 
 def run_runner_bench(cfg: RunnerBench) -> dict:
-    model = load_model(WorkerConfig(model_path=cfg.model_path, served_model_name="bench", backend=cfg.backend,
+    model = load_model(WorkerConfig(model=cfg.model_path, served_model_name="bench", backend=cfg.backend,
                                     dtype=cfg.dtype, max_batch_tokens=cfg.max_batch_tokens,
                                     max_model_len=cfg.max_model_len))
     runner, info = model.runner, model.info

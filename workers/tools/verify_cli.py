@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         print(f"poolgate verify: error: {exc}", file=sys.stderr)
         return 2
-    print(f"poolgate verify {cfg.model_path}: {len(rows)} checks against the model's own library (float32)")
+    print(f"poolgate verify {cfg.model}: {len(rows)} checks against the model's own library (float32)")
     for row in rows:
         print(row.line())
     if skipped:

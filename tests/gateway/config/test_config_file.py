@@ -82,15 +82,15 @@ def test_a_good_file(tmp_path):
     assert (cuda.model, cuda.backend, cuda.devices, len(cuda.workers)) == ("minilm", "cuda", ("0", "1"), 2)
     assert cuda.max_in_flight_per_worker == 64 and cpu.max_in_flight_per_worker is None
     w = cuda.workers[0]
-    assert w.model_path == str(bundled_model_path()) and w.served_model_name == "minilm"
+    assert w.model == str(bundled_model_path()) and w.served_model_name == "minilm"
     assert (w.backend, w.dtype, w.max_batch_tokens) == ("cuda", "float16", 4096)
-    assert w.pooler == PoolerConfig(pooling_type="MEAN", use_activation=False)
+    assert w.pooler_config == PoolerConfig(pooling_type="MEAN", use_activation=False)
     assert (cpu.backend, len(cpu.workers), cpu.devices) == ("cpu", 2, ())
     assert cpu.remotes == ("tcp://gpu-host-3:9100", "dns+tcp://poolgate-workers.default.svc:9100")
     t = tiny.workers[0]
-    assert t.model_path == str(tmp_path / "models" / "tiny") and t.served_model_name == "tiny"
+    assert t.model == str(tmp_path / "models" / "tiny") and t.served_model_name == "tiny"
     assert (t.runner, t.convert, t.allow_pickle_weights) == ("pooling", "embed", True)
-    assert t.hf_overrides == {"matryoshka_dimensions": [4, 8]} and t.pooler.use_activation is False
+    assert t.hf_overrides == {"matryoshka_dimensions": [4, 8]} and t.pooler_config.use_activation is False
     assert config.workers == (*cuda.workers, *cpu.workers, *tiny.workers)
 
 
@@ -244,8 +244,9 @@ def test_a_bad_worker_url_on_the_command_line_is_refused():
 
 
 def test_the_top_level_file_keys_are_the_serve_flags(tmp_path):
-    """The serve flags are still declared twice (argparse and FileSettings); the model settings are declared once
-    (tests/shared/test_model_settings.py)."""
+    """The gateway and model settings are declared once (tests/gateway/config/test_gateway_settings.py,
+    tests/shared/test_model_settings.py); the tracing and worker security flags are still declared twice (in
+    shared.tracing_flags / shared.security_flags and FileSettings): this keeps them equal."""
     from poolgate.gateway.config.file import ALIASES, MODEL_DEFAULTS, FileSettings
 
     serve_dests = set(vars(parser().parse_args([]))) - {"config", "log_level", "workers", "worker_url"}

@@ -73,7 +73,7 @@ async def test_prompts_match_sentence_transformers_encode_with_a_prompt(gateway)
     from sentence_transformers import SentenceTransformer
 
     path = str(bundled_model_path())
-    model = load_model(WorkerConfig(model_path=path, served_model_name="m", dtype="float32"))
+    model = load_model(WorkerConfig(model=path, served_model_name="m", dtype="float32"))
     client = await gateway(models=[prompted(model)])
     texts = ["How do plants make food?", "Leaves hold chlorophyll."]
     out = await embed(client, {"input": texts, "input_type": "search_query"})

@@ -23,7 +23,7 @@ STARTS = [0, DOC.index("It has"), DOC.index("The city")]
 @pytest.fixture(scope="module")
 def minilm():
     path = str(bundled_model_path())
-    return load_model(WorkerConfig(model_path=path, served_model_name="m", dtype="float32")), \
+    return load_model(WorkerConfig(model=path, served_model_name="m", dtype="float32")), \
         AutoTokenizer.from_pretrained(path)
 
 

@@ -52,13 +52,13 @@ async def post(client, path, body, status=200) -> dict:
 def cross(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cross")
     make_tiny_cross_encoder(folder)
-    model = load_model(WorkerConfig(model_path=str(folder), served_model_name="m", dtype="float32"))
+    model = load_model(WorkerConfig(model=str(folder), served_model_name="m", dtype="float32"))
     return model, AutoTokenizer.from_pretrained(str(folder))
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    model = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", dtype="float32",
+    model = load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m", dtype="float32",
                                     max_model_len=40))
     return model, AutoTokenizer.from_pretrained(str(bundled_model_path()))
 

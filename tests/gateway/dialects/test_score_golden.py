@@ -29,7 +29,7 @@ DOCS = ["Plants make food by photosynthesis, using sunlight, water and carbon di
 
 
 def served(path, **cfg):
-    return load_model(WorkerConfig(model_path=str(path), served_model_name="m", dtype="float32", **cfg))
+    return load_model(WorkerConfig(model=str(path), served_model_name="m", dtype="float32", **cfg))
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def splade(tmp_path_factory):
             ids = tok(text)["input_ids"]
             weights = torch.log1p(torch.relu(mlm(input_ids=torch.tensor([ids])).logits[0]))  # (T, vocab)
             refs.append(weights[1:-1].max(0).values.numpy())  # CLS and SEP left out
-    model = load_model(WorkerConfig(model_path=str(folder), served_model_name="splade", dtype="float32",
+    model = load_model(WorkerConfig(model=str(folder), served_model_name="splade", dtype="float32",
                                     hf_overrides={"architectures": ["BertSpladeSparseEmbeddingModel"]}))
     return model, np.stack(refs), tok
 
@@ -77,7 +77,7 @@ def bge_m3(tmp_path_factory):
             refs["sparse"].append(vector)
             refs["dense"].append(torch.nn.functional.normalize(h[0], dim=-1).numpy())
             refs["multi_vector"].append(torch.nn.functional.normalize(colbert(h[1:]), dim=-1).numpy())
-    model = load_model(WorkerConfig(model_path=str(folder), served_model_name="bge-m3", dtype="float32",
+    model = load_model(WorkerConfig(model=str(folder), served_model_name="bge-m3", dtype="float32",
                                     hf_overrides={"architectures": ["BgeM3EmbeddingModel"]}))
     return model, refs, tok
 

@@ -17,7 +17,7 @@ from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
 from tests.fakes import expected_vector, until
 from tests.processes import alive
 
-CFG = WorkerConfig(model_path="unused", served_model_name="fo-model", backend="cpu", max_model_len=16)
+CFG = WorkerConfig(model="unused", served_model_name="fo-model", backend="cpu", max_model_len=16)
 
 
 async def test_no_request_fails_while_a_worker_is_killed_and_restarted(caplog):

@@ -34,7 +34,7 @@ async def fleet(**config):
 
 
 def local(name: str, replicas: int = 1) -> PoolConfig:
-    return PoolConfig(model=name, backend="cpu", workers=(WorkerConfig(model_path="/unused", served_model_name=name,
+    return PoolConfig(model=name, backend="cpu", workers=(WorkerConfig(model="/unused", served_model_name=name,
                                                                        backend="cpu"),) * replicas)
 
 

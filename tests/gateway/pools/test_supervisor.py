@@ -21,7 +21,7 @@ from tests.fakes import expected_vector, tokenized, until
 from tests.processes import alive
 
 FACTORY = "tests.workers.fake_factory:build"
-CFG = WorkerConfig(model_path="unused", served_model_name="sup-model", max_model_len=16)
+CFG = WorkerConfig(model="unused", served_model_name="sup-model", max_model_len=16)
 FAST = Backoff(first_s=0.05, max_s=0.2, reset_after_s=60)
 
 
@@ -247,7 +247,7 @@ async def test_a_pool_serves_with_the_workers_that_came_up_and_the_other_joins_l
     from poolgate.gateway.pools.router import Router
     from poolgate.shared.config import GatewayConfig, PoolConfig
 
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="sup-model", backend="cpu")
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="sup-model", backend="cpu")
     config = GatewayConfig(pools=(PoolConfig(model="sup-model", backend="cpu", workers=(cfg, cfg)),))
     router = Router()
     folder = tmp_path / "sockets"

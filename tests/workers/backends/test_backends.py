@@ -96,7 +96,7 @@ def test_cpu_report_is_the_host():
 
 def test_the_gateway_and_worker_registries_agree():
     from poolgate.shared.backends import DEVICE_ENV
-    from poolgate.shared.config import BACKEND_CHOICES
+    from poolgate.shared.model_settings import BACKEND_CHOICES
 
     assert set(DEVICE_ENV) == set(BACKENDS) | {"auto"} == set(BACKEND_CHOICES)
 
@@ -121,7 +121,7 @@ def test_a_pinned_cpu_worker_uses_its_cores_only():
 def test_a_loaded_model_reports_where_it_runs():
     from poolgate.workers.load.build import load_model
 
-    cfg = WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", backend="cpu",
+    cfg = WorkerConfig(model=str(bundled_model_path()), served_model_name="m", backend="cpu",
                        dtype="float32", max_batch_tokens=256)
     info = load_model(cfg).info
     assert (info.backend, info.device, info.dtype) == ("cpu", "cpu", "float32")

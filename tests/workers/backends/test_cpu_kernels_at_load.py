@@ -29,7 +29,7 @@ def _bert(folder, head_dim: int, heads: int = 2) -> WorkerConfig:
     config = BertConfig(vocab_size=100, hidden_size=head_dim * heads, num_hidden_layers=2, num_attention_heads=heads,
                         intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
     save_random(folder, AutoModel, config)
-    return WorkerConfig(model_path=str(folder), served_model_name="m", backend="cpu", dtype="bfloat16",
+    return WorkerConfig(model=str(folder), served_model_name="m", backend="cpu", dtype="bfloat16",
                         max_batch_tokens=256)
 
 

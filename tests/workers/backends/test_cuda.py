@@ -39,8 +39,8 @@ def _mean_pooled_reference(ref, seqs) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_cuda_runner_matches_transformers_cpu(tmp_path, dtype):
     ref = make_tiny_checkpoint(tmp_path)
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
-                                    dtype=dtype, pooler=PoolerConfig(seq_pooling_type="MEAN"), max_batch_tokens=512))
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", backend="cuda",
+                                    dtype=dtype, pooler_config=PoolerConfig(seq_pooling_type="MEAN"), max_batch_tokens=512))
     assert model.info.dtype == dtype
     got = pool_ids(model, SEQS)
     assert (got * _mean_pooled_reference(ref, SEQS)).sum(1).min() >= 0.999
@@ -50,8 +50,8 @@ def test_prepare_in_one_thread_execute_in_another(tmp_path):
     """The engine's pipeline: batch N+1 uploads on the copy stream (prepare thread) while the
     compute stream runs batch N (this thread); every output must match the reference."""
     ref = make_tiny_checkpoint(tmp_path)
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", backend="cuda",
-                                    dtype="float16", pooler=PoolerConfig(seq_pooling_type="MEAN"), max_batch_tokens=512))
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", backend="cuda",
+                                    dtype="float16", pooler_config=PoolerConfig(seq_pooling_type="MEAN"), max_batch_tokens=512))
     batches = [[Sequence(s, PoolingParams()) for s in SEQS[i % 4:] + SEQS[:i % 4]] for i in range(64)]
     ready: queue.Queue = queue.Queue(maxsize=2)  # the producer runs at most two batches ahead
 
@@ -76,7 +76,7 @@ def test_cuda_bundled_model_auto_dtype_parity():
     from poolgate.shared.models import bundled_model_path
 
     path = str(bundled_model_path())
-    model = load_model(WorkerConfig(model_path=path, served_model_name="m", backend="cuda", max_batch_tokens=2048))
+    model = load_model(WorkerConfig(model=path, served_model_name="m", backend="cuda", max_batch_tokens=2048))
     texts = ["a", "Hello world", "The quick brown fox jumps over the lazy dog. " * 10]
     got, _ = pool_texts(model, texts)
     want = SentenceTransformer(path, device="cpu").encode(texts)

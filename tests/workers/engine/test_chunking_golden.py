@@ -30,8 +30,8 @@ TEXT = " ".join(f"Sentence {i} of a long report says that item {i * 7} costs {i 
 
 @pytest.fixture(scope="module")
 def model():
-    cfg = WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", dtype="float32",
-                       max_batch_tokens=512, pooler=PoolerConfig(enable_chunked_processing=True))
+    cfg = WorkerConfig(model=str(bundled_model_path()), served_model_name="m", dtype="float32",
+                       max_batch_tokens=512, pooler_config=PoolerConfig(enable_chunked_processing=True))
     return load_model(cfg)
 
 
@@ -90,8 +90,8 @@ async def test_use_activation_false_is_the_plain_weighted_mean_of_raw_chunks(mod
 
 
 def test_start_up_refuses_chunking_with_cls_pooling():
-    cfg = WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", dtype="float32",
-                       pooler=PoolerConfig(pooling_type="CLS", enable_chunked_processing=True))
+    cfg = WorkerConfig(model=str(bundled_model_path()), served_model_name="m", dtype="float32",
+                       pooler_config=PoolerConfig(pooling_type="CLS", enable_chunked_processing=True))
     with pytest.raises(ValueError, match="enable_chunked_processing needs MEAN pooling, but this model pools "
                                          "embed with CLS"):
         load_model(cfg)

@@ -37,7 +37,7 @@ def test_core_threads_return_results_in_order_and_raise_the_first_error():
 def test_a_batch_cut_for_core_threads_gives_what_the_whole_batch_gives():
     from poolgate.workers.load.build import load_model
 
-    model = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", backend="cpu",
+    model = load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m", backend="cpu",
                                     dtype="float32", num_threads=1, max_batch_tokens=512))
     runner = model.runner
     ids = model.encoder.encode(["a", "Hello world!", "The quick brown fox " * 9, "two words", "x y z", "more"])

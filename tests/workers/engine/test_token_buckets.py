@@ -37,7 +37,7 @@ def test_padded_rows_adds_rows_in_no_sequence():
 def test_a_bucketed_batch_pools_what_the_exact_batch_pools(dtype):
     from poolgate.workers.load.build import load_model
 
-    model = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", backend="cpu",
+    model = load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m", backend="cpu",
                                     dtype=dtype, num_threads=1))
     runner = model.runner
     ids = model.encoder.encode(["a", "Hello world!", "The quick brown fox " * 9, "two words", "x y z"])

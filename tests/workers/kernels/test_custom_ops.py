@@ -86,7 +86,7 @@ def test_the_profiler_names_both_kernels_in_a_forward(tmp_path):
     save_random(tmp_path, AutoModel, BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
                                                 num_attention_heads=2, intermediate_size=64,
                                                 max_position_embeddings=64, pad_token_id=0))  # head dim 16
-    model, _ = build_model(read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="m")),
+    model, _ = build_model(read_spec(WorkerConfig(model=str(tmp_path), served_model_name="m")),
                            CpuBackend().ops(torch.bfloat16), allow_pickle=False)
     with torch.inference_mode(), torch.profiler.profile() as prof:
         model.to(torch.bfloat16)(pack([[5, 6, 7], [8, 9]], group_attention=False))

@@ -54,7 +54,7 @@ def test_packed_linear_matches_reference(activation, dtype):
 @onednn
 def test_packed_bert_matches_unpacked(tiny_bert):
     folder, _ = tiny_bert
-    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
+    spec = read_spec(WorkerConfig(model=str(folder), served_model_name="t"))
     seqs = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3]]
     batch = pack(seqs)
     model, _ = build_model(spec, REFERENCE, allow_pickle=False)

@@ -83,7 +83,7 @@ def _counting(monkeypatch):
 def test_a_classifier_is_opened_once_and_each_tensor_read_once(tmp_path, monkeypatch, dtype):
     save_tiny(tmp_path, "bert", head="sequence_classification", num_labels=3)
     opened, reads = _counting(monkeypatch)
-    loaded = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype=dtype,
+    loaded = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype=dtype,
                                      max_batch_tokens=256))
     assert loaded.info.tasks == ("classify", "token_classify")
     assert list(opened.values()) == [1]  # the model and its score head share the one handle
@@ -108,7 +108,7 @@ def test_the_score_head_uses_the_workers_tokenizer(tmp_path, monkeypatch):
         return real(cls, *args, **kwargs)
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(counted))
-    loaded = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+    loaded = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32",
                                      convert="classify", hf_overrides={"classifier_from_token": ["w1", "w2"]},
                                      max_batch_tokens=256))
     assert loaded.info.embedding_dim == 1 and len(calls) == 1

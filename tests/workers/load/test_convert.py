@@ -28,7 +28,7 @@ def llama(tmp_path_factory):
 
 
 def _load(folder, **kw):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
                                    max_batch_tokens=256, **kw))
 
 

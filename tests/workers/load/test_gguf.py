@@ -74,7 +74,7 @@ def reference_last(folder: Path, name: str, texts: list[str]) -> tuple[np.ndarra
 
 
 def _serve(path: Path, **kw):
-    return load_model(WorkerConfig(model_path=str(path), served_model_name="g", dtype="float32", convert="embed",
+    return load_model(WorkerConfig(model=str(path), served_model_name="g", dtype="float32", convert="embed",
                                    max_batch_tokens=256, max_model_len=64, **kw))
 
 
@@ -94,20 +94,20 @@ def test_tiny_gguf_serves_as_a_last_token_embedder(tmp_path):
 
 def test_a_folder_of_one_gguf_is_found_and_several_are_refused(tmp_path):
     write_tiny_llama(tmp_path / "a.gguf")
-    spec = read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="g", convert="embed"))
+    spec = read_spec(WorkerConfig(model=str(tmp_path), served_model_name="g", convert="embed"))
     assert (spec.path, spec.gguf_file, spec.architecture) == (tmp_path, "a.gguf", "LlamaForCausalLM")
     assert spec.hf_config["num_key_value_heads"] == 2
     write_tiny_llama(tmp_path / "b.gguf")
     with pytest.raises(CheckpointError, match="several GGUF files .*a.gguf, b.gguf"):
-        read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="g", convert="embed"))
+        read_spec(WorkerConfig(model=str(tmp_path), served_model_name="g", convert="embed"))
 
 
 def test_gguf_is_an_embedder_only_and_generative_without_convert(tmp_path):
     write_tiny_llama(tmp_path / "t.gguf")
     with pytest.raises(ValueError, match="t.gguf: a GGUF checkpoint serves as an embedder"):
-        read_spec(WorkerConfig(model_path=str(tmp_path / "t.gguf"), served_model_name="g", convert="classify"))
+        read_spec(WorkerConfig(model=str(tmp_path / "t.gguf"), served_model_name="g", convert="classify"))
     with pytest.raises(ValueError, match="--convert embed"):
-        read_spec(WorkerConfig(model_path=str(tmp_path / "t.gguf"), served_model_name="g"))
+        read_spec(WorkerConfig(model=str(tmp_path / "t.gguf"), served_model_name="g"))
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from tests.workers.rope_encoders import save
 
 
 def _plan(folder, **cfg):
-    return plan(WorkerConfig(model_path=str(folder), served_model_name="m", **cfg), CpuBackend())
+    return plan(WorkerConfig(model=str(folder), served_model_name="m", **cfg), CpuBackend())
 
 
 def test_packed_family(tmp_path):
@@ -44,7 +44,7 @@ def test_sentence_transformers_folder_and_flags():
     assert p.max_length == "256 tokens"
     from poolgate.shared.pooler_config import PoolerConfig
 
-    p = _plan(bundled_model_path(), pooler=PoolerConfig(seq_pooling_type="CLS"), max_model_len=128)
+    p = _plan(bundled_model_path(), pooler_config=PoolerConfig(seq_pooling_type="CLS"), max_model_len=128)
     assert p.pooling.startswith("CLS (--pooler-config)") and p.max_length == "128 tokens"
 
 
@@ -97,7 +97,7 @@ def test_cli_error_is_exit_2(tmp_path, capsys):
 
 def test_start_up_log_has_the_same_table(tmp_path, caplog):
     save(tmp_path, "modernbert", AutoModel)
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="m", dtype="float32", backend="cpu",
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="m", dtype="float32", backend="cpu",
                        max_batch_tokens=256)
     with caplog.at_level(logging.INFO, logger="poolgate.worker"):
         model = load_model(cfg)

@@ -12,7 +12,7 @@ from tests.workers.encoder_families import save_tiny
 
 
 def _load(folder, **cfg):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
                                    max_batch_tokens=256, **cfg))
 
 
@@ -130,7 +130,7 @@ def test_unknown_architecture(tmp_path):
 def test_remote_code_needs_the_flag(tmp_path):
     _config_only(tmp_path, architectures=["FrobnicatorModel"], model_type="frobnicator",
                  auto_map={"AutoConfig": "frob.FrobConfig", "AutoModel": "frob.FrobnicatorModel"})
-    spec = read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="t"))
+    spec = read_spec(WorkerConfig(model=str(tmp_path), served_model_name="t"))
     with pytest.raises(CheckpointError, match=r"config\.json: .*needs the checkpoint's own code \(frob\."
                                               r"FrobnicatorModel\); pass --trust-remote-code"):
         check_supported(spec, trust_remote_code=False)

@@ -35,7 +35,7 @@ def _folder(tmp_path, *, pooling=None, normalize=True, max_seq_length=None, dens
 def _spec(folder, pooling_type=None, normalize=None, **flags):
     """read_spec with the --pooling-type / --no-normalize aliases as the CLI folds them in."""
     pooler = PoolerConfig(seq_pooling_type=pooling_type, use_activation=normalize)
-    return read_spec(WorkerConfig(model_path=str(folder), served_model_name="m", pooler=pooler, **flags))
+    return read_spec(WorkerConfig(model=str(folder), served_model_name="m", pooler_config=pooler, **flags))
 
 
 @pytest.mark.parametrize("cfg,want", [
@@ -61,7 +61,7 @@ def test_unsupported_pooling_is_an_error_unless_overridden(tmp_path, cfg):
 
 
 def test_pooling_names_agree():
-    from poolgate.shared.config import SEQ_POOLING_TYPES
+    from poolgate.shared.model_settings import SEQ_POOLING_TYPES
     from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
 
     assert tuple(t for t in POOLING_TYPES if t not in TOKEN_POOLING_TYPES) == SEQ_POOLING_TYPES

@@ -40,7 +40,7 @@ def colbert_layout(folder, architecture="ColBERTUnknownModel", change=None, **hf
 
 
 def _load(folder, **cfg):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
                                    max_batch_tokens=256, **cfg))
 
 

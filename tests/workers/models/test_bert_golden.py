@@ -14,7 +14,7 @@ SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3], [2, 3], 
 
 
 def _packed_hidden(folder, seqs):
-    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t"))
+    spec = read_spec(WorkerConfig(model=str(folder), served_model_name="t"))
     model, arch = build_model(spec, REFERENCE, allow_pickle=False)
     assert arch.packed
     with torch.no_grad():

@@ -78,7 +78,7 @@ def reference_hidden(model, seqs) -> list[torch.Tensor]:
 
 
 def packed_hidden(folder, seqs, attention=grouped_sdpa, **overrides) -> tuple[list[torch.Tensor], str]:
-    spec = read_spec(WorkerConfig(model_path=str(folder), served_model_name="t", hf_overrides=overrides))
+    spec = read_spec(WorkerConfig(model=str(folder), served_model_name="t", hf_overrides=overrides))
     model, arch = build_model(spec, Ops(attention=attention), allow_pickle=False)
     with torch.no_grad():
         out = model(pack(seqs))  # (n_tokens, hidden)
@@ -151,7 +151,7 @@ def test_configs_the_packed_decoder_cannot_run_are_refused_by_name(tmp_path):
 
 
 def _load(folder, **kw):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", **{"dtype": "float32", **kw},
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", **{"dtype": "float32", **kw},
                                    max_batch_tokens=256))
 
 
@@ -208,7 +208,7 @@ def test_inspect_says_what_each_decoder_attends(tmp_path):
 
     _case(tmp_path / "g2", "gemma2-softcap")
     _case(tmp_path / "g3", "gemma3-bidirectional")
-    g2, g3 = (plan(WorkerConfig(model_path=str(tmp_path / f), served_model_name="t")) for f in ("g2", "g3"))
+    g2, g3 = (plan(WorkerConfig(model=str(tmp_path / f), served_model_name="t")) for f in ("g2", "g3"))
     assert g2.implementation == "packed gemma2" and g2.attention.endswith(
         "; causal; sliding windows (left, right) (7, 0); soft-capped logits through poolgate's exact grouped path")
     assert g3.attention.endswith("; bidirectional; sliding windows (left, right) (4, 4)")

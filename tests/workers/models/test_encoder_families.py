@@ -87,7 +87,7 @@ def test_runner_plans_groups_for_models_that_need_them(tmp_path, monkeypatch, mo
 
     monkeypatch.setattr(CpuBackend, "attention", lambda self, dtype: reference_attention)  # reads no group plan
     save_tiny(tmp_path, model_type)
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32",
                                     backend="cpu", max_batch_tokens=256, num_threads=1))  # one lane: one batch
     prepared = model.runner.prepare([Sequence(s, PoolingParams()) for s in SEQS])
     assert (prepared.packed.groups is not None) == grouped

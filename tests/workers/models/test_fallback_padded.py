@@ -32,6 +32,6 @@ def test_padded_cost_is_count_times_longest():
 
 def test_packed_models_are_budgeted_by_real_tokens(tmp_path):
     save_tiny(tmp_path, "bert")
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32",
                                     max_batch_tokens=256))
     assert not model.padded and not Engine(model).scheduler.padded

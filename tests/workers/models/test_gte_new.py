@@ -101,7 +101,7 @@ def _hub(folder, hf, seqs=SEQS) -> list[torch.Tensor]:
 
 
 def _load(folder, architecture: str):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="g", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="g", dtype="float32",
                                    max_batch_tokens=512, hf_overrides={"architectures": [architecture]}))
 
 

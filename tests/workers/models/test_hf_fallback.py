@@ -25,7 +25,7 @@ CONFIGS = {  # an encoder and two decoders with no packed family
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_fallback_matches_transformers_and_is_budgeted_padded(tmp_path, kind):
     ref = save_random(tmp_path, AutoModel, AutoConfig.for_model(kind, **CONFIGS[kind]))
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="t", dtype="float32",
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32",
                                     max_batch_tokens=256))
     assert model.padded and Engine(model).scheduler.padded  # budgeted count × longest (test_fallback_padded)
     got = pool_ids(model, SEQS, PoolingParams(use_activation=False))

@@ -105,7 +105,7 @@ def reference(state, task: int | None, seqs=SEQS) -> np.ndarray:
 
 
 def _load(folder, **hf):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="j3", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="j3", dtype="float32",
                                    max_batch_tokens=1024, hf_overrides=hf))
 
 

@@ -44,7 +44,7 @@ def _as_jina_v5(folder, base, **adapter) -> dict:
 
 
 def _load(folder, **hf):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="j", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="j", dtype="float32",
                                    max_batch_tokens=1024, hf_overrides=hf))
 
 

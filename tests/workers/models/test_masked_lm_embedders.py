@@ -19,7 +19,7 @@ def test_a_masked_lm_embeds_as_its_encoder(tmp_path, model_type):
     AutoModelForMaskedLM.from_config(tiny_config(model_type)).save_pretrained(tmp_path, safe_serialization=True)
     make_tiny_tokenizer(tmp_path)
     assert any(k.startswith("lm_head.") for k in load_file(tmp_path / "model.safetensors"))
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="m", dtype="float32",
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="m", dtype="float32",
                                     max_batch_tokens=512))
     assert model.info.tasks == ("embed", "token_embed") and model.runner.model.__class__.__name__ == "BertEncoder"
     ref = AutoModel.from_pretrained(tmp_path).eval()

@@ -65,7 +65,7 @@ def test_all_mpnet_base_v2_matches_sentence_transformers():
     from tests.workers.pooled import pool_texts
 
     folder = _fetch()
-    cfg = WorkerConfig(model_path=str(folder), served_model_name="mpnet", dtype="float32")
+    cfg = WorkerConfig(model=str(folder), served_model_name="mpnet", dtype="float32")
     spec = read_spec(cfg)
     assert architecture_for(spec).implementation == "packed mpnet"
     model = load_model(cfg)

@@ -28,7 +28,7 @@ def _as_nemotron(folder, architecture: str, **hf):
 
 
 def _load(folder):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="n", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="n", dtype="float32",
                                    max_batch_tokens=1024))
 
 

@@ -124,7 +124,7 @@ def test_gte_token_type_ids(tmp_path):
 
 
 def _load(folder):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
                                    max_batch_tokens=512))
 
 

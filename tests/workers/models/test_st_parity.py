@@ -29,7 +29,7 @@ def minilm():
     from sentence_transformers import SentenceTransformer
 
     path = str(bundled_model_path())
-    runner = load_model(WorkerConfig(model_path=path, served_model_name="m", dtype="float32", max_batch_tokens=512))
+    runner = load_model(WorkerConfig(model=path, served_model_name="m", dtype="float32", max_batch_tokens=512))
     return runner, SentenceTransformer(path, device="cpu")
 
 
@@ -72,7 +72,7 @@ def test_auto_dtype_is_the_cpus_fast_dtype_and_keeps_cosine(minilm):
     from poolgate.workers.backends.cpu import BF16_FLAGS, cpu_flags
 
     runner, _ = minilm
-    auto = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m",
+    auto = load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m",
                                    dtype="auto", max_batch_tokens=512))
     assert auto.info.dtype == ("bfloat16" if cpu_flags() & set(BF16_FLAGS) else "float32")
     got, _ = _run(auto, TEXTS)
@@ -83,7 +83,7 @@ def test_auto_dtype_is_the_cpus_fast_dtype_and_keeps_cosine(minilm):
 def test_bf16_parity_runs_in_bf16(minilm):
     """Explicit bfloat16 (on any CPU): close to float32, and really computed in bf16 (not equal)."""
     runner, st = minilm
-    bf16 = load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m",
+    bf16 = load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m",
                                    dtype="bfloat16", max_batch_tokens=512))
     assert bf16.info.dtype == "bfloat16" and bf16.runner.dtype == torch.bfloat16
     got, _ = _run(bf16, TEXTS)
@@ -103,7 +103,7 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
     dense = models.Dense(32, 16, activation_function=nn.Tanh())
     st = SentenceTransformer(modules=[body, pool, dense, models.Normalize()], device="cpu")
     st.save(str(tmp_path / "st"))
-    runner = load_model(WorkerConfig(model_path=str(tmp_path / "st"), served_model_name="t", dtype="float32",
+    runner = load_model(WorkerConfig(model=str(tmp_path / "st"), served_model_name="t", dtype="float32",
                                        max_batch_tokens=256))
     texts = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9 w10"]
     got, _ = _run(runner, texts)

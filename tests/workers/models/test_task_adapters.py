@@ -81,7 +81,7 @@ def test_bf16_prepacked_linears_keep_their_lora(tmp_path):
     from poolgate.workers.load.build import load_model
 
     state = v3._checkpoint(tmp_path)
-    load = lambda **hf: load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="j3",  # noqa: E731
+    load = lambda **hf: load_model(WorkerConfig(model=str(tmp_path), served_model_name="j3",  # noqa: E731
                                                 dtype="bfloat16", max_batch_tokens=1024, hf_overrides=hf))
     served = load(**PER_REQUEST)
     assert served.info.dtype == "bfloat16"

@@ -37,7 +37,7 @@ def _as_voyage(folder, **hf) -> torch.Tensor:
 
 
 def _load(folder, **cfg):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="v", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="v", dtype="float32",
                                    max_batch_tokens=1024, hf_overrides=VOYAGE, **cfg))
 
 
@@ -75,7 +75,7 @@ def test_token_embed_is_each_projected_token_normalized(tmp_path):
 def test_pooler_config_pooling_is_honoured(tmp_path):
     ref = save_tiny(tmp_path, "qwen3", "Qwen3Model", is_causal=False)
     linear = _as_voyage(tmp_path)
-    got = pool_ids(_load(tmp_path, pooler=PoolerConfig(pooling_type="LAST")), SEQS)
+    got = pool_ids(_load(tmp_path, pooler_config=PoolerConfig(pooling_type="LAST")), SEQS)
     want = torch.stack([F.normalize(t[-1], dim=-1) for t in _reference(ref, linear)]).numpy()
     assert max_abs(got, want) < 1e-5
 

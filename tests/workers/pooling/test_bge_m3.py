@@ -34,7 +34,7 @@ def _layout(folder, *, pickles: bool):
 
 
 def _load(folder, **kw):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="bge-m3", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="bge-m3", dtype="float32",
                                    max_batch_tokens=256, hf_overrides=BGE, **kw))
 
 

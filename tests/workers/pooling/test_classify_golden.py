@@ -28,7 +28,7 @@ def _save(folder, model_type: str, auto, **extra):
 
 
 def _load(folder):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
                                    max_batch_tokens=256))
 
 
@@ -136,8 +136,8 @@ def _load_with(folder, **cfg):
     from poolgate.shared.pooler_config import PoolerConfig
 
     hf_overrides = cfg.pop("hf_overrides", {})
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="t", dtype="float32",
-                                   max_batch_tokens=256, pooler=PoolerConfig(**cfg), hf_overrides=hf_overrides))
+    return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
+                                   max_batch_tokens=256, pooler_config=PoolerConfig(**cfg), hf_overrides=hf_overrides))
 
 
 def test_pooler_config_task_calibration_and_activation_default(tmp_path):
@@ -194,8 +194,8 @@ def test_step_pooling_on_a_generative_reward_model_reads_its_lm_head(tmp_path):
     make_tiny_tokenizer(tmp_path)
     from poolgate.shared.pooler_config import PoolerConfig
 
-    model = load_model(WorkerConfig(model_path=str(tmp_path), served_model_name="prm", dtype="float32",
-                                    convert="classify", pooler=PoolerConfig(
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="prm", dtype="float32",
+                                    convert="classify", pooler_config=PoolerConfig(
                                         task="token_classify", tok_pooling_type="STEP", step_tag_id=11,
                                         returned_token_ids=(6, 7))))
     seqs = [[2, 10, 11, 12, 11, 3], [2, 11, 3]]

@@ -159,5 +159,5 @@ def test_max_model_len_covers_pylates_lengths_past_max_seq_length(tmp_path):
     (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 15}))
     (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({
         "model_type": "ColBERT", "query_length": 8, "document_length": 20}))
-    assert read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="t")).max_model_len == 20  # 19 tokens + [D], as PyLate
-    assert read_spec(WorkerConfig(model_path=str(tmp_path), served_model_name="t", max_model_len=12)).max_model_len == 12
+    assert read_spec(WorkerConfig(model=str(tmp_path), served_model_name="t")).max_model_len == 20  # 19 tokens + [D], as PyLate
+    assert read_spec(WorkerConfig(model=str(tmp_path), served_model_name="t", max_model_len=12)).max_model_len == 12

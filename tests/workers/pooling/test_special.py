@@ -21,7 +21,7 @@ def test_the_registry_serves_exactly_its_entrys_tasks(tmp_path):
     from poolgate.workers.load.inspect import plan
 
     save_tiny(tmp_path, "bert", head="model")
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="s", dtype="float32", hf_overrides=SPLADE)
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="s", dtype="float32", hf_overrides=SPLADE)
     tasks = SPECIAL_MODELS["BertSpladeSparseEmbeddingModel"].tasks
     assert plan(cfg).tasks.startswith(", ".join(tasks)) and plan(cfg).pooling.startswith("SPLADE")
 

@@ -27,7 +27,7 @@ def _reference(mlm, ids: list[list[int]], special: set[int]) -> np.ndarray:
 
 
 def _load(folder, dtype="float32"):
-    return load_model(WorkerConfig(model_path=str(folder), served_model_name="splade", dtype=dtype,
+    return load_model(WorkerConfig(model=str(folder), served_model_name="splade", dtype=dtype,
                                    max_batch_tokens=512, hf_overrides=SPLADE))
 
 

@@ -10,7 +10,7 @@ from poolgate.workers.tools.runner_shares import attention_share, gemm_peak, lin
 def _model(dtype="bfloat16"):
     from poolgate.workers.load.build import load_model
 
-    return load_model(WorkerConfig(model_path=str(bundled_model_path()), served_model_name="m", backend="cpu",
+    return load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m", backend="cpu",
                                    dtype=dtype, num_threads=1))
 
 

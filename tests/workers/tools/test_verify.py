@@ -38,7 +38,7 @@ def test_a_threshold_the_model_does_not_reach_exits_1(tmp_path, capsys):
 
 def test_a_classifier_is_checked_against_transformers(tmp_path):
     save_tiny(tmp_path, "bert", head="sequence_classification", num_labels=3)
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="c", dtype="float32", max_batch_tokens=4096)
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="c", dtype="float32", max_batch_tokens=4096)
     checks, skipped = verify_loaded(load_model(cfg), read_spec(cfg))
     (row,) = checks
     assert row.task == "classify" and row.worst_cosine > 0.99999 and row.max_abs_diff < 1e-5
@@ -47,7 +47,7 @@ def test_a_classifier_is_checked_against_transformers(tmp_path):
 
 def test_verify_on_start_refuses_a_model_below_the_threshold(tmp_path):
     save_tiny(tmp_path, "bert", head="sequence_classification", num_labels=3)
-    cfg = dict(model_path=str(tmp_path), served_model_name="c", max_batch_tokens=4096)
+    cfg = dict(model=str(tmp_path), served_model_name="c", max_batch_tokens=4096)
     assert load_model(WorkerConfig(**cfg, dtype="float32", verify_on_start=0.999)).info.tasks[0] == "classify"
     with pytest.raises(ValueError, match=r"--verify-on-start: .* below 1\.0: classify +bfloat16"):
         load_model(WorkerConfig(**cfg, dtype="bfloat16", verify_on_start=1.0))
@@ -58,8 +58,8 @@ def test_a_token_classifier_is_checked_token_by_token(tmp_path, use_activation):
     """A *ForTokenClassification checkpoint: every probe token's label distribution (or, with the pooler
     config's use_activation off, its logits) against transformers'."""
     save_tiny(tmp_path, "bert", head="token_classification", num_labels=5)
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="n", dtype="float32", max_batch_tokens=4096,
-                       pooler=PoolerConfig(use_activation=use_activation))
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="n", dtype="float32", max_batch_tokens=4096,
+                       pooler_config=PoolerConfig(use_activation=use_activation))
     model = load_model(cfg)
     checks, skipped = verify_loaded(model, read_spec(cfg))
     (row,) = checks
@@ -71,7 +71,7 @@ def test_a_token_classifier_is_checked_token_by_token(tmp_path, use_activation):
 
 def test_an_embedders_token_vectors_are_checked_and_what_verify_cannot_reproduce_is_skipped(tmp_path):
     save_tiny(tmp_path, "bert")
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="e", dtype="float32", max_batch_tokens=4096)
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="e", dtype="float32", max_batch_tokens=4096)
     spec = read_spec(cfg)
     checks, skipped = verify_loaded(load_model(cfg), spec)
     assert [c.task for c in checks] == ["embed", "token_embed"] and skipped == []
@@ -87,7 +87,7 @@ def test_a_token_count_that_differs_from_the_reference_fails(tmp_path, monkeypat
     """Tokenizers that split a probe differently leave no row to compare: the check fails (-1), it does not
     compare the wrong tokens or crash."""
     save_tiny(tmp_path, "bert")
-    cfg = WorkerConfig(model_path=str(tmp_path), served_model_name="e", dtype="float32", max_batch_tokens=4096)
+    cfg = WorkerConfig(model=str(tmp_path), served_model_name="e", dtype="float32", max_batch_tokens=4096)
     real = verify._transformers
     monkeypatch.setattr(verify, "_transformers", lambda spec, task: real(spec, task)[1:])
     checks, _ = verify_loaded(load_model(cfg), read_spec(cfg))
