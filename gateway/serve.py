@@ -56,6 +56,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the same `poolgate worker`s) share it and the kernel spreads connections over them",
     )
     p.add_argument(
+        "--gateway-processes",
+        "--api-server-count",
+        dest="gateway_processes",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="gateway processes on the one port (SO_REUSEPORT) in front of the same workers: this one spawns "
+        "and supervises the local workers and N-1 more gateway processes, which connect to them; tenant quotas "
+        "and /metrics are shared, admission takes 1/N of each limit per process (see docs/operations.md)",
+    )
+    p.add_argument(
         "--auto-truncate", action="store_true", help="truncate over-long inputs instead of rejecting them with 400"
     )
     p.add_argument(

@@ -140,6 +140,7 @@ class FileSettings(Table):
     host: str | None = None
     port: Port | None = None
     reuse_port: bool | None = None
+    gateway_processes: Positive | None = None
     auto_truncate: bool | None = None
     api_key: str | None = None
     api_key_file: str | None = None
