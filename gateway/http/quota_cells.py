@@ -17,11 +17,19 @@ import contextlib
 import fcntl
 import mmap
 import os
-from collections.abc import Iterator, MutableSequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 CELL_BYTES = 8  # one float64
+
+
+class Floats(Protocol):
+    """Cells by number: a list, or a memoryview of float64."""
+
+    def __getitem__(self, i: int, /) -> float: ...
+
+    def __setitem__(self, i: int, value: float, /) -> None: ...
 
 
 class Cells(Protocol):
@@ -29,7 +37,7 @@ class Cells(Protocol):
 
     fresh: bool
 
-    def locked(self) -> contextlib.AbstractContextManager[MutableSequence[float]]: ...
+    def locked(self) -> contextlib.AbstractContextManager[Floats]: ...
 
 
 class LocalCells:
@@ -40,7 +48,7 @@ class LocalCells:
     def __init__(self, count: int) -> None:
         self.values = [0.0] * count
 
-    def locked(self) -> contextlib.AbstractContextManager[MutableSequence[float]]:
+    def locked(self) -> contextlib.AbstractContextManager[Floats]:
         return contextlib.nullcontext(self.values)
 
 
@@ -58,7 +66,7 @@ class SharedCells:
         self.fresh = create
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[MutableSequence[float]]:
+    def locked(self) -> Iterator[Floats]:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
             yield self.view

@@ -33,10 +33,10 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from poolgate.gateway.http.quota_cells import Cells, LocalCells, Tally
+from poolgate.gateway.http.quota_cells import Cells, Floats, LocalCells, Tally
 from poolgate.shared.config import GatewayConfig, Tenant
 from poolgate.shared.errors import Overloaded
 
@@ -67,7 +67,7 @@ class Bucket:
         with self.cells.locked() as v:
             return v[self.slot]
 
-    def _refilled(self, v: MutableSequence[float]) -> float:
+    def _refilled(self, v: Floats) -> float:
         now, level, at = self.clock(), v[self.slot], v[self.slot + 1]
         v[self.slot], v[self.slot + 1] = min(self.capacity, level + (now - at) * self.rate), now
         return v[self.slot]
