@@ -11,14 +11,18 @@ Start-up and shutdown, in order:
    (``gateway.pools.fleet``: local workers together, each under a
    ``gateway.pools.supervisor.Supervisor`` that restarts it with backoff when it
    dies; remote ones dialed, waiting for those still loading; DNS names
-   watched), which adds each model's pools to the router; it logs "ready",
-   then health-checks every worker every ``health_probe_interval_s``
-   (``gateway.pools.health.watch``). The admin API (``gateway.admin``) loads and
-   unloads models through the same Fleet while the gateway runs.
+   watched), which adds each model's pools to the router; it logs "ready"
+   (with ``--gateway-processes N``, the parent then starts its N-1 siblings
+   on the same port in front of the same workers, ``gateway.scale_out``; a
+   sibling runs ``run_gateway`` too, with the processes' shared folder), then
+   health-checks every worker every ``health_probe_interval_s``
+   (``gateway.pools.health.watch``). The admin API (``gateway.admin``) loads
+   and unloads models through the same Fleet while the gateway runs.
 4. SIGINT/SIGTERM: ``gateway.pools.drain`` drains (503 for new requests, calls in
    flight finish, up to ``drain_timeout_s``), then raises ``GracefulExit``;
    ``run_app`` stops the site, then runs the cleanup_ctx tear-down: cancel
-   ``_bring_up``, stop every supervisor and its worker, close the router.
+   ``_bring_up``, wait for the siblings (the signal was passed on to them),
+   stop every supervisor and its worker, close the router.
 
 A start-up failure (no worker of some pool came up, a remote
 worker that never answers) is logged as "could not start: ..." and stops

@@ -73,7 +73,7 @@ def _answer(url: str, key: str) -> dict | None:
 def _wait_ready(url: str, key: str, processes: int, procs: list[subprocess.Popen]) -> set[int]:
     """Until ``processes`` distinct gateway processes answered on the port with the null model's worker ready;
     their pids."""
-    deadline, ready = time.monotonic() + READY_TIMEOUT_S, set()
+    deadline, ready = time.monotonic() + READY_TIMEOUT_S, set[int]()
     while len(ready) < processes:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("the zero-cost worker or the gateway exited before it was ready")
