@@ -4,7 +4,9 @@ Routes (errors in the OpenAI error shape):
 
 - ``GET /admin/pools``: every model, its pools in preference order (backend,
   dtype, admission cap) and each pool's workers (address, state: starting /
-  ready / down / draining, calls in flight, outstanding tokens, recoveries);
+  ready / down / draining, calls in flight, outstanding tokens, recoveries),
+  as the gateway process that answers sees them (``pid``: which one, with
+  ``--gateway-processes N``: its own calls and admission, the same workers);
 - ``POST /admin/models``: a JSON object with the keys of a config file's
   ``[[models]]`` table (``name``, ``model``, ``backend``, ``replicas``,
   ``devices``, ``dtype``, ``pooler_config``, ...; no ``remote``). ``model`` is a
@@ -88,7 +90,7 @@ async def list_pools(request: web.Request, _body: None = None) -> web.Response:
         }
         for name, model in list(router.pools.items())
     ]
-    return web.json_response({"object": "list", "data": data})
+    return web.json_response({"object": "list", "pid": os.getpid(), "data": data})  # this gateway process's view
 
 
 async def load_model(request: web.Request, _body: None = None) -> web.Response:

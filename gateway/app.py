@@ -22,20 +22,26 @@ CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
 
 def make_app(
-    config: GatewayConfig, router: Router, *, cleanup_ctx: Iterable[CleanupCtx] = (), telemetry: Telemetry | None = None
+    config: GatewayConfig,
+    router: Router,
+    *,
+    cleanup_ctx: Iterable[CleanupCtx] = (),
+    telemetry: Telemetry | None = None,
+    tenants: Tenants | None = None,
 ) -> web.Application:
     """An app serving ``router``'s models; whoever built the router owns its workers.
 
     ``cleanup_ctx`` generators (start-up before their ``yield``, tear-down
     after) are attached in order, e.g. to spawn and stop local workers.
-    ``telemetry`` (tracer and metrics) is off when not given.
+    ``telemetry`` (tracer and metrics) is off when not given; ``tenants``: the
+    quotas' state (default: this process's own, ``gateway.http.tenants``).
     """
     app = web.Application(middlewares=[edge_middleware], client_max_size=config.max_request_bytes)
     app[CONFIG] = config
     app[ROUTER] = router
     app[ROUTE_OF] = {}
     app[TELEMETRY] = telemetry or Telemetry()
-    app[TENANTS] = Tenants(config)
+    app[TENANTS] = tenants or Tenants(config)
     routes = [*all_routes(), *routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES, *docs.ROUTES]
     app[openapi.ROUTES_KEY] = routes
     register(app, routes)

@@ -11,14 +11,18 @@ Start-up and shutdown, in order:
    (``gateway.pools.fleet``: local workers together, each under a
    ``gateway.pools.supervisor.Supervisor`` that restarts it with backoff when it
    dies; remote ones dialed, waiting for those still loading; DNS names
-   watched), which adds each model's pools to the router; it logs "ready",
-   then health-checks every worker every ``health_probe_interval_s``
-   (``gateway.pools.health.watch``). The admin API (``gateway.admin``) loads and
-   unloads models through the same Fleet while the gateway runs.
+   watched), which adds each model's pools to the router; it logs "ready"
+   (with ``--gateway-processes N``, the parent then starts its N-1 siblings
+   on the same port in front of the same workers, ``gateway.scale_out``; a
+   sibling runs ``run_gateway`` too, with the processes' shared folder), then
+   health-checks every worker every ``health_probe_interval_s``
+   (``gateway.pools.health.watch``). The admin API (``gateway.admin``) loads
+   and unloads models through the same Fleet while the gateway runs.
 4. SIGINT/SIGTERM: ``gateway.pools.drain`` drains (503 for new requests, calls in
    flight finish, up to ``drain_timeout_s``), then raises ``GracefulExit``;
    ``run_app`` stops the site, then runs the cleanup_ctx tear-down: cancel
-   ``_bring_up``, stop every supervisor and its worker, close the router.
+   ``_bring_up``, wait for the siblings (the signal was passed on to them),
+   stop every supervisor and its worker, close the router.
 
 A start-up failure (no worker of some pool came up, a remote
 worker that never answers) is logged as "could not start: ..." and stops
@@ -42,10 +46,12 @@ from aiohttp import web
 from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
 from poolgate.gateway.http import server_log
+from poolgate.gateway.http.tenants import Tenants
 from poolgate.gateway.pools import health
 from poolgate.gateway.pools.drain import Drain
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.router import Router
+from poolgate.gateway.scale_out import Share, Siblings, parent_config, shared_folder, sibling_config
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.config import GatewayConfig
@@ -57,16 +63,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("poolgate")
 
 
-def run_gateway(config: GatewayConfig) -> int:
-    """Serve until SIGINT/SIGTERM; the process exit code (0, or 1 when start-up failed)."""
-    lifecycle = Lifecycle(config, Router())
+def run_gateway(config: GatewayConfig, share: Share | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; the process exit code (0, or 1 when start-up failed). ``share``: a sibling's
+    folder of ``--gateway-processes`` (``gateway.scale_out``); the parent of N > 1 makes it here."""
+    if config.gateway_processes > 1 and share is None:
+        with shared_folder() as parent_share:
+            return _serve(parent_config(config), parent_share)
+    return _serve(config, share)
+
+
+def _serve(config: GatewayConfig, share: Share | None) -> int:
+    siblings = None
+    if share is not None and share.parent:
+        siblings = Siblings(share, config.gateway_processes, config.drain_timeout_s)
+    lifecycle = Lifecycle(config, Router(), siblings=siblings)
     tracer = _tracer(config)
-    metrics = GatewayMetrics(lifecycle.router) if config.metrics else None
+    metrics = None
+    if config.metrics:
+        metrics = GatewayMetrics(lifecycle.router, multiprocess_dir=share.metrics_dir if share is not None else None)
     app = make_app(
         config,
         lifecycle.router,
-        cleanup_ctx=[*_flush_spans(tracer), lifecycle.workers, *_metrics_site(config, metrics)],
+        cleanup_ctx=[*_flush_spans(tracer), lifecycle.workers, *_metrics_site(config, metrics), *_publish(metrics)],
         telemetry=Telemetry(tracer=tracer, recorder=metrics),
+        tenants=Tenants(config, cells=share.quota_cells(config) if share is not None else None),
     )
     if metrics is not None and config.metrics_port is None:
         metrics.add_route(app)
@@ -100,12 +120,17 @@ def _metrics_site(config: GatewayConfig, metrics: GatewayMetrics | None) -> list
         metrics.add_route(metrics_app)
         runner = web.AppRunner(metrics_app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, config.host, config.metrics_port).start()
+        await web.TCPSite(runner, config.host, config.metrics_port, reuse_port=config.reuse_port or None).start()
         log.info("metrics on http://%s:%d/metrics", config.host, config.metrics_port)
         yield
         await runner.cleanup()
 
     return [metrics_site]
+
+
+def _publish(metrics: GatewayMetrics | None) -> list:
+    """With several gateway processes, a cleanup_ctx that keeps this one's calls in flight in the shared files."""
+    return [metrics.keep_publishing] if metrics is not None and metrics.multiprocess else []
 
 
 def _tracer(config: GatewayConfig) -> SpanTracer | None:
@@ -138,8 +163,15 @@ class Lifecycle:
     and the models the admin API loads and unloads later.
     """
 
-    def __init__(self, config: GatewayConfig, router: Router, *, runner_factory: str | None = None) -> None:
-        self.config, self.router = config, router
+    def __init__(
+        self,
+        config: GatewayConfig,
+        router: Router,
+        *,
+        runner_factory: str | None = None,
+        siblings: Siblings | None = None,
+    ) -> None:
+        self.config, self.router, self.siblings = config, router, siblings
         self.folder = Path(tempfile.mkdtemp(prefix="poolgate-"))  # local workers' sockets, owner-only
         self.fleet = Fleet(config, router, self.folder, runner_factory=runner_factory)
         self.drain = Drain(router, config.drain_timeout_s, _stop_run_app)
@@ -157,7 +189,7 @@ class Lifecycle:
 
     async def workers(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx: bring the workers up in the background; at cleanup, stop them all."""
-        self.drain.install(asyncio.get_running_loop())
+        self.drain.install(asyncio.get_running_loop(), also=self.siblings.signal if self.siblings else None)
         bring_up = asyncio.create_task(self._bring_up())
         try:
             yield
@@ -165,6 +197,8 @@ class Lifecycle:
             log.info("shutting down")
             bring_up.cancel()
             await asyncio.wait([bring_up])
+            if self.siblings is not None:  # they drain on the workers, which stop after them
+                await self.siblings.stop()
             await self.fleet.stop()
             await self.router.close()
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -185,6 +219,8 @@ class Lifecycle:
             self.config.port,
             "; ".join(f"{name} on {', '.join(m.backends)}" for name, m in self.router.pools.items()),
         )
+        if self.siblings is not None:
+            self.siblings.start(sibling_config(self.config, self.fleet))
         await health.watch(self.router, self.config.health_probe_interval_s, self.config.health_check_timeout_s)
 
 

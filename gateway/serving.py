@@ -177,7 +177,9 @@ def chars(x: Input) -> int:
 
 
 def lookup(request: web.Request, model: str | None) -> ModelPools:
-    """The pools of ``model`` (None = the default), whatever its tasks; recorded on the request."""
+    """The pools of ``model`` (None = the default), whatever its tasks; recorded on the request. A tokenizer
+    route (answered in the gateway, at once) checks the request's timeout header as every route does."""
+    request_deadline(request)  # 400 for a timeout that is not a positive number of seconds
     pools = request.app[ROUTER].lookup(model)
     if (record := request.get(RECORD)) is not None:
         record.model = pools.name

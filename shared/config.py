@@ -128,6 +128,7 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     reuse_port: bool = False  # SO_REUSEPORT: several gateway processes share the port (the kernel spreads connections)
+    gateway_processes: int = 1  # --gateway-processes: this many on the port, one set of workers (gateway.scale_out)
     api_key: str | None = None
     tenants: tuple[Tenant, ...] = ()  # --api-keys-file: more keys, each a tenant with quotas (gateway.http.tenants)
     auto_truncate: bool = False

@@ -69,7 +69,7 @@ def flag_of(item: Declared) -> tuple[tuple[str, ...], dict[str, Any]]:
         options["type"] = _bounded(item.kind, about)
     if about.const is not None:
         options.update(nargs="?", const=about.const)
-    return (f"--{item.name.replace('_', '-')}",), options
+    return (f"--{item.name.replace('_', '-')}", *about.aliases), {**options, "dest": item.name}
 
 
 def _bounded(kind: type[int] | type[float], about: Setting) -> Callable[[str], Any]:

@@ -35,6 +35,7 @@ class Setting:
     path: bool = False  # a path: in the config file, relative to the file
     group: str | None = None  # the title of the --help group its flag is listed in (None: the declaration's)
     models_key: str | None = None  # a serve flag that sets this key of every [[models]] table (no top-level key)
+    aliases: tuple[str, ...] = ()  # more flag names (vLLM's, e.g. --api-server-count)
 
 
 def setting(default: Any = None, *, factory: Callable[[], Any] | None = None, **about: Any) -> Any:

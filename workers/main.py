@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import importlib
 import json
 import logging
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from poolgate.shared.config import WorkerConfig
 from poolgate.shared.cpu import apply_cpu_class
+from poolgate.shared.parent_death import die_with_parent
 from poolgate.shared.transport import parse_address
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.scheduler import POLICIES
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("poolgate.worker")
 
-PR_SET_PDEATHSIG = 1
 DEFAULT_RUNNER_FACTORY = "poolgate.workers.load.build:load_model"
 DRAIN_TIMEOUT_S = 30.0  # on SIGTERM, how long calls in flight may take to finish
 
@@ -103,19 +102,6 @@ def run(cfg: WorkerConfig, listen: str, factory_spec: str = DEFAULT_RUNNER_FACTO
         # anything else is a bug and leaves with its traceback (exit code 1 as well)
         log.error("worker for %s failed: %s", cfg.served_model_name, exc, exc_info=True)
         return 1
-
-
-def die_with_parent(parent_pid: int | None) -> None:
-    """For a worker the gateway spawned (``--parent-pid``): ask Linux to SIGTERM us when
-    the parent exits. A worker started on its own outlives the shell that started it."""
-    if parent_pid is None:
-        return
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if parent_pid is not None and os.getppid() != parent_pid:
-        sys.exit(f"parent {parent_pid} is gone; not starting")
 
 
 def load_factory(spec: str) -> Callable[[WorkerConfig], LoadedModel]:

@@ -104,8 +104,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=1,
         metavar="N",
-        help="with --gateway-only: then the same with N gateway processes on one port (--reuse-port), "
-        "sharing the worker",
+        help="with --gateway-only: then the same with serve --gateway-processes N (N gateway processes on one "
+        "port), sharing the worker",
     )
     mode.add_argument(
         "--burst",

@@ -9,28 +9,29 @@ and one ``poolgate serve --worker-url`` in front of it, then runs the HTTP load
 at 1 and at 32 inputs per request, in float and in base64, and stops both. What
 is left is HTTP, JSON, the dialect, routing, tokenizing, admission, the transport
 and the response encoding: requests/s, inputs/s and tokens/s per gateway process. With
-``--gateway-processes N`` it then does the same with N gateway processes on one
-port (``--reuse-port``, each with its own metrics port), sharing the one worker:
-the scale-out, measured beside one process in the same run.
+``--gateway-processes N`` it then does the same with ``poolgate serve
+--gateway-processes N`` (N gateway processes on one port, one /metrics for all
+of them), sharing the one worker: the scale-out, measured beside one process in
+the same run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import secrets
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from poolgate.gateway.bench.load import LoadConfig, run_load
 from poolgate.gateway.bench.report import summarize
-from poolgate.shared.telemetry import WORKER_UP
 
 NULL_FACTORIES = {  # --zero-cost-tokenizer -> the zero-cost model's factory
     "model": "poolgate.workers.tools.null_model:load",  # the bundled MiniLM's tokenizer: tokenizing is measured
@@ -46,6 +47,16 @@ SHAPES: tuple[tuple[int, Literal["float", "base64"]], ...] = (  # (inputs per re
 READY_TIMEOUT_S = 60.0
 
 
+@dataclass(frozen=True)
+class NullGateway:
+    """A running ``null_gateway``: its base URL, its /metrics (every process's requests), API key, processes."""
+
+    url: str
+    metrics: str
+    key: str
+    pids: set[int]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -56,79 +67,50 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "poolgate.gateway.cli", *args]
 
 
-def _ready(url: str) -> bool:
-    """A gateway's /metrics with its worker up (it serves the model), or the API's /health answering 200."""
-    with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=2) as resp:
-        if resp.status != 200:
-            return False
-        if not url.endswith("/metrics"):
-            return True
-        return any(
-            line.startswith(f"{WORKER_UP}{{") and line.rstrip().endswith(" 1.0")
-            for line in resp.read().decode().splitlines()
-        )
-    return False
+def _answer(url: str, key: str) -> dict | None:
+    """``/admin/pools`` of the gateway process a fresh connection reaches, or None while it does not answer."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(request, timeout=2) as resp:
+        return json.loads(resp.read())
+    return None
 
 
-def _wait_ready(urls: list[str], procs: list[subprocess.Popen]) -> None:
-    """Until every URL is ready (each gateway's own metrics port, then the shared API port)."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    pending = list(urls)
-    while pending and time.monotonic() < deadline:
+def _wait_ready(url: str, key: str, processes: int, procs: list[subprocess.Popen]) -> set[int]:
+    """Until ``processes`` distinct gateway processes answered on the port with the null model's worker ready;
+    their pids."""
+    deadline, ready = time.monotonic() + READY_TIMEOUT_S, set[int]()
+    while len(ready) < processes:
         if any(p.poll() is not None for p in procs):
-            raise RuntimeError("the zero-cost worker or a gateway exited before it was ready")
-        if _ready(pending[0]):
-            pending.pop(0)
-            continue
-        time.sleep(0.2)
-    if pending:
-        raise RuntimeError(f"{pending[0]} was not ready within {READY_TIMEOUT_S:.0f} s")
+            raise RuntimeError("the zero-cost worker or the gateway exited before it was ready")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(ready)} of {processes} gateway processes ready within {READY_TIMEOUT_S:.0f} s")
+        answer = _answer(f"{url}/admin/pools", key)
+        if answer is not None and all(model["ready"] for model in answer["data"]) and answer["data"]:
+            ready.add(answer["pid"])
+        else:
+            time.sleep(0.1)
+    return ready
 
 
 @contextlib.contextmanager
-def null_gateway(processes: int = 1, tokenizer: str = "model") -> Iterator[tuple[str, list[str]]]:
-    """``processes`` gateways on one free port in front of one zero-cost worker; yields the base URL and each
-    gateway's own /metrics URL."""
-    worker_port, http_port = free_port(), free_port()
+def null_gateway(processes: int = 1, tokenizer: str = "model") -> Iterator[NullGateway]:
+    """``poolgate serve --gateway-processes N`` on a free port in front of one zero-cost worker, every process
+    ready (an admin key of its own finds each one's pid)."""
+    worker_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    key = secrets.token_urlsafe(16)
+    worker = ["--served-model-name", MODEL, "--listen", f"tcp://127.0.0.1:{worker_port}"]
     procs = [
         subprocess.Popen(
-            _cli(
-                "worker",
-                "--served-model-name",
-                MODEL,
-                "--listen",
-                f"tcp://127.0.0.1:{worker_port}",
-                "--runner-factory",
-                NULL_FACTORIES[tokenizer],
-            ),
-            stderr=subprocess.DEVNULL,
+            _cli("worker", *worker, "--runner-factory", NULL_FACTORIES[tokenizer]), stderr=subprocess.DEVNULL
         )
     ]
-    metrics = []
-    for _ in range(processes):
-        metrics_port = free_port()
-        metrics.append(f"http://127.0.0.1:{metrics_port}/metrics")
-        procs.append(
-            subprocess.Popen(
-                _cli(
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(http_port),
-                    "--reuse-port",
-                    "--metrics-port",
-                    str(metrics_port),
-                    "--worker-url",
-                    f"tcp://127.0.0.1:{worker_port}",
-                ),
-                stderr=subprocess.DEVNULL,
-            )
-        )
+    serve = ["--host", "127.0.0.1", "--port", str(http_port), "--metrics-port", str(metrics_port), "--api-key", key]
+    serve += ["--gateway-processes", str(processes), "--worker-url", f"tcp://127.0.0.1:{worker_port}"]
+    procs.append(subprocess.Popen(_cli("serve", *serve), stderr=subprocess.DEVNULL))
     url = f"http://127.0.0.1:{http_port}"
     try:
-        _wait_ready([*metrics, f"{url}/health"], procs)
-        yield url, metrics
+        pids = _wait_ready(url, key, processes, procs)
+        yield NullGateway(url, f"http://127.0.0.1:{metrics_port}/metrics", key, pids)
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -144,9 +126,10 @@ def run_gateway_only(base: LoadConfig, texts: list[str], processes: int = 1, tok
     (``processes`` > 1) behind that many on one port: the report. ``tokenizer``: a key of ``NULL_FACTORIES``."""
     runs = []
     for n in sorted({1, processes}):
-        with null_gateway(n, tokenizer) as (url, _):
+        with null_gateway(n, tokenizer) as gateway:
             for batch, encoding in SHAPES:
-                cfg = replace(base, url=url, model=MODEL, batch_size=batch, encoding_format=encoding)
+                cfg = replace(base, url=gateway.url, model=MODEL, batch_size=batch, encoding_format=encoding)
+                cfg = replace(cfg, api_key=gateway.key)
                 result = asyncio.run(run_load(cfg, texts))
                 runs.append(
                     {**summarize(result, cfg, corpus="synthetic", num_texts=len(texts)), "gateway_processes": n}

@@ -11,6 +11,7 @@ cannot mean two things.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,21 @@ def allowed_origins(values: list[str]) -> tuple[str, ...]:
     return origins
 
 
+def gateway_processes(settings: argparse.Namespace, pools: tuple[PoolConfig, ...]) -> int:
+    """``gateway_processes``; SettingError where N processes cannot honour the rest of the config."""
+    n = settings.gateway_processes
+    why = None
+    if n > 1 and sys.platform != "linux":
+        why = "needs Linux (SO_REUSEPORT spreads one port's connections only there; a process dies with its parent)"
+    elif n > 1 and settings.transport == "tcp" and any(pool.workers for pool in pools):
+        why = "needs transport = unix for local workers (a restarted worker's TCP port changes; the others lose it)"
+    elif n > 1 and settings.model_root:
+        why = "cannot go with model_roots (the admin API would load or unload a model in one process only)"
+    if why is not None:
+        raise SettingError(("gateway_processes",), f"gateway_processes = {n} {why}")
+    return n
+
+
 def build_config(
     settings: argparse.Namespace,
     pools: tuple[PoolConfig, ...],
@@ -168,6 +184,7 @@ def build_config(
         host=settings.host,
         port=settings.port,
         reuse_port=bool(settings.reuse_port),
+        gateway_processes=gateway_processes(settings, pools),
         api_key=api_key(settings) or environ.get(API_KEY_ENV) or None,
         tenants=tenants(settings),
         auto_truncate=settings.auto_truncate,

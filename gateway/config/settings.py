@@ -31,6 +31,15 @@ class GatewaySettings:
         help="bind the port with SO_REUSEPORT, so several gateway processes (each with --worker-url to "
         "the same `poolgate worker`s) share it and the kernel spreads connections over them",
     )
+    gateway_processes: int = setting(
+        1,
+        ge=1,
+        metavar="N",
+        aliases=("--api-server-count",),
+        help="gateway processes on the one port (SO_REUSEPORT) in front of the same workers: this one spawns "
+        "and supervises the local workers and N-1 more gateway processes, which connect to them; tenant quotas "
+        "and /metrics are shared, admission takes 1/N of each limit per process (see docs/operations.md)",
+    )
     auto_truncate: bool = setting(False, help="truncate over-long inputs instead of rejecting them with 400")
     api_key: str | None = setting(
         help="require 'Authorization: Bearer KEY' on every API and admin route (/health, /ping, "

@@ -80,6 +80,7 @@ async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Resp
     texts = [prompt + text for text in texts]
     check_inputs(pools.info, texts)  # the checks every route runs: valid Unicode
 
+    pools.check(len(texts), max(map(len, texts)))  # the request's own size limits, before it is tokenized
     front = pools.front
 
     def one(text: str) -> list[dict]:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.serving import lookup
+from poolgate.gateway.serving import chars, lookup
 from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.limits import check_inputs
 from poolgate.shared.wire import Input
@@ -80,6 +80,7 @@ async def create_tokenize(request: web.Request, req: TokenizeRequest) -> web.Res
     pools = lookup(request, req.model)
     x = req.input()
     check_inputs(pools.info, [x])  # the checks every route runs: valid Unicode, no empty conversation
+    pools.check(1, chars(x))  # the request's own size limits, before its text is tokenized
     front = pools.front
     ids, strs = await run_tokenizer(
         request.app, lambda y: front.tokenize(y, req.special_tokens(), req.return_token_strs), x

@@ -25,6 +25,16 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   how long the excess takes to drain at that capacity. The capacity, the limit
   and every job are in the same counted tokens, for any language or code.
 
+With ``--gateway-processes N`` each process admits only what it sent itself,
+so each gets 1/N of the limits the workers share (``gateway.pools.fleet.
+admission_limits``): ``max_calls_per_worker // N`` (at least 1),
+``max_queued_tokens // N``, ``max_queued_s / N`` of the measured capacity
+(each still at least ``MIN_QUEUED_TOKENS``). The kernel spreads connections
+evenly over the processes, so together they admit about what one process
+would; a process that gets more than its share refuses early (429) while
+another has room, and the client's retry lands on any of them. The workers'
+own bounded queues still refuse what is more than they hold.
+
 A refusal is ``Overloaded`` (with its ``reason`` and ``retry_after_s``), raised
 before anything is sent, so ``ModelPools`` tries the model's next pool. What
 was admitted is released when the job ends, retried or not (a retry after a

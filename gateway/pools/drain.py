@@ -28,10 +28,16 @@ class Drain:
         self.router, self.timeout_s, self.stop = router, timeout_s, stop
         self.task: asyncio.Task | None = None
 
-    def install(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Take SIGTERM and SIGINT over (from aiohttp's immediate exit)."""
+    def install(self, loop: asyncio.AbstractEventLoop, also: Callable[[int], None] | None = None) -> None:
+        """Take SIGTERM and SIGINT over (from aiohttp's immediate exit); ``also``: told each signal first (the
+        parent of ``--gateway-processes`` passes it on to its siblings)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.begin, sig)
+            loop.add_signal_handler(sig, self._signalled, sig, also)
+
+    def _signalled(self, sig: int, also: Callable[[int], None] | None) -> None:
+        if also is not None:
+            also(sig)
+        self.begin(sig)
 
     def begin(self, sig: int | None = None) -> None:
         name = signal.Signals(sig).name if sig is not None else "shutdown"

@@ -48,13 +48,16 @@ log = logging.getLogger("poolgate.gateway.pools.fleet")
 
 
 def admission_limits(config: GatewayConfig, pc: PoolConfig) -> AdmissionLimits:
-    """The pool's admission limits from the gateway's config and the pool's own table."""
+    """The pool's admission limits from the gateway's config and the pool's own table; with N gateway processes,
+    each process's share of the shared ones (``gateway.pools.admission``)."""
+    n = config.gateway_processes
+    calls = pc.max_in_flight_per_worker or config.max_in_flight_per_worker
     return AdmissionLimits(
         max_inputs_per_request=config.max_inputs_per_request,
         max_chars_per_input=config.max_chars_per_input,
-        max_calls_per_worker=pc.max_in_flight_per_worker or config.max_in_flight_per_worker,
-        max_queued_tokens=config.max_queued_tokens,
-        max_queued_s=config.max_queued_s,
+        max_calls_per_worker=None if calls is None else max(1, calls // n),
+        max_queued_tokens=None if config.max_queued_tokens is None else max(1, config.max_queued_tokens // n),
+        max_queued_s=None if config.max_queued_s is None else config.max_queued_s / n,
     )
 
 

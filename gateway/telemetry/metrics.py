@@ -10,14 +10,26 @@ the transport (the ``health`` op, at most ``WORKER_STATS_TIMEOUT_S``), and
 ``WorkerCollector`` turns the answers into gauges and histograms labelled by
 model, backend and worker, so one scrape of the gateway sees everything. A
 worker that does not answer reports ``poolgate_worker_up 0`` and nothing else.
+
+With ``--gateway-processes N`` (``multiprocess_dir``: the processes' shared
+folder, ``gateway.scale_out``) the request series use prometheus-client's
+multiprocess mode: each process writes its values to its own mmap'ed files
+there, and a scrape of any process reads every process's files
+(``MultiProcessCollector``), so counters and histograms are the sums over the
+processes, those of processes that exited included. The worker series are
+pulled by the process that answers the scrape alone, so each worker is counted
+once. ``poolgate_requests_in_flight`` (calls each process has sent and not had
+answered) is a ``livesum`` gauge: each process writes its own every
+``PUBLISH_INTERVAL_S`` and at its scrapes, a process that exited drops out.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from aiohttp import web
@@ -25,12 +37,15 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
+    values,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from poolgate.gateway.dialects.route import Route, mount
 from poolgate.gateway.pools.member import Client
@@ -43,6 +58,8 @@ from poolgate.shared.histogram import Histogram as Counts
 from poolgate.shared.transport import parse_address
 
 WORKER_STATS_TIMEOUT_S = 1.0
+PUBLISH_INTERVAL_S = 1.0  # multiprocess: how often each process writes its calls in flight
+IN_FLIGHT_HELP = "Calls sent to the model's workers and not yet answered."
 NO_MODEL = "none"  # the model label of a request that never reached a model (bad body, unknown model)
 WORKER_LABELS = [names.MODEL, names.BACKEND, names.WORKER]
 
@@ -101,8 +118,8 @@ class _WorkerSample:
 class WorkerCollector:
     """Worker series from the last ``refresh``: up, recoveries, queue, batch shapes, device memory."""
 
-    def __init__(self, router: Router):
-        self.router = router
+    def __init__(self, router: Router, *, in_flight: bool = True):
+        self.router, self.with_in_flight = router, in_flight
         self.samples: list[_WorkerSample] = []
 
     async def refresh(self) -> None:
@@ -151,15 +168,24 @@ class WorkerCollector:
                     counts = Counts.from_wire(pipeline[key])
                     histogram.add_metric(labels, counts.cumulative(), counts.total)
         yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values(), *scalars.values())
-        yield from self._in_flight()
+        if self.with_in_flight:
+            fam = GaugeMetricFamily(names.REQUESTS_IN_FLIGHT, IN_FLIGHT_HELP, labels=[names.MODEL])
+            for model, calls in in_flight_calls(self.router).items():
+                fam.add_metric([model], float(calls))
+            yield fam
 
-    def _in_flight(self) -> Iterator[Metric]:
-        fam = GaugeMetricFamily(
-            names.REQUESTS_IN_FLIGHT, "Calls sent to the model's workers and not yet answered.", labels=[names.MODEL]
-        )
-        for pool in list(self.router.pools.values()):
-            fam.add_metric([pool.name], float(sum(pool.in_flight(c) for c in pool.clients)))
-        yield fam
+
+def in_flight_calls(router: Router) -> dict[str, int]:
+    """Calls this process sent to each model's workers and has not had answered."""
+    return {pool.name: sum(pool.in_flight(c) for c in pool.clients) for pool in list(router.pools.values())}
+
+
+def use_multiprocess(folder: Path) -> None:
+    """Switch prometheus-client to its multiprocess mode in this process, before any series is made: values in
+    mmap'ed files in ``folder``. The library finds the folder in the variable it reads itself."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    if not getattr(values.ValueClass, "_multiprocess", False):  # a sibling inherits the variable: on at import
+        values.ValueClass = values.MultiProcessValue()
 
 
 async def _health(client: Client) -> dict[str, Any] | None:
@@ -170,12 +196,19 @@ async def _health(client: Client) -> dict[str, Any] | None:
 
 
 class GatewayMetrics:
-    """One registry: the request series, and the workers' series through ``WorkerCollector``."""
+    """One registry: the request series, and the workers' series through ``WorkerCollector``; with
+    ``multiprocess_dir``, the request series of every gateway process (module doc)."""
 
-    def __init__(self, router: Router):
+    def __init__(self, router: Router, multiprocess_dir: Path | None = None):
         disable_created_metrics()  # no *_created series: they only double what a scrape stores
         self.registry = CollectorRegistry()
-        r, lat, tok = self.registry, names.LATENCY_BUCKETS, names.TOKEN_BUCKETS
+        self.multiprocess = multiprocess_dir is not None
+        if multiprocess_dir is not None:
+            use_multiprocess(multiprocess_dir)
+            MultiProcessCollector(self.registry, path=str(multiprocess_dir))
+        # multiprocess: the series live in the folder's files, read by the collector, not in the registry
+        r = None if self.multiprocess else self.registry
+        lat, tok = names.LATENCY_BUCKETS, names.TOKEN_BUCKETS
         self.requests = Counter(
             names.REQUESTS,
             "API requests by route, model and HTTP status.",
@@ -234,8 +267,11 @@ class GatewayMetrics:
         self.tenant_tokens = Counter(
             names.TENANT_PROMPT_TOKENS, "Prompt tokens pooled per tenant.", [names.TENANT, names.MODEL], registry=r
         )
-        self.workers = WorkerCollector(router)
-        r.register(self.workers)
+        self.in_flight = Gauge(
+            names.REQUESTS_IN_FLIGHT, IN_FLIGHT_HELP, [names.MODEL], registry=None, multiprocess_mode="livesum"
+        )
+        self.workers = WorkerCollector(router, in_flight=not self.multiprocess)
+        self.registry.register(self.workers)
 
     def observe(self, record: RequestRecord) -> None:
         model = record.model or NO_MODEL
@@ -260,7 +296,27 @@ class GatewayMetrics:
     async def render(self) -> bytes:
         """The exposition text, with fresh worker stats."""
         await self.workers.refresh()
+        if self.multiprocess:
+            self.publish_in_flight()
         return generate_latest(self.registry)
+
+    def publish_in_flight(self) -> None:
+        """Write this process's calls in flight per model to its file (multiprocess: summed over the processes
+        alive at each scrape)."""
+        for model, calls in in_flight_calls(self.workers.router).items():
+            self.in_flight.labels(model).set(calls)
+
+    async def keep_publishing(self, app: web.Application) -> AsyncIterator[None]:
+        """cleanup_ctx (multiprocess): ``publish_in_flight`` every ``PUBLISH_INTERVAL_S``."""
+
+        async def publish() -> None:
+            while True:
+                self.publish_in_flight()
+                await asyncio.sleep(PUBLISH_INTERVAL_S)
+
+        task = asyncio.create_task(publish())
+        yield
+        task.cancel()
 
     def add_route(self, app: web.Application) -> None:
         """``GET /metrics`` on ``app`` (the API app, or a metrics-only app on its own port): public, not recorded."""

@@ -42,25 +42,26 @@ def test_latency_corpus_texts_differ_and_have_the_asked_length():
 
 
 def test_gateway_processes_share_one_port_and_one_worker():
-    """--reuse-port: two gateway processes on one port, both serving (each counts requests on its own metrics
-    port), both in front of the same zero-cost worker; and the bench reports one and two processes."""
+    """serve --gateway-processes 2: two gateway processes on one port, both ready and serving, one /metrics
+    counting the requests of both, in front of the same zero-cost worker; and the bench reports one and two."""
     import re
     import urllib.request
 
     from poolgate.gateway.bench.gateway_only import null_gateway
 
-    with null_gateway(2) as (url, metrics):
+    with null_gateway(2) as gateway:
+        assert len(gateway.pids) == 2
         body = json.dumps({"model": "null", "input": "a b c"}).encode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {gateway.key}"}
         for _ in range(40):  # a new connection each: the kernel picks a process per connection
-            req = urllib.request.Request(f"{url}/v1/embeddings", data=body, headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(f"{gateway.url}/v1/embeddings", data=body, headers=headers)
             with urllib.request.urlopen(req, timeout=30) as resp:
                 assert resp.status == 200 and len(json.loads(resp.read())["data"][0]["embedding"]) == 384
-        served = []
-        for m in metrics:
-            text = urllib.request.urlopen(m, timeout=10).read().decode()
-            served.append(sum(float(v) for v in re.findall(
-                r'^poolgate_requests_total\{[^}]*route="/v1/embeddings"[^}]*status="200"[^}]*\} (\S+)$', text, re.M)))
-    assert sum(served) == 40 and all(n > 0 for n in served), served
+        for _ in range(4):  # whichever process answers the scrape: both processes' requests
+            text = urllib.request.urlopen(gateway.metrics, timeout=10).read().decode()
+            served = re.findall(
+                r'^poolgate_requests_total\{[^}]*route="/v1/embeddings"[^}]*status="200"[^}]*\} (\S+)$', text, re.M)
+            assert served == ["40.0"], served
     done = subprocess.run([sys.executable, "-m", "poolgate.gateway.cli", "bench", "--gateway-only", "--num-texts", "16",
                            "--concurrency", "2", "--warmup", "0", "--gateway-processes", "2"],
                           capture_output=True, text=True, timeout=180)

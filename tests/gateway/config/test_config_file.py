@@ -171,6 +171,11 @@ def test_api_key_file(tmp_path):
      "both given"),
     ("port = \n", "serve.toml: not valid TOML", "line 1"),
     ("collect_detailed_traces = true\n[[models]]\n", "serve.toml:", "needs --otlp-traces-endpoint"),
+    ("gateway_processes = 0\n[[models]]\n", "serve.toml:1: gateway_processes", "must be >= 1"),
+    ('gateway_processes = 2\ntransport = "tcp"\n[[models]]\n', "serve.toml:1: gateway_processes",
+     "needs transport = unix for local workers"),
+    ('gateway_processes = 2\nmodel_roots = ["."]\n[[models]]\n', "serve.toml:1: gateway_processes",
+     "cannot go with model_roots"),
 ])
 def test_every_error_names_the_file_line_and_key(tmp_path, text, where, message):
     got = error(text, tmp_path)
@@ -241,6 +246,13 @@ def test_a_bad_worker_url_on_the_command_line_is_refused():
         serve.config_from_args(parser().parse_args(["--worker-url", "http://w:1"]), {})
     config = serve.config_from_args(parser().parse_args(["--worker-url", "dns+tcp://w.svc:9100"]), {})
     assert config.pools[0].remotes == ("dns+tcp://w.svc:9100",) and config.pools[0].model is None
+
+
+def test_gateway_processes_with_remote_workers_over_tcp_and_vllms_name_for_it():
+    args = parser().parse_args(["--api-server-count", "3", "--transport", "tcp", "--worker-url", "tcp://w:1"])
+    assert serve.config_from_args(args, {}).gateway_processes == 3  # no local worker: nothing to lose
+    with pytest.raises(ValueError, match="^gateway_processes = 2 needs transport = unix"):
+        serve.config_from_args(parser().parse_args(["--gateway-processes", "2", "--transport", "tcp"]), {})
 
 
 def test_the_top_level_file_keys_are_the_serve_flags(tmp_path):

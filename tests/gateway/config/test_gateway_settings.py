@@ -16,25 +16,25 @@ from poolgate.shared.settings import declared, setting
 
 
 @dataclass(frozen=True)
-class WithProcesses(GatewaySettings):
+class WithExample(GatewaySettings):
     """GatewaySettings plus one new setting, declared the one way a setting is declared."""
 
-    gateway_processes: int = setting(1, ge=1, group=LIMITS, metavar="N", help="gateway processes on the port")
+    example_workers: int = setting(1, ge=1, group=LIMITS, metavar="N", help="an example setting")
 
 
 def test_a_new_gateway_setting_is_a_flag_and_a_file_key():
     parser = argparse.ArgumentParser()
-    add_flags(parser, WithProcesses)
-    assert parser.parse_args([]).gateway_processes == 1
-    assert parser.parse_args(["--gateway-processes", "3"]).gateway_processes == 3
+    add_flags(parser, WithExample)
+    assert parser.parse_args([]).example_workers == 1
+    assert parser.parse_args(["--example-workers", "3"]).example_workers == 3
     (group,) = [g for g in parser._action_groups if g.title == LIMITS]
-    assert "gateway_processes" in [a.dest for a in group._group_actions]  # listed with the limits in --help
-    keys = top_keys(WithProcesses)
-    assert getattr(keys.model_validate({"gateway_processes": 2}), "gateway_processes") == 2  # noqa: B009
+    assert "example_workers" in [a.dest for a in group._group_actions]  # listed with the limits in --help
+    keys = top_keys(WithExample)
+    assert getattr(keys.model_validate({"example_workers": 2}), "example_workers") == 2  # noqa: B009
     with pytest.raises(ValidationError) as info:
-        keys.model_validate({"gateway_processes": 0})
+        keys.model_validate({"example_workers": 0})
     assert "must be >= 1, got 0" in str(setting_error(info.value, keys))
-    assert "gateway_processes" not in FileSettings.model_fields  # the real file has only the real settings
+    assert "example_workers" not in FileSettings.model_fields  # the real file has only the real settings
 
 
 def test_every_gateway_setting_is_a_serve_flag_and_a_file_key():

@@ -180,3 +180,11 @@ async def test_a_pool_admits_by_the_tokens_the_models_tokenizer_counted():
     client.gate.set()
     await asyncio.gather(held, await_second)
     assert only.admission.tokens == 0
+
+
+def test_each_of_n_gateway_processes_admits_its_share_of_the_shared_limits():
+    config = GatewayConfig(gateway_processes=4, max_in_flight_per_worker=10, max_queued_s=6.0)
+    limits = admission_limits(config, PoolConfig(model="m"))
+    assert (limits.max_calls_per_worker, limits.max_queued_s, limits.max_inputs_per_request) == (2, 1.5, 2048)
+    tokens = admission_limits(GatewayConfig(gateway_processes=3, max_queued_tokens=100), PoolConfig(model="m", max_in_flight_per_worker=2))
+    assert (tokens.max_queued_tokens, tokens.max_calls_per_worker) == (33, 1)  # never below one call per worker
