@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.tasks import PoolingTask
 
-TOKEN_TASK = "token_embed"  # whose raw token vectors late chunking averages
+TOKEN_TASK: PoolingTask = "token_embed"  # whose raw token vectors late chunking averages
 
 
 @dataclass(frozen=True)

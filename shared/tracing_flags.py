@@ -46,7 +46,7 @@ def add_tracing_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--collect-detailed-traces",
         action="store_true",
-        help="the worker also exports child spans per request: tokenize, queue, forward, pool",
+        help="child spans per request: the gateway's tokenize, the worker's queue, forward and pool",
     )
 
 

@@ -143,7 +143,7 @@ class WorkerClient:
             await self._writer.wait_closed()
 
     async def _request(
-        self, header: dict[str, Any], arrays: Sequence[np.ndarray] = ()
+        self, header: dict[str, Any], blocks: Sequence[np.ndarray] = ()
     ) -> tuple[dict[str, Any], list[np.ndarray]]:
         if self._lost is not None:
             await self._reconnect()
@@ -151,7 +151,7 @@ class WorkerClient:
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            self._writer.write(encode_frame({"id": rid, **header}, arrays))
+            self._writer.write(encode_frame({"id": rid, **header}, blocks))
             async with self._drain_lock:
                 await self._writer.drain()
             response, arrays = await future

@@ -33,7 +33,8 @@ def test_one_trace_across_gateway_and_worker_processes(tmp_path):
                                    f"tcp://127.0.0.1:{worker_port}", "--collect-detailed-traces", *FAKE],
                                   env=env, stderr=subprocess.PIPE, text=True)
         gateway = subprocess.Popen([*POOLGATE, "serve", "--port", str(gateway_port), "--otlp-traces-endpoint",
-                                    receiver.url, "--worker-url", f"tcp://127.0.0.1:{worker_port}"],
+                                    receiver.url, "--worker-url", f"tcp://127.0.0.1:{worker_port}",
+                                    "--collect-detailed-traces"],  # its own child span: tokenize
                                    env=env, stderr=subprocess.PIPE, text=True)
         try:
             wait_healthy(url, proc=gateway)

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from poolgate.shared.windows import Windows
-from poolgate.shared.wire import TextPair
+from poolgate.shared.wire import ChatInput, TextPair
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.late_plan import LatePlan
+    from poolgate.shared.inputs.pylate_roles import RoleEncoder
+    from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,20 @@ class Encoded:
 
 
 class TextEncoder(Protocol):
-    """Texts to token ids and back; the real one is ``shared.inputs.tokenizer.TextEncoder``."""
+    """Texts to token ids and back; the real one is ``shared.inputs.tokenizer.TextEncoder`` (and, for models with
+    no vocabulary, ``shared.inputs.words.WordEncoder``)."""
+
+    files: TokenizerFiles  # what it was built from (the gateway gets the same from the worker)
+    roles: RoleEncoder | None  # a PyLate model's queries and documents
+    chat_template: str | None
+
+    def render_chat(self, chat: ChatInput) -> str:
+        """The conversation as text, by the model's chat template."""
+        ...
+
+    def special_token_id(self, name: str) -> int | None:
+        """The id of the special token ``name`` (``"cls_token"``, ...), None when it has none."""
+        ...
 
     def encode_pairs(self, pairs: list[TextPair], max_tokens: int | None = None) -> Encoded:
         """Each pair as one sequence in the tokenizer's pair template, with its token type ids (cross-encoders)."""
@@ -58,7 +73,7 @@ class TextEncoder(Protocol):
     def token_strs(self, ids: list[int]) -> list[str | None]: ...
 
     def encode(
-        self, texts: list[str], max_tokens: int | None = None, *, add_special_tokens: bool = True
+        self, texts: list[str], max_tokens: int | None = None, *, add_special_tokens: bool = True, side: str = "right"
     ) -> list[list[int]]:
         """Ids (with the special tokens unless told not to); with ``max_tokens``, truncated as
         sentence-transformers does."""

@@ -56,10 +56,12 @@ NO_ROLES = (
 class RoleEncoder:
     """Token ids and key masks by role, for one model's settings and text encoder."""
 
-    def __init__(self, settings: PyLateSettings, encoder):
+    def __init__(self, settings: PyLateSettings, encoder: Any):  # a shared.inputs.encoded.TextEncoder
         self.settings, self.encoder = settings, encoder
 
-    def encode(self, inputs: list, params: PoolingParams, k: int | None) -> tuple[list[list[int]], list]:
+    def encode(
+        self, inputs: list[Any], params: PoolingParams, k: int | None
+    ) -> tuple[list[list[int]], list[list[bool] | None]]:
         """(ids, attend) per input; ``attend`` None where every token is a key."""
         if params.query_inputs is None:
             raise InvalidRequest(NO_ROLES, param="input_type")
@@ -97,7 +99,7 @@ class RoleEncoder:
     def _queries(self, texts: list[str], k: int | None) -> list[tuple[list[int], list[bool] | None]]:
         s = self.settings
         length = self._length(s.query_length, k)
-        out = []
+        out: list[tuple[list[int], list[bool] | None]] = []
         for ids in self._marked(texts, s.query_id, length):
             if not s.expand:
                 out.append((ids, None))

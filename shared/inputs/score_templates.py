@@ -17,6 +17,7 @@ score head (``classifier_from_token: ["no", "yes"]``) then gives P(yes).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 QWEN3_SYSTEM = (
     "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
@@ -75,7 +76,7 @@ SCORE_TEMPLATES: dict[str, Callable[[str, str, str | None], str]] = {
 ARCHITECTURE_TEMPLATES = {"LlamaBidirectionalForSequenceClassification": "nemotron_rerank"}
 
 
-def template_for(hf_config: dict) -> str | None:
+def template_for(hf_config: dict[str, Any]) -> str | None:
     """The score template the model's config asks for, or None (the tokenizer's pair template)."""
     name = hf_config.get("score_template")
     if name is None and hf_config.get("is_original_qwen3_reranker"):

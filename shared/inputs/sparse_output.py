@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.inputs.encoded import TextEncoder
 from poolgate.shared.params import PoolingParams
 from poolgate.shared.rows import Rows
@@ -30,6 +31,7 @@ class SparseOutput:
 
     def __init__(self, info: ModelInfo, encoder: TextEncoder):
         self.head: SparseHead | None = SPARSE_HEADS.get(info.architecture)
+        self.architecture = info.architecture
         self.encoder = encoder
         special = getattr(encoder, "special_token_id", None)  # a fake encoder may have none
         ids = {i for name in UNUSED if special is not None and (i := special(name)) is not None}
@@ -39,6 +41,8 @@ class SparseOutput:
         self, rows: Rows, token_lists: list[list[int]], params: PoolingParams
     ) -> tuple[Rows, list[list[str | None]] | None]:
         """The sparse rows of a call (and each id's token string with ``return_tokens``)."""
+        if self.head is None:
+            raise InvalidRequest(f"{self.architecture} has no sparse head", param="sparse")
         if self.head.per_token:
             vectors = [self._per_token(rows.item(i)[:, 0], ids) for i, ids in enumerate(token_lists)]
         else:
@@ -46,9 +50,11 @@ class SparseOutput:
         tokens = [self.encoder.token_strs(ids.tolist()) for ids, _ in vectors] if params.return_tokens else None
         return sparse_rows(vectors), tokens
 
-    def _per_token(self, weights: np.ndarray, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Each token id's highest weight; (T_kept,) weights for ``ids`` less the head's skipped ends."""
-        ids = np.asarray(ids[self.head.skip_first : len(ids) - self.head.skip_last], dtype=np.int64)
+    def _per_token(self, weights: np.ndarray, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Each token id's highest weight; (T_kept,) weights for ``token_ids`` less the head's skipped ends."""
+        head = self.head
+        assert head is not None
+        ids = np.asarray(token_ids[head.skip_first : len(token_ids) - head.skip_last], dtype=np.int64)
         if len(ids) != len(weights):
             raise ValueError(f"{len(weights)} token weights for {len(ids)} tokens")
         unique, where = np.unique(ids, return_inverse=True)  # (u,), (T_kept,)

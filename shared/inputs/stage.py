@@ -77,7 +77,9 @@ class InputStage:
                 param="input",
             )
         inputs = [self.encoder.cut(x.text, x.max_tokens) if isinstance(x, CappedText) else x for x in call.inputs]
-        ids, attend = self.encoder.roles.encode(inputs, call.params, k)
+        roles = self.encoder.roles
+        assert roles is not None  # encode sends only a PyLate model's calls here
+        ids, attend = roles.encode(inputs, call.params, k)
         for x in ids:
             check_length(self.info, len(x), cap_task(call.params))
         return Encoded(ids, [None] * len(ids), attend=attend)
@@ -93,7 +95,7 @@ class InputStage:
         )
         types: list[list[int] | None] = [None] * len(ids)
         if pairs:
-            encoded = self.encoder.encode_pairs([inputs[i] for i in pairs], k)
+            encoded = self.encoder.encode_pairs([x for x in inputs if isinstance(x, TextPair)], k)
             for i, pair_ids, pair_types in zip(pairs, encoded.ids, encoded.type_ids, strict=True):
                 ids[i], types[i] = pair_ids, pair_types
         return Encoded(ids, types)
@@ -140,23 +142,19 @@ class InputStage:
         return offsets, [o is None for o in offsets]
 
     def _encode(self, inputs: list[Input], k: int | None, special: bool = True, side: str = "right") -> list[list[int]]:
-        ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
-        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+        ids: list[list[int]] = [list(x) if isinstance(x, list) else [] for x in inputs]
+        texts = [(i, x) for i, x in enumerate(inputs) if isinstance(x, str)]
         if texts:
-            for i, encoded in zip(
-                texts, self.encoder.encode([inputs[i] for i in texts], add_special_tokens=special), strict=True
-            ):
-                ids[i] = encoded
+            encoded = self.encoder.encode([x for _, x in texts], add_special_tokens=special)
+            for (i, _), one in zip(texts, encoded, strict=True):
+                ids[i] = one
         if k is None:
             return ids
-        too_long = [i for i in texts if len(ids[i]) > k]
-        if too_long:
-            left = {"side": "left"} if side == "left" else {}  # keep the last tokens (special tokens stay)
-            encoded = self.encoder.encode(
-                [inputs[i] for i in too_long], max_tokens=k, add_special_tokens=special, **left
-            )
-            for i, truncated in zip(too_long, encoded, strict=True):
-                ids[i] = truncated
+        too_long = [(i, x) for i, x in texts if len(ids[i]) > k]
+        if too_long:  # side "left" keeps the last tokens (special tokens stay)
+            encoded = self.encoder.encode([x for _, x in too_long], max_tokens=k, add_special_tokens=special, side=side)
+            for (i, _), one in zip(too_long, encoded, strict=True):
+                ids[i] = one
         # k below a tokenizer's special-token count still keeps k
         return [x[-k:] if side == "left" else x[:k] for x in ids]
 

@@ -13,6 +13,7 @@ renderer (torch-free), with the tokenizer's special tokens as transformers'
 from __future__ import annotations
 
 import threading
+from typing import Any, cast
 
 from poolgate.shared.errors import InvalidRequest
 from poolgate.shared.inputs.encoded import Encoded
@@ -81,8 +82,8 @@ class TextEncoder:
         return Encoded([e.ids for e in out], [e.type_ids if any(e.type_ids) else None for e in out])
 
     def _encode_batch(
-        self, inputs: list, max_tokens: int | None, *, add_special_tokens: bool, side: str = "right"
-    ) -> list:
+        self, inputs: list[Any], max_tokens: int | None, *, add_special_tokens: bool, side: str = "right"
+    ) -> list[Any]:
         """The tokenizer's batch call; with ``max_tokens``, its own truncation (``longest_first`` for a pair,
         as transformers' ``truncation=True``), on the truncating copy, one caller at a time."""
         if max_tokens is None:
@@ -94,8 +95,10 @@ class TextEncoder:
     def _template_ids(self, query: str, document: str, instruction: str | None, max_tokens: int | None) -> list[int]:
         """The score template's prompt as ids; with ``max_tokens``, the document is cut until the prompt fits
         (the template's own tokens, which the score is read after, are never cut)."""
+        template = self.score_template
+        assert template is not None  # only a model with a score template comes here
         for _ in range(3):  # a cut can merge differently at its edge: measure again
-            ids = self.backend.encode(self.score_template(query, document, instruction)).ids
+            ids = self.backend.encode(template(query, document, instruction)).ids
             if max_tokens is None or len(ids) <= max_tokens:
                 return ids
             doc_tokens = len(self.backend.encode(document, add_special_tokens=False).ids)
@@ -125,7 +128,7 @@ class TextEncoder:
         """The text the tokenizer sees (lower-cased first where the model lower-cases) and each content
         token's character span in it (the windows of a long document: ``shared.inputs.window_cuts``)."""
         seen = text.lower() if self.do_lower_case else text
-        return seen, [tuple(o) for o in self.backend.encode(seen, add_special_tokens=False).offsets]
+        return seen, [(a, b) for a, b in self.backend.encode(seen, add_special_tokens=False).offsets]
 
     def room(self, query: str | None, instruction: str | None, max_query_tokens: int) -> int:
         """The tokens a document window shares its sequence with: the special tokens and the query (cut to
@@ -162,12 +165,15 @@ class TextEncoder:
 
         messages = [{k: v for k, v in m.items() if v is not None} for m in chat.messages]  # as transformers drops them
         try:
-            rendered, _ = render_jinja_template(
-                conversations=[messages],
-                chat_template=self.chat_template,
-                add_generation_prompt=chat.add_generation_prompt,
-                continue_final_message=chat.continue_final_message,
-                **{**self.files.special_tokens, **(chat.chat_template_kwargs or {})},
+            rendered, _ = cast(
+                tuple[list[str], Any],
+                render_jinja_template(  # its annotation says str
+                    conversations=[messages],
+                    chat_template=self.chat_template,
+                    add_generation_prompt=chat.add_generation_prompt,
+                    continue_final_message=chat.continue_final_message,
+                    **{**self.files.special_tokens, **(chat.chat_template_kwargs or {})},
+                ),
             )
         except (TemplateError, ValueError, TypeError) as exc:  # vLLM: 400 for these
             raise InvalidRequest(

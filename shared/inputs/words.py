@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass
 
 from poolgate.shared.inputs.encoded import Encoded
+from poolgate.shared.inputs.pylate_roles import RoleEncoder
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
 from poolgate.shared.wire import ChatInput, TextPair
 
@@ -37,10 +38,10 @@ class WordSettings:
 class WordEncoder:
     """The ``words`` tokenizer (module doc), with the methods of ``shared.inputs.encoded.TextEncoder``."""
 
-    roles = None
+    roles: RoleEncoder | None = None
     score_template = None
     do_lower_case = False
-    chat_template = "words"
+    chat_template: str | None = "words"
 
     def __init__(self, files: TokenizerFiles | None = None):
         self.files = files or WordSettings().files()
