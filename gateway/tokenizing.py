@@ -4,7 +4,9 @@ A model's ``Front`` (``shared.inputs.front``) does the work; the Rust
 tokenizer releases the GIL while it encodes a batch, so a few threads keep
 the event loop free to parse, route and encode other requests while calls
 are tokenized. One pool per gateway process (``make_app`` creates it, its
-cleanup shuts it down); ``--gateway-processes`` multiplies it.
+cleanup shuts it down), of the most ``--tokenizer-threads`` a configured
+model asks for, else one thread per CPU (2 to ``MAX_THREADS``);
+``--gateway-processes`` multiplies it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from aiohttp import web
+
+from poolgate.gateway.http.state import CONFIG
+from poolgate.shared.config import GatewayConfig
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -29,9 +34,16 @@ def pool_threads(cpus: int | None = None) -> int:
     return max(2, min(MAX_THREADS, cpus or os.cpu_count() or 1))
 
 
+def configured_threads(config: GatewayConfig) -> int:
+    """The most ``tokenizer_threads`` a configured model asks for, else ``pool_threads()``."""
+    asked = [w.tokenizer_threads for pool in config.pools for w in pool.workers if w.tokenizer_threads]
+    return max(asked) if asked else pool_threads()
+
+
 async def tokenizer_pool(app: web.Application) -> AsyncIterator[None]:
     """The app's cleanup context: the pool for its lifetime."""
-    app[TOKENIZER] = ThreadPoolExecutor(pool_threads(), thread_name_prefix="poolgate-tokenize")
+    threads = configured_threads(app[CONFIG])
+    app[TOKENIZER] = ThreadPoolExecutor(threads, thread_name_prefix="poolgate-tokenize")
     yield
     app[TOKENIZER].shutdown(wait=False, cancel_futures=True)
 

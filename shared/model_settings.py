@@ -86,12 +86,13 @@ class ModelSettings:
         help="CPU: run every batch whole on one team of this many torch threads (default: one "
         "single-threaded core thread per physical core, each batch cut into a part per core thread)",
     )
-    tokenizer_threads: int = setting(
-        2,
+    tokenizer_threads: int | None = setting(
+        None,
         ge=1,
         metavar="N",
-        help="threads that tokenize requests in each worker (the fast tokenizer's batch call releases the GIL), "
-        "so one huge input's tokenizing does not hold up a small request's",
+        help="threads that tokenize requests in front of the queue, in each gateway process (the most any model "
+        "asks for) and in the offline API; default: one per CPU, 2 to 8 (the fast tokenizer's batch call releases "
+        "the GIL, so one huge input's tokenizing does not hold up a small request's)",
     )
     embedding_cache_mb: int = setting(
         0,

@@ -124,7 +124,7 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, rep
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     spans = _call_spans(cfg)
-    engine = Engine(model, cfg.tokenizer_threads, tracer=spans, policy=POLICIES[cfg.batch_policy](),
+    engine = Engine(model, 1, tracer=spans, policy=POLICIES[cfg.batch_policy](),
                     max_queued_tokens=cfg.max_queued_tokens, max_tokens_per_request=cfg.max_tokens_per_request)
     await engine.start()
     draining = asyncio.Event()

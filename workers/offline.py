@@ -158,7 +158,7 @@ class PoolingModel:
         self._start(loaded, tokenizer_threads)
         return self
 
-    def _start(self, loaded: LoadedModel, tokenizer_threads: int) -> None:
+    def _start(self, loaded: LoadedModel, tokenizer_threads: int | None) -> None:
         self.info = loaded.info
         self._ids = itertools.count()
         loop, engine = _LoopThread(), Engine(loaded, tokenizer_threads)

@@ -84,7 +84,7 @@ class _Prepared:
 class Engine:
     """Owns the input stage, the scheduler, the tokenizer pool and the two pipeline threads."""
 
-    def __init__(self, model: LoadedModel, tokenizer_threads: int = 1, *, tracer: CallTracer | None = None,
+    def __init__(self, model: LoadedModel, tokenizer_threads: int | None = 1, *, tracer: CallTracer | None = None,
                  policy: BatchPolicy | None = None, max_queued_tokens: int | None = None,
                  max_tokens_per_request: int | None = None):
         # the limit travels in the info the gateway reads, which counts it where it tokenizes (and so does ``front``)
@@ -99,7 +99,7 @@ class Engine:
                                               max_queued_tokens=bound)
         self.stats = PipelineStats()
         self.max_tokens_per_request = max_tokens_per_request
-        self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads), thread_name_prefix="poolgate-tokenize")
+        self._tokenizer = ThreadPoolExecutor(max(1, tokenizer_threads or 2), thread_name_prefix="poolgate-tokenize")
         self._handoff: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()
         self._slot = threading.Semaphore(1)  # one prepared batch may wait for the executor
         self._executing_since: float | None = None

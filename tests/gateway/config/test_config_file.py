@@ -309,9 +309,13 @@ def test_a_flag_does_not_hide_a_bad_file(tmp_path):
     assert str(info.value) == f"{tmp_path / 'serve.toml'}:4: models[0].replicas: must be an integer, got 'two'"
 
 
-def test_tokenizer_threads_default_to_two_from_a_flag_or_the_file(tmp_path):
-    assert serve.config_from_args(parser().parse_args([]), {}).workers[0].tokenizer_threads == 2
+def test_tokenizer_threads_size_the_gateways_pool_from_a_flag_or_the_file(tmp_path):
+    from poolgate.gateway.tokenizing import configured_threads, pool_threads
+
+    default = serve.config_from_args(parser().parse_args([]), {})
+    assert default.workers[0].tokenizer_threads is None and configured_threads(default) == pool_threads()
+    assert (pool_threads(1), pool_threads(6), pool_threads(64)) == (2, 6, 8)  # one per CPU, 2 to 8
     flagged = serve.config_from_args(parser().parse_args(["--tokenizer-threads", "4"]), {})
-    assert flagged.workers[0].tokenizer_threads == 4
+    assert flagged.workers[0].tokenizer_threads == 4 and configured_threads(flagged) == 4
     assert load("[[models]]\ntokenizer_threads = 3\n", tmp_path).workers[0].tokenizer_threads == 3
     assert "models[0].tokenizer_threads: must be >= 1" in error("[[models]]\ntokenizer_threads = 0\n", tmp_path)

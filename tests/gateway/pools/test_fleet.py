@@ -15,7 +15,7 @@ from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
 from poolgate.shared.errors import Conflict, Unavailable
 from poolgate.shared.wire import PoolingCall
 from poolgate.workers.engine.runner_api import LoadedModel
-from tests.fakes import fake_model, running_worker, tokenized
+from tests.fakes import fake_ids, fake_model, running_worker, tokenized
 
 FAKE = "tests.workers.fake_factory:build"
 
@@ -69,6 +69,26 @@ async def test_remote_workers_without_a_model_name_are_pooled_by_the_name_they_r
         f, router = await stack.enter_async_context(fleet())
         assert await f.start([PoolConfig(model=None, remotes=tuple(addresses))]) == ["x", "y"]
         assert [len(router.pools[n].clients) for n in ("x", "y")] == [2, 1]
+
+
+async def test_the_gateway_tokenizes_with_the_workers_files_and_replicas_must_tokenize_alike(tmp_path):
+    words = fake_model(name="x")
+    alike = dataclasses.replace(words, info=dataclasses.replace(words.info, tokenizer_sha256=words.encoder.files.sha256))
+    other = dataclasses.replace(alike, info=dataclasses.replace(alike.info, tokenizer_sha256="0" * 64))
+    addresses = [f"unix:{tmp_path}/w{i}.sock" for i in range(3)]
+    async with contextlib.AsyncExitStack() as stack:
+        for model, address in zip([alike, alike, other], addresses):
+            await stack.enter_async_context(running_worker(model, address))
+        f, router = await stack.enter_async_context(fleet())
+        assert await f.start([PoolConfig(model="x", remotes=tuple(addresses[:2]))]) == ["x"]
+        front = router.pools["x"].front
+        assert front.encoder.files == words.encoder.files  # the files the worker sent, hash checked
+        assert front.prepare(PoolingCall("r", "x", ["a b c"])).call.sequences() == [fake_ids("a b c")]
+        await f.unload("x", 1.0)
+        with pytest.raises(Unavailable) as refused:
+            await f.start([PoolConfig(model="x", remotes=(addresses[0], addresses[2]))])
+        assert addresses[0] in str(refused.value) and addresses[2] in str(refused.value)
+        assert "different tokenizers" in str(refused.value) and not router.pools
 
 
 async def test_a_worker_serving_another_model_fails_the_start_and_nothing_is_served(tmp_path):
