@@ -1,4 +1,4 @@
-"""The worker's tokenizer pool: a huge input being tokenized does not hold up a small request's tokenizing,
+"""The engine's in-process tokenizer pool (the offline API): a huge input being tokenized does not hold up a small request's tokenizing,
 and the real tokenizer gives the same ids when two threads use it at once."""
 from __future__ import annotations
 
