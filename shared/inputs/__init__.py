@@ -1,1 +1,1 @@
-"""A model's tokenizer and input shaping, torch-free: the gateway runs it in front of its queue, as does the offline API."""
+"""A model's tokenizer and input shaping, torch-free: the gateway runs it before its queue, as does the offline API."""

@@ -26,7 +26,16 @@ from poolgate.shared.inputs.window_cuts import Expanded, expand, shrink, window_
 from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
 from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
+from poolgate.shared.wire import (
+    CappedText,
+    ChatInput,
+    Input,
+    ModelInfo,
+    PoolingCall,
+    TextPair,
+    WindowedText,
+    only_texts,
+)
 
 
 class InputStage:
@@ -55,6 +64,8 @@ class InputStage:
             raise InvalidRequest(
                 "this model encodes queries and documents alike: query_inputs does not apply", param="query_inputs"
             )
+        if (texts := only_texts(call.inputs)) is not None:  # the common call, plain texts: one batch call
+            return self._encode_texts(texts, k, call.params)
         inputs = render_chats(self.encoder, call.inputs)
         late = [x for x in inputs if isinstance(x, LateChunkText)]  # a late-chunking call holds only these
         inputs = [x.text for x in late] if late else inputs
@@ -69,6 +80,17 @@ class InputStage:
         for x in encoded.ids:
             check_length(self.info, len(x), TOKEN_TASK if late else cap_task(call.params))
         return encoded
+
+    def _encode_texts(self, texts: list[str], k: int | None, params: PoolingParams) -> Encoded:
+        """Plain texts, tokenized (and truncated) in one batch call, each checked against the input cap."""
+        side = params.truncation_side
+        ids = self.encoder.encode(texts, max_tokens=k, add_special_tokens=params.add_special_tokens, side=side)
+        if k is not None and any(len(x) > k for x in ids):  # k below a tokenizer's special-token count keeps k
+            ids = [x[-k:] if side == "left" else x[:k] for x in ids]
+        task = cap_task(params)
+        for x in ids:
+            check_length(self.info, len(x), task)
+        return Encoded(ids, [None] * len(ids))
 
     def _encode_roles(self, call: PoolingCall, k: int | None) -> Encoded:
         if any(isinstance(x, (WindowedText, LateChunkText)) for x in call.inputs):
@@ -142,19 +164,16 @@ class InputStage:
         return offsets, [o is None for o in offsets]
 
     def _encode(self, inputs: list[Input], k: int | None, special: bool = True, side: str = "right") -> list[list[int]]:
+        """Each text's ids (truncated to ``k`` as the tokenizer truncates, in one batch call), token ids as given
+        (cut to ``k``)."""
         ids: list[list[int]] = [list(x) if isinstance(x, list) else [] for x in inputs]
         texts = [(i, x) for i, x in enumerate(inputs) if isinstance(x, str)]
         if texts:
-            encoded = self.encoder.encode([x for _, x in texts], add_special_tokens=special)
+            encoded = self.encoder.encode([x for _, x in texts], max_tokens=k, add_special_tokens=special, side=side)
             for (i, _), one in zip(texts, encoded, strict=True):
                 ids[i] = one
         if k is None:
             return ids
-        too_long = [(i, x) for i, x in texts if len(ids[i]) > k]
-        if too_long:  # side "left" keeps the last tokens (special tokens stay)
-            encoded = self.encoder.encode([x for _, x in too_long], max_tokens=k, add_special_tokens=special, side=side)
-            for (i, _), one in zip(too_long, encoded, strict=True):
-                ids[i] = one
         # k below a tokenizer's special-token count still keeps k
         return [x[-k:] if side == "left" else x[:k] for x in ids]
 

@@ -184,17 +184,8 @@ class TextEncoder:
     def encode(
         self, texts: list[str], max_tokens: int | None = None, *, add_special_tokens: bool = True, side: str = "right"
     ) -> list[list[int]]:
-        """Ids (with special tokens unless told not to); with ``max_tokens``, tokenizer truncation
-        (``side="left"``: the last content tokens are kept, between the same special tokens)."""
+        """Ids (with special tokens unless told not to); with ``max_tokens``, the tokenizer's own truncation
+        (``side="left"``: the last content tokens are kept, between the same special tokens), in one batch call."""
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
-        if max_tokens is not None and side == "left":
-            return [self._encode_left(t, max_tokens, add_special_tokens) for t in texts]
-        return [e.ids for e in self._encode_batch(texts, max_tokens, add_special_tokens=add_special_tokens)]
-
-    def _encode_left(self, text: str, max_tokens: int, add_special_tokens: bool) -> list[int]:
-        """``text`` cut from the left to fit ``max_tokens`` with its special tokens, then post-processed."""
-        specials = self.backend.num_special_tokens_to_add(False) if add_special_tokens else 0
-        encoding = self.backend.encode(text, add_special_tokens=False)
-        encoding.truncate(max(max_tokens - specials, 0), direction="left")
-        return self.backend.post_process(encoding, add_special_tokens=add_special_tokens).ids
+        return [e.ids for e in self._encode_batch(texts, max_tokens, add_special_tokens=add_special_tokens, side=side)]

@@ -117,11 +117,11 @@ async def test_batches_respect_the_token_budget():
         await engine.stop()
 
 
-async def test_text_over_the_truncation_length_is_re_encoded(engine, runner, encoder):
+async def test_text_over_the_truncation_length_is_truncated_by_the_tokenizer(engine, runner, encoder):
     long, short = words(40), "tiny text"
     result = await engine.submit(call(long, short, truncate_prompt_tokens=10))
     assert result.prompt_tokens == [10, 4]
-    assert encoder.calls == [([long, short], None), ([long], 10)]
+    assert encoder.calls == [([long, short], 10)]  # one batch call, the tokenizer's own truncation
     sent = runner.batches[-1][0].token_ids
     assert sent == fake_ids(long, max_tokens=10)
     assert sent[-1] == SEP  # re-encoded with special tokens, not cut
