@@ -37,7 +37,7 @@ from poolgate.gateway.dialects.body import JSON_MEDIA_TYPE
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG, ROUTER
 from poolgate.gateway.pools.fleet import Fleet
-from poolgate.shared.errors import Forbidden, InvalidRequest, Unavailable
+from poolgate.shared.domain.errors import Forbidden, InvalidRequest, Unavailable
 
 FLEET = web.AppKey("fleet", Fleet)
 # Keys a request may not set, and why: the gateway dials only what its config names, and code execution

@@ -16,7 +16,7 @@ from poolgate.gateway.http.tenants import Tenants
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.gateway.tokenizing import tokenizer_pool
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 

@@ -11,7 +11,7 @@ from poolgate.gateway.bench import cli as bench
 from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.gateway.bench import runner as bench_runner
 from poolgate.gateway.config.given import GIVEN, given_flags
-from poolgate.shared.cpu import apply_cpu_class
+from poolgate.shared.config.cpu import apply_cpu_class
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
 from poolgate.workers.tools import build_kernels_cli as build_kernels

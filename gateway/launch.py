@@ -54,8 +54,8 @@ from poolgate.gateway.pools.router import Router
 from poolgate.gateway.scale_out import Share, Siblings, parent_config, shared_folder, sibling_config
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import PoolgateError
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import PoolgateError
 
 if TYPE_CHECKING:
     from poolgate.gateway.telemetry.tracing import SpanTracer

@@ -47,7 +47,7 @@ from poolgate.gateway.http.quota_cells import SharedCells
 from poolgate.gateway.http.tenants import CELLS_PER_TENANT
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.supervisor import Backoff
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 
 log = logging.getLogger("poolgate.gateway.scale_out")
 

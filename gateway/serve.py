@@ -3,7 +3,7 @@
 The flags describe one model (a one-entry config); ``--config`` reads a TOML file
 with any number of models (``gateway.config.file``). Both go through
 ``gateway.config.build``. The flags are derived from their declarations: the
-model's (``shared.model_settings``) and the gateway's (``gateway.config.settings``).
+model's (``shared.config.model_settings``) and the gateway's (``gateway.config.settings``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from poolgate.gateway.config.file import load_config
 from poolgate.gateway.config.given import given
 from poolgate.gateway.config.settings import GatewaySettings
 from poolgate.gateway.launch import run_gateway
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.flags import add_flags
-from poolgate.shared.model_flags import add_model_arguments, settings_from_args
-from poolgate.shared.security_flags import add_gateway_security_arguments
-from poolgate.shared.tracing_flags import add_tracing_arguments
+from poolgate.shared.config.flags import add_flags
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.config.model_flags import add_model_arguments, settings_from_args
+from poolgate.shared.config.security_flags import add_gateway_security_arguments
+from poolgate.shared.config.tracing_flags import add_tracing_arguments
 
 log = logging.getLogger("poolgate")
 

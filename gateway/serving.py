@@ -16,7 +16,7 @@ reads:
 3. the request's own size limits (inputs per request, characters per input)
    are checked before any tokenizing;
 4. the model's ``Front`` (``shared.inputs.front``) checks the call against the
-   model (task, params, inputs: ``shared.limits``), shapes and tokenizes its
+   model (task, params, inputs: ``shared.domain.limits``), shapes and tokenizes its
    inputs with the model's own tokenizer in the gateway's tokenizer pool
    (``gateway.tokenizing``, off the event loop) and counts them; from here on
    every count is exact: ``--max-tokens-per-request``, the tenant's token quota
@@ -40,11 +40,11 @@ from aiohttp import web
 from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER, TENANT
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.tokenizing import run_tokenizer
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import InvalidRequest, Overloaded
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import InvalidRequest, Overloaded
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.front import Prepared
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 

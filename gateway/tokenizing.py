@@ -20,7 +20,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 
 T = TypeVar("T")
 A = TypeVar("A")

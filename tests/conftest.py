@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from poolgate.shared.cpu import apply_cpu_class
+from poolgate.shared.config.cpu import apply_cpu_class
 from tests.environment import left_out
 from tests.fakes import make_tiny_checkpoint
 

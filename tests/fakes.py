@@ -16,16 +16,16 @@ import zlib
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest, PoolgateError
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.transport import WorkerClient
-from poolgate.shared.wire import ChatInput, ModelInfo, PoolingCall, PoolingResult, TextPair
+from poolgate.shared.domain.errors import InvalidRequest, PoolgateError
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.wire.transport import WorkerClient
+from poolgate.shared.wire.messages import ChatInput, ModelInfo, PoolingCall, PoolingResult, TextPair
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.front import Front
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
 from poolgate.shared.inputs.words import WordEncoder
-from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire.token_call import TokenCall
 from poolgate.workers.engine.runner_api import LoadedModel, RunOutput
 from poolgate.workers.engine.sequence import Sequence, param_runs
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import requests
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME
-from poolgate.shared.telemetry import WORKER_TOKENS_PER_S
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
+from poolgate.shared.telemetry.names import WORKER_TOKENS_PER_S
 from tests.environment import clean_env
 from tests.processes import children, free_port, wait_healthy
 

@@ -10,7 +10,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME as MODEL
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME as MODEL
 from tests.dialect_parity import TEXTS
 from tests.live_server import served_url
 
@@ -98,7 +98,7 @@ def _post(url: str, path: str, body: dict):
 def test_tei_tokenize_and_decode_match_the_models_tokenizer(url):
     from transformers import AutoTokenizer
 
-    from poolgate.shared.models import bundled_model_path
+    from poolgate.shared.config.models import bundled_model_path
 
     text = "Hello, World! Tokenizers split héllo-wörld."
     reference = AutoTokenizer.from_pretrained(str(bundled_model_path()))

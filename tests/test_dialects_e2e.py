@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
-from poolgate.shared.models import DEFAULT_MODEL_NAME as MODEL
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME as MODEL
 from tests.dialect_parity import EMBED_DTYPES, TEXTS, collect, table
 from tests.live_server import served_url
 

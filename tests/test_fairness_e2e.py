@@ -28,8 +28,8 @@ import pytest
 
 from poolgate.gateway.bench import fairness
 from poolgate.gateway.serving import TIMEOUT_HEADER
-from poolgate.shared.corpus import synthetic_corpus
-from poolgate.shared.models import DEFAULT_MODEL_NAME
+from poolgate.shared.domain.corpus import synthetic_corpus
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 from tests.live_server import live_server
 
 TARGET_P99_S = 1.5  # the target, both scenarios (slow: a benchmark of the machine)

@@ -17,7 +17,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, Phase, errors, given, settings
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 from tests.fakes import make_tiny_cross_encoder
 from tests.live_server import live_server
 

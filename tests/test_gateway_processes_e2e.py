@@ -15,8 +15,8 @@ import time
 import pytest
 import requests
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME
-from poolgate.shared.telemetry import REQUESTS, WORKER_UP
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
+from poolgate.shared.telemetry.names import REQUESTS, WORKER_UP
 from tests.live_server import live_server
 from tests.processes import alive
 

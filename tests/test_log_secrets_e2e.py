@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 from tests.live_server import live_server
 
 KEY = "sk-secret-key-4f1c9a77e2"

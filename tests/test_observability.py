@@ -1,6 +1,6 @@
 """The observability assets: Grafana dashboard, Prometheus scrape config and alert rules, OTel collector config.
 
-Static checks (JSON and YAML shape, metric names against ``shared.telemetry``,
+Static checks (JSON and YAML shape, metric names against ``shared.telemetry.names``,
 ``promtool``, ``yamllint``), then the real one: a live gateway over real
 workers (fake model) takes traffic while a real Prometheus scrapes it, and
 every dashboard query and alert expression runs through Prometheus's query
@@ -28,8 +28,8 @@ import yaml
 from poolgate.gateway.app import make_app
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
-from poolgate.shared import telemetry as names
-from poolgate.shared.config import GatewayConfig, Tenant
+from poolgate.shared.telemetry import names
+from poolgate.shared.config.frozen import GatewayConfig, Tenant
 from tests.fakes import fake_model
 from tests.gateway.conftest import live_server, served_router  # noqa: F401 (live_server is a fixture)
 

@@ -34,7 +34,7 @@ def test_version_comes_from_the_package_metadata():
 
 def test_only_poolgate_is_importable_from_outside_the_repo(tmp_path):
     code = (
-        "import importlib, poolgate, poolgate.gateway.app, poolgate.workers.engine.engine, poolgate.shared.wire\n"
+        "import importlib, poolgate, poolgate.gateway.app, poolgate.workers.engine.engine, poolgate.shared.wire.messages\n"
         "for name in ('gateway', 'workers', 'shared'):\n"
         "    try:\n"
         "        importlib.import_module(name)\n"
@@ -69,5 +69,5 @@ def test_wheel_holds_only_the_poolgate_namespace(tmp_path):
     sources = {f"{SOURCE_FOLDERS[p.relative_to(ROOT).parts[0]].replace('.', '/')}/"
                f"{'/'.join(p.relative_to(ROOT).parts[1:])}" for f in SOURCE_FOLDERS for p in (ROOT / f).rglob("*.py")}
     assert sources <= set(names)
-    assert "poolgate/shared/words.txt" in names
+    assert "poolgate/shared/domain/words.txt" in names
     assert "poolgate/workers/kernels/packed_attention.c" in names  # built on the machine by cpu_attention.py

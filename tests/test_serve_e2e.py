@@ -9,7 +9,7 @@ import numpy as np
 import openai
 import pytest
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME, bundled_model_path
 from tests.processes import alive, children, free_port, wait_healthy
 
 TEXTS = ["a", "!", "Hello, world.", "The quick brown fox jumps over the lazy dog.",

@@ -16,7 +16,7 @@ import asyncio
 import pytest
 
 from poolgate.gateway.bench import soak
-from poolgate.shared.models import DEFAULT_MODEL_NAME
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 from tests.live_server import live_server
 
 DURATION_S, EVERY_S = 180.0, 10.0

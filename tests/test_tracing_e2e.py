@@ -14,7 +14,7 @@ import subprocess
 import sys
 import urllib.request
 
-from poolgate.shared import telemetry as names
+from poolgate.shared.telemetry import names
 from tests.otlp_receiver import SERVER, OtlpReceiver
 from tests.processes import free_port, wait_healthy
 

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from poolgate.gateway import serve
-from poolgate.shared.model_flags import worker_config_from_args
+from poolgate.shared.config.model_flags import worker_config_from_args
 from poolgate.workers import cli as worker_cli
 from tests.processes import alive, children, free_port, health_status, wait_healthy
 

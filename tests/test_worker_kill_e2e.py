@@ -16,7 +16,7 @@ import time
 
 import requests
 
-from poolgate.shared.models import DEFAULT_MODEL_NAME
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 from tests.live_server import live_server
 from tests.load_client import open_loop, percentile, texts
 from tests.processes import alive

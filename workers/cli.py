@@ -1,6 +1,6 @@
 """``poolgate worker``: one worker started alone (on another host), for a gateway's ``--worker-url``.
 
-It takes the model flags of ``poolgate serve`` (``shared.model_flags``), plus
+It takes the model flags of ``poolgate serve`` (``shared.config.model_flags``), plus
 where to listen, and runs ``workers.main.run``: the same path as a worker the
 gateway spawns, without the parent-death signal, so it outlives the shell that
 started it. This module imports without torch; torch loads with the model.
@@ -12,10 +12,10 @@ import os
 import sys
 from dataclasses import replace
 
-from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
-from poolgate.shared.security_flags import add_worker_security_arguments, worker_security_from_args
-from poolgate.shared.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
-from poolgate.shared.transport import parse_address
+from poolgate.shared.config.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.config.security_flags import add_worker_security_arguments, worker_security_from_args
+from poolgate.shared.config.tracing_flags import add_tracing_arguments, tracing_config_from_args, with_worker_tracing
+from poolgate.shared.wire.transport import parse_address
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

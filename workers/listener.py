@@ -18,12 +18,12 @@ import socket
 import stat
 from typing import Awaitable, Callable
 
-from poolgate.shared.config import TransportSecurity
-from poolgate.shared.errors import PoolgateError, Unauthorized
-from poolgate.shared.transport import parse_address, read_frame
-from poolgate.shared.transport_security import (HELLO_ID, HELLO_TIMEOUT_S, MAX_HELLO_BYTES, is_loopback,
+from poolgate.shared.config.frozen import TransportSecurity
+from poolgate.shared.domain.errors import PoolgateError, Unauthorized
+from poolgate.shared.wire.transport import parse_address, read_frame
+from poolgate.shared.wire.transport_security import (HELLO_ID, HELLO_TIMEOUT_S, MAX_HELLO_BYTES, is_loopback,
                                                 server_context, tokens_match)
-from poolgate.shared.wire import decode_frame, encode_frame
+from poolgate.shared.wire.messages import decode_frame, encode_frame
 
 log = logging.getLogger("poolgate.worker.server")
 

@@ -24,10 +24,10 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.cpu import apply_cpu_class
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.cpu import apply_cpu_class
 from poolgate.shared.parent_death import die_with_parent
-from poolgate.shared.transport import parse_address
+from poolgate.shared.wire.transport import parse_address
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.scheduler import POLICIES
 from poolgate.workers.engine.runner_api import LoadedModel

@@ -8,21 +8,21 @@ engine answers, so it works from plain synchronous code and from inside a
 running loop (an ``async def``, a Jupyter cell) alike; calls from several
 threads batch together. All inputs of one method call travel as ONE
 ``PoolingCall``, so they are tokenized together and packed into batches by
-token budget. Errors are poolgate's typed errors (``shared.errors``) with
+token budget. Errors are poolgate's typed errors (``shared.domain.errors``) with
 vLLM's messages.
 
 - ``embed`` → ``(n, dim)``; ``classify`` → ``(n, num_labels)`` (names in ``labels``);
 - ``encode(pooling_task=...)`` → one array per input (``(T, dim)`` for token tasks);
 - ``score(queries, documents)`` runs the score routes' own plan
-  (``shared.score_plan``): pairs 1:1, 1:N or N:N (pairwise by index) as
+  (``shared.domain.score_plan``): pairs 1:1, 1:N or N:N (pairwise by index) as
   vLLM does, per-side caps, and the active task's scorer: cosine of the
   ``embed`` vectors for a bi-encoder, MaxSim of the ``token_embed`` vectors
   for late interaction (each query and document pooled once), and for a
   one-label cross-encoder (``classify``) one forward per pair, the pair read
-  as one sequence (``shared.wire.TextPair``).
+  as one sequence (``shared.wire.messages.TextPair``).
 
 Constructor flags are the CLI's model flags as keywords, the settings of
-``shared.model_settings.ModelSettings`` (``dtype``, ``backend``,
+``shared.config.model_settings.ModelSettings`` (``dtype``, ``backend``,
 ``max_model_len``, ``max_batch_tokens``, ``hf_overrides``, ``num_threads``,
 ``tokenizer_threads``, ...), with
 ``pooler_config`` (vLLM's PoolerConfig, or its dict) and its aliases
@@ -48,24 +48,24 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.errors import InvalidRequest, Unavailable
-from poolgate.shared.model_flags import worker_config
-from poolgate.shared.model_settings import ModelSettings
-from poolgate.shared.settings import declared
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
-from poolgate.shared.tasks import REMOVED_TASKS
-from poolgate.shared.wire import Input, PoolingCall, PoolingResult
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.errors import InvalidRequest, Unavailable
+from poolgate.shared.config.model_flags import worker_config
+from poolgate.shared.config.model_settings import ModelSettings
+from poolgate.shared.config.declare import declared
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.domain.score_plan import SideCaps, WindowSpec, plan_scores
+from poolgate.shared.domain.tasks import REMOVED_TASKS
+from poolgate.shared.wire.messages import Input, PoolingCall, PoolingResult
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.runner_api import LoadedModel
 
 Inputs = str | list[int] | Iterable[str | list[int]]  # one text, one token-id list, or a list of either
 
-# Keyword flags: the model settings (``shared.model_settings``), the CLI's model flags by their dests, MODEL aside
+# Keyword flags: the model settings (``shared.config.model_settings``), the CLI's model flags by their dests, MODEL aside
 FLAGS = frozenset(item.name for item in declared(ModelSettings)) - {"model"}
-# the flags' checks, from their one declaration (shared.model_settings); pooling_type is upper-cased first (below)
+# the flags' checks, from their one declaration (shared.config.model_settings); pooling_type is upper-cased first (below)
 CHOICES = {item.name: item.choices for item in declared(ModelSettings)
            if item.choices is not None and not item.about.upper}
 POSITIVE = tuple(item.name for item in declared(ModelSettings) if item.kind is int and item.about.ge == 1)
@@ -215,7 +215,7 @@ class PoolingModel:
               max_chunks_per_doc: int | None = None, chunk_overlap: int = 0,
               chunk_aggregation: str = "max") -> np.ndarray:
         """(pairs,) float32 scores of 1:1, 1:N or N:N (pairwise) query/document pairs, as vLLM's ``score``
-        and the score routes (``shared.score_plan``); ``instruction`` goes to a cross-encoder's score
+        and the score routes (``shared.domain.score_plan``); ``instruction`` goes to a cross-encoder's score
         template (Qwen3-Reranker's ``<Instruct>``); ``max_tokens_per_*`` cut each side's texts (0 = off);
         ``max_chunks_per_doc`` reads long documents in token windows (``chunk_overlap``, ``chunk_aggregation``)."""
         windows = None if max_chunks_per_doc is None else WindowSpec(max_chunks_per_doc, chunk_overlap,

@@ -1,6 +1,6 @@
 """The worker's transport server: request frames in, one task per request, response frames out.
 
-The protocol is described in ``shared.transport``. Each connection reads
+The protocol is described in ``shared.wire.transport``. Each connection reads
 frames in a loop and runs every request as its own task, so many calls are in
 flight at once; responses are written whole (one ``write`` per frame), so they
 never interleave. This is the one place in the worker that turns exceptions
@@ -23,12 +23,12 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from poolgate.shared.config import TransportSecurity
-from poolgate.shared.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
-from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.transport import FrameError, read_frame
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import ModelInfo, decode_frame, encode_frame
+from poolgate.shared.config.frozen import TransportSecurity
+from poolgate.shared.domain.errors import InternalError, InvalidRequest, PoolgateError, Unavailable
+from poolgate.shared.telemetry.log_limit import LogLimiter
+from poolgate.shared.wire.transport import FrameError, read_frame
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import ModelInfo, decode_frame, encode_frame
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.listener import authenticate, error_frame, listen
 
@@ -65,7 +65,7 @@ def bound_address(server: asyncio.Server) -> str:
 
 
 async def _pool(conn: "_Connection", header: dict, arrays: list[np.ndarray]) -> OpResult:
-    """A tokenized call (``shared.token_call``): its header in ``call``, its blocks the frame's arrays."""
+    """A tokenized call (``shared.wire.token_call``): its header in ``call``, its blocks the frame's arrays."""
     try:
         call = TokenCall.from_wire(header["call"], arrays)
     except (KeyError, TypeError, ValueError, StopIteration) as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
 
 
 class SimilarityPlugin:

@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from poolgate.shared.flags import positive_int
+from poolgate.shared.config.flags import positive_int
 
 DTYPES = ("float32", "bfloat16")
 

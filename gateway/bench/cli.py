@@ -31,11 +31,11 @@ from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
-from poolgate.shared.flags import positive_int as _positive_int
-from poolgate.shared.model_settings import DTYPE_CHOICES
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.flags import positive_int as _positive_int
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.config.model_settings import DTYPE_CHOICES
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ import time
 import aiohttp
 import numpy as np
 
-from poolgate.shared.corpus import synthetic_corpus
+from poolgate.shared.domain.corpus import synthetic_corpus
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> int:

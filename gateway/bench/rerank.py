@@ -24,8 +24,8 @@ import aiohttp
 import numpy as np
 
 from poolgate.gateway.bench.load import BadResponse, auth_headers, first_model_id
-from poolgate.shared.corpus import read_corpus, synthetic_corpus
-from poolgate.shared.flags import positive_int
+from poolgate.shared.config.flags import positive_int
+from poolgate.shared.domain.corpus import read_corpus, synthetic_corpus
 
 QUERY = "which of these passages answers the question about the history of the city"
 

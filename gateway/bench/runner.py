@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from poolgate.shared.flags import positive_int
-from poolgate.shared.model_settings import DTYPE_CHOICES
+from poolgate.shared.config.flags import positive_int
+from poolgate.shared.config.model_settings import DTYPE_CHOICES
 
 BACKENDS = ("auto", "cpu", "cuda", "rocm", "xpu")
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from poolgate.shared.corpus import synthetic_corpus
+from poolgate.shared.domain.corpus import synthetic_corpus
 
 
 def rss_mb(pid: int) -> float | None:

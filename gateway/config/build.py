@@ -3,7 +3,7 @@
 ``poolgate serve MODEL --workers N`` is a one-entry config: ``serve`` turns its
 flags into one ``ModelEntry`` and calls ``build_config`` exactly as
 ``config_file`` does for each ``[[models]]`` table of a ``--config`` file. Both
-read the model settings as one ``ModelSettings`` (``shared.model_settings``,
+read the model settings as one ``ModelSettings`` (``shared.config.model_settings``,
 the declaration the flags and the table keys both derive from), so a key
 cannot mean two things.
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 
 from poolgate.gateway.config.tenants import load_tenants
 from poolgate.gateway.pools.discovery import check_url
-from poolgate.shared.backends import place, placed
-from poolgate.shared.config import GatewayConfig, PoolConfig, TracingConfig
-from poolgate.shared.model_flags import worker_config
-from poolgate.shared.model_settings import ModelSettings
-from poolgate.shared.security_flags import gateway_security_from_args
-from poolgate.shared.tracing_flags import tracing_config_from_args, with_worker_tracing
+from poolgate.shared.config.backends import place, placed
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig, TracingConfig
+from poolgate.shared.config.model_flags import worker_config
+from poolgate.shared.config.model_settings import ModelSettings
+from poolgate.shared.config.security_flags import gateway_security_from_args
+from poolgate.shared.config.tracing_flags import tracing_config_from_args, with_worker_tracing
 
 
 class SettingError(ValueError):

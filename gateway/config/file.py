@@ -8,7 +8,7 @@ type, choices and bounds (``host``, ``port``, ``api_key`` or ``api_key_file``,
 ``model_roots``, ...), and the tracing and worker security keys (declared
 here beside their flags' own; a test keeps them equal). Each ``[[models]]`` table
 (``ModelTable``) has a key per model setting, derived from their one
-declaration (``shared.model_settings.ModelSettings``) with the flag's type,
+declaration (``shared.config.model_settings.ModelSettings``) with the flag's type,
 choices and bounds (``model``, ``backend``, ``dtype``, ``max_batch_tokens``,
 ``runner``, ``convert``, ``pooler_config`` and ``hf_overrides`` as TOML
 tables, ...), plus the pool's keys (``PoolKeys``):
@@ -60,11 +60,11 @@ from poolgate.gateway.config.build import ModelEntry, SettingError, build_config
 from poolgate.gateway.config.settings import GatewaySettings
 from poolgate.gateway.config.toml_lines import Path_, key_lines, line_of
 from poolgate.gateway.pools.discovery import check_url
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.model_flags import add_model_arguments
-from poolgate.shared.model_settings import ModelSettings
-from poolgate.shared.settings import Declared, declared
-from poolgate.shared.tracing_flags import tracing_config_from_args
+from poolgate.shared.config.declare import Declared, declared
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.config.model_flags import add_model_arguments
+from poolgate.shared.config.model_settings import ModelSettings
+from poolgate.shared.config.tracing_flags import tracing_config_from_args
 
 Positive = Annotated[int, Field(ge=1)]
 DECLARED = (*declared(GatewaySettings), *declared(ModelSettings))
@@ -156,8 +156,9 @@ else:
 
 
 class FileSettings(GatewayKeys):
-    """The whole file: the gateway settings' keys (``gateway.config.settings``), the tracing and worker security
-    keys (their flags: ``shared.tracing_flags``, ``shared.security_flags``) and the ``[[models]]`` tables."""
+    """The whole file: the gateway settings' keys (``gateway.config.settings``), the tracing and worker
+    security keys (their flags: ``shared.config.tracing_flags``, ``shared.config.security_flags``) and the
+    ``[[models]]`` tables."""
 
     otlp_traces_endpoint: str | None = None
     collect_detailed_traces: bool | None = None

@@ -1,8 +1,8 @@
 """The gateway's own settings, declared once: each is a ``poolgate serve`` flag and a top-level config file key.
 
-``GatewaySettings`` declares them as ``shared.model_settings.ModelSettings``
-declares the model's (``shared.settings``): ``gateway.serve`` adds a flag per
-setting (``shared.flags``), in this order, and ``gateway.config.file`` makes
+``GatewaySettings`` declares them as ``shared.config.model_settings.ModelSettings``
+declares the model's (``shared.config.declare``): ``gateway.serve`` adds a flag per
+setting (``shared.config.flags``), in this order, and ``gateway.config.file`` makes
 the file's top-level keys from the same fields (``file_key`` where the key is
 not the name; a ``models_key`` setting is no top-level key but sets that key
 of every ``[[models]]`` table). ``gateway.config.build`` turns the values into
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from poolgate.shared.settings import setting
+from poolgate.shared.config.declare import setting
 
 LIMITS = "request limits (each over-limit request gets a 4xx naming the limit)"  # a --help group
 

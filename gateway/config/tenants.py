@@ -27,7 +27,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from poolgate.gateway.config.toml_lines import key_lines, line_of
-from poolgate.shared.config import Tenant
+from poolgate.shared.config.frozen import Tenant
 
 HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 Positive = Annotated[int, Field(ge=1)]

@@ -5,7 +5,7 @@ How to add routes (a new dialect, or new routes of one):
 1. In your module, write ``async def handler(request, body)``: ``body`` is the
    request already validated into your pydantic ``request_model``; build a
    dialect-free ``ServeRequest``, ``await serving.serve(request, ...)`` and
-   return the response. Do not catch: raise ``shared.errors`` types.
+   return the response. Do not catch: raise ``shared.domain.errors`` types.
 2. List the module's routes as data::
 
        ROUTES = (

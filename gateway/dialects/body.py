@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from poolgate.gateway.http.state import CONFIG
-from poolgate.shared.errors import InvalidRequest, RequestTooLarge
+from poolgate.shared.domain.errors import InvalidRequest, RequestTooLarge
 
 Model = TypeVar("Model", bound=BaseModel)
 

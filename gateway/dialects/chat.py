@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness
 from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import ChatInput, Input
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.wire.messages import ChatInput, Input
 
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "

@@ -11,7 +11,7 @@ template and a text prefix otherwise; ``truncate`` END / START keeps the first /
 ``output_dimension`` is the Matryoshka ``dimensions``; ``embedding_types``
 (default float) are computed as ``dialects.quantize`` documents, and
 poolgate's ``sparse`` answers ``{indices, values}`` per text from the model's
-sparse head (SPLADE, BGE-M3: ``dialects.sparse``; 400 for other models); ``priority``
+sparse head (SPLADE, BGE-M3: ``dialects.sparse_serving``; 400 for other models); ``priority``
 (lower runs earlier, default 0) is the call's scheduling priority. Errors are
 Cohere's ``{"message": ...}``.
 """
@@ -28,17 +28,17 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.dialects.sparse import serve_dense_and_sparse, serve_sparse
+from poolgate.gateway.dialects.sparse_serving import serve_dense_and_sparse, serve_sparse
 from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.gateway.serving import Served, ServeRequest, serve
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import input_cap
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.sparse import SparseVector
-from poolgate.shared.wire import ChatInput, Input, ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.limits import input_cap
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.sparse import SparseVector
+from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64", "sparse"]
-SPARSE = "sparse"  # poolgate's: {indices, values} from the model's sparse head (dialects.sparse)
+SPARSE = "sparse"  # poolgate's: {indices, values} from the model's sparse head (dialects.sparse_serving)
 ONE_OF = "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"
 NO_IMAGES = "Image inputs are not supported: poolgate serves text models."
 
@@ -172,7 +172,7 @@ async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) ->
     info = request.app[ROUTER].lookup(req.model).info
     call, texts = to_request(req, info)
     dense, sparse = types is None or any(t != SPARSE for t in types), None
-    if types and SPARSE in types:  # with a dense type too: one call, one forward (dialects.sparse)
+    if types and SPARSE in types:  # with a dense type too: one call, one forward (dialects.sparse_serving)
         served, sparse = await (serve_dense_and_sparse if dense else serve_sparse)(request, info, call)
     else:
         served = await serve(request, call)

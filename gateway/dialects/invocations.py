@@ -23,9 +23,9 @@ from pydantic import RootModel, ValidationError
 from poolgate.gateway.dialects import openai, rerank, vllm_classify, vllm_pooling, vllm_score
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import ROUTER
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.score_plan import scoring_enabled
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.score_plan import scoring_enabled
+from poolgate.shared.wire.messages import ModelInfo
 
 
 class InvocationBody(RootModel[dict[str, Any]]):

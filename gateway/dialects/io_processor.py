@@ -3,7 +3,7 @@
 A plugin is a Python entry point in the group ``poolgate.io_processor_plugins``
 whose object, called with no arguments, gives an ``IOProcessor``: ``task`` (the
 pooling task its inputs run as), ``to_inputs(data)`` (the request's ``data`` →
-texts or token-id lists; it raises ``shared.errors.InvalidRequest`` for data it
+texts or token-id lists; it raises ``shared.domain.errors.InvalidRequest`` for data it
 cannot take) and ``to_response(data, outputs)`` (the request's ``data`` and one
 array per input → the response's ``data``, JSON-ready). The server runs the one
 that ``--io-processor-plugin NAME`` (or ``io_processor_plugin`` in the config
@@ -30,9 +30,9 @@ from poolgate.gateway.dialects.envelope import usage
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG
 from poolgate.gateway.serving import ServeRequest, serve
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.tasks import PoolingTask
 
 ENTRY_POINT_GROUP = "poolgate.io_processor_plugins"
 NO_PLUGIN = "No IOProcessor plugin installed."

@@ -24,9 +24,9 @@ from itertools import accumulate
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import usage
 from poolgate.gateway.serving import Served, ServeRequest
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.late_chunks import LateChunkText
-from poolgate.shared.wire import Input, only_texts
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.late_chunks import LateChunkText
+from poolgate.shared.wire.messages import Input, only_texts
 
 JOINER = " "  # between Jina-style chunks when they are joined into one document
 TEXTS_ONLY = "late chunking reads texts: pass the input as strings, not token ids or chat messages"

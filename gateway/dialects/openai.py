@@ -43,10 +43,10 @@ from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import RECORD, ROUTER
 from poolgate.gateway.serving import Served, ServeRequest, serve
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.tasks import PoolingTask
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.tasks import PoolingTask
+from poolgate.shared.wire.messages import ModelInfo
 
 
 class EmbeddingRequest(EncodedBody):
@@ -59,7 +59,7 @@ class EmbeddingRequest(EncodedBody):
     late_chunking: bool = False  # Jina's: one document encoded once, a vector per chunk (dialects.late_chunking)
     chunk_boundaries: list[int] | None = None  # late chunking: where chunks start (characters)
     chunk_size: int | None = None  # late chunking: tokens per chunk
-    task: str | None = None  # Jina's: the task adapter the forward runs with (ModelInfo.adapters; shared.limits)
+    task: str | None = None  # Jina's: the task adapter the forward runs with (ModelInfo.adapters; shared.domain.limits)
 
 
 class EmbeddingData(BaseModel):

@@ -6,7 +6,7 @@ OpenAI answer) lists the outputs each item carries:
 - ``dense``: ``embedding``, as ``encoding_format`` asks (float or base64);
 - ``sparse``: ``sparse_embedding: {indices, values}`` (and ``tokens``, the
   token strings, with ``return_tokens``) from the model's sparse head
-  (``dialects.sparse``: SPLADE, BGE-M3; 400 for a model without one);
+  (``dialects.sparse_serving``: SPLADE, BGE-M3; 400 for a model without one);
 - ``multi_vector``: ``multi_vector: [[float]]``, one vector per token
   (``token_embed``: BGE-M3's ColBERT vectors, a ColBERT model's).
 
@@ -30,13 +30,13 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.encoding import dumps, json_encoder
 from poolgate.gateway.dialects.envelope import usage
-from poolgate.gateway.dialects.sparse import sparse_request
+from poolgate.gateway.dialects.sparse_serving import sparse_request
 from poolgate.gateway.http.state import CONFIG
 from poolgate.gateway.serving import ServeRequest, serve, with_policy
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.sparse import sparse_vector
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.sparse import sparse_vector
+from poolgate.shared.wire.messages import ModelInfo
 
 EmbeddingType = Literal["dense", "sparse", "multi_vector"]
 JSON_FORMATS = ("float", "base64")

@@ -4,7 +4,7 @@
 vLLM's common fields plus ``use_activation``, ``max_tokens_per_query``,
 ``max_tokens_per_doc``, ``instruction``, ``chat_template_kwargs``) and
 ``score_pairs``, which reads the body's texts and sends ONE call made by the
-score plan (``shared.score_plan``, which the offline API uses too): pairs as
+score plan (``shared.domain.score_plan``, which the offline API uses too): pairs as
 vLLM makes them (1:1, 1:N, N:N), for the scorer of the model's active task:
 
 - cross-encoder (``classify``, one label): one ``TextPair`` per pair, read as
@@ -12,7 +12,7 @@ vLLM makes them (1:1, 1:N, N:N), for the scorer of the model's active task:
   ``instruction``, else its tokenizer's pair template, BERT token type ids);
 - bi-encoder (``embed``) and late interaction (``token_embed``): each query
   and each document pooled once, then cosine / MaxSim here in numpy
-  (``shared.scoring``), the query vectors reused for every document.
+  (``shared.domain.scoring``), the query vectors reused for every document.
 
 ``max_tokens_per_*`` cut each side to that many content tokens before the
 special tokens (``TextPair`` / ``CappedText`` caps, applied in the worker);
@@ -40,10 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from poolgate.gateway.dialects.request import reject_removed
 from poolgate.gateway.http.state import ROUTER
 from poolgate.gateway.serving import Served, ServeRequest, serve
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.score_plan import SideCaps, WindowSpec, plan_scores
-from poolgate.shared.scoring import check_pairs
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.score_plan import SideCaps, WindowSpec, plan_scores
+from poolgate.shared.domain.scoring import check_pairs
+from poolgate.shared.wire.messages import ModelInfo
 
 
 class ContentInput(BaseModel):

@@ -25,8 +25,8 @@ names one in two ways:
 
 from __future__ import annotations
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import Input, ModelInfo, only_texts
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.wire.messages import Input, ModelInfo, only_texts
 
 COHERE_TYPES: dict[str, tuple[str, ...]] = {
     "search_query": ("search_query", "query"),

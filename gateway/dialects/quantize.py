@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from poolgate.gateway.dialects.encoding import to_base64
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
 
 INT8_SCALE = 127.0
 UINT8_SCALE = 127.5

@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.tasks import REMOVED_TASKS
-from poolgate.shared.wire import Input
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.tasks import REMOVED_TASKS
+from poolgate.shared.wire.messages import Input
 
 # Strict, so "1" is not a token id and 1 is not a text; ids fit an int32 vocabulary.
 TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]

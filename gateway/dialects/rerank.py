@@ -31,9 +31,9 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.pairs import ContentInput, Scored, ScoreInput, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG, RECORD
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.score_plan import scoring_enabled
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.score_plan import scoring_enabled
 
 DOCUMENTS_PER_SEARCH_UNIT = 100
 

@@ -15,8 +15,8 @@ there means a prompt only.
 from __future__ import annotations
 
 from poolgate.gateway.dialects.prompts import COHERE_TYPES, prompt_for
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.wire.messages import ModelInfo
 
 ROLES: dict[str, str] = {
     **dict.fromkeys(("search_query", *COHERE_TYPES["search_query"]), "query"),

@@ -16,7 +16,7 @@ loaded and unloaded while the gateway runs):
 1. no served model serves the route (``Route.serves``) → 404 ``Not Found``,
    as when vLLM does not register the route;
 2. the body names (or defaults to) a model that does not serve it → 400,
-   vLLM's "Unsupported task: ..." (``shared.limits.unsupported_task``).
+   vLLM's "Unsupported task: ..." (``shared.domain.limits.unsupported_task``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pydantic import BaseModel
 from poolgate.gateway.dialects.body import parse_body, read_json, validated
 from poolgate.gateway.http.errors import ERROR_FORMATS
 from poolgate.gateway.http.state import CHOSEN, RECORD, ROUTE_OF, ROUTER
-from poolgate.shared.errors import InvalidRequest, RouteNotFound
-from poolgate.shared.limits import unsupported_task
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest, RouteNotFound
+from poolgate.shared.domain.limits import unsupported_task
+from poolgate.shared.wire.messages import ModelInfo
 
 # handler(request, body): body is an instance of the route's own request_model (or None), which a Callable type
 # cannot say per route (its argument types are contravariant), hence Any.

@@ -14,7 +14,7 @@ are in ``dialects.tei_body``; /predict and /rerank in ``dialects.tei_scores``;
   each token's vector, unnormalized (models that serve ``token_embed``).
 - ``POST /embed_sparse`` → ``[[{index, value}]]``: each input's sparse vector
   (token id → positive weight, ids ascending) from the worker's sparse output
-  (``shared.sparse``: SPLADE's vocabulary vector, BGE-M3's sparse weights).
+  (``shared.domain.sparse``: SPLADE's vocabulary vector, BGE-M3's sparse weights).
 - ``POST /similarity`` ``{inputs: {source_sentence, sentences}, parameters:
   {truncate, truncation_direction, prompt_name}}`` → ``[float]``: each
   sentence's cosine with the source sentence.
@@ -43,12 +43,12 @@ from poolgate.gateway.dialects.route import Route, serve_route
 from poolgate.gateway.dialects.tei_body import InputsBody, TeiBody, prompted
 from poolgate.gateway.http.state import CHOSEN, CONFIG, ROUTER
 from poolgate.gateway.serving import Served, ServeRequest, serve
-from poolgate.shared.score_plan import scoring_enabled
-from poolgate.shared.scoring import cosine_scores
-from poolgate.shared.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
-from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.domain.score_plan import scoring_enabled
+from poolgate.shared.domain.scoring import cosine_scores
+from poolgate.shared.domain.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
+from poolgate.shared.domain.tasks import PoolingTask
 from poolgate.shared.version import VERSION
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
 
 
 class EmbedRequest(InputsBody):

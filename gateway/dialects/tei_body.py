@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.request import as_batch
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.tasks import PoolingTask
-from poolgate.shared.wire import Input, ModelInfo, only_texts
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.tasks import PoolingTask
+from poolgate.shared.wire.messages import Input, ModelInfo, only_texts
 
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 TextOrIds = StrictStr | TokenIds

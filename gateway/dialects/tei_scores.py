@@ -29,9 +29,9 @@ from poolgate.gateway.dialects.pairs import ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.tei_body import TeiBody
 from poolgate.gateway.serving import ServeRequest, serve
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.score_plan import scoring_enabled
-from poolgate.shared.wire import ModelInfo, TextPair
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.score_plan import scoring_enabled
+from poolgate.shared.wire.messages import ModelInfo, TextPair
 
 Sequence = list[StrictStr]  # [text] or [text, text_pair]
 

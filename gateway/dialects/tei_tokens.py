@@ -25,8 +25,8 @@ from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.tei_body import TokenIds
 from poolgate.gateway.serving import lookup
 from poolgate.gateway.tokenizing import run_tokenizer
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import check_inputs
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.limits import check_inputs
 
 
 class TokenizeInputsRequest(BaseModel):

@@ -23,7 +23,7 @@ from poolgate.gateway.dialects.envelope import Usage, list_response
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import RECORD
 from poolgate.gateway.serving import Served, ServeRequest, serve
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 
 PATHS = ("/classify", "/v1/classify")
 

@@ -17,7 +17,7 @@ in one batch, so there is nothing to switch. A task the model does not serve,
 ``plugin`` included, is vLLM's 400 "Unsupported task: 'x' Supported tasks: (…)"
 before any plugin check. ``pool_factor`` (poolgate's, for
 ``token_embed``) pools each input's token vectors into about ``1/pool_factor``
-as many (PyLate's hierarchical pooling, ``shared.token_pooling``): fewer vectors
+as many (PyLate's hierarchical pooling, ``shared.domain.token_pooling``): fewer vectors
 to index per document, at a cost in MaxSim agreement. ``input_type`` (poolgate's, as
 on ``/v1/embeddings``) prefixes the model's prompt of that type, and for a model with
 input roles (PyLate ColBERT) says whether the inputs are queries or documents
@@ -43,13 +43,13 @@ from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
 from poolgate.gateway.serving import Served, ServeRequest, serve
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import unsupported_task
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.tasks import PoolingTask
-from poolgate.shared.token_pooling import pool_tokens
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.limits import unsupported_task
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.tasks import PoolingTask
+from poolgate.shared.domain.token_pooling import pool_tokens
+from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.rows import Rows
 
 # The tasks whose output /pooling returns as it is; the others need a vLLM IO-processor plugin.
 RAW_TASKS = ("embed", "classify", "token_embed", "token_classify")
@@ -62,7 +62,9 @@ class PoolingRequest(EncodedBody):
 
     task: PoolingTask | None = None
     input_type: str | None = None  # poolgate: a prompt, and a role model's query / document (dialects.roles)
-    pool_factor: Annotated[int, Field(ge=1)] | None = None  # poolgate: token_embed rows pooled (shared.token_pooling)
+    pool_factor: Annotated[int, Field(ge=1)] | None = (
+        None  # poolgate: token_embed rows pooled (shared.domain.token_pooling)
+    )
 
 
 class PoolingData(BaseModel):
@@ -120,7 +122,7 @@ def to_request(req: PoolingRequest, info: ModelInfo, plugin: str | None = None) 
 
 
 def pooled(served: Served, pool_factor: int) -> Served:
-    """``served`` with each input's token vectors pooled by ``pool_factor`` (``shared.token_pooling``)."""
+    """``served`` with each input's token vectors pooled by ``pool_factor`` (``shared.domain.token_pooling``)."""
     rows = served.result.outputs
     items = [pool_tokens(rows.item(i), pool_factor) for i in range(len(rows))]
     offsets = np.cumsum([0, *(len(x) for x in items)], dtype=np.int64)

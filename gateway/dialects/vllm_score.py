@@ -4,7 +4,7 @@ A body names its two sides in one of vLLM's four ways: ``queries`` +
 ``documents``, ``queries`` + ``items``, ``data_1`` + ``data_2`` or ``text_1`` +
 ``text_2``; each side is one input or a list (a text, Jina's ``{"text"}``, or
 vLLM's multimodal ``{"content"}``, which text models refuse). Pairs are 1:1,
-1:N or N:N (``shared.scoring.check_pairs``, vLLM's messages). The response is
+1:N or N:N (``shared.domain.scoring.check_pairs``, vLLM's messages). The response is
 vLLM's ``ScoreResponse``: ``{id: "score-…", object: "list", created, model,
 data: [{index, object: "score", score}], usage}``, one item per pair in order.
 """
@@ -22,7 +22,7 @@ from poolgate.gateway.dialects.envelope import list_response
 from poolgate.gateway.dialects.pairs import Scored, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import RECORD
-from poolgate.shared.score_plan import scoring_enabled
+from poolgate.shared.domain.score_plan import scoring_enabled
 
 PATHS = ("/score", "/v1/score")
 # vLLM's pair forms, in the order its request union tries them: (first side, second side).

@@ -26,8 +26,8 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import chars, lookup
 from poolgate.gateway.tokenizing import run_tokenizer
-from poolgate.shared.limits import check_inputs
-from poolgate.shared.wire import Input
+from poolgate.shared.domain.limits import check_inputs
+from poolgate.shared.wire.messages import Input
 
 
 class TokenizeRequest(ChatOptions):

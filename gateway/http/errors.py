@@ -7,7 +7,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from poolgate.shared.errors import PoolgateError
+from poolgate.shared.domain.errors import PoolgateError
 
 
 def openai_error_body(err: PoolgateError) -> dict:

@@ -39,8 +39,8 @@ from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
 from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
 from poolgate.gateway.telemetry.record import RequestRecord
-from poolgate.shared.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
-from poolgate.shared.log_limit import LogLimiter
+from poolgate.shared.domain.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
+from poolgate.shared.telemetry.log_limit import LogLimiter
 
 log = logging.getLogger(__name__)
 _failures = LogLimiter(log)  # the same failure of many requests (a dead pool): once per window, with a count

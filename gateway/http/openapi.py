@@ -18,7 +18,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from poolgate.gateway.dialects.route import Route, is_live
 from poolgate.gateway.http.state import ROUTER
 from poolgate.shared.version import VERSION
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
 
 ROUTES_KEY = web.AppKey("routes", list)  # every mounted Route, in order
 REF = "#/components/schemas/{model}"

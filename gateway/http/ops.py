@@ -8,9 +8,9 @@ from aiohttp import web
 
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import ROUTER
-from poolgate.shared.errors import Unavailable
+from poolgate.shared.domain.errors import Unavailable
 from poolgate.shared.version import VERSION
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
 
 
 def model_card(info: ModelInfo, created: int) -> dict:

@@ -16,7 +16,7 @@ import logging
 
 from aiohttp.http_exceptions import HttpProcessingError
 
-from poolgate.shared.log_limit import LogLimiter
+from poolgate.shared.telemetry.log_limit import LogLimiter
 
 SERVER_LOGGER = "aiohttp.server"
 

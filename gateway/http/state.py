@@ -7,7 +7,7 @@ from aiohttp import web
 from poolgate.gateway.http.tenants import Tenants, TenantState
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import RequestRecord, Telemetry
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 
 CONFIG = web.AppKey("config", GatewayConfig)
 ROUTER = web.AppKey("router", Router)

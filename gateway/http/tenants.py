@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from poolgate.gateway.http.quota_cells import Cells, Floats, LocalCells, Tally
-from poolgate.shared.config import GatewayConfig, Tenant
-from poolgate.shared.errors import Overloaded
+from poolgate.shared.config.frozen import GatewayConfig, Tenant
+from poolgate.shared.domain.errors import Overloaded
 
 log = logging.getLogger("poolgate.gateway.tenants")
 

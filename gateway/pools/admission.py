@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from poolgate.shared.errors import InvalidRequest, Overloaded
+from poolgate.shared.domain.errors import InvalidRequest, Overloaded
 
 M = TypeVar("M")
 

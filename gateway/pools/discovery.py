@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from poolgate.gateway.pools.pool import WorkerPool
-from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.transport import WorkerClient, parse_address
+from poolgate.shared.telemetry.log_limit import LogLimiter
+from poolgate.shared.wire.transport import WorkerClient, parse_address
 
 log = logging.getLogger("poolgate.gateway.pools.discovery")
 _repeats = LogLimiter(log, 60.0)  # re-resolved every 5 s: a lasting failure once a minute

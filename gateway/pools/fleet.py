@@ -5,7 +5,7 @@ config, and later for a model the admin API loads or unloads. For one pool:
 
 - local workers: one ``Supervisor`` each (``gateway.pools.supervisor``: restarted with
   backoff after they die), already placed by the config (device, CPU cores),
-  with the backend's environment (``shared.backends.worker_env``); a pool runs
+  with the backend's environment (``shared.config.backends.worker_env``); a pool runs
   with those that came up and the rest keep retrying in the background;
 - remote workers (``tcp://``, ``unix:``): dialed with the gateway's worker token
   and TLS (``GatewayConfig.worker_security``), waiting for those still loading;
@@ -35,14 +35,14 @@ from poolgate.gateway.pools.discovery import DEFAULT_INTERVAL_S, Discovery, Reso
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.pools.supervisor import Supervisor, start_all
-from poolgate.shared.backends import worker_env
-from poolgate.shared.config import GatewayConfig, PoolConfig
-from poolgate.shared.errors import Conflict, Unavailable
+from poolgate.shared.config.backends import worker_env
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig
+from poolgate.shared.domain.errors import Conflict, Unavailable
 from poolgate.shared.inputs.encoders import encoder_for
 from poolgate.shared.inputs.front import Front
-from poolgate.shared.transport import WorkerClient
-from poolgate.shared.transport_security import client_context
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.transport import WorkerClient
+from poolgate.shared.wire.transport_security import client_context
 
 log = logging.getLogger("poolgate.gateway.pools.fleet")
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from poolgate.shared.token_call import TokenCall
+from poolgate.shared.wire.token_call import TokenCall
 
 
 @dataclass(frozen=True)

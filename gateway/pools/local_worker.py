@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import IO
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.transport import WorkerClient
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.transport import WorkerClient
 
 log = logging.getLogger("poolgate.gateway.pools.local_worker")
 

@@ -7,16 +7,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from poolgate.shared.errors import Unavailable
+from poolgate.shared.domain.errors import Unavailable
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import ModelInfo, PoolingResult
+from poolgate.shared.wire.messages import ModelInfo, PoolingResult
+from poolgate.shared.wire.token_call import TokenCall
 
 State = Literal["starting", "ready", "down", "draining"]
 
 
 class Client(Protocol):
-    """The part of ``shared.transport.WorkerClient`` a pool uses."""
+    """The part of ``shared.wire.transport.WorkerClient`` a pool uses."""
 
     address: str
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.pool import Client, WorkerPool
-from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.shared.domain.errors import Overloaded, Unavailable
 from poolgate.shared.inputs.front import Front
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import ModelInfo, PoolingResult
+from poolgate.shared.wire.messages import ModelInfo, PoolingResult
+from poolgate.shared.wire.token_call import TokenCall
 
 # ModelInfo fields every pool of one model must agree on (what clients see must not depend on the pool)
 SAME_FIELDS = (

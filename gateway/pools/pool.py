@@ -37,11 +37,11 @@ from typing import Any
 from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
 from poolgate.gateway.pools.member import Client, Member, State, check, load, tokens_per_s
-from poolgate.shared.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared.domain.errors import DeadlineExceeded, Overloaded, Unavailable
 from poolgate.shared.inputs.front import Front
-from poolgate.shared.log_limit import LogLimiter
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import ModelInfo, PoolingResult
+from poolgate.shared.telemetry.log_limit import LogLimiter
+from poolgate.shared.wire.messages import ModelInfo, PoolingResult
+from poolgate.shared.wire.token_call import TokenCall
 
 __all__ = ["AdmissionLimits", "Client", "Job", "Member", "State", "WorkerPool"]
 

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator
 
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
-from poolgate.shared.errors import InvalidRequest, ModelNotFound, NotSupported
-from poolgate.shared.tasks import PoolingTask
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound, NotSupported
+from poolgate.shared.domain.tasks import PoolingTask
+from poolgate.shared.wire.messages import ModelInfo
 
 # vLLM's name for the API of each task, used in its 501 "does not support" message.
 TASK_APIS: dict[str, str] = {

@@ -18,7 +18,7 @@ the process:
 The environment of each process comes from a ``WorkerEnv``: a function of the
 worker's config, which already holds its placement (device, CPU affinity),
 returning the variables to add (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``,
-``ZE_AFFINITY_MASK``, thread counts). ``shared.backends.worker_env`` is the one
+``ZE_AFFINITY_MASK``, thread counts). ``shared.config.backends.worker_env`` is the one
 the gateway uses; ``no_extra_env`` adds nothing.
 """
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from poolgate.gateway.pools.local_worker import LocalWorker
 from poolgate.gateway.pools.pool import WorkerPool
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.transport import WorkerClient
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.wire.transport import WorkerClient
 
 log = logging.getLogger("poolgate.gateway.pools.supervisor")
 

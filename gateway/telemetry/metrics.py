@@ -1,6 +1,6 @@
 """The gateway's Prometheus metrics: request series recorded here, worker series pulled at each scrape.
 
-Every name is a constant in ``shared.telemetry``. Request series (count by
+Every name is a constant in ``shared.telemetry.names``. Request series (count by
 route, model and status; latency; errors by type; prompt tokens; the
 worker's queue and inference time; admission rejections) are recorded from
 each finished request's ``RequestRecord``: ``GatewayMetrics`` is the
@@ -52,10 +52,10 @@ from poolgate.gateway.pools.member import Client
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import RequestRecord
-from poolgate.shared import telemetry as names
-from poolgate.shared.errors import PoolgateError
-from poolgate.shared.histogram import Histogram as Counts
-from poolgate.shared.transport import parse_address
+from poolgate.shared.domain.errors import PoolgateError
+from poolgate.shared.telemetry import names
+from poolgate.shared.telemetry.histogram import Histogram as Counts
+from poolgate.shared.wire.transport import parse_address
 
 WORKER_STATS_TIMEOUT_S = 1.0
 PUBLISH_INTERVAL_S = 1.0  # multiprocess: how often each process writes its calls in flight

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from poolgate.shared.errors import PoolgateError
+from poolgate.shared.domain.errors import PoolgateError
 
 UNMATCHED_ROUTE = "unmatched"  # the route label of a 404, so unknown paths add no label values
 

@@ -27,9 +27,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from poolgate.gateway.telemetry.record import RequestRecord
-from poolgate.shared import telemetry as names
-from poolgate.shared.config import TracingConfig
-from poolgate.shared.trace_export import ExportingTracer
+from poolgate.shared.config.frozen import TracingConfig
+from poolgate.shared.telemetry import names
+from poolgate.shared.telemetry.trace_export import ExportingTracer
 
 PROPAGATOR = TraceContextTextMapPropagator()
 INSTRUMENTATION = "poolgate.gateway"

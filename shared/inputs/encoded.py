@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from poolgate.shared.windows import Windows
-from poolgate.shared.wire import ChatInput, TextPair
+from poolgate.shared.domain.windows import Windows
+from poolgate.shared.wire.messages import ChatInput, TextPair
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.late_plan import LatePlan
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Encoded:
     """Token ids per sequence, and per sequence its token type ids (None: all segment 0); one sequence per
-    input, but for windowed documents, which ``windows`` maps back to their inputs (``shared.windows``)."""
+    input, but for windowed documents, which ``windows`` maps back to their inputs (``shared.domain.windows``)."""
 
     ids: list[list[int]]
     type_ids: list[list[int] | None]

@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from poolgate.shared.domain.limits import check_tokens
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
 from poolgate.shared.inputs.sparse_output import SparseOutput
 from poolgate.shared.inputs.stage import InputStage
-from poolgate.shared.limits import check_tokens
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import Input, ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire.messages import Input, ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.wire.token_call import TokenCall
 
 
 @dataclass(frozen=True, eq=False)

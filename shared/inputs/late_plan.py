@@ -19,11 +19,11 @@ from typing import Protocol
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.windows import Windows
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.late_chunks import TOKEN_TASK, LateChunkText
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.windows import Windows
+from poolgate.shared.wire.rows import Rows
 
 Span = tuple[int, int]
 

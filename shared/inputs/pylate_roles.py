@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
 
 
 @dataclass(frozen=True)

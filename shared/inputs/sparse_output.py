@@ -1,6 +1,6 @@
 """A sparse call's answer, made where the tokenizer is: each input's ``{token id: weight}`` from its rows.
 
-The rows are the worker's (``shared.sparse``), the token strings the
+The rows are the worker's (``shared.domain.sparse``), the token strings the
 tokenizer's, so the gateway (``shared.inputs.front``) makes the answer.
 
 The engine runs a sparse call through the model's sparse head's task like any
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.sparse import SPARSE_HEADS, SparseHead, sparse_rows
 from poolgate.shared.inputs.encoded import TextEncoder
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.sparse import SPARSE_HEADS, SparseHead, sparse_rows
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.rows import Rows
 
 UNUSED = ("cls_token", "eos_token", "sep_token", "pad_token", "unk_token")  # XLM-R: EOS is SEP
 

@@ -5,7 +5,7 @@ loop (cheap, no tokenizer), ``tokenize`` in the engine's tokenizer thread. A
 call's texts go through the tokenizer in one batched ``encode``; texts over
 the truncation length are encoded again with the tokenizer's own truncation,
 as sentence-transformers does, so truncated ids match it exactly. Lengths are
-checked against the input cap (``shared.limits.input_cap``): with chunked
+checked against the input cap (``shared.domain.limits.input_cap``): with chunked
 processing an embed input may be longer than ``max_model_len``, and the engine
 splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-token
 cap first and then tokenized as a text; a cross-encoder's ``TextPair`` goes
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.late_chunks import TOKEN_TASK, LateChunkText
+from poolgate.shared.domain.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs import late_plan as late_chunking
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
 from poolgate.shared.inputs.window_cuts import Expanded, expand, shrink, window_input
-from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText
-from poolgate.shared.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import (
+from poolgate.shared.wire.messages import (
     CappedText,
     ChatInput,
     Input,

@@ -15,12 +15,12 @@ from __future__ import annotations
 import threading
 from typing import Any, cast
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.pylate_roles import RoleEncoder
 from poolgate.shared.inputs.score_templates import SCORE_TEMPLATES
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
-from poolgate.shared.wire import ChatInput, TextPair
+from poolgate.shared.wire.messages import ChatInput, TextPair
 
 # vLLM's message when the tokenizer has no chat template (transformers dropped the default one in 4.44).
 NO_CHAT_TEMPLATE = (

@@ -7,7 +7,7 @@ describes), and reduces it to what tokenizing needs: the fast tokenizer's
 tokens), the chat template, the special tokens by name, and poolgate's own
 input settings (lower-casing as sentence-transformers does, a reranker's score
 template, a PyLate model's markers and lengths). The ``info`` op hands these to
-the gateway (``shared.transport.WorkerClient.tokenizer``), which tokenizes with
+the gateway (``shared.wire.transport.WorkerClient.tokenizer``), which tokenizes with
 them (``shared.inputs.tokenizer.TextEncoder``): the files are the same for a
 local worker (its model folder) and a remote one. ``sha256`` is over all of
 it: two replicas of one model whose hashes differ would tokenize differently,

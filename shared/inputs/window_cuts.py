@@ -1,4 +1,4 @@
-"""Cutting a call's long documents (``shared.windows.WindowedText``) into token windows the input stage encodes.
+"""Cutting a call's long documents (``shared.domain.windows.WindowedText``) into token windows the input stage encodes.
 
 Each ``WindowedText`` becomes one input per window: a ``TextPair`` of the
 query and the window's text for a cross-encoder, the window's text alone
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.windows import Windows
 from poolgate.shared.inputs.encoded import TextEncoder
-from poolgate.shared.windows import Windows
-from poolgate.shared.wire import Input, TextPair, WindowedText
+from poolgate.shared.wire.messages import Input, TextPair, WindowedText
 
 Span = tuple[int, int]
 

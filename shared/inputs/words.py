@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.pylate_roles import RoleEncoder
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
-from poolgate.shared.wire import ChatInput, TextPair
+from poolgate.shared.wire.messages import ChatInput, TextPair
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.cli import build_parser
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.pools.router import Router
-from poolgate.shared import telemetry
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.transport import parse_address
+from poolgate.shared.telemetry import names as telemetry
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.wire.transport import parse_address
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -285,7 +285,7 @@ def test_the_autoscaler_scales_the_workers_on_a_metric_we_export(backend):
 def test_the_overflow_overlay_configures_two_pools_of_one_model_by_file(tmp_path):
     from poolgate.gateway.config.file import config_from_toml
     from poolgate.gateway.serve import add_arguments
-    from poolgate.shared.models import DEFAULT_MODEL_NAME
+    from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 
     docs = render("cuda-cpu-overflow")
     deployments, services = by_kind(docs, "Deployment"), by_kind(docs, "Service")

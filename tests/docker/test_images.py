@@ -85,7 +85,7 @@ def wait_healthy(url: str, names: list[str], timeout_s: float = 300) -> float:
 def test_the_worker_container_serves_the_gateway_container(images):
     from sentence_transformers import SentenceTransformer
 
-    from poolgate.shared.models import bundled_model_path
+    from poolgate.shared.config.models import bundled_model_path
 
     suffix = uuid.uuid4().hex[:8]
     worker, gateway = f"poolgate-test-worker-{suffix}", f"poolgate-test-gateway-{suffix}"

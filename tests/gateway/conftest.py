@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from poolgate.gateway.app import make_app
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.inputs.front import Front
 from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import fake_model, worker_clients

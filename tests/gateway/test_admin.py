@@ -16,8 +16,8 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.config.models import bundled_model_path
 from tests.fakes import FakeWorkerClient, fake_front, fake_model, until
 
 FAKE_FACTORY = "tests.workers.fake_factory:build"

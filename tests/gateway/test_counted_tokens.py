@@ -19,10 +19,10 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.pools.admission import AdmissionLimits
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig, Tenant
+from poolgate.shared.config.frozen import GatewayConfig, Tenant
 from poolgate.shared.inputs.front import Front
-from poolgate.shared.models import bundled_model_path
-from poolgate.workers.load.tokenizer_files import load_encoder, read_tokenizer
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.workers.load.hf_tokenizer import load_encoder, read_tokenizer
 from tests.fakes import fake_model, worker_clients
 
 KEY = "sk-counted"

@@ -10,8 +10,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from poolgate.gateway.app import make_app
 from poolgate.gateway.serving import TIMEOUT_HEADER, deadline
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import InvalidRequest
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

@@ -14,7 +14,7 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.pools.fleet import admission_limits
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig, PoolConfig
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig
 from tests.fakes import fake_front, fake_model, worker_clients
 
 

@@ -1,11 +1,11 @@
-"""shared.backends: replicas and devices expanded into placements, per-backend env, disjoint CPU core sets."""
+"""shared.config.backends: replicas and devices expanded into placements, per-backend env, disjoint CPU core sets."""
 from __future__ import annotations
 
 import pytest
 
-from poolgate.shared.backends import (Placement, parse_cpu_list, physical_cores, place, placed, split_cores,
+from poolgate.shared.config.backends import (Placement, parse_cpu_list, physical_cores, place, placed, split_cores,
                                       worker_env)
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 
 SMT = {0: {0, 4}, 1: {1, 5}, 2: {2, 6}, 3: {3, 7}, 4: {0, 4}, 5: {1, 5}, 6: {2, 6}, 7: {3, 7}}  # 4 cores x 2 threads
 

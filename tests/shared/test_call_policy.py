@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from poolgate.shared.errors import Overloaded, from_wire
-from poolgate.shared.transport import WorkerClient
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import PoolingCall, TextPair
+from poolgate.shared.domain.errors import Overloaded, from_wire
+from poolgate.shared.wire.transport import WorkerClient
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import PoolingCall, TextPair
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
 from tests.fakes import fake_model, tokenized

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poolgate.shared.corpus import MAX_WORDS, read_corpus, synthetic_corpus, vocabulary
+from poolgate.shared.domain.corpus import MAX_WORDS, read_corpus, synthetic_corpus, vocabulary
 
 
 def test_vocabulary_is_a_few_hundred_distinct_words():

@@ -1,9 +1,9 @@
-"""shared.cpu: reading /proc/cpuinfo, the CPU classes, the override that shows a smaller CPU, each dtype's path."""
+"""shared.config.cpu: reading /proc/cpuinfo, the CPU classes, the override that shows a smaller CPU, each dtype's path."""
 from __future__ import annotations
 
 import pytest
 
-from poolgate.shared import cpu
+from poolgate.shared.config import cpu
 
 SPR = {"fpu", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512_vnni",
        "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}  # a Sapphire Rapids Xeon

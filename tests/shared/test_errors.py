@@ -7,9 +7,9 @@ import typing
 
 import pytest
 
-from poolgate.shared.connection import read_frame
-from poolgate.shared.errors import ERRORS, InternalError, Overloaded, PoolgateError, from_wire
-from poolgate.shared.wire import decode_frame
+from poolgate.shared.wire.connection import read_frame
+from poolgate.shared.domain.errors import ERRORS, InternalError, Overloaded, PoolgateError, from_wire
+from poolgate.shared.wire.messages import decode_frame
 from poolgate.workers.listener import error_frame
 
 

@@ -1,15 +1,15 @@
-"""shared.limits: vLLM's messages for params, lengths and token ids."""
+"""shared.domain.limits: vLLM's messages for params, lengths and token ids."""
 import json
 
 import pytest
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
-from poolgate.shared.limits import (
+from poolgate.shared.domain.errors import ContextLengthExceeded, InvalidRequest
+from poolgate.shared.domain.limits import (
     cap_task, check_call, check_inputs, check_length, check_params, check_task, check_token_ids, input_cap, truncation_length,
 )
-from poolgate.shared.wire import PoolingCall
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ModelInfo, WindowedText
+from poolgate.shared.wire.messages import PoolingCall
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import ModelInfo, WindowedText
 
 INFO = ModelInfo(served_model_name="m", architecture="BertModel", tasks=("embed",), max_model_len=16,
                  embedding_dim=8, backend="cpu", dtype="float32", vocab_size=100)

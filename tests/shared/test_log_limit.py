@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from poolgate.shared.log_limit import LogLimiter
+from poolgate.shared.telemetry.log_limit import LogLimiter
 
 
 class Clock:

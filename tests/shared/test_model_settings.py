@@ -12,11 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from poolgate.gateway.config.file import model_table, setting_error
-from poolgate.shared.config import TracingConfig, TransportSecurity, WorkerConfig
-from poolgate.shared.model_flags import add_model_arguments, settings_from_args, worker_config, worker_config_from_args
-from poolgate.shared.model_settings import ModelSettings
-from poolgate.shared.settings import declared, setting
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.frozen import TracingConfig, TransportSecurity, WorkerConfig
+from poolgate.shared.config.model_flags import add_model_arguments, settings_from_args, worker_config, worker_config_from_args
+from poolgate.shared.config.model_settings import ModelSettings
+from poolgate.shared.config.declare import declared, setting
+from poolgate.shared.config.pooler_config import PoolerConfig
 
 
 @dataclass(frozen=True)

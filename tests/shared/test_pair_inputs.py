@@ -1,14 +1,14 @@
-"""Pair inputs on the wire (TextPair, CappedText), their checks, and shared.scoring's pairing and scores."""
+"""Pair inputs on the wire (TextPair, CappedText), their checks, and shared.domain.scoring's pairing and scores."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import check_inputs
-from poolgate.shared.rows import Rows
-from poolgate.shared.scoring import check_pairs, cosine_scores, cross_encoder_scores, maxsim, maxsim_scores, query_of
-from poolgate.shared.wire import CappedText, TextPair
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.limits import check_inputs
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.domain.scoring import check_pairs, cosine_scores, cross_encoder_scores, maxsim, maxsim_scores, query_of
+from poolgate.shared.wire.messages import CappedText, TextPair
 from tests.fakes import fake_model
 
 INFO = fake_model().info

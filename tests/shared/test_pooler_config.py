@@ -3,8 +3,8 @@ import argparse
 
 import pytest
 
-from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.config.pooler_config import PoolerConfig
 
 
 def test_every_vllm_field_parses():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poolgate.shared.rows import Rows
+from poolgate.shared.wire.rows import Rows
 
 
 def test_ragged_parts_join_with_their_offsets_shifted():

@@ -1,4 +1,4 @@
-"""shared.score_plan: one plan for the score routes and the offline API (pairing, scorer, caps, inputs, scores)."""
+"""shared.domain.score_plan: one plan for the score routes and the offline API (pairing, scorer, caps, inputs, scores)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,10 +6,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.rows import Rows
-from poolgate.shared.score_plan import SideCaps, plan_scores, scorer_of, scoring_enabled
-from poolgate.shared.wire import CappedText, TextPair
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.domain.score_plan import SideCaps, plan_scores, scorer_of, scoring_enabled
+from poolgate.shared.wire.messages import CappedText, TextPair
 from tests.fakes import fake_model
 
 EMBED = fake_model().info  # max_model_len 32

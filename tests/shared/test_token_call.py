@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.token_call import TokenCall
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.token_call import TokenCall
 
 
 def test_pack_keeps_each_sequence_and_only_the_blocks_it_needs():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from scipy.cluster import hierarchy
 
-from poolgate.shared.token_pooling import pool_tokens, ward_clusters
+from poolgate.shared.domain.token_pooling import pool_tokens, ward_clusters
 
 
 def _unit(rng, n, dim=16):

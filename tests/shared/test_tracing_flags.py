@@ -8,8 +8,8 @@ import os
 import pytest
 
 from poolgate.gateway import serve
-from poolgate.shared.config import TracingConfig, WorkerConfig
-from poolgate.shared.tracing_flags import add_tracing_arguments, parse_headers, tracing_config_from_args
+from poolgate.shared.config.frozen import TracingConfig, WorkerConfig
+from poolgate.shared.config.tracing_flags import add_tracing_arguments, parse_headers, tracing_config_from_args
 from poolgate.workers import cli as worker_cli
 
 

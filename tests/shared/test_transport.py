@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from poolgate.shared.errors import ContextLengthExceeded, InternalError, InvalidRequest, Unavailable
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.transport import Address, WorkerClient, parse_address, read_frame
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import PREFIX, PoolingCall, decode_frame, encode_frame
+from poolgate.shared.domain.errors import ContextLengthExceeded, InternalError, InvalidRequest, Unavailable
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.transport import Address, WorkerClient, parse_address, read_frame
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import PREFIX, PoolingCall, decode_frame, encode_frame
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
 from tests.fakes import CLS, FAIL_TOKEN, SEP, fake_ids, fake_model, fake_vector, tokenized, until

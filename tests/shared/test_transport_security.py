@@ -13,13 +13,13 @@ import tempfile
 
 import pytest
 
-from poolgate.shared.config import TransportSecurity, WorkerConfig
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.security_flags import (add_gateway_security_arguments, add_worker_security_arguments,
+from poolgate.shared.config.frozen import TransportSecurity, WorkerConfig
+from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.config.security_flags import (add_gateway_security_arguments, add_worker_security_arguments,
                                             gateway_security_from_args, worker_security_from_args)
-from poolgate.shared.transport import WorkerClient, parse_address
-from poolgate.shared.transport_security import client_context, is_loopback, read_token, tokens_match
-from poolgate.shared.wire import encode_frame
+from poolgate.shared.wire.transport import WorkerClient, parse_address
+from poolgate.shared.wire.transport_security import client_context, is_loopback, read_token, tokens_match
+from poolgate.shared.wire.messages import encode_frame
 from poolgate.workers import listener
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import bound_address, serve
@@ -106,8 +106,8 @@ async def _open(address: str):
 
 
 async def _hello_frame(address: str, header: dict) -> None:
-    from poolgate.shared.transport import read_frame
-    from poolgate.shared.wire import decode_frame
+    from poolgate.shared.wire.transport import read_frame
+    from poolgate.shared.wire.messages import decode_frame
 
     reader, writer = await _open(address)
     writer.write(encode_frame(header))

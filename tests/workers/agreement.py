@@ -16,8 +16,8 @@ import torch
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM,
                           AutoModelForSequenceClassification, AutoModelForTokenClassification)
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.engine.sequence import Sequence
 from tests.fakes import save_random

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import architecture_for, build_model

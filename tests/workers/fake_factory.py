@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import fake_model
 

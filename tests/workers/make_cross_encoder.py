@@ -14,7 +14,7 @@ import argparse
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.models import bundled_model_path
 from tests.fakes import make_tiny_cross_encoder
 
 

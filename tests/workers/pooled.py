@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.runner_api import LoadedModel
 from poolgate.workers.engine.sequence import Sequence
 

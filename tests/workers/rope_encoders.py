@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.models import build_model
@@ -115,7 +115,7 @@ def figures(tmp: Path) -> list[tuple[str, str, float, float]]:
     """(family, output, worst cosine, max abs difference) vs transformers for every family and head."""
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    from poolgate.shared.params import PoolingParams
+    from poolgate.shared.domain.params import PoolingParams
     from tests.workers.pooled import pool_ids
     from poolgate.workers.load.build import load_model
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.gateway.pools.local_worker import LocalWorker
 from tests.fakes import expected_vector, fake_vector, tokenized
 from tests.processes import alive, free_port
@@ -78,7 +78,7 @@ async def test_ready_timeout_kills_the_worker(sock_dir):
 PARENT = textwrap.dedent("""
     import asyncio, sys
     from poolgate.gateway.pools.local_worker import LocalWorker
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
 
     async def main():
         worker = LocalWorker()
@@ -110,7 +110,7 @@ def test_worker_dies_with_a_killed_gateway(sock_dir):
 
 
 async def test_the_config_and_its_secrets_stay_out_of_the_worker_command_line(sock_dir):
-    from poolgate.shared.config import TracingConfig
+    from poolgate.shared.config.frozen import TracingConfig
 
     secret = "Bearer s3cr3t-token"
     cfg = WorkerConfig(model="unused", served_model_name="proc-model", max_model_len=16,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from poolgate.shared.cpu import cpu_class
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.cpu import cpu_class
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers import memory
 
 
@@ -69,10 +69,10 @@ import resource
 import sys
 from poolgate.workers import memory
 memory.bound_malloc(memory._glibc())
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.corpus import synthetic_corpus
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.corpus import synthetic_corpus
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.build import load_model
 from poolgate.workers.tools.bench_arch import batches

@@ -13,10 +13,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest, Unavailable
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.pooler_config import PoolerConfig
-from poolgate.shared.scoring import maxsim
+from poolgate.shared.domain.errors import ContextLengthExceeded, InvalidRequest, Unavailable
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.config.pooler_config import PoolerConfig
+from poolgate.shared.domain.scoring import maxsim
 from poolgate.workers.offline import LLM, PoolingModel, offline_config
 from tests.fakes import expected_output, expected_vector, fake_model, make_tiny_tokenizer
 
@@ -268,8 +268,8 @@ def test_flags_are_checked_at_the_edge():
 
 
 def test_a_bert_pair_carries_its_token_type_ids(tmp_path):
-    from poolgate.shared.wire import TextPair
-    from poolgate.workers.load.tokenizer_files import load_encoder
+    from poolgate.shared.wire.messages import TextPair
+    from poolgate.workers.load.hf_tokenizer import load_encoder
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 

@@ -6,10 +6,10 @@ import secrets
 
 import pytest
 
-from poolgate.shared import telemetry as names
-from poolgate.shared.config import TracingConfig
-from poolgate.shared.errors import InternalError
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.telemetry import names
+from poolgate.shared.config.frozen import TracingConfig
+from poolgate.shared.domain.errors import InternalError
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.tracing import CallSpans
 from tests.fakes import CLS, FAIL_TOKEN, fake_model

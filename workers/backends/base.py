@@ -36,7 +36,7 @@ class Backend(ABC):
 
     def setup(self, num_threads: int | None, cpu_affinity: tuple[int, ...] | None = None) -> None:
         """Process-wide set-up before the model loads (threads, allocator, flags); pins the
-        process to ``cpu_affinity`` (the cores the gateway gave it, ``shared.backends``) when set."""
+        process to ``cpu_affinity`` (the cores the gateway gave it, ``shared.config.backends``) when set."""
         if cpu_affinity:
             os.sched_setaffinity(0, cpu_affinity)
             log.info("pinned to CPUs %s", ",".join(map(str, cpu_affinity)))

@@ -1,7 +1,7 @@
 """CPU backend: bf16 where the CPU has AMX or AVX512-BF16, fp32 elsewhere; threads per (pinned) worker.
 
 What runs for each dtype is decided here, once, from the CPU's flags as
-``shared.cpu`` shows them (``POOLGATE_CPU_CLASS`` can show a smaller CPU),
+``shared.config.cpu`` shows them (``POOLGATE_CPU_CLASS`` can show a smaller CPU),
 never by catching a kernel's error: ``--dtype auto`` tries bf16 only where the
 CPU has bf16 instructions; the C kernels need AVX512-BF16; oneDNN's prepacked
 bf16 linears need oneDNN's bf16 path (AVX512BW/VL/DQ or AVX-NE-CONVERT).
@@ -23,8 +23,8 @@ from functools import cache
 
 import torch
 
-from poolgate.shared.backends import available_cpus, physical_cores
-from poolgate.shared.cpu import BF16_INSTRUCTIONS, cpu_class, cpu_flags, cpu_model, dtype_path
+from poolgate.shared.config.backends import available_cpus, physical_cores
+from poolgate.shared.config.cpu import BF16_INSTRUCTIONS, cpu_class, cpu_flags, cpu_model, dtype_path
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels import cpu_attention, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
@@ -34,7 +34,7 @@ from poolgate.workers.kernels.ops import Ops
 log = logging.getLogger("poolgate.worker")
 
 BF16_FLAGS = BF16_INSTRUCTIONS  # where ``--dtype auto`` tries bf16 (x86 only: ARM64 bf16 is unmeasured)
-# (dtype, shared.cpu.dtype_path) -> what the worker logs once at start; the factors per class, measured with
+# (dtype, shared.config.cpu.dtype_path) -> what the worker logs once at start; the factors per class, measured with
 # ``poolgate bench-runner``, are in docs/operations.md "CPU classes".
 SLOW_DTYPES: dict[tuple[str, str], str] = {
     ("bfloat16", "fallback"): "no bf16 instructions and no oneDNN bf16 path: torch's reference kernels run it, "
@@ -57,7 +57,7 @@ class CpuBackend(Backend):
         return torch.device("cpu")
 
     def fast_dtype(self) -> torch.dtype:
-        """bf16 where the CPU has its instructions (AVX512-BF16, AMX); fp32 elsewhere (``shared.cpu``)."""
+        """bf16 where the CPU has its instructions (AVX512-BF16, AMX); fp32 elsewhere (``shared.config.cpu``)."""
         return torch.bfloat16 if cpu_flags() & BF16_FLAGS else torch.float32
 
     def __init__(self) -> None:

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from poolgate.shared.rows import Rows
+from poolgate.shared.wire.rows import Rows
 from poolgate.workers.engine.runner_api import RunOutput, Runner, Step, join_outputs
 from poolgate.workers.engine.sequence import Sequence
 

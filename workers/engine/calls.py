@@ -5,8 +5,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from poolgate.shared.errors import DeadlineExceeded, InternalError, PoolgateError
-from poolgate.shared.rows import Rows
+from poolgate.shared.domain.errors import DeadlineExceeded, InternalError, PoolgateError
+from poolgate.shared.wire.rows import Rows
 from poolgate.workers.engine.chunking import Chunks, fold
 from poolgate.workers.engine.runner_api import Step
 from poolgate.workers.engine.sequence import Sequence

@@ -12,8 +12,8 @@ out unit norm. An input that fits in one chunk keeps its row exactly. The
 weighted mean of per-chunk means is the mean over all tokens only for MEAN
 pooling, so the worker refuses chunking for any other (``workers.load.build``).
 How a task's chunk rows fold back is ``FOLDS`` (by task; the tasks that run in
-chunks are ``shared.limits.CHUNKED_TASKS``). A long document scored against a
-query folds its windows' *scores* instead (max or mean, ``shared.score_plan``),
+chunks are ``shared.domain.limits.CHUNKED_TASKS``). A long document scored against a
+query folds its windows' *scores* instead (max or mean, ``shared.domain.score_plan``),
 since a bi-encoder's window vectors must be scored before they can be folded.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
 
 UNIT_NORM_TOL = 1e-3  # |norm - 1| under this counts as unit norm (rows are pooled and normalized in fp32)
 

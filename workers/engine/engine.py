@@ -1,7 +1,7 @@
-"""The worker's engine: a tokenized call in (``shared.token_call``), its outputs as one block out, batches as a pipeline.
+"""The worker's engine: a tokenized call in (``shared.wire.token_call``), its outputs as one block out, batches as a pipeline.
 
 ``submit_tokens`` (on the event loop) checks the call's token ids against the
-model (``shared.limits.check_token_call``: task and params, lengths, vocabulary)
+model (``shared.domain.limits.check_token_call``: task and params, lengths, vocabulary)
 and queues one ``Sequence`` per sequence (per chunk, for an embed input cut
 by chunked processing: ``workers.engine.chunking``), each carrying its call's
 priority, deadline and arrival, all at once into the bounded scheduler (a full
@@ -43,13 +43,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
-from poolgate.shared.limits import cap_task, chunks_inputs
-from poolgate.shared.log_limit import LogLimiter
+from poolgate.shared.domain.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
+from poolgate.shared.domain.limits import cap_task, chunks_inputs
+from poolgate.shared.telemetry.log_limit import LogLimiter
 from poolgate.shared.inputs.front import Front
-from poolgate.shared.limits import check_tokens, check_token_call
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import PoolingCall, PoolingResult
+from poolgate.shared.domain.limits import check_tokens, check_token_call
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import PoolingCall, PoolingResult
 from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.calls import Call, call_runs, calls_of, check_deadline, resolve, settle
 from poolgate.workers.engine.chunking import split

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from poolgate.shared.rows import Rows
+from poolgate.shared.wire.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.engine.core_threads import CoreThreads, cut
 from poolgate.workers.batch.packing import PackedBatch, pack, padded_rows

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from poolgate.shared.rows import Rows
+from poolgate.shared.wire.rows import Rows
 from poolgate.shared.inputs.encoded import TextEncoder
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
 from poolgate.workers.engine.sequence import Sequence
 
 

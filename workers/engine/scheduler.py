@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Callable
 
-from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.shared.domain.errors import Overloaded, Unavailable
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchCut, BatchPolicy, FifoPolicy, Schedulable
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from poolgate.shared import telemetry as names
-from poolgate.shared.histogram import Histogram
+from poolgate.shared.telemetry import names
+from poolgate.shared.telemetry.histogram import Histogram
 
 
 RATE_DECAY = 0.9  # per batch, of the sums behind ``tokens_per_s``

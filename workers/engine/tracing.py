@@ -25,10 +25,10 @@ import time
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from poolgate.shared import telemetry as names
-from poolgate.shared.config import TracingConfig
-from poolgate.shared.trace_export import ExportingTracer
-from poolgate.shared.token_call import TokenCall
+from poolgate.shared.telemetry import names
+from poolgate.shared.config.frozen import TracingConfig
+from poolgate.shared.telemetry.trace_export import ExportingTracer
+from poolgate.shared.wire.token_call import TokenCall
 
 PROPAGATOR = TraceContextTextMapPropagator()
 INSTRUMENTATION = "poolgate.worker"

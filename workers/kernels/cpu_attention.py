@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from poolgate.workers.batch.packing import PackedBatch
-from poolgate.shared.cpu import cpu_flags, cpu_vendor
+from poolgate.shared.config.cpu import cpu_flags, cpu_vendor
 from poolgate.workers.kernels import cbuild, custom_ops
 from poolgate.workers.kernels.attention import RelativeBias, grouped_sdpa
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from poolgate.shared.cpu import cpu_flags
+from poolgate.shared.config.cpu import cpu_flags
 from poolgate.workers.kernels import cbuild, custom_ops
 from poolgate.workers.kernels.norm import LayerNorm
 

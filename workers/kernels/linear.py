@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.shared.cpu import cpu_flags, dtype_path
+from poolgate.shared.config.cpu import cpu_flags, dtype_path
 from poolgate.workers.kernels.activations import ACTIVATIONS
 
 # HF hidden_act -> oneDNN post-op (attr, algorithm)
@@ -29,7 +29,7 @@ FUSED_ACTIVATIONS: dict[str, tuple[str, str | None]] = {
 
 def packed_linear_available() -> bool:
     """Whether bf16 linears can be prepacked here: this torch build has oneDNN's prepacked linear ops and oneDNN
-    has a bf16 path for this CPU as ``shared.cpu`` shows it (AVX512BW/VL/DQ or AVX-NE-CONVERT; not AVX2 alone)."""
+    has a bf16 path for this CPU as ``shared.config.cpu`` shows it (AVX512BW/VL/DQ or AVX-NE-CONVERT; not AVX2 alone)."""
     ops = torch.ops.mkldnn
     return torch.backends.mkldnn.is_available() and dtype_path("bfloat16", cpu_flags()) != "fallback" and all(
         hasattr(ops, name) for name in ("_linear_pointwise", "_reorder_linear_weight"))

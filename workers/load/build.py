@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.load.inspect import plan, settled
@@ -38,7 +38,7 @@ from poolgate.shared.inputs.score_templates import template_for
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.st_config import ModelSpec, read_prompts, read_spec
 from poolgate.shared.inputs.tokenizer import TextEncoder
-from poolgate.workers.load.tokenizer_files import files_of, read_tokenizer
+from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 
 log = logging.getLogger("poolgate.worker")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

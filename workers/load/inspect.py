@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.models import Architecture, architecture_for

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.model_settings import SEQ_POOLING_TYPES
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.model_settings import SEQ_POOLING_TYPES
+from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.workers.load.convert import model_kind
 from poolgate.workers.load.gguf import find_gguf
 from poolgate.workers.load.gguf import read_config as read_gguf_config

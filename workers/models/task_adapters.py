@@ -11,7 +11,7 @@ base weights as saved and keep each task's LoRA A and ``scale · B`` as buffers:
 (zero where a part is not targeted), which is exactly the sum of the parts' deltas.
 
 A call names its task in ``PoolingParams.adapter`` (Jina's ``task`` on /v1/embeddings;
-``shared.limits`` refuses a name the model lacks); None is the model's default task (the
+``shared.domain.limits`` refuses a name the model lacks); None is the model's default task (the
 one merged at load without an override). The runner's ``prepare`` calls ``plan``: per task
 in the batch, the row index tensor of its sequences' tokens (None: the whole batch), uploaded
 with the batch. ``execute`` runs the forward inside ``active(plan)``; each wrapped linear adds

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 PROBLEM_TYPES: dict[str, Callable[[int], Activation]] = {

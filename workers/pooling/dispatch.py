@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
 from poolgate.workers.pooling.rows import RowSelector, all_rows

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.st_config import DenseSpec
 from poolgate.workers.load.weights import CheckpointError

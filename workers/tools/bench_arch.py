@@ -5,7 +5,7 @@ shape becomes a random-weight checkpoint in a temporary folder (weights do not
 change speed), built through ``workers.models`` twice: once as poolgate's
 packed family, once as transformers' AutoModel (the fallback every
 unregistered architecture gets, padded to each batch's longest). Both run the
-same tokenized synthetic corpus (``shared.corpus``, BERT-uncased ids)
+same tokenized synthetic corpus (``shared.domain.corpus``, BERT-uncased ids)
 in the same token-budget batches through a ``PoolingRunner`` with the same
 pooler, after an untimed warm-up on a few texts; batch by batch in turn, so a
 busy machine slows both alike. The result also carries the
@@ -77,9 +77,9 @@ def make_checkpoint(folder: Path, family: str, shape: str, seed: int = 0) -> str
 
 def corpus_ids(num_texts: int, seed: int, max_len: int, sort: bool) -> list[list[int]]:
     """The synthetic bench corpus as BERT-uncased token ids (the bundled MiniLM's tokenizer), capped."""
-    from poolgate.shared.corpus import synthetic_corpus
-    from poolgate.shared.models import bundled_model_path
-    from poolgate.workers.load.tokenizer_files import load_encoder
+    from poolgate.shared.domain.corpus import synthetic_corpus
+    from poolgate.shared.config.models import bundled_model_path
+    from poolgate.workers.load.hf_tokenizer import load_encoder
 
     ids = load_encoder(bundled_model_path()).encode(synthetic_corpus(num_texts, seed), max_tokens=max_len)
     return sorted(ids, key=len) if sort else ids
@@ -98,7 +98,7 @@ def batches(ids: list[list[int]], budget: int) -> list[list[list[int]]]:
 
 
 def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.workers.backends import get_backend
     from poolgate.workers.models import build_model, open_weights
     from poolgate.workers.models.hf_auto import HfAutoEncoder
@@ -127,7 +127,7 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
 def _interleaved(runners: list, work: list[list[list[int]]]) -> tuple[list[float], list[np.ndarray]]:
     """Seconds per runner over all of ``work``, each batch run by every runner in turn (so load from other
     processes falls on both alike), after an untimed warm-up on a few texts; and each one's batch-1 vectors."""
-    from poolgate.shared.params import PoolingParams
+    from poolgate.shared.domain.params import PoolingParams
     from poolgate.workers.engine.sequence import Sequence
 
     params = PoolingParams(task="embed")

@@ -27,7 +27,7 @@ def _one_line(exc: Exception) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from poolgate.shared.cpu import cpu_flags
+    from poolgate.shared.config.cpu import cpu_flags
     from poolgate.workers.kernels import cbuild, cpu_attention
 
     try:

@@ -1,6 +1,6 @@
 """``poolgate inspect MODEL [model flags]``: print what poolgate would run for a model, without loading it.
 
-Takes the model flags of ``poolgate serve`` (``shared.model_flags``) and prints
+Takes the model flags of ``poolgate serve`` (``shared.config.model_flags``) and prints
 ``workers.load.inspect``'s table: implementation (packed family or transformers
 fallback), tasks, pooling, max length, dtype, backend and attention path. This
 module imports without torch; torch loads when the command runs. Exit 0, or
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.config.model_flags import add_model_arguments, worker_config_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

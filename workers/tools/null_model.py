@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.rows import Rows
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.wire.rows import Rows
 from poolgate.shared.inputs.encoded import TextEncoder
 from poolgate.shared.inputs.words import WordEncoder, WordSettings
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.wire.messages import ModelInfo
 from poolgate.workers.engine.runner_api import LoadedModel, RunOutput
 from poolgate.workers.engine.sequence import Sequence, param_runs
-from poolgate.workers.load.tokenizer_files import load_encoder
+from poolgate.workers.load.hf_tokenizer import load_encoder
 
 DIM = 384  # as the bundled MiniLM, so responses weigh what real ones do
 VOCAB = 30522

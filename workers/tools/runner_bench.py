@@ -1,6 +1,6 @@
 """The runner alone, in-process: a model folder's forward + pooling on packed token-budget batches, no HTTP.
 
-The synthetic corpus (``shared.corpus``) is tokenized by the model's own
+The synthetic corpus (``shared.domain.corpus``) is tokenized by the model's own
 tokenizer and cut into FIFO batches of the token budget, as the scheduler cuts
 them under load; after one untimed warm-up pass over the first batch, every
 batch is prepared up front and ``execute`` (forward, pooling, copy back) is
@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.corpus import synthetic_corpus
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.corpus import synthetic_corpus
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.build import load_model
 from poolgate.workers.tools.bench_arch import batches

@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers.tools.bench_arch import make_checkpoint, shape_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")

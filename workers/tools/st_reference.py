@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from poolgate.shared.model_settings import DTYPE_CHOICES
+from poolgate.shared.config.model_settings import DTYPE_CHOICES
 
 DTYPES = DTYPE_CHOICES[1:]  # every explicit dtype; "auto" is poolgate's own rule
 

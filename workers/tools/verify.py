@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.runner_api import LoadedModel
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.load.st_config import ModelSpec

@@ -14,7 +14,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
+from poolgate.shared.config.model_flags import add_model_arguments, worker_config_from_args
 
 DEFAULT_THRESHOLD = 0.999  # workers.tools.verify.DEFAULT_THRESHOLD (this module stays torch-free)
 

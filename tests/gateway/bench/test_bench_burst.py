@@ -9,7 +9,7 @@ from aiohttp import web
 from poolgate.gateway.bench.burst import BurstOutcome, burst_report, run_burst
 from poolgate.gateway.bench.cli import main
 from poolgate.gateway.bench.load import LoadConfig
-from poolgate.shared.corpus import synthetic_corpus
+from poolgate.shared.domain.corpus import synthetic_corpus
 from tests.gateway.bench.test_bench_load import FakeEmbeddingServer, parse, start
 
 HOLD_S = 0.1  # how long an admitted request takes

@@ -5,8 +5,8 @@ import sys
 
 import numpy as np
 
-from poolgate.shared.corpus import fixed_length_corpus
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.corpus import fixed_length_corpus
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.tools.null_model import ConstantRunner, WordEncoder
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from poolgate.gateway.bench.cli import add_arguments, main
-from poolgate.shared.corpus import synthetic_corpus
+from poolgate.shared.domain.corpus import synthetic_corpus
 from poolgate.gateway.bench.load import LoadConfig, first_model_id, run_load
 
 DIM = 8

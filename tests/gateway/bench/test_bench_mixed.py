@@ -7,7 +7,7 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.bench import cli
 from poolgate.gateway.bench.load import LoadConfig
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

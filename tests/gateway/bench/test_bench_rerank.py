@@ -8,7 +8,7 @@ import pytest
 from poolgate.gateway.app import make_app
 from poolgate.gateway.bench import rerank
 from poolgate.gateway.bench.load import BadResponse
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

@@ -5,7 +5,7 @@ import os
 
 from poolgate.gateway.app import make_app
 from poolgate.gateway.bench import soak
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

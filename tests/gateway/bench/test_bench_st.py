@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.corpus import synthetic_corpus
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.corpus import synthetic_corpus
 from tests.gateway.bench.test_bench_load import parse, serve  # noqa: F401  (fixture)
 
 

@@ -10,8 +10,8 @@ from poolgate.gateway import serve
 from poolgate.gateway.config.file import ConfigError, config_from_toml, load_config
 from poolgate.gateway.config.given import parse_noting_given
 from poolgate.gateway.config.toml_lines import key_lines, line_of
-from poolgate.shared.models import DEFAULT_MODEL_NAME, bundled_model_path
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.models import DEFAULT_MODEL_NAME, bundled_model_path
+from poolgate.shared.config.pooler_config import PoolerConfig
 
 
 def parser() -> argparse.ArgumentParser:
@@ -258,7 +258,7 @@ def test_gateway_processes_with_remote_workers_over_tcp_and_vllms_name_for_it():
 def test_the_top_level_file_keys_are_the_serve_flags(tmp_path):
     """The gateway and model settings are declared once (tests/gateway/config/test_gateway_settings.py,
     tests/shared/test_model_settings.py); the tracing and worker security flags are still declared twice (in
-    shared.tracing_flags / shared.security_flags and FileSettings): this keeps them equal."""
+    shared.config.tracing_flags / shared.config.security_flags and FileSettings): this keeps them equal."""
     from poolgate.gateway.config.file import ALIASES, MODEL_DEFAULTS, FileSettings
 
     serve_dests = set(vars(parser().parse_args([]))) - {"config", "log_level", "workers", "worker_url"}

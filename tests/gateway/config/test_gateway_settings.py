@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from poolgate.gateway import serve
 from poolgate.gateway.config.file import MODEL_FLAGS_OF_SERVE, FileSettings, setting_error, top_keys
 from poolgate.gateway.config.settings import LIMITS, GatewaySettings
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.flags import add_flags
-from poolgate.shared.settings import declared, setting
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.config.flags import add_flags
+from poolgate.shared.config.declare import declared, setting
 
 
 @dataclass(frozen=True)

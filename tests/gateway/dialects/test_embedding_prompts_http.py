@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers.load.build import load_model
 from tests.fakes import expected_vector, fake_model
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from poolgate.gateway.dialects.envelope import usage
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import expected_vector, fake_model, fake_vector, fake_word_id
 
 LONG = " ".join(["word"] * 40)  # 42 tokens > the fake's max_model_len of 32

@@ -12,7 +12,7 @@ import pytest
 
 from poolgate.gateway.config.build import SettingError, plugin_name
 from poolgate.gateway.dialects.io_processor import ENTRY_POINT_GROUP, NO_PLUGIN, installed, load_plugin
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import expected_vector
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "io_processor_plugin"

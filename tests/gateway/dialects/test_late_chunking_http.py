@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers.load.build import load_model
 from tests.fakes import fake_model
 

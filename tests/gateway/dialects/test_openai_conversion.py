@@ -15,12 +15,12 @@ from poolgate.gateway.dialects.envelope import usage
 from poolgate.gateway.dialects.body import validation_error
 from poolgate.gateway.dialects.openai import EmbeddingRequest, to_request, to_response
 from poolgate.gateway.serving import Served, deadline, with_policy
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import check_inputs
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.wire import PoolingResult
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.limits import check_inputs
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.wire.messages import PoolingResult
 from tests.fakes import fake_model
 
 INFO = fake_model().info

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from poolgate.gateway.app import make_app
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import expected_vector, fake_model, fake_vector
 from tests.gateway.conftest import served_router
 

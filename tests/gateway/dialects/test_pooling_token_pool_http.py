@@ -1,7 +1,7 @@
-"""/pooling's pool_factor: token_embed vectors pooled server-side (shared.token_pooling), other tasks refused."""
+"""/pooling's pool_factor: token_embed vectors pooled server-side (shared.domain.token_pooling), other tasks refused."""
 import numpy as np
 
-from poolgate.shared.token_pooling import pool_tokens
+from poolgate.shared.domain.token_pooling import pool_tokens
 from tests.fakes import expected_output, fake_model
 
 TEXT = " ".join(f"w{i}" for i in range(13))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from poolgate.gateway.app import make_app
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import fake_ids, fake_model, fake_pair_ids, fake_probs, fake_vector
 from tests.gateway.conftest import served_router
 from tests.gateway.dialects.test_score_http import cross_encoder, score

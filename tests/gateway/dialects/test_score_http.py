@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.scoring import maxsim
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.scoring import maxsim
 from tests.fakes import fake_ids, fake_model, fake_output, fake_pair_ids, fake_probs, fake_vector
 
 PAIR_FORMS = [("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2")]

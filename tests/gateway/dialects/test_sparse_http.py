@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.load.build import load_model
 from tests.fakes import make_tiny_tokenizer

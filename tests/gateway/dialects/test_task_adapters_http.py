@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.limits import check_params
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.limits import check_params
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import ModelInfo
 from tests.workers.models import test_jina_v3 as v3
 from tests.workers.pooled import pool_texts
 

@@ -9,9 +9,9 @@ import pytest
 
 from poolgate.gateway.dialects.tei import sparse_values
 from poolgate.gateway.http.state import ROUTER
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import Overloaded
-from poolgate.shared.sparse import SparseVector
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import Overloaded
+from poolgate.shared.domain.sparse import SparseVector
 from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import FakeEncoder, expected_output, fake_model
 from tests.gateway.dialects.test_score_http import cross_encoder

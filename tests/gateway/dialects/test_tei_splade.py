@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from poolgate.gateway.app import make_app
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.gateway.conftest import served_router
 from tests.workers.pooling.test_splade import REAL, _load, _reference
 

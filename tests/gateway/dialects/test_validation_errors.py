@@ -4,7 +4,7 @@ import pytest
 from poolgate.gateway.dialects.body import MAX_INPUT_CHARS, validated
 from poolgate.gateway.dialects.openai import EmbeddingRequest
 from poolgate.gateway.dialects.vllm_pooling import PoolingRequest
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
 
 
 @pytest.mark.parametrize("model", [EmbeddingRequest, PoolingRequest])

@@ -8,10 +8,10 @@ from poolgate.gateway.dialects import vllm_classify, vllm_pooling
 from poolgate.gateway.dialects.envelope import list_response
 from poolgate.gateway.dialects.io_processor import NO_PLUGIN
 from poolgate.gateway.serving import Served
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.wire import PoolingResult
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.wire.messages import PoolingResult
 from tests.fakes import fake_model
 
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from poolgate.gateway import serve
 from poolgate.gateway.app import make_app
 from poolgate.gateway.config.build import SettingError
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from poolgate.gateway.app import make_app
-from poolgate.shared.config import GatewayConfig
+from poolgate.shared.config.frozen import GatewayConfig
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from poolgate.gateway.http.state import ROUTER
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import Overloaded, Unavailable
 from tests.fakes import RefusingRunner, fake_model
 
 KEYED = GatewayConfig(api_key="sekrit")

@@ -13,8 +13,8 @@ from poolgate.gateway.http.errors import ERROR_FORMATS
 from poolgate.gateway.http.state import ROUTE_OF
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.admin import ROUTES as ADMIN_ROUTES
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import Unauthorized
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import Unauthorized
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

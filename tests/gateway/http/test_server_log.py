@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from poolgate.gateway.http import middleware, server_log
-from poolgate.shared.errors import Unavailable
+from poolgate.shared.domain.errors import Unavailable
 from tests.gateway.http.test_middleware import fail_submits
 
 SECRET = "sk-very-secret-key"

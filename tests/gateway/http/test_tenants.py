@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from poolgate.gateway.http.tenants import DEFAULT_TENANT, Bucket, Tenants
-from poolgate.shared.config import GatewayConfig, Tenant
-from poolgate.shared.errors import Overloaded
+from poolgate.shared.config.frozen import GatewayConfig, Tenant
+from poolgate.shared.domain.errors import Overloaded
 
 
 class Clock:
@@ -107,7 +107,7 @@ def test_a_bucket_never_holds_more_than_a_minute():
 
 def test_a_429_carries_its_own_retry_after_else_one_second():
     from poolgate.gateway.http.middleware import _retry_after
-    from poolgate.shared.errors import Unavailable
+    from poolgate.shared.domain.errors import Unavailable
 
     assert _retry_after(Overloaded("full", retry_after_s=2.6)) == "3"
     assert _retry_after(Overloaded("full", retry_after_s=0.2)) == "1"

@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from poolgate.gateway.app import make_app
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
-from poolgate.shared import telemetry as names
-from poolgate.shared.config import GatewayConfig, Tenant
+from poolgate.shared.telemetry import names
+from poolgate.shared.config.frozen import GatewayConfig, Tenant
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

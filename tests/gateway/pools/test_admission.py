@@ -11,11 +11,11 @@ from poolgate.gateway.pools.admission import (MIN_QUEUED_TOKENS, REASON_QUEUE_FU
 from poolgate.gateway.pools.fleet import admission_limits
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
-from poolgate.shared.config import GatewayConfig, PoolConfig
-from poolgate.shared.errors import InvalidRequest, Overloaded
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig
+from poolgate.shared.domain.errors import InvalidRequest, Overloaded
 from poolgate.gateway.serving import chars
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import ChatInput, PoolingCall, TextPair
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import ChatInput, PoolingCall, TextPair
 from tests.fakes import FakeWorkerClient, fake_model, tokenized, until
 
 

@@ -12,10 +12,10 @@ import pytest
 from poolgate.gateway.pools.discovery import Discovery, check_url, parse_dns_url, resolve_host
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig, PoolConfig, TransportSecurity
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.transport import WorkerClient
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig, TransportSecurity
+from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.wire.transport import WorkerClient
+from poolgate.shared.wire.messages import PoolingCall
 from tests.fakes import FakeDns, fake_model, tokenized, until
 from tests.processes import free_port
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from poolgate.gateway.app import make_app
 from poolgate.gateway.launch import Lifecycle
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig, WorkerConfig
 from tests.fakes import expected_vector, until
 from tests.processes import alive
 

@@ -11,9 +11,9 @@ import pytest
 
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.config import GatewayConfig, PoolConfig, WorkerConfig
-from poolgate.shared.errors import Conflict, Unavailable
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.config.frozen import GatewayConfig, PoolConfig, WorkerConfig
+from poolgate.shared.domain.errors import Conflict, Unavailable
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.runner_api import LoadedModel
 from tests.fakes import fake_ids, fake_model, running_worker, tokenized
 
@@ -121,7 +121,7 @@ async def test_two_loads_of_one_model_at_once_start_it_once():
 
 async def test_remote_workers_are_dialed_with_the_token_over_tls(tmp_path):
     pytest.importorskip("cryptography")
-    from poolgate.shared.config import TransportSecurity
+    from poolgate.shared.config.frozen import TransportSecurity
     from poolgate.workers.engine.engine import Engine
     from poolgate.workers.server import serve
     from tests.processes import free_port

@@ -8,9 +8,9 @@ import pytest
 
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
-from poolgate.shared.errors import Overloaded, Unavailable
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.errors import Overloaded, Unavailable
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import PoolingCall
 from tests.fakes import FakeWorkerClient, fake_model, tokenized, until
 
 

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from poolgate.gateway.pools.pool import WorkerPool
-from poolgate.shared.errors import DeadlineExceeded, InternalError, InvalidRequest, Overloaded, Unavailable
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.errors import DeadlineExceeded, InternalError, InvalidRequest, Overloaded, Unavailable
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import PoolingCall
 from tests.fakes import FakeWorkerClient, expected_vector, tokenized, until
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
-from poolgate.shared.errors import InvalidRequest, ModelNotFound, NotSupported
+from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound, NotSupported
 from tests.fakes import FakeWorkerClient, fake_model
 
 

@@ -13,10 +13,10 @@ import pytest
 from poolgate.gateway.pools.local_worker import LocalWorker
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.supervisor import Backoff, Supervisor, start_all
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.wire.token_call import TokenCall
+from poolgate.shared.wire.messages import PoolingCall
 from tests.fakes import expected_vector, tokenized, until
 from tests.processes import alive
 
@@ -136,14 +136,14 @@ async def test_a_worker_drains_on_sigterm(tmp_path):
 async def test_a_worker_with_a_token_is_reached_by_its_gateway(tmp_path):
     from dataclasses import replace
 
-    from poolgate.shared.config import TransportSecurity
+    from poolgate.shared.config.frozen import TransportSecurity
 
     worker = LocalWorker()
     cfg = replace(CFG, security=TransportSecurity(token="s3cret-t0ken"))
     await worker.start(cfg, "tcp://127.0.0.1:0", ready_timeout=30, runner_factory=FACTORY)
     try:
         assert (await worker.client.health())["ready"] is True
-        from poolgate.shared.transport import WorkerClient
+        from poolgate.shared.wire.transport import WorkerClient
 
         with pytest.raises(Unavailable, match="token"):
             stranger = await WorkerClient.connect(worker.address)
@@ -194,7 +194,7 @@ async def test_no_call_fails_while_a_worker_is_killed_under_load(tmp_path, caplo
 
 
 async def test_a_worker_without_a_token_gets_a_random_one():
-    from poolgate.shared.transport import WorkerClient
+    from poolgate.shared.wire.transport import WorkerClient
 
     worker = LocalWorker()
     await worker.start(CFG, "tcp://127.0.0.1:0", ready_timeout=30, runner_factory=FACTORY)
@@ -245,7 +245,7 @@ async def test_a_pool_serves_with_the_workers_that_came_up_and_the_other_joins_l
     served by the other at once, the log says so, and the failed one is retried in the background and joins."""
     from poolgate.gateway.pools.fleet import Fleet
     from poolgate.gateway.pools.router import Router
-    from poolgate.shared.config import GatewayConfig, PoolConfig
+    from poolgate.shared.config.frozen import GatewayConfig, PoolConfig
 
     cfg = WorkerConfig(model=str(tmp_path), served_model_name="sup-model", backend="cpu")
     config = GatewayConfig(pools=(PoolConfig(model="sup-model", backend="cpu", workers=(cfg, cfg)),))

@@ -13,9 +13,9 @@ from poolgate.gateway.app import make_app
 from poolgate.gateway.telemetry.metrics import GatewayMetrics, worker_label
 from poolgate.gateway.http.state import ROUTER
 from poolgate.gateway.telemetry.record import Telemetry
-from poolgate.shared import telemetry as names
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.errors import Overloaded
+from poolgate.shared.telemetry import names
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import Overloaded
 from tests.fakes import RefusingRunner, fake_model
 from tests.gateway.conftest import served_router
 

@@ -19,10 +19,10 @@ from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.gateway.telemetry.tracing import build_tracer
-from poolgate.shared import telemetry as names
+from poolgate.shared.telemetry import names
 from poolgate.shared.inputs.front import Front
-from poolgate.shared.config import GatewayConfig, TracingConfig
-from poolgate.shared.transport import WorkerClient
+from poolgate.shared.config.frozen import GatewayConfig, TracingConfig
+from poolgate.shared.wire.transport import WorkerClient
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.server import serve
 from poolgate.workers.engine.tracing import CallSpans

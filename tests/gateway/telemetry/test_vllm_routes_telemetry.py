@@ -8,8 +8,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from poolgate.gateway.app import make_app
 from poolgate.gateway.telemetry.record import Telemetry
-from poolgate.shared.config import GatewayConfig
-from poolgate.shared.telemetry import OPERATIONS
+from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.telemetry.names import OPERATIONS
 from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from poolgate.shared.wire import TextPair
+from poolgate.shared.wire.messages import TextPair
 from poolgate.shared.inputs.score_templates import (QWEN3_DEFAULT_INSTRUCTION, bge_reranker_gemma, qwen3_reranker,
                                               template_for)
-from poolgate.workers.load.tokenizer_files import load_encoder
+from poolgate.workers.load.hf_tokenizer import load_encoder
 from tests.fakes import make_tiny_tokenizer
 
 
@@ -91,7 +91,7 @@ def test_a_qwen3_style_reranker_scores_p_yes_of_its_prompt(tmp_path):
 
 
 def test_a_cap_on_a_lower_casing_tokenizer_cuts_where_its_tokens_end():
-    from poolgate.shared.models import bundled_model_path
+    from poolgate.shared.config.models import bundled_model_path
 
     encoder = load_encoder(bundled_model_path(), do_lower_case=True)  # MiniLM lower-cases; "İ" grows when it does
     cut = encoder.cut("İİİİ hello world again", 3)

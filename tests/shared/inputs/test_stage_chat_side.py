@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import ChatInput, ModelInfo, PoolingCall
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import ChatInput, ModelInfo, PoolingCall
 from poolgate.shared.inputs.stage import InputStage
 from poolgate.shared.inputs.tokenizer import NO_CHAT_TEMPLATE
-from poolgate.workers.load.tokenizer_files import load_encoder
+from poolgate.workers.load.hf_tokenizer import load_encoder
 
 TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}"
             "{% if add_generation_prompt %}[assistant]{% endif %}")

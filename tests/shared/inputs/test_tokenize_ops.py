@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from poolgate.shared.errors import InvalidRequest
+from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.inputs.stage import InputStage
-from poolgate.workers.load.tokenizer_files import load_encoder
+from poolgate.workers.load.hf_tokenizer import load_encoder
 from tests.fakes import fake_model, make_tiny_tokenizer
 
 

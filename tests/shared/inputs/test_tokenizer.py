@@ -10,9 +10,9 @@ import pytest
 
 from poolgate.shared.inputs.tokenizer import TextEncoder
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.wire import ChatInput, TextPair
-from poolgate.workers.load.tokenizer_files import files_of, read_tokenizer
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.wire.messages import ChatInput, TextPair
+from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -77,7 +77,7 @@ from poolgate.gateway.app import make_app
 from poolgate.shared.inputs.front import Front
 from poolgate.shared.inputs.tokenizer import TextEncoder
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
-from poolgate.shared.wire import ChatInput
+from poolgate.shared.wire.messages import ChatInput
 files = TokenizerFiles((Path({str(bundled_model_path())!r}) / "tokenizer.json").read_text(), chat_template="{{{{ messages[0]['content'] }}}}")
 encoder = TextEncoder(files)
 assert encoder.encode(["hello world"])[0][0] == 101

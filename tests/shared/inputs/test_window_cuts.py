@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import PoolingCall, WindowedText
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import PoolingCall, WindowedText
 from poolgate.shared.inputs.stage import InputStage
-from poolgate.workers.load.tokenizer_files import load_encoder, read_tokenizer
+from poolgate.workers.load.hf_tokenizer import load_encoder, read_tokenizer
 from tests.fakes import fake_model
 
 # Words WordPiece splits into many pieces: a window cut between two pieces re-tokenizes longer.

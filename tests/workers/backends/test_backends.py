@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers.backends import BACKENDS, get_backend
 from poolgate.workers.backends.cpu import CpuBackend, cpu_class, cpu_model
 from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
@@ -95,8 +95,8 @@ def test_cpu_report_is_the_host():
 
 
 def test_the_gateway_and_worker_registries_agree():
-    from poolgate.shared.backends import DEVICE_ENV
-    from poolgate.shared.model_settings import BACKEND_CHOICES
+    from poolgate.shared.config.backends import DEVICE_ENV
+    from poolgate.shared.config.model_settings import BACKEND_CHOICES
 
     assert set(DEVICE_ENV) == set(BACKENDS) | {"auto"} == set(BACKEND_CHOICES)
 
@@ -133,7 +133,7 @@ def test_a_loaded_model_reports_where_it_runs():
 
 def test_a_gateway_pins_its_cpu_workers_to_disjoint_cores():
     """``poolgate serve --backend cpu --workers 2`` on the bundled model: each worker on its own cores."""
-    from poolgate.shared.backends import available_cpus, physical_cores
+    from poolgate.shared.config.backends import available_cpus, physical_cores
     from tests.processes import children, free_port, wait_healthy
 
     if len(physical_cores(available_cpus())) < 2:
@@ -168,7 +168,7 @@ def test_half_precision_takes_flash_only_on_gpus_that_run_it(monkeypatch, capabi
 def test_bf16_without_its_instructions_runs_on_torchs_kernels_and_says_so_once(monkeypatch, caplog):
     """An AVX2 CPU (seen so through a patched view): bf16 is neither prepacked for oneDNN (which has no bf16
     there) nor refused; the worker warns once, naming the class and what ``auto`` picks instead."""
-    from poolgate.shared.cpu import class_of
+    from poolgate.shared.config.cpu import class_of
     from poolgate.workers.backends import cpu
     from poolgate.workers.kernels import linear
     from poolgate.workers.kernels.ops import REFERENCE
@@ -194,7 +194,7 @@ def test_bf16_without_its_instructions_runs_on_torchs_kernels_and_says_so_once(m
 def test_the_kernels_report_says_what_each_op_runs_and_why_not_faster(monkeypatch):
     """bf16 on the CPU's own class (whatever it is) against an AVX2 view of it: the C kernels and oneDNN's
     prepacked linears are named where they run, and where they do not, the reason is."""
-    from poolgate.shared.cpu import class_of
+    from poolgate.shared.config.cpu import class_of
     from poolgate.workers.backends import cpu
     from poolgate.workers.kernels import cpu_attention, fused_norm, linear
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.backends.cpu import CpuBackend
 from poolgate.workers.kernels import cpu_attention
 from poolgate.workers.load.st_config import read_spec

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.workers.backends import get_backend
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import grouped_sdpa, has_varlen, varlen_flash
@@ -73,7 +73,7 @@ def test_prepare_in_one_thread_execute_in_another(tmp_path):
 def test_cuda_bundled_model_auto_dtype_parity():
     from sentence_transformers import SentenceTransformer
 
-    from poolgate.shared.models import bundled_model_path
+    from poolgate.shared.config.models import bundled_model_path
 
     path = str(bundled_model_path())
     model = load_model(WorkerConfig(model=path, served_model_name="m", backend="cuda", max_batch_tokens=2048))

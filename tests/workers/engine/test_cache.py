@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.offline import PoolingModel
 from tests.fakes import fake_model, running_engine
 

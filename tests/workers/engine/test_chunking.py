@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.errors import ContextLengthExceeded, InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.load.build import _check_chunking
 from poolgate.workers.engine.chunking import Chunks, fold, split
 from tests.fakes import fake_ids, fake_model, fake_output, fake_vector, running_engine

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.pooler_config import PoolerConfig
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.config.pooler_config import PoolerConfig
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.load.build import load_model
 from poolgate.workers.engine.engine import Engine
 from tests.workers.pooled import pool_ids

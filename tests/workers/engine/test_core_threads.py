@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.core_threads import CoreThreads, cut
 from poolgate.workers.engine.sequence import Sequence
 

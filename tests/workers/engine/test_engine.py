@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import (
+from poolgate.shared.domain.errors import (
     ContextLengthExceeded, DeadlineExceeded, InternalError, InvalidRequest, Unavailable,
 )
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.runner_api import RunOutput
 from tests.fakes import CLS, FAIL_TOKEN, SEP, FakeRunner, fake_ids, fake_model, fake_vector, until

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchCut

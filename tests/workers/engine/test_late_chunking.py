@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poolgate.shared.late_chunks import LateChunkText
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.late_chunks import LateChunkText
+from poolgate.shared.domain.params import PoolingParams
 
 from poolgate.workers.offline import PoolingModel
 

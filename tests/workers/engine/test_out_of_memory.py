@@ -8,9 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
 from poolgate.workers.engine.sequence import Sequence

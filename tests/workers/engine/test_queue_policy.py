@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import DeadlineExceeded, InvalidRequest, Overloaded
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.errors import DeadlineExceeded, InvalidRequest, Overloaded
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import QUEUE_BUDGETS, Engine
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
 from tests.fakes import fake_ids, fake_model, fake_vector, running_engine

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from poolgate.shared.errors import Overloaded, Unavailable
+from poolgate.shared.domain.errors import Overloaded, Unavailable
 from poolgate.workers.engine.policy import BatchCut, FifoPolicy
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 

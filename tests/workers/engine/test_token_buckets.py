@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.backends.cpu import CpuBackend
 from poolgate.workers.batch.packing import pack, padded_rows

@@ -7,8 +7,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import Engine
 from tests.fakes import FakeEncoder, fake_model
 
@@ -63,7 +63,7 @@ async def test_with_one_tokenizer_thread_the_small_call_waits_for_the_huge_one()
 
 
 def test_the_real_tokenizer_gives_the_same_ids_on_two_threads_at_once():
-    from poolgate.workers.load.tokenizer_files import load_encoder
+    from poolgate.workers.load.hf_tokenizer import load_encoder
 
     encoder = load_encoder(bundled_model_path())
     text = "the quick brown fox jumps over the lazy dog " * 40

@@ -76,7 +76,7 @@ def test_jit_trace_and_torch_compile_record_the_op():
 def test_the_profiler_names_both_kernels_in_a_forward(tmp_path):
     from transformers import AutoModel, BertConfig
 
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.workers.backends.cpu import CpuBackend
     from poolgate.workers.batch.packing import pack
     from poolgate.workers.load.st_config import read_spec

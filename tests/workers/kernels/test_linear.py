@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.kernels.activations import ACTIVATIONS
 from poolgate.workers.kernels.linear import Linear, PackedLinear, packed_linear_available, prepack_linears
 from poolgate.workers.kernels.ops import REFERENCE

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.checkpoint import Checkpoint, InMemory, find_name, strip_prefix
 from poolgate.workers.load.safetensors_file import SafetensorsFile

@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.convert import model_kind
 from tests.fakes import make_tiny_tokenizer

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.st_config import read_spec
 from poolgate.workers.load.weights import CheckpointError

@@ -6,8 +6,8 @@ import pytest
 from transformers import AutoModel, AutoModelForSequenceClassification
 
 from poolgate.gateway.cli import main as poolgate
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers.backends.cpu import CpuBackend
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.inspect import FALLBACK_ATTENTION, plan
@@ -42,7 +42,7 @@ def test_sentence_transformers_folder_and_flags():
     p = _plan(bundled_model_path())
     assert p.implementation == "packed bert" and p.pooling.startswith("MEAN (sentence-transformers config)")
     assert p.max_length == "256 tokens"
-    from poolgate.shared.pooler_config import PoolerConfig
+    from poolgate.shared.config.pooler_config import PoolerConfig
 
     p = _plan(bundled_model_path(), pooler_config=PoolerConfig(seq_pooling_type="CLS"), max_model_len=128)
     assert p.pooling.startswith("CLS (--pooler-config)") and p.max_length == "128 tokens"

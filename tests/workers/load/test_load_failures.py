@@ -3,7 +3,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.load.st_config import read_spec
@@ -140,7 +140,7 @@ def test_remote_code_needs_the_flag(tmp_path):
 def test_trust_remote_code_flag_reaches_the_worker_config():
     import argparse
 
-    from poolgate.shared.model_flags import add_model_arguments, worker_config_from_args
+    from poolgate.shared.config.model_flags import add_model_arguments, worker_config_from_args
 
     parser = argparse.ArgumentParser()
     parser.add_argument("model")

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.workers.load.st_config import read_spec
 from poolgate.workers.load.checkpoint import Checkpoint
 
@@ -61,7 +61,7 @@ def test_unsupported_pooling_is_an_error_unless_overridden(tmp_path, cfg):
 
 
 def test_pooling_names_agree():
-    from poolgate.shared.model_settings import SEQ_POOLING_TYPES
+    from poolgate.shared.config.model_settings import SEQ_POOLING_TYPES
     from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
 
     assert tuple(t for t in POOLING_TYPES if t not in TOKEN_POOLING_TYPES) == SEQ_POOLING_TYPES

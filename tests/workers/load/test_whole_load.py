@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, BertModel
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.fakes import make_tiny_tokenizer

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from tests.fakes import make_tiny_checkpoint
 from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.models import build_model

@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import grouped_sdpa, reference_attention
 from poolgate.workers.kernels.ops import Ops

@@ -77,8 +77,8 @@ def test_model_code_makes_no_backend_choice():
 @pytest.mark.parametrize("model_type,grouped", [("mpnet", True), ("bert", False)])
 def test_runner_plans_groups_for_models_that_need_them(tmp_path, monkeypatch, model_type, grouped):
     """On a backend without the group plan (CUDA's varlen path), MPNet's bias still gets its groups at prepare."""
-    from poolgate.shared.config import WorkerConfig
-    from poolgate.shared.params import PoolingParams
+    from poolgate.shared.config.frozen import WorkerConfig
+    from poolgate.shared.domain.params import PoolingParams
     from poolgate.workers.backends.cpu import CpuBackend
     from poolgate.workers.load.build import load_model
     from poolgate.workers.engine.sequence import Sequence

@@ -2,7 +2,7 @@
 really computes; packed models' by their real tokens. (Its outputs against transformers: test_hf_fallback.)"""
 from dataclasses import dataclass
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler

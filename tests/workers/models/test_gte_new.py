@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForSequenceClassification
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from tests.workers.pooled import pool_ids
 from tests.workers.rope_encoders import SEQS, max_abs, print_figures, reference_hidden, save, worst_cosine

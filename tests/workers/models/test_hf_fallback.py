@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.engine import Engine
 from poolgate.workers.load.build import load_model
 from tests.fakes import save_random

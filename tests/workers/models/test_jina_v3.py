@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from poolgate.gateway.cli import main as poolgate
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.fakes import make_tiny_tokenizer

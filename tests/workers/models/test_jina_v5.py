@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from poolgate.gateway.cli import main as poolgate
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.workers.models.test_decoder_golden import SEQS, save_tiny

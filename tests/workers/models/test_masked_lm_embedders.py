@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForMaskedLM
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.load.build import load_model
 from tests.fakes import make_tiny_tokenizer
 from tests.workers.encoder_families import SEQS, tiny_config

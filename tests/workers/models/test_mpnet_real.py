@@ -58,7 +58,7 @@ def _fetch() -> Path:
 def test_all_mpnet_base_v2_matches_sentence_transformers():
     from sentence_transformers import SentenceTransformer
 
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.workers.load.build import load_model
     from poolgate.workers.models import architecture_for
     from poolgate.workers.load.st_config import read_spec

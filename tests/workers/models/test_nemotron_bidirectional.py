@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from tests.workers.models.test_decoder_golden import SEQS, save_tiny
 from tests.workers.pooled import pool_ids

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.kernels.attention import reference_attention
 from poolgate.workers.batch.packing import pack

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from tests.workers.pooled import pool_texts
 
@@ -121,7 +121,7 @@ def test_dense_cls_model_matches_sentence_transformers(tmp_path, tiny_bert):
 
 
 def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
-    from poolgate.workers.load.tokenizer_files import load_encoder
+    from poolgate.workers.load.hf_tokenizer import load_encoder
 
     folder, _ = tiny_bert
     plain, lowering = load_encoder(folder), load_encoder(folder, do_lower_case=True)
@@ -131,7 +131,7 @@ def test_do_lower_case_lowercases_before_tokenizing(tiny_bert):
 
 
 def test_add_special_tokens_false_matches_the_tokenizer(minilm):
-    from poolgate.shared.wire import PoolingCall
+    from poolgate.shared.wire.messages import PoolingCall
     from poolgate.shared.inputs.stage import InputStage
 
     runner, st = minilm

@@ -5,7 +5,7 @@ alone; a merged model takes only its own task."""
 import numpy as np
 import pytest
 
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.models.task_adapters import LoraEmbedding, LoraLinear
 from tests.workers.models import test_jina_v3 as v3
@@ -77,7 +77,7 @@ def test_v5_each_task_equals_its_merged_model_and_peft(tmp_path):
 
 
 def test_bf16_prepacked_linears_keep_their_lora(tmp_path):
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.workers.load.build import load_model
 
     state = v3._checkpoint(tmp_path)

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from poolgate.gateway.cli import main as poolgate
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.weights import CheckpointError
 from tests.workers.models.test_decoder_golden import SEQS, save_tiny

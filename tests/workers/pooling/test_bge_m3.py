@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
 from poolgate.workers.load.build import load_model
 from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.runner_api import join_outputs

@@ -5,8 +5,8 @@ import torch
 from transformers import (AutoConfig, AutoModel, AutoModelForSequenceClassification,
                           AutoModelForTokenClassification)
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.build import load_model
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
@@ -133,7 +133,7 @@ def test_decoder_classifier_pools_the_last_token(tmp_path):
 
 
 def _load_with(folder, **cfg):
-    from poolgate.shared.pooler_config import PoolerConfig
+    from poolgate.shared.config.pooler_config import PoolerConfig
 
     hf_overrides = cfg.pop("hf_overrides", {})
     return load_model(WorkerConfig(model=str(folder), served_model_name="t", dtype="float32",
@@ -192,7 +192,7 @@ def test_step_pooling_on_a_generative_reward_model_reads_its_lm_head(tmp_path):
     ref = AutoModelForCausalLM.from_config(config).eval()
     ref.save_pretrained(tmp_path, safe_serialization=True)
     make_tiny_tokenizer(tmp_path)
-    from poolgate.shared.pooler_config import PoolerConfig
+    from poolgate.shared.config.pooler_config import PoolerConfig
 
     model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="prm", dtype="float32",
                                     convert="classify", pooler_config=PoolerConfig(

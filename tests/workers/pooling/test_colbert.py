@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.scoring import maxsim_scores
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.domain.scoring import maxsim_scores
 from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.pooling.special import SPECIAL_MODELS
 from tests.workers.load.test_whole_load import _load, colbert_layout

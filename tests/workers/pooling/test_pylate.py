@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.scoring import maxsim_scores
-from poolgate.shared.wire import PoolingCall
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.domain.scoring import maxsim_scores
+from poolgate.shared.wire.messages import PoolingCall
 from tests.fakes import make_tiny_checkpoint
 from tests.workers.load.test_whole_load import _load
 
@@ -118,7 +118,7 @@ def test_a_call_without_roles_or_with_token_ids_is_refused(tmp_path, venv):
 
 
 def test_a_model_without_roles_refuses_query_inputs():
-    from poolgate.shared.models import bundled_model_path
+    from poolgate.shared.config.models import bundled_model_path
     from poolgate.shared.inputs.stage import InputStage
 
     model = _load(bundled_model_path())
@@ -150,7 +150,7 @@ def test_the_offline_api_says_roles_too(tmp_path, venv):
 
 
 def test_max_model_len_covers_pylates_lengths_past_max_seq_length(tmp_path):
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.workers.load.st_config import read_spec
 
     make_tiny_checkpoint(tmp_path)

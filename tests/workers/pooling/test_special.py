@@ -17,7 +17,7 @@ def test_each_special_model_runs_its_encoders_family(name):
 def test_the_registry_serves_exactly_its_entrys_tasks(tmp_path):
     from tests.workers.pooling.test_splade import SPLADE
     from tests.workers.encoder_families import save_tiny
-    from poolgate.shared.config import WorkerConfig
+    from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.workers.load.inspect import plan
 
     save_tiny(tmp_path, "bert", head="model")

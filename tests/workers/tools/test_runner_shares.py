@@ -1,8 +1,8 @@
 """bench-runner's extra figures: linear FLOPs per token, the measured GEMM peak, attention's share."""
 import torch
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.models import bundled_model_path
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.models import bundled_model_path
 from poolgate.workers.batch.packing import pack
 from poolgate.workers.tools.runner_shares import attention_share, gemm_peak, linear_flops
 

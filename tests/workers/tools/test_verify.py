@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from poolgate.gateway.cli import main as cli
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.pooler_config import PoolerConfig
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.st_config import read_spec
 from poolgate.workers.tools import verify

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poolgate.shared.errors import ContextLengthExceeded, InvalidRequest
-from poolgate.shared.late_chunks import TOKEN_TASK, LateChunkText, check_late
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.sparse import sparse_head
-from poolgate.shared.tasks import TASK_PARAMS
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
+from poolgate.shared.domain.errors import ContextLengthExceeded, InvalidRequest
+from poolgate.shared.domain.late_chunks import TOKEN_TASK, LateChunkText, check_late
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.sparse import sparse_head
+from poolgate.shared.domain.tasks import TASK_PARAMS
+from poolgate.shared.wire.messages import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
+from poolgate.shared.wire.token_call import TokenCall
 
 PAIR_TASKS = ("classify",)  # the tasks that read a TextPair as one sequence (a cross-encoder)
 CHUNKED_TASKS = ("embed",)  # the tasks chunked processing splits (each folds back by workers.engine.chunking.FOLDS)
@@ -118,7 +118,7 @@ def cap_task(params: PoolingParams) -> str | None:
 
 
 def _check_sparse(info: ModelInfo, params: PoolingParams) -> None:
-    """Sparse output needs a sparse head, read through its own task (``shared.sparse``)."""
+    """Sparse output needs a sparse head, read through its own task (``shared.domain.sparse``)."""
     if params.return_tokens and not params.sparse:
         raise InvalidRequest("return_tokens applies to sparse embeddings", param="return_tokens")
     if params.sparse:

@@ -25,7 +25,7 @@ MAX_WORDS = 480
 @lru_cache(maxsize=1)
 def vocabulary() -> tuple[str, ...]:
     """The shipped word list, one word a line."""
-    text = resources.files("poolgate.shared").joinpath("words.txt").read_text(encoding="utf-8")
+    text = resources.files("poolgate.shared.domain").joinpath("words.txt").read_text(encoding="utf-8")
     return tuple(w for w in text.split() if w)
 
 

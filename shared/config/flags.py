@@ -1,4 +1,4 @@
-"""The argparse flags of a settings declaration (``shared.settings``): one flag per setting, its checks the file's.
+"""The argparse flags of a settings declaration (``shared.config.declare``): a flag per setting, its checks the file's.
 
 ``add_flags`` adds one flag per setting of a declaration, in order, to the
 declaration's ``--help`` group (or the group a setting names): its type,
@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, get_origin
 
-from poolgate.shared.settings import Declared, Setting, declared
+from poolgate.shared.config.declare import Declared, Setting, declared
 
 
 def positive_int(text: str) -> int:

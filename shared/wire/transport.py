@@ -1,10 +1,10 @@
 """The gateway's client for the gateway↔worker transport: addresses, frames, multiplexed calls.
 
-Addresses, framing and the dial are ``shared.connection``'s (re-exported
-here). Every message is one ``shared.wire`` frame. A request header is ``{"id", "op", "call"?}`` with
+Addresses, framing and the dial are ``shared.wire.connection``'s (re-exported
+here). Every message is one ``shared.wire.messages`` frame. A request header is ``{"id", "op", "call"?}`` with
 ``op`` in ``pool | info | health | cancel`` (and ``hello``, the token frame
 that opens a connection). A ``pool`` request is a tokenized call
-(``shared.token_call``: its token ids ride as the frame's arrays); ``info``
+(``shared.wire.token_call``: its token ids ride as the frame's arrays); ``info``
 with ``"tokenizer": true`` also answers the model's tokenizer files
 (``shared.inputs.tokenizer_files``). A response header is
 ``{"id", "ok": true, "result"}`` (a call's outputs ride as the frame's arrays:
@@ -15,7 +15,7 @@ one connection, matched by id; ``cancel`` (no response) tells the worker the
 caller left so it drops that request's sequences. Losing the connection fails
 every pending call with ``Unavailable``.
 
-Security (``shared.transport_security``): with a token, ``connect`` returns
+Security (``shared.wire.transport_security``): with a token, ``connect`` returns
 only once the worker accepted it; with an ``ssl.SSLContext``, TCP connections
 run TLS. A worker that refuses the client (wrong or missing token) is
 ``Unavailable`` with its reason, also when it refuses a request.
@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.connection import Address, Dialer, FrameError, open_stream, parse_address, read_frame
-from poolgate.shared.errors import InternalError, Unauthorized, Unavailable, from_wire
+from poolgate.shared.domain.errors import InternalError, Unauthorized, Unavailable, from_wire
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
-from poolgate.shared.rows import Rows
-from poolgate.shared.token_call import TokenCall
-from poolgate.shared.wire import ModelInfo, PoolingResult, decode_frame, encode_frame
+from poolgate.shared.wire.connection import Address, Dialer, FrameError, open_stream, parse_address, read_frame
+from poolgate.shared.wire.messages import ModelInfo, PoolingResult, decode_frame, encode_frame
+from poolgate.shared.wire.rows import Rows
+from poolgate.shared.wire.token_call import TokenCall
 
 __all__ = ["Address", "FrameError", "WorkerClient", "open_stream", "parse_address", "read_frame"]
 

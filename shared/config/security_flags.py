@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from poolgate.shared.config import TransportSecurity
-from poolgate.shared.transport import parse_address
-from poolgate.shared.transport_security import TOKEN_ENV, is_loopback, read_token
+from poolgate.shared.config.frozen import TransportSecurity
+from poolgate.shared.wire.transport import parse_address
+from poolgate.shared.wire.transport_security import TOKEN_ENV, is_loopback, read_token
 
 
 def add_worker_security_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.rows import Rows
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.wire.rows import Rows
 
 EPS = 1e-8
 
@@ -70,7 +70,7 @@ def cross_encoder_scores(rows: Rows, n_queries: int, index: list[int] | None = N
     return rows.values.reshape(len(rows), -1)[:, 0].astype(np.float32)
 
 
-# How each task's outputs become pair scores (by shared.tasks.SCORE_TYPES name).
+# How each task's outputs become pair scores (by shared.domain.tasks.SCORE_TYPES name).
 SCORERS: dict[str, Callable[[Rows, int, list[int] | None], np.ndarray]] = {
     "bi-encoder": cosine_scores,
     "late-interaction": maxsim_scores,

@@ -5,9 +5,9 @@ The score routes (``gateway.dialects.pairs``) and the offline API
 their scores back with ``ScorePlan.scores``, so pairing, caps and the scorer
 are decided once:
 
-- pairing is vLLM's (1:1, 1:N, N:N; ``shared.scoring.check_pairs``);
+- pairing is vLLM's (1:1, 1:N, N:N; ``shared.domain.scoring.check_pairs``);
 - the scorer is the model's active task's (the first of ``ModelInfo.tasks``,
-  ``shared.tasks.SCORE_TYPES``): a one-label cross-encoder (``classify``)
+  ``shared.domain.tasks.SCORE_TYPES``): a one-label cross-encoder (``classify``)
   reads each pair as one sequence (a ``TextPair``), a bi-encoder (``embed``)
   or late-interaction model (``token_embed``) pools each query and each
   document once, queries first, and is scored by cosine / MaxSim;
@@ -19,7 +19,7 @@ are decided once:
   its own pair (cross-encoder) or text (bi-encoder, late interaction) and
   answers one row per window; each window is scored against its query and a
   document's score is the max (default) or mean of its windows' scores
-  (``shared.windows.fold``), its best window's span named. Without a spec the
+  (``shared.domain.windows.fold``), its best window's span named. Without a spec the
   plan is vLLM's.
 - a model whose queries and documents encode differently (``ModelInfo.input_roles``:
   PyLate's markers and query expansion) is told the queries come first
@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.scoring import SCORERS, check_pairs, query_of
-from poolgate.shared.tasks import SCORE_TYPES, PoolingTask
-from poolgate.shared.windows import FOLDS, WindowedText, Windows, fold
-from poolgate.shared.wire import CappedText, Input, ModelInfo, TextPair, only_texts
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.scoring import SCORERS, check_pairs, query_of
+from poolgate.shared.domain.tasks import SCORE_TYPES, PoolingTask
+from poolgate.shared.domain.windows import FOLDS, WindowedText, Windows, fold
+from poolgate.shared.wire.messages import CappedText, Input, ModelInfo, TextPair, only_texts
+from poolgate.shared.wire.rows import Rows
 
 CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 CAPPED_TEXTS = "max_tokens_per_query and max_tokens_per_doc cut texts: pass the inputs as strings"
@@ -58,7 +58,7 @@ class SideCaps:
 @dataclass(frozen=True)
 class WindowSpec:
     """Long documents in windows: at most ``max_chunks`` windows each, ``overlap`` tokens shared by
-    consecutive windows, and how window scores fold into the document's (``shared.windows.FOLDS``)."""
+    consecutive windows, and how window scores fold into the document's (``shared.domain.windows.FOLDS``)."""
 
     max_chunks: int
     overlap: int = 0
@@ -130,7 +130,7 @@ def check_caps(info: ModelInfo, caps: SideCaps) -> None:
 class ScorePlan:
     """One call that scores ``n_documents`` pairs: its inputs, its task, and how its rows become scores."""
 
-    kind: str  # a shared.tasks.SCORE_TYPES value
+    kind: str  # a shared.domain.tasks.SCORE_TYPES value
     task: PoolingTask
     n_queries: int
     n_documents: int

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.late_chunks import LateChunkText
-from poolgate.shared.params import PoolingParams
-from poolgate.shared.rows import Rows
-from poolgate.shared.tasks import PoolingTask
-from poolgate.shared.windows import WindowedText, Windows
+from poolgate.shared.domain.late_chunks import LateChunkText
+from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.domain.tasks import PoolingTask
+from poolgate.shared.domain.windows import WindowedText, Windows
+from poolgate.shared.wire.rows import Rows
 
 PREFIX = struct.Struct("!II")
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -72,7 +72,7 @@ def only_texts(inputs: Sequence[Input]) -> list[str] | None:
 @dataclass(frozen=True)
 class PoolingCall:
     """One dialect-free request: what to pool, how, and by when. It never crosses the transport: the gateway
-    (or the offline API) tokenizes it into a ``shared.token_call.TokenCall`` first (``shared.inputs.front``)."""
+    (or the offline API) tokenizes it into a ``shared.wire.token_call.TokenCall`` first (``shared.inputs.front``)."""
 
     request_id: str
     model: str
@@ -87,7 +87,7 @@ class PoolingCall:
 class PoolingResult:
     """A call's outputs as one block (``Rows``, in input order), each input's token count, and
     the worker's timings in seconds (``tokenize_s``, ``queue_s``, ``inference_s``). A call with
-    ``WindowedText`` inputs has one row per window and its ``windows`` (``shared.windows``); its token
+    ``WindowedText`` inputs has one row per window and its ``windows`` (``shared.domain.windows``); its token
     counts are per input, every window counted. A multi-output call (``PoolingParams.outputs``) has one
     more result per further output in ``more`` (its rows and, for a sparse output, token strings)."""
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from urllib.parse import unquote
 
-from poolgate.shared.config import OTLP_PROTOCOLS, TracingConfig, WorkerConfig
-from poolgate.shared.trace_export import RATIO_SAMPLERS, SAMPLERS
+from poolgate.shared.config.frozen import OTLP_PROTOCOLS, TracingConfig, WorkerConfig
+from poolgate.shared.telemetry.trace_export import RATIO_SAMPLERS, SAMPLERS
 
 HTTP_TRACES_PATH = "/v1/traces"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.params import PoolingParams
+from poolgate.shared.domain.params import PoolingParams
 
 IDS = np.dtype(np.int32)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from poolgate.shared.config import WorkerConfig
+from poolgate.shared.config.frozen import WorkerConfig
 
 DEVICE_ENV: dict[str, str | None] = {
     "cuda": "CUDA_VISIBLE_DEVICES",

@@ -1,9 +1,9 @@
 """The model settings, declared once: each one's type, default, bounds and help, whence its flag and its file key.
 
 ``ModelSettings`` is the one declaration (as vLLM's ``EngineArgs``), each
-field a setting as ``shared.settings`` says. From it, ``shared.model_flags``
+field a setting as ``shared.config.declare`` says. From it, ``shared.config.model_flags``
 derives the argparse flags, ``gateway.config.file`` the pydantic model of a
-``[[models]]`` table, and ``shared.config.WorkerConfig`` extends it (the
+``[[models]]`` table, and ``shared.config.frozen.WorkerConfig`` extends it (the
 settings, resolved, plus the worker process's own fields). A setting added
 here is a flag, a file key and a WorkerConfig field with nothing else to edit.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from poolgate.shared.pooler_config import PoolerConfig
-from poolgate.shared.settings import setting
+from poolgate.shared.config.declare import setting
+from poolgate.shared.config.pooler_config import PoolerConfig
 
 Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]

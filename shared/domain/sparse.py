@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.rows import Rows
-from poolgate.shared.tasks import PoolingTask
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.tasks import PoolingTask
+from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.rows import Rows
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from poolgate.shared.tasks import POOLING_TASKS, REMOVED_TASKS
+from poolgate.shared.domain.tasks import POOLING_TASKS, REMOVED_TASKS
 
 SEQ_TYPES = ("CLS", "LAST", "MEAN")
 TOK_TYPES = ("ALL", "STEP")

@@ -7,7 +7,7 @@ first start is context only), or ``chunk_tokens``, a chunk every that many
 content tokens. The worker encodes the whole document as one sequence, takes
 its token vectors (``token_embed``, before any normalization), and gives each
 chunk the mean of the vectors of the tokens that start inside it, normalized.
-The answer has one row per chunk and ``shared.windows.Windows`` naming each
+The answer has one row per chunk and ``shared.domain.windows.Windows`` naming each
 chunk's character span.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from poolgate.shared.errors import InvalidRequest
-from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.tasks import PoolingTask
 
 TOKEN_TASK: PoolingTask = "token_embed"  # whose raw token vectors late chunking averages
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from poolgate.shared.model_settings import ModelSettings
-from poolgate.shared.settings import declared
+from poolgate.shared.config.declare import declared
+from poolgate.shared.config.model_settings import ModelSettings
 
-OtlpProtocol = Literal["http/protobuf", "grpc"]  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL (shared.trace_export.EXPORTERS)
+OtlpProtocol = Literal[
+    "http/protobuf", "grpc"
+]  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL (shared.telemetry.trace_export.EXPORTERS)
 OTLP_PROTOCOLS: tuple[OtlpProtocol, ...] = get_args(OtlpProtocol)
 
 
@@ -27,7 +29,7 @@ class TracingConfig:
 
 @dataclass(frozen=True)
 class TransportSecurity:
-    """Gateway<->worker transport security (``shared.transport_security``), one side's view.
+    """Gateway<->worker transport security (``shared.wire.transport_security``), one side's view.
 
     A worker requires ``token`` as the first frame of every connection and serves TLS
     when given ``tls_cert`` and ``tls_key``; a gateway sends ``token`` and, with ``tls``,
@@ -49,8 +51,8 @@ class WorkerConfig(ModelSettings):
     """Everything one worker process needs to load and serve one model: the model settings, resolved, and what
     the gateway decides for the process.
 
-    Every setting of ``shared.model_settings.ModelSettings`` (their one declaration) is a field here by
-    inheritance, as ``shared.model_flags.worker_config`` resolves it: ``model`` is the model's folder (or
+    Every setting of ``shared.config.model_settings.ModelSettings`` (their one declaration) is a field here by
+    inheritance, as ``shared.config.model_flags.worker_config`` resolves it: ``model`` is the model's folder (or
     ``.gguf`` file), ``served_model_name`` the name clients use, and the alias settings ``pooling_type`` and
     ``normalize`` are folded into ``pooler_config`` (so None here). The fields below them are the process's,
     not the user's: no flag or file key sets them.
@@ -62,14 +64,16 @@ class WorkerConfig(ModelSettings):
     max_queued_tokens: int | None = None  # the worker's queue bound (429 past it); None: 128 token budgets
     tracing: TracingConfig | None = None  # set with --collect-detailed-traces: the worker's child spans
     security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS of its listener
-    device: str | None = None  # its GPU as the host numbers it (shared.backends.place); None: the backend's default
+    device: str | None = (
+        None  # its GPU as the host numbers it (shared.config.backends.place); None: the backend's default
+    )
     cpu_affinity: tuple[int, ...] | None = None  # logical CPUs it is pinned to (several CPU workers); None: not pinned
 
     def __post_init__(self) -> None:
         if self.pooling_type is not None or self.normalize is not None:
             raise ValueError(
                 "pooling_type and normalize are folded into pooler_config before a WorkerConfig is made "
-                "(shared.model_flags.worker_config)"
+                "(shared.config.model_flags.worker_config)"
             )
 
     def to_wire(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Addresses are ``unix:/path/to.sock`` or ``tcp://host:port``. ``Dialer`` opens a
 connection the way a ``WorkerClient`` needs it, for the first connect and every
 redial: over TLS when given an ``ssl.SSLContext`` (TCP only), then, with a
-token, the ``hello`` frame (``shared.transport_security``), returning only
+token, the ``hello`` frame (``shared.wire.transport_security``), returning only
 once the worker accepted it. Every failure is ``Unavailable`` with its cause.
 """
 
@@ -13,9 +13,9 @@ import asyncio
 import ssl
 from dataclasses import dataclass
 
-from poolgate.shared.errors import Unavailable
-from poolgate.shared.transport_security import HELLO_ID, MAX_HELLO_BYTES
-from poolgate.shared.wire import MAX_HEADER_BYTES, PREFIX, decode_frame, encode_frame
+from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.wire.messages import MAX_HEADER_BYTES, PREFIX, decode_frame, encode_frame
+from poolgate.shared.wire.transport_security import HELLO_ID, MAX_HELLO_BYTES
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Sparse embeddings through the serving path, for any dialect: one call to the model's sparse head.
 
 ``serve_sparse`` sends the request's inputs to the model's sparse head
-(``shared.sparse``: SPLADE's vocabulary weights, BGE-M3's token weights),
+(``shared.domain.sparse``: SPLADE's vocabulary weights, BGE-M3's token weights),
 with ``PoolingParams.sparse`` so the worker answers ``{token id: weight}``
 per input, and gives each input's ``SparseVector`` (ids ascending, weights,
 token strings with ``return_tokens``). A model without a sparse head is a
@@ -20,8 +20,8 @@ from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG
 from poolgate.gateway.serving import Served, ServeRequest, serve, with_policy
-from poolgate.shared.sparse import SparseVector, sparse_head, sparse_vector
-from poolgate.shared.wire import ModelInfo
+from poolgate.shared.domain.sparse import SparseVector, sparse_head, sparse_vector
+from poolgate.shared.wire.messages import ModelInfo
 
 
 def sparse_request(info: ModelInfo, req: ServeRequest, *, return_tokens: bool = False) -> ServeRequest:

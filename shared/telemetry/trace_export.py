@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
-from poolgate.shared.config import OtlpProtocol, TracingConfig
+from poolgate.shared.config.frozen import OtlpProtocol, TracingConfig
 
 DEFAULT_RATIO = 1.0  # the SDK's default when OTEL_TRACES_SAMPLER_ARG is not set
 # One export (retries included) gives up after this, so a flush at shutdown with an unreachable

@@ -1,6 +1,6 @@
 """The model flags ``poolgate serve``, ``poolgate worker`` and the tools share, derived from one declaration.
 
-Every flag is a setting of ``shared.model_settings.ModelSettings`` (name, type,
+Every flag is a setting of ``shared.config.model_settings.ModelSettings`` (name, type,
 choices, default, bounds, help); ``add_model_arguments`` adds one flag per
 setting, ``settings_from_args`` reads them back as a ModelSettings, and
 ``worker_config`` resolves that into the WorkerConfig (which extends
@@ -16,12 +16,12 @@ import argparse
 from dataclasses import fields, replace
 from typing import Any
 
-from poolgate.shared.config import WorkerConfig
-from poolgate.shared.flags import add_flags
-from poolgate.shared.model_settings import ModelSettings
-from poolgate.shared.models import resolve_model
-from poolgate.shared.pooler_config import PoolerConfig
-from poolgate.shared.settings import declared
+from poolgate.shared.config.declare import declared
+from poolgate.shared.config.flags import add_flags
+from poolgate.shared.config.frozen import WorkerConfig
+from poolgate.shared.config.model_settings import ModelSettings
+from poolgate.shared.config.models import resolve_model
+from poolgate.shared.config.pooler_config import PoolerConfig
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, declaration: type = ModelSettings) -> None:

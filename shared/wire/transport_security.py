@@ -1,6 +1,6 @@
 """Worker transport security: TLS contexts, the token comparison, and reading a token at the edge.
 
-The handshake itself (``shared.transport`` on the client, ``workers.server``
+The handshake itself (``shared.wire.transport`` on the client, ``workers.server``
 on the worker) is one frame: a worker configured with a token reads
 ``{"id": 0, "op": "hello", "token": ...}`` first and answers
 ``{"id": 0, "ok": true, ...}``, or an ``Unauthorized`` error frame and closes.
@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Mapping
 from pathlib import Path
 
-from poolgate.shared.config import TransportSecurity
+from poolgate.shared.config.frozen import TransportSecurity
 
 HELLO_ID = 0
 TOKEN_ENV = "POOLGATE_WORKER_TOKEN"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from poolgate.shared.tasks import PoolingTask
+from poolgate.shared.domain.tasks import PoolingTask
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class PoolingParams:
     truncate_prompt_tokens: int | None = None
     add_special_tokens: bool = True  # False: the texts are tokenized without CLS/SEP (BOS/EOS)
     truncation_side: str = "right"  # "left": truncation keeps the last tokens (vLLM's truncation_side; Cohere START)
-    sparse: bool = False  # answer each input's sparse vector (shared.sparse) instead of the task's rows
+    sparse: bool = False  # answer each input's sparse vector (shared.domain.sparse) instead of the task's rows
     return_tokens: bool = False  # with sparse: each id's token string too
     # a model that encodes queries and documents differently (PyLate ColBERT: ModelInfo.input_roles): the call's
     # first query_inputs inputs are queries, the rest documents; None = no roles

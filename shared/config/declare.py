@@ -1,11 +1,11 @@
 """How a setting is declared once: a dataclass field whose type, default and ``setting(...)`` are its flag and file key.
 
-A declaration (``shared.model_settings.ModelSettings``, ``gateway.config.settings.GatewaySettings``)
+A declaration (``shared.config.model_settings.ModelSettings``, ``gateway.config.settings.GatewaySettings``)
 is a frozen dataclass; each field is a setting: its annotation is the value's type (a
 ``Literal`` gives the choices, ``list[str]`` a repeatable flag), its default the
 default, and ``setting(...)`` adds what the flag and the file need (help, metavar,
 bounds, ...). ``declared`` reads a declaration back as ``Declared`` items, from
-which ``shared.flags`` makes the argparse flags and ``gateway.config.file`` the
+which ``shared.config.flags`` makes the argparse flags and ``gateway.config.file`` the
 config file's keys, as vLLM derives its CLI from ``EngineArgs``.
 """
 

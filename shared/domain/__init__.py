@@ -1,0 +1,1 @@
+"""What a pooling call is: tasks, params, limits, errors, scoring, sparse rows, windows, late chunks."""

@@ -1,0 +1,1 @@
+"""Metric and span names, the OTLP exporter, histograms, rate-limited logs."""

@@ -1,0 +1,1 @@
+"""The gateway-worker transport: frames, messages, the tokenized call, connections, their security."""
