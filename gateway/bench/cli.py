@@ -31,6 +31,7 @@ from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
+from poolgate.gateway.bench.tokenizing import format_tokenizer_only, run_tokenizer_only
 from poolgate.shared.config.flags import positive_int as _positive_int
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.config.model_settings import DTYPE_CHOICES
@@ -91,6 +92,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start a gateway and a zero-cost worker on 127.0.0.1 and measure the gateway alone "
         "(1 and 32 inputs per request, float and base64); --url and --model are not used",
+    )
+    mode.add_argument(
+        "--tokenizer-only",
+        action="store_true",
+        help="measure the gateway's input stage alone, in this process: the bundled model's tokenizer over the "
+        "corpus in calls of --batch-size, on 1 and --tokenizer-threads threads; --url and --model are not used",
+    )
+    mode.add_argument(
+        "--tokenizer-threads",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="with --tokenizer-only: the most threads tokenizing at once (as the gateway's tokenizer pool)",
     )
     mode.add_argument(
         "--zero-cost-tokenizer",
@@ -283,6 +297,12 @@ def gateway_only_main(args: argparse.Namespace) -> int:
     return _emit(report, format_gateway_only(report), args)
 
 
+def tokenizer_only_main(args: argparse.Namespace) -> int:
+    texts, _ = load_texts(args)
+    report = run_tokenizer_only(texts, args.batch_size, (1, args.tokenizer_threads))
+    return _emit(report, format_tokenizer_only(report), args)
+
+
 def burst_main(args: argparse.Namespace) -> int:
     texts, _ = load_texts(args)
     try:
@@ -301,6 +321,8 @@ def main(args: argparse.Namespace) -> int:
         return gateway_only_main(args)
     if args.burst:
         return burst_main(args)
+    if args.tokenizer_only:
+        return tokenizer_only_main(args)
     try:
         texts, corpus = load_texts(args)
         kill_plan(args)
