@@ -150,25 +150,14 @@ class Discovery:
                 )
                 await client.close()
                 return None
+            why = None
             if info.served_model_name != expected:
-                log.error(
-                    "worker %s (from %s) serves '%s', not '%s': not added",
-                    url,
-                    self.url,
-                    info.served_model_name,
-                    expected,
-                )
-                await client.close()
-                return None
-            if info.tokenizer_sha256 != tokenizer:
-                log.error(
-                    "worker %s (from %s) tokenizes '%s' differently (tokenizer sha256 %s, the pool's %s): not added",
-                    url,
-                    self.url,
-                    expected,
-                    info.tokenizer_sha256,
-                    tokenizer,
-                )
+                why = f"serves '{info.served_model_name}', not '{expected}'"
+            elif info.tokenizer_sha256 != tokenizer:
+                theirs = info.tokenizer_sha256
+                why = f"tokenizes '{expected}' differently (tokenizer sha256 {theirs}, the pool's {tokenizer})"
+            if why is not None:
+                log.error("worker %s (from %s) %s: not added", url, self.url, why)
                 await client.close()
                 return None
         return client
