@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from poolgate.shared.config.frozen import GatewayConfig, PoolConfig, TransportSe
 from poolgate.shared.domain.errors import Unavailable
 from poolgate.shared.wire.transport import WorkerClient
 from poolgate.shared.wire.messages import PoolingCall
-from tests.fakes import FakeDns, fake_model, tokenized, until
+from tests.fakes import FakeDns, FakeWorkerClient, fake_model, tokenized, until
 from tests.processes import free_port
 
 TOKEN = "t0ken"
@@ -138,3 +139,17 @@ async def test_a_worker_that_drops_before_info_does_not_stop_discovery():
     for _ in range(2):  # every round tries it again; none raises
         assert await discovery.sync(expected="m") == ([], [])
     assert len(dropped) == 2 and all(c.closed for c in dropped) and discovery.members == {}
+
+
+async def test_a_worker_with_another_tokenizer_is_not_added():
+    info = fake_model(name="m").info
+    clients = {"tcp://127.0.0.2:9100": FakeWorkerClient(replace(info, tokenizer_sha256="a" * 64)),
+               "tcp://127.0.0.3:9100": FakeWorkerClient(replace(info, tokenizer_sha256="b" * 64))}
+
+    async def connect(url: str):
+        return clients[url]
+
+    discovery = Discovery("dns+tcp://workers.test:9100", connect, resolver=FakeDns("127.0.0.2", "127.0.0.3"),
+                          interval_s=0.01)
+    added, _ = await discovery.sync(expected="m", tokenizer="a" * 64)
+    assert added == [clients["tcp://127.0.0.2:9100"]] and clients["tcp://127.0.0.3:9100"].closed
