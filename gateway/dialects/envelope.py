@@ -35,10 +35,15 @@ def usage(prompt_tokens: int) -> dict:
     }
 
 
+def response_id(prefix: str, served: Served) -> str:
+    """A response's id, ``{prefix}-{request id}``, as vLLM makes it."""
+    return f"{prefix}-{served.request_id}"
+
+
 def list_response(prefix: str, served: Served, data: list[dict], *, created: int) -> dict:
-    """The body around ``data``; its id is ``{prefix}-{request id}`` as vLLM makes it."""
+    """The body around ``data``; its id is ``response_id(prefix, served)``."""
     return {
-        "id": f"{prefix}-{served.request_id}",
+        "id": response_id(prefix, served),
         "object": "list",
         "created": created,
         "model": served.info.served_model_name,
