@@ -25,6 +25,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, StrictStr
 
 from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.envelope import EMBEDDINGS, response_id
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.gateway.dialects.route import AsksEncodings, Route
@@ -158,7 +159,7 @@ def to_response(
     sparse vectors when ``types`` holds "sparse" (``served`` is then the dense call, if any was made)."""
     rows = [served.result.outputs.item(i) for i in range(len(served.result.outputs))]
     meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": served.result.total_tokens}}
-    body = {"id": f"embd-{served.request_id}", "texts": texts, "meta": meta}
+    body = {"id": response_id(EMBEDDINGS, served), "texts": texts, "meta": meta}
     if types is None:
         return {**body, "embeddings": [EMBEDDING_TYPES["float"](r) for r in rows], "response_type": "embeddings_floats"}
     if SPARSE in types and sparse is None:
