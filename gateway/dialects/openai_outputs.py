@@ -8,7 +8,9 @@ OpenAI answer) lists the outputs each item carries:
   token strings, with ``return_tokens``) from the model's sparse head
   (``dialects.sparse_serving``: SPLADE, BGE-M3; 400 for a model without one);
 - ``multi_vector``: ``multi_vector: [[float]]``, one vector per token
-  (``token_embed``: BGE-M3's ColBERT vectors, a ColBERT model's).
+  (``token_embed``: BGE-M3's ColBERT vectors, a ColBERT model's), floats
+  whatever ``encoding_format`` (written from the array by ``dumps``, as
+  ``dialects.encoding.to_double_list``).
 
 ``dimensions`` applies to the dense output only (a 400 without it).
 
@@ -28,7 +30,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from poolgate.gateway.dialects.encoding import dumps, json_encoder
+from poolgate.gateway.dialects.encoding import dumps, json_encoder, to_double_list
 from poolgate.gateway.dialects.envelope import EMBEDDINGS, list_response
 from poolgate.gateway.dialects.sparse_serving import sparse_request
 from poolgate.gateway.http.state import CONFIG
@@ -96,7 +98,7 @@ async def respond(
     if "multi_vector" in answers:
         rows = answers["multi_vector"].outputs
         for i, item in enumerate(data):
-            item["multi_vector"] = rows.item(i).tolist()
+            item["multi_vector"] = to_double_list(rows.item(i))
     return list_response(EMBEDDINGS, served, data, created=int(time.time()))
 
 
