@@ -9,9 +9,8 @@ import pytest
 
 from poolgate.gateway import dialects
 from tests.fakes import fake_model
-from tests.gateway.telemetry.test_vllm_routes_telemetry import recorded  # noqa: F401 (the fixture)
 
-MODEL = dict(tasks=("embed", "token_embed"))
+MODEL = {"tasks": ("embed", "token_embed")}
 
 
 @pytest.mark.parametrize("path, body, formats, dims", [
