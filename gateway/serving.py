@@ -25,14 +25,20 @@ reads:
    request's trace context) through their one submit: pick → admission →
    send → retry → accounting; the ``Front`` finishes the answer (sparse rows,
    late chunks, windows) and the request's telemetry record gets the model,
-   task, backend, token count and the tokenize, queue and inference times,
-   here and nowhere else.
+   task, backend, token count and the tokenize, queue and inference times.
+
+The record's other fields are written here too, and nowhere else: what the
+request asked (``record_asked``: the route's operation before the model is
+known, the encoding formats of its body) and what the dialect answered
+(``record_answer``: the body's id and its vectors' dimension). No dialect
+touches a ``RequestRecord``.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 
 from aiohttp import web
@@ -45,6 +51,7 @@ from poolgate.shared.domain.errors import InvalidRequest, Overloaded
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.front import Prepared
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
+from poolgate.shared.wire.rows import Rows
 
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 
@@ -184,3 +191,25 @@ def lookup(request: web.Request, model: str | None) -> ModelPools:
     if (record := request.get(RECORD)) is not None:
         record.model = pools.name
     return pools
+
+
+def record_asked(request: web.Request, *, task: str | None = None, formats: Sequence[str] = ()) -> None:
+    """What the request asked, on its telemetry record before anything can fail: its route's operation
+    (``task``; ``resolve`` refines it) and the encoding formats its body asks for (each left as it is
+    when not given)."""
+    if (record := request.get(RECORD)) is None:
+        return
+    if task is not None:
+        record.task = task
+    if formats:
+        record.encoding_formats = tuple(formats)
+
+
+def record_answer(request: web.Request, response_id: str, vectors: Rows | None = None) -> None:
+    """What the dialect answered, on the request's telemetry record: the response body's id and, when it
+    answered embedding ``vectors``, their dimension (the last axis of the first input's array)."""
+    if (record := request.get(RECORD)) is None:
+        return
+    record.response_id = response_id
+    if vectors is not None and len(vectors):
+        record.dimension_count = int(vectors.item(0).shape[-1])

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness
 from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
+from poolgate.gateway.dialects.route import AsksEncodings
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.wire.messages import ChatInput, Input
 
@@ -145,10 +146,15 @@ def _message(message: ChatMessage) -> dict:
     return body
 
 
-class EncodedBody(CompletionOrChatBody):
+class EncodedBody(CompletionOrChatBody, AsksEncodings):
     """A completion-or-chat body whose arrays come back encoded as asked (``/v1/embeddings``, ``/pooling``)."""
 
     encoding_format: EncodingFormat = "float"
     embed_dtype: EmbedDType = "float32"
     endianness: Endianness = "native"
     dimensions: int | None = None
+
+    @property
+    def encoding_formats(self) -> tuple[str, ...]:
+        """The one ``encoding_format`` asked."""
+        return (self.encoding_format,)

@@ -25,12 +25,13 @@ from aiohttp import web
 from pydantic import BaseModel, Field, StrictStr
 
 from poolgate.gateway.dialects.encoding import dumps
+from poolgate.gateway.dialects.envelope import EMBEDDINGS, response_id
 from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
-from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.dialects.route import AsksEncodings, Route
 from poolgate.gateway.dialects.sparse_serving import serve_dense_and_sparse, serve_sparse
-from poolgate.gateway.http.state import RECORD, ROUTER
-from poolgate.gateway.serving import Served, ServeRequest, serve
+from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, record_answer, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import input_cap
 from poolgate.shared.domain.params import PoolingParams
@@ -57,7 +58,7 @@ class CohereInput(BaseModel):
     content: list[Annotated[TextContent | ImageContent, Field(discriminator="type")]]
 
 
-class CohereEmbedRequest(BaseModel):
+class CohereEmbedRequest(AsksEncodings):
     """The body of ``POST /v2/embed``; unknown fields are ignored."""
 
     model: str | None = None
@@ -71,6 +72,11 @@ class CohereEmbedRequest(BaseModel):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     priority: int | None = None  # None: the tenant's default (else 0)
     task: str | None = None  # poolgate (Jina's field): the task adapter the forward runs with (ModelInfo.adapters)
+
+    @property
+    def encoding_formats(self) -> tuple[str, ...]:
+        """The embedding types asked (float by default, v1's ``embeddings_floats`` too)."""
+        return tuple(self.embedding_types or ("float",))
 
 
 class CohereEmbedResponse(BaseModel):
@@ -153,7 +159,7 @@ def to_response(
     sparse vectors when ``types`` holds "sparse" (``served`` is then the dense call, if any was made)."""
     rows = [served.result.outputs.item(i) for i in range(len(served.result.outputs))]
     meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": served.result.total_tokens}}
-    body = {"id": f"embd-{served.request_id}", "texts": texts, "meta": meta}
+    body = {"id": response_id(EMBEDDINGS, served), "texts": texts, "meta": meta}
     if types is None:
         return {**body, "embeddings": [EMBEDDING_TYPES["float"](r) for r in rows], "response_type": "embeddings_floats"}
     if SPARSE in types and sparse is None:
@@ -167,8 +173,6 @@ def to_response(
 
 async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) -> web.Response:
     types = req.embedding_types or (["float"] if version == "2" else None)
-    if (record := request.get(RECORD)) is not None:
-        record.encoding_formats = tuple(types or ("float",))
     info = request.app[ROUTER].lookup(req.model).info
     call, texts = to_request(req, info)
     dense, sparse = types is None or any(t != SPARSE for t in types), None
@@ -178,10 +182,7 @@ async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) ->
         served = await serve(request, call)
     check_max_tokens(req, served.result.prompt_tokens)
     body = to_response(served, texts, types, version=version, sparse=sparse)
-    if record is not None:
-        record.response_id = body["id"]
-        if dense and len(served.result.outputs):
-            record.dimension_count = int(served.result.outputs.item(0).shape[-1])
+    record_answer(request, body["id"], served.result.outputs if dense else None)
     return web.Response(body=dumps(body), content_type="application/json")
 
 

@@ -1,7 +1,8 @@
 """Turn result arrays into response values: float lists, base64, or raw bytes in vLLM's embed_dtype / endianness.
 
 Vectors go from numpy buffers to the response without a Python float per
-element: float lists are written by orjson straight from the float32 array,
+element: float lists are written by orjson straight from the float32 array
+(``to_float_list``; per-token outputs as the float64 they widen to, ``to_double_list``),
 base64 and bytes are the array's raw codes (``dialects.dtypes``). As in vLLM,
 bytes are swapped only when ``endianness`` is neither ``native`` nor the
 host's order; the default (float32, native on a little-endian host) is what
@@ -47,6 +48,12 @@ def to_base64(array: np.ndarray, embed_dtype: str = "float32", endianness: str =
 def to_float_list(array: np.ndarray) -> np.ndarray:
     """A JSON-ready float vector: the float32 array itself, which ``dumps`` writes."""
     return as_float32(array)
+
+
+def to_double_list(array: np.ndarray) -> np.ndarray:
+    """A JSON-ready float array that ``dumps`` writes as the float64 each value widens to (the numbers a
+    Python float list of it would give), still without a Python float per element."""
+    return np.ascontiguousarray(array, dtype=np.float64)
 
 
 # encoding_format -> (embed_dtype, endianness) -> the per-item encoder of a JSON response (``float`` ignores

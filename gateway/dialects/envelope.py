@@ -1,5 +1,9 @@
 """vLLM's response envelopes: the list body ``{id, object: "list", created, model, data, usage}`` and the
-``bytes`` / ``bytes_only`` answer (items' raw bytes back to back, with or without a ``metadata`` header)."""
+``bytes`` / ``bytes_only`` answer (items' raw bytes back to back, with or without a ``metadata`` header).
+
+``list_response`` is the one place a list body is built: every ``/v1/embeddings`` answer (float, base64,
+``embedding_types``, late chunks, token_embed) and the ``bytes`` metadata are it, as are ``/pooling``'s,
+``/classify``'s and ``/score``'s."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from pydantic import BaseModel
 
 from poolgate.gateway.dialects.encoding import bytes_items, dumps
 from poolgate.gateway.serving import Served
+
+EMBEDDINGS = "embd"  # the id prefix of an embeddings answer, as vLLM's
 
 
 class Usage(BaseModel):
@@ -35,16 +41,30 @@ def usage(prompt_tokens: int) -> dict:
     }
 
 
+def response_id(prefix: str, served: Served) -> str:
+    """A response's id, ``{prefix}-{request id}``, as vLLM makes it."""
+    return f"{prefix}-{served.request_id}"
+
+
 def list_response(prefix: str, served: Served, data: list[dict], *, created: int) -> dict:
-    """The body around ``data``; its id is ``{prefix}-{request id}`` as vLLM makes it."""
+    """The body around ``data``; its id is ``response_id(prefix, served)``."""
     return {
-        "id": f"{prefix}-{served.request_id}",
+        "id": response_id(prefix, served),
         "object": "list",
         "created": created,
         "model": served.info.served_model_name,
         "data": data,
         "usage": usage(served.result.total_tokens),
     }
+
+
+def bytes_metadata(prefix: str, served: Served, items: list[dict], *, created: int) -> dict:
+    """vLLM's ``metadata`` header: the list body around the items' byte ranges, without ``object`` and with
+    the token counts only in its ``usage``."""
+    body = list_response(prefix, served, items, created=created)
+    del body["object"]
+    body["usage"] = {key: body["usage"][key] for key in ("prompt_tokens", "total_tokens")}
+    return body
 
 
 def bytes_response(
@@ -56,15 +76,7 @@ def bytes_response(
     body, items = bytes_items([rows.item(i) for i in range(len(rows))], embed_dtype, endianness)
     headers = {}
     if with_metadata:
-        tokens = served.result.total_tokens
-        metadata = {
-            "id": f"{prefix}-{served.request_id}",
-            "created": created,
-            "model": served.info.served_model_name,
-            "data": items,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-        headers["metadata"] = orjson.dumps(metadata).decode()
+        headers["metadata"] = orjson.dumps(bytes_metadata(prefix, served, items, created=created)).decode()
     return web.Response(body=body, headers=headers, content_type="application/octet-stream")
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 from itertools import accumulate
 
 from poolgate.gateway.dialects.encoding import json_encoder
-from poolgate.gateway.dialects.envelope import usage
+from poolgate.gateway.dialects.envelope import EMBEDDINGS, list_response
 from poolgate.gateway.serving import Served, ServeRequest
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.late_chunks import LateChunkText
@@ -71,11 +71,4 @@ def to_response(served: Served, *, encoding_format: str, embed_dtype: str, endia
         }
         for i, (start, end) in enumerate(windows.spans)
     ]
-    return {
-        "id": f"embd-{served.request_id}",
-        "object": "list",
-        "created": int(time.time()),
-        "model": served.info.served_model_name,
-        "data": data,
-        "usage": usage(served.result.total_tokens),
-    }
+    return list_response(EMBEDDINGS, served, data, created=int(time.time()))

@@ -37,12 +37,12 @@ from poolgate.gateway.dialects import openai_outputs as outputs
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
-from poolgate.gateway.dialects.envelope import Usage, encoded_response, usage
+from poolgate.gateway.dialects.envelope import EMBEDDINGS, Usage, encoded_response, list_response, response_id
 from poolgate.gateway.dialects.prompts import prompted
 from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.http.state import RECORD, ROUTER
-from poolgate.gateway.serving import Served, ServeRequest, serve
+from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, record_answer, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.tasks import PoolingTask
@@ -130,24 +130,15 @@ def to_response(
     """The embeddings response body; the call's one block of vectors is split into rows here."""
     encode, rows = json_encoder(encoding_format, embed_dtype, endianness), served.result.outputs
     data = [{"index": i, "object": "embedding", "embedding": encode(rows.item(i))} for i in range(len(rows))]
-    return {
-        "id": f"embd-{served.request_id}",
-        "object": "list",
-        "created": created,
-        "model": served.info.served_model_name,
-        "data": data,
-        "usage": usage(served.result.total_tokens),
-    }
+    return list_response(EMBEDDINGS, served, data, created=created)
 
 
 async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.Response:
-    if (record := request.get(RECORD)) is not None:
-        record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
     if req.late_chunking or req.chunk_boundaries is not None or req.chunk_size is not None:
         return await _late_chunked(request, req, info)
     if not outputs.plain(req.embedding_types) or req.return_tokens:
-        body, response_id = await outputs.respond(
+        body = await outputs.respond(
             request,
             info,
             to_request(req, embed_task(info), info),
@@ -157,17 +148,13 @@ async def create_embeddings(request: web.Request, req: EmbeddingRequest) -> web.
             endianness=req.endianness,
             return_tokens=req.return_tokens,
         )
-        if record is not None:
-            record.response_id = response_id
+        record_answer(request, body["id"])
         return outputs.json_response(body)
     served = await serve(request, to_request(req, embed_task(info), info))
     created, rows = int(time.time()), served.result.outputs
-    if record is not None:
-        record.response_id = f"embd-{served.request_id}"
-        if len(rows):
-            record.dimension_count = int(rows.item(0).shape[-1])
+    record_answer(request, response_id(EMBEDDINGS, served), rows)
     return encoded_response(
-        "embd",
+        EMBEDDINGS,
         served,
         encoding_format=req.encoding_format,
         embed_dtype=req.embed_dtype,
@@ -194,8 +181,7 @@ async def _late_chunked(request: web.Request, req: EmbeddingRequest, info: Model
     body = late.to_response(
         served, encoding_format=req.encoding_format, embed_dtype=req.embed_dtype, endianness=req.endianness
     )
-    if (record := request.get(RECORD)) is not None:
-        record.response_id = body["id"]
+    record_answer(request, body["id"])
     return outputs.json_response(body)
 
 

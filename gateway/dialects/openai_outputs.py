@@ -8,7 +8,9 @@ OpenAI answer) lists the outputs each item carries:
   token strings, with ``return_tokens``) from the model's sparse head
   (``dialects.sparse_serving``: SPLADE, BGE-M3; 400 for a model without one);
 - ``multi_vector``: ``multi_vector: [[float]]``, one vector per token
-  (``token_embed``: BGE-M3's ColBERT vectors, a ColBERT model's).
+  (``token_embed``: BGE-M3's ColBERT vectors, a ColBERT model's), floats
+  whatever ``encoding_format`` (written from the array by ``dumps``, as
+  ``dialects.encoding.to_double_list``).
 
 ``dimensions`` applies to the dense output only (a 400 without it).
 
@@ -28,8 +30,8 @@ from typing import Literal
 
 from aiohttp import web
 
-from poolgate.gateway.dialects.encoding import dumps, json_encoder
-from poolgate.gateway.dialects.envelope import usage
+from poolgate.gateway.dialects.encoding import dumps, json_encoder, to_double_list
+from poolgate.gateway.dialects.envelope import EMBEDDINGS, list_response
 from poolgate.gateway.dialects.sparse_serving import sparse_request
 from poolgate.gateway.http.state import CONFIG
 from poolgate.gateway.serving import ServeRequest, serve, with_policy
@@ -76,8 +78,8 @@ async def respond(
     embed_dtype: str,
     endianness: str,
     return_tokens: bool,
-) -> tuple[dict, str]:
-    """The response body with every asked output per item, and the request id it carries."""
+) -> dict:
+    """The response body with every asked output per item."""
     types = list(dict.fromkeys(types))
     check(types, info, encoding_format, return_tokens, base.params.dimensions)
     base = replace(base, params=with_policy(request.app[CONFIG], base.params))  # every output tokenizes alike
@@ -96,17 +98,8 @@ async def respond(
     if "multi_vector" in answers:
         rows = answers["multi_vector"].outputs
         for i, item in enumerate(data):
-            item["multi_vector"] = rows.item(i).tolist()
-    response_id = f"embd-{served.request_id}"
-    body = {
-        "id": response_id,
-        "object": "list",
-        "created": int(time.time()),
-        "model": served.info.served_model_name,
-        "data": data,
-        "usage": usage(served.result.total_tokens),
-    }
-    return body, response_id
+            item["multi_vector"] = to_double_list(rows.item(i))
+    return list_response(EMBEDDINGS, served, data, created=int(time.time()))
 
 
 def output_params(info: ModelInfo, base: ServeRequest, kind: str, return_tokens: bool) -> PoolingParams:

@@ -30,7 +30,8 @@ from pydantic import BaseModel, Field
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.pairs import ContentInput, Scored, ScoreInput, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.http.state import CONFIG, RECORD
+from poolgate.gateway.http.state import CONFIG
+from poolgate.gateway.serving import record_answer
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.score_plan import scoring_enabled
@@ -111,8 +112,7 @@ async def create_rerank(request: web.Request, req: RerankRequest) -> web.Respons
     # the texts of the documents (score_pairs refused the others)
     texts = [d if isinstance(d, str) else d.text for d in documents if not isinstance(d, ContentInput)]
     body = to_response(scored, texts, top_n=req.top_n, return_documents=req.return_documents)
-    if (record := request.get(RECORD)) is not None:
-        record.response_id = body["id"]
+    record_answer(request, body["id"])
     return web.Response(body=dumps(body), content_type="application/json")
 
 

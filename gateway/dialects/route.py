@@ -30,7 +30,8 @@ from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import parse_body, read_json, validated
 from poolgate.gateway.http.errors import ERROR_FORMATS
-from poolgate.gateway.http.state import CHOSEN, RECORD, ROUTE_OF, ROUTER
+from poolgate.gateway.http.state import CHOSEN, ROUTE_OF, ROUTER
+from poolgate.gateway.serving import record_asked
 from poolgate.shared.domain.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.domain.limits import unsupported_task
 from poolgate.shared.wire.messages import ModelInfo
@@ -38,6 +39,14 @@ from poolgate.shared.wire.messages import ModelInfo
 # handler(request, body): body is an instance of the route's own request_model (or None), which a Callable type
 # cannot say per route (its argument types are contravariant), hence Any.
 Handler = Callable[[web.Request, Any], Awaitable[web.StreamResponse]]
+
+
+class AsksEncodings(BaseModel):
+    """A request body that says how its arrays come back encoded (its route records that, ``serve_route``)."""
+
+    @property
+    def encoding_formats(self) -> tuple[str, ...]:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -148,9 +157,9 @@ async def serve_route(request: web.Request, route: Route, raw: object | None) ->
     router = request.app[ROUTER] if route.gated else None
     if router is not None and not is_live(route, router.models()):
         raise RouteNotFound("Not Found")
-    if route.tasks and (record := request.get(RECORD)) is not None:
-        record.task = route.tasks[0]  # the operation is known before the model is (serve refines it)
-    body = None
+    if route.tasks:
+        record_asked(request, task=route.tasks[0])  # the operation is known before the model is (serve refines it)
+    body: BaseModel | None = None
     if route.request_model is not None:
         body = await parse_body(request, route.request_model) if raw is None else validated(raw, route.request_model)
     if router is not None and body is not None:  # a gated route (the router is read for those only)
@@ -158,6 +167,8 @@ async def serve_route(request: web.Request, route: Route, raw: object | None) ->
         if not route.served_by(info):
             task = route.tasks[0] if route.tasks else route.operation
             raise InvalidRequest(unsupported_task(info, task), param="model")
+    if isinstance(body, AsksEncodings):
+        record_asked(request, formats=body.encoding_formats)
     return await route.handler(request, body)
 
 

@@ -21,8 +21,7 @@ from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.encoding import dumps, to_float_list
 from poolgate.gateway.dialects.envelope import Usage, list_response
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.http.state import RECORD
-from poolgate.gateway.serving import Served, ServeRequest, serve
+from poolgate.gateway.serving import Served, ServeRequest, record_answer, serve
 from poolgate.shared.domain.params import PoolingParams
 
 PATHS = ("/classify", "/v1/classify")
@@ -79,8 +78,7 @@ def label_of(probs: np.ndarray, labels: tuple[str, ...] | None) -> str | None:
 async def create_classify(request: web.Request, req: ClassificationRequest) -> web.Response:
     served = await serve(request, to_request(req))
     body = to_response(served, created=int(time.time()))
-    if (record := request.get(RECORD)) is not None:
-        record.response_id = body["id"]
+    record_answer(request, body["id"])
     return web.Response(body=dumps(body), content_type="application/json")
 
 

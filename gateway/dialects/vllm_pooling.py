@@ -36,13 +36,13 @@ from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects.chat import EncodedBody
 from poolgate.gateway.dialects.encoding import json_encoder
-from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response
+from poolgate.gateway.dialects.envelope import Usage, encoded_response, list_response, response_id
 from poolgate.gateway.dialects.io_processor import NO_PLUGIN
 from poolgate.gateway.dialects.prompts import prompted
 from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
-from poolgate.gateway.serving import Served, ServeRequest, serve
+from poolgate.gateway.http.state import CONFIG, ROUTER
+from poolgate.gateway.serving import Served, ServeRequest, record_answer, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import unsupported_task
 from poolgate.shared.domain.params import PoolingParams
@@ -144,8 +144,6 @@ def to_response(
 
 
 async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Response:
-    if (record := request.get(RECORD)) is not None:
-        record.encoding_formats = (req.encoding_format,)
     info = request.app[ROUTER].lookup(req.model).info
     call = to_request(req, info, request.app[CONFIG].io_processor_plugin)
     if req.pool_factor is not None and call.params.task != "token_embed":
@@ -156,10 +154,9 @@ async def create_pooling(request: web.Request, req: PoolingRequest) -> web.Respo
     if req.pool_factor is not None:
         served = pooled(served, req.pool_factor)
     created = int(time.time())
-    if record is not None:
-        record.response_id = f"pooling-{served.request_id}"
-        if call.params.task in EMBEDDING_TASKS and len(served.result.outputs):
-            record.dimension_count = int(served.result.outputs.item(0).shape[-1])
+    record_answer(
+        request, response_id("pooling", served), served.result.outputs if call.params.task in EMBEDDING_TASKS else None
+    )
     return encoded_response(
         "pooling",
         served,

@@ -21,7 +21,7 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.envelope import list_response
 from poolgate.gateway.dialects.pairs import Scored, ScoreInputs, ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
-from poolgate.gateway.http.state import RECORD
+from poolgate.gateway.serving import record_answer
 from poolgate.shared.domain.score_plan import scoring_enabled
 
 PATHS = ("/score", "/v1/score")
@@ -89,8 +89,7 @@ async def create_score(request: web.Request, req: ScoreRequest) -> web.Response:
     queries, documents = req.sides()
     scored = await score_pairs(request, req, queries, documents)
     body = to_response(scored, created=int(time.time()))
-    if (record := request.get(RECORD)) is not None:
-        record.response_id = body["id"]
+    record_answer(request, body["id"])
     return web.Response(body=dumps(body), content_type="application/json")
 
 

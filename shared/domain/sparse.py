@@ -69,7 +69,12 @@ class SparseVector:
     tokens: list[str | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        body = {"indices": self.indices.tolist(), "values": self.values.tolist()}
+        """``{indices, values[, tokens]}`` for a numpy-aware JSON writer (orjson's ``OPT_SERIALIZE_NUMPY``):
+        the arrays as int64 and float64, so the numbers are those of their Python lists."""
+        body: dict[str, Any] = {
+            "indices": np.ascontiguousarray(self.indices, dtype=np.int64),
+            "values": np.ascontiguousarray(self.values, dtype=np.float64),
+        }
         if self.tokens is not None:
             body["tokens"] = self.tokens
         return body

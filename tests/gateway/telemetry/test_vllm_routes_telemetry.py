@@ -1,44 +1,10 @@
 """/classify and /pooling fill the request's telemetry record: task (so the span's operation), ids, formats."""
 from __future__ import annotations
 
-import contextlib
-
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from poolgate.gateway.app import make_app
-from poolgate.gateway.telemetry.record import Telemetry
-from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.telemetry.names import OPERATIONS
 from tests.fakes import fake_model
-from tests.gateway.conftest import served_router
-
-
-class Records:
-    """A metrics recorder that keeps every finished record."""
-
-    def __init__(self):
-        self.records = []
-
-    def observe(self, record) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-async def recorded():
-    """``await recorded(model)`` -> (client, Records) for an app serving ``model`` with telemetry on."""
-    async with contextlib.AsyncExitStack() as stack:
-
-        async def start(model):
-            records = Records()
-            router = await stack.enter_async_context(served_router([model]))
-            client = TestClient(TestServer(make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=records))))
-            await client.start_server()
-            stack.push_async_callback(client.close)
-            return client, records
-
-        yield start
-
 
 MODEL = dict(tasks=("embed", "classify", "token_embed", "token_classify"), num_labels=3)
 
