@@ -1,10 +1,10 @@
-"""The worker's input stage: check a call, tokenize and truncate its inputs, check their lengths.
+"""The input stage: check a call, shape and tokenize its inputs (truncated as asked), check their lengths.
 
-This runs before the scheduler, outside the runner: ``check`` on the event
-loop (cheap, no tokenizer), ``tokenize`` in the engine's tokenizer thread. A
-call's texts go through the tokenizer in one batched ``encode``; texts over
-the truncation length are encoded again with the tokenizer's own truncation,
-as sentence-transformers does, so truncated ids match it exactly. Lengths are
+This runs in front of the queue, where the model's tokenizer is: in the
+gateway's tokenizer pool (``gateway.tokenizing``) or the offline API's, never
+on an event loop (``shared.inputs.front`` calls it). A call of plain texts goes
+through the tokenizer in one batched ``encode``, truncated by the tokenizer's
+own truncation as sentence-transformers does, so the ids match it exactly. Lengths are
 checked against the input cap (``shared.domain.limits.input_cap``): with chunked
 processing an embed input may be longer than ``max_model_len``, and the engine
 splits it (``workers.engine.chunking``). A ``CappedText`` is cut to its content-token

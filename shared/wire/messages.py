@@ -86,7 +86,7 @@ class PoolingCall:
 @dataclass
 class PoolingResult:
     """A call's outputs as one block (``Rows``, in input order), each input's token count, and
-    the worker's timings in seconds (``tokenize_s``, ``queue_s``, ``inference_s``). A call with
+    its timings in seconds (the gateway's ``tokenize_s``, the worker's ``queue_s``, ``inference_s``). A call with
     ``WindowedText`` inputs has one row per window and its ``windows`` (``shared.domain.windows``); its token
     counts are per input, every window counted. A multi-output call (``PoolingParams.outputs``) has one
     more result per further output in ``more`` (its rows and, for a sparse output, token strings)."""

@@ -1,1 +1,1 @@
-"""The worker's engine: inputs and tokenization, the scheduler, packing, the runner and its pipeline."""
+"""The worker's engine: tokenized calls in, the scheduler, the runner and its pipeline."""
