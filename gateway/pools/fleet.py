@@ -100,7 +100,7 @@ class Fleet:
         self._sockets = itertools.count()
         self._lock = asyncio.Lock()  # serializes changes to the router and ``running``
         self._starting: set[str] = set()  # models being started (not served yet)
-        self._fronts: dict[str, Front] = {}  # tokenizer sha256 -> the model's Front (shared by its pools)
+        self._fronts: dict[str, Front] = {}  # model name -> its Front (one for all its pools; gone with the model)
 
     async def start(self, pools: Sequence[PoolConfig]) -> list[str]:
         """Bring ``pools`` up and serve them (all or none); the names of the models they serve.
@@ -151,6 +151,7 @@ class Fleet:
         async with self._lock:
             model = self.router.remove(name)
             runs = self.running.pop(name, [])
+            self._fronts.pop(name, None)
         log.info("unloading %s: draining", name)
         model.drain()
         try:
@@ -285,15 +286,13 @@ class Fleet:
                     f"different tokenizers (sha256 {info.tokenizer_sha256} and {other.tokenizer_sha256}): one "
                     "model name must tokenize one way"
                 )
-        cached = self._fronts.get(info.tokenizer_sha256 or "")
-        if cached is not None and cached.info.served_model_name == info.served_model_name:
+        cached = self._fronts.get(info.served_model_name)
+        if cached is not None and cached.info.tokenizer_sha256 == info.tokenizer_sha256:
             return cached
         _, files = await first.tokenizer()
         if info.tokenizer_sha256 is not None and files.sha256 != info.tokenizer_sha256:
             raise Unavailable(f"worker {first.address} sent tokenizer files that do not match its sha256")
-        front = Front(info, await asyncio.to_thread(encoder_for, files))
-        if info.tokenizer_sha256 is not None:
-            self._fronts[info.tokenizer_sha256] = front
+        front = self._fronts[info.served_model_name] = Front(info, await asyncio.to_thread(encoder_for, files))
         return front
 
     def _watch(self, run: RunningPool, pool: WorkerPool) -> None:
