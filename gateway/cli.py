@@ -11,6 +11,7 @@ from poolgate.gateway.bench import cli as bench
 from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.gateway.bench import runner as bench_runner
 from poolgate.gateway.config.given import GIVEN, given_flags
+from poolgate.gateway.jobs import run_batch
 from poolgate.shared.config.cpu import apply_cpu_class
 from poolgate.shared.version import VERSION
 from poolgate.workers import cli as worker
@@ -22,6 +23,11 @@ from poolgate.workers.tools import verify_cli as verify
 COMMANDS = {
     "serve": (serve, "serve a pooling model over HTTP"),
     "worker": (worker, "run one worker alone, for a gateway's --worker-url (e.g. on another host)"),
+    "run-batch": (
+        run_batch,
+        "run a file of requests (OpenAI batch JSONL) to a file of answers, on a model in this process or "
+        "against a gateway (--url); re-run to resume",
+    ),
     "bench": (bench, "load-test a running server"),
     "inspect": (
         inspect,

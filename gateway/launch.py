@@ -170,26 +170,26 @@ class Lifecycle:
         *,
         runner_factory: str | None = None,
         siblings: Siblings | None = None,
+        signals: bool = True,
     ) -> None:
-        self.config, self.router, self.siblings = config, router, siblings
+        self.config, self.router, self.siblings, self.signals = config, router, siblings, signals
         self.folder = Path(tempfile.mkdtemp(prefix="poolgate-"))  # local workers' sockets, owner-only
         self.fleet = Fleet(config, router, self.folder, runner_factory=runner_factory)
         self.drain = Drain(router, config.drain_timeout_s, _stop_run_app)
         self.listening = asyncio.Event()
+        self.address = f"http://{config.host}:{config.port}"  # where it listens, as the logs say it
+        self.ready = asyncio.Event()  # set once every pool is up, or start-up failed (``failed``)
         self.failed = False
 
     def site_listening(self, _banner: str) -> None:
         """``run_app``'s ``print`` hook, called once the HTTP site is bound."""
-        log.info(
-            "listening on http://%s:%d (starting workers; /health is 503 until they are ready)",
-            self.config.host,
-            self.config.port,
-        )
+        log.info("listening on %s (starting workers; /health is 503 until they are ready)", self.address)
         self.listening.set()
 
     async def workers(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx: bring the workers up in the background; at cleanup, stop them all."""
-        self.drain.install(asyncio.get_running_loop(), also=self.siblings.signal if self.siblings else None)
+        if self.signals:
+            self.drain.install(asyncio.get_running_loop(), also=self.siblings.signal if self.siblings else None)
         bring_up = asyncio.create_task(self._bring_up())
         try:
             yield
@@ -210,13 +210,15 @@ class Lifecycle:
         except Exception as exc:  # a known failure gets one line, anything else its traceback too
             log.error("could not start: %s", exc, exc_info=not isinstance(exc, (PoolgateError, OSError)))
             self.failed = True
-            asyncio.get_running_loop().call_soon(_stop_run_app)
+            self.ready.set()
+            if self.signals:
+                asyncio.get_running_loop().call_soon(_stop_run_app)
             return
+        self.ready.set()
         log.info(
-            "ready: serving %s at http://%s:%d/v1 (pools: %s)",
+            "ready: serving %s at %s/v1 (pools: %s)",
             ", ".join(self.router.pools),
-            self.config.host,
-            self.config.port,
+            self.address,
             "; ".join(f"{name} on {', '.join(m.backends)}" for name, m in self.router.pools.items()),
         )
         if self.siblings is not None:
