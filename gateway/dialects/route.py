@@ -10,9 +10,12 @@ a new route is guarded, recorded and answered in the OpenAI shape unless it
 says otherwise. The same ``Route`` values build ``/openapi.json``
 (``gateway.http.openapi``), so what is validated is what is documented.
 
-Gating happens per request, from the router's current models (models can be
-loaded and unloaded while the gateway runs):
+Gating happens per request, from the gateway's config and the router's current
+models (models can be loaded and unloaded while the gateway runs):
 
+0. the route is off under this config (``Route.off`` says why, e.g. the Batch
+   API without ``--batch-dir``) → 404 with that reason, and it is left out of
+   ``/openapi.json``;
 1. no served model serves the route (``Route.serves``) → 404 ``Not Found``,
    as when vLLM does not register the route;
 2. the body names (or defaults to) a model that does not serve it → 400,
@@ -30,8 +33,9 @@ from pydantic import BaseModel
 
 from poolgate.gateway.dialects.body import parse_body, read_json, validated
 from poolgate.gateway.http.errors import ERROR_FORMATS
-from poolgate.gateway.http.state import CHOSEN, ROUTE_OF, ROUTER
+from poolgate.gateway.http.state import CHOSEN, CONFIG, ROUTE_OF, ROUTER
 from poolgate.gateway.serving import record_asked
+from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import InvalidRequest, RouteNotFound
 from poolgate.shared.domain.limits import unsupported_task
 from poolgate.shared.wire.messages import ModelInfo
@@ -64,6 +68,12 @@ class Route:
     ``quiet_503``: a 503 here is routine ("still loading"), not logged as a failure.
     ``shape``: on a path two dialects share, whether a JSON body is this route's (module doc);
     ``alternatives``: the routes a shared path dispatches to (``shared`` builds it).
+    ``query``: the query string's parameters, validated into this model and passed as the handler's ``body``
+    (a route has a ``request_model`` or a ``query``, not both).
+    ``form``: a ``multipart/form-data`` body, documented with this model; the handler reads it itself (an
+    upload is streamed to disk, never held).
+    ``off``: why the route is off under a config (it then answers 404 with that reason and is not documented);
+    None when it is on.
     ``response_model`` and ``summary`` only document the route.
     """
 
@@ -83,10 +93,19 @@ class Route:
     quiet_503: bool = False
     shape: Callable[[object], bool] | None = None
     alternatives: tuple[Route, ...] = ()
+    query: type[BaseModel] | None = None
+    form: type[BaseModel] | None = None
+    off: Callable[[GatewayConfig], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.errors not in ERROR_FORMATS:
             raise ValueError(f"{self.method} {self.path}: unknown error shape {self.errors!r}")
+        if sum(m is not None for m in (self.request_model, self.query, self.form)) > 1:
+            raise ValueError(f"{self.method} {self.path}: a JSON body, a query model or a form, not two")
+
+    def off_because(self, config: GatewayConfig) -> str | None:
+        """Why the route is off under ``config``; None when it is on."""
+        return None if self.off is None else self.off(config)
 
     def served_by(self, info: ModelInfo) -> bool:
         if self.alternatives:
@@ -154,6 +173,8 @@ def mount(app: web.Application, route: Route) -> None:
 
 async def serve_route(request: web.Request, route: Route, raw: object | None) -> web.StreamResponse:
     """``route``'s gates, parser and handler (``raw``: the JSON body a shared route already read)."""
+    if (why := route.off_because(request.app[CONFIG])) is not None:
+        raise RouteNotFound(why)
     router = request.app[ROUTER] if route.gated else None
     if router is not None and not is_live(route, router.models()):
         raise RouteNotFound("Not Found")
@@ -162,6 +183,8 @@ async def serve_route(request: web.Request, route: Route, raw: object | None) ->
     body: BaseModel | None = None
     if route.request_model is not None:
         body = await parse_body(request, route.request_model) if raw is None else validated(raw, route.request_model)
+    elif route.query is not None:
+        body = validated(dict(request.query), route.query)
     if router is not None and body is not None:  # a gated route (the router is read for those only)
         info = router.lookup(getattr(body, "model", None)).info
         if not route.served_by(info):

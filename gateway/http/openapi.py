@@ -1,10 +1,13 @@
 """``GET /openapi.json``: an OpenAPI 3.1 document built from the route table and its pydantic models.
 
 The document lists the routes the gateway answers now (a task-gated route
-only while some served model serves it; see ``dialects.route``), each with
-the JSON schema of the model its body is validated with, its response model
-when it has one, its dialect's error body, and whether it needs the API key
-(the ``bearer`` security scheme on every route that is not public).
+only while some served model serves it, a route the config turns off not at
+all; see ``dialects.route``), each with the JSON schema of the model its body
+is validated with (a ``multipart/form-data`` body for a route with a
+``form``), its query parameters for a route with a ``query`` model, its
+response model when it has one, its dialect's error body, and whether it
+needs the API key (the ``bearer`` security scheme on every route that is not
+public).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from poolgate.gateway.dialects.route import Route, is_live
-from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.http.state import CONFIG, ROUTER
+from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.version import VERSION
 from poolgate.shared.wire.messages import ModelInfo
 
@@ -49,13 +53,15 @@ ERROR_SCHEMAS = {
 }
 
 
-def document(routes: list[Route], models: list[ModelInfo]) -> dict:
-    """The OpenAPI document of the ``routes`` live for ``models``; a path two dialects share documents the
-    bodies of each (``oneOf``), as the route tells them apart by shape."""
+def document(routes: list[Route], models: list[ModelInfo], config: GatewayConfig | None = None) -> dict:
+    """The OpenAPI document of the ``routes`` live for ``models`` and on under ``config`` (default: the
+    defaults'); a path two dialects share documents the bodies of each (``oneOf``), as the route tells them
+    apart by shape."""
+    config = config or GatewayConfig()
     live = {
         route: [p for p in route.alternatives or (route,) if is_live(p, models)]
         for route in routes
-        if is_live(route, models)
+        if is_live(route, models) and route.off_because(config) is None
     }
     schemas = _schemas([p for parts in live.values() for p in parts])
     paths: dict[str, dict] = {}
@@ -74,7 +80,7 @@ def document(routes: list[Route], models: list[ModelInfo]) -> dict:
 def _schemas(routes: list[Route]) -> dict:
     """``{(model, mode): schema ref}`` plus ``$defs``: each pydantic model once."""
     pairs: set[tuple[type[BaseModel], JsonSchemaMode]] = {
-        (r.request_model, "validation") for r in routes if r.request_model is not None
+        (model, "validation") for r in routes for model in (r.request_model, r.form) if model is not None
     }
     pairs |= {(r.response_model, "serialization") for r in routes if r.response_model is not None}
     if not pairs:
@@ -94,11 +100,17 @@ def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
         "summary": route.summary or route.path,
     }
     names = re.findall(r"{(\w+)}", route.path)
-    if names:
-        op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
+    parameters = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
+    if route.query is not None:
+        parameters += _query_parameters(route.query)
+    if parameters:
+        op["parameters"] = parameters
     requests = [schemas[(p.request_model, "validation")] for p in parts if p.request_model is not None]
     if requests:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _one_of(requests)}}}
+    if route.form is not None:
+        form = schemas[(route.form, "validation")]
+        op["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": form}}}
     ok: dict = {"description": "OK"}
     answers = [schemas[(p.response_model, "serialization")] for p in parts if p.response_model is not None]
     if answers:
@@ -110,8 +122,19 @@ def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
     return op
 
 
+def _query_parameters(model: type[BaseModel]) -> list[dict]:
+    """One ``in: query`` parameter per field of ``model`` (flat fields: a query string has no nesting)."""
+    schema = model.model_json_schema()
+    required = set(schema.get("required", ()))
+    return [
+        {"name": name, "in": "query", "required": name in required, "schema": field}
+        for name, field in schema["properties"].items()
+    ]
+
+
 async def openapi_json(request: web.Request, _body: BaseModel | None = None) -> web.Response:
-    return web.json_response(document(request.app[ROUTES_KEY], request.app[ROUTER].models()))
+    app = request.app
+    return web.json_response(document(app[ROUTES_KEY], app[ROUTER].models(), app[CONFIG]))
 
 
 ROUTES = (Route("GET", "/openapi.json", openapi_json, summary="This document", public=True),)
