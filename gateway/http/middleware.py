@@ -38,6 +38,7 @@ from poolgate.gateway.http.cors import allowed_origin, mark, preflight
 from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
 from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
+from poolgate.gateway.http.trusted import TRUSTED
 from poolgate.gateway.telemetry.record import RequestRecord
 from poolgate.shared.domain.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
 from poolgate.shared.telemetry.log_limit import LogLimiter
@@ -138,12 +139,18 @@ def _request_id(request: web.Request) -> str:
 
 
 def _authenticate(request: web.Request, route: Route) -> TenantState | None:
-    """The caller's tenant by its ``Authorization: Bearer KEY`` (``http.tenants``, constant time); None when
-    no key is needed (no keys configured, a public route, a CORS preflight); 401 without a known key, 403 for
-    a tenant's key on an admin route."""
+    """The caller's tenant by its ``Authorization: Bearer KEY`` (``http.tenants``, constant time) or this
+    process's job token (``http.trusted``); None when no key is needed (no keys configured, a public route, a
+    CORS preflight); 401 without a known key, 403 for a tenant's key on an admin route."""
     tenants = request.app[TENANTS]
     if not tenants.enabled or request.method == "OPTIONS" or route.public:
         return None
+    trusted = request.app.get(TRUSTED)
+    tenant = trusted.tenant_of(request, tenants) if trusted is not None else None
+    if tenant is not None:
+        if route.admin:
+            raise Forbidden("The admin API takes the server's own API key (--api-key), not a job's token.")
+        return tenant
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     tenant = tenants.identify(key) if scheme == "Bearer" else None
     if tenant is None:
