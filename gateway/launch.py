@@ -24,6 +24,14 @@ Start-up and shutdown, in order:
    ``_bring_up``, wait for the siblings (the signal was passed on to them),
    stop every supervisor and its worker, close the router.
 
+With ``--batch-dir`` the Batch API's store opens with the app
+(``gateway.jobs.service``) in every gateway process, and the first process
+(the only one of one, the parent of N) also runs the batches
+(``gateway.jobs.runner``, a cleanup_ctx after the workers', so it stops
+first): its lines go to a second site of the same app, a unix socket in the
+owner-only folder of the local workers' sockets, which ``run_app`` binds
+beside the port.
+
 A start-up failure (no worker of some pool came up, a remote
 worker that never answers) is logged as "could not start: ..." and stops
 ``run_app`` the way a signal does: a loop callback raises ``GracefulExit``.
@@ -47,6 +55,9 @@ from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
 from poolgate.gateway.http import server_log
 from poolgate.gateway.http.tenants import Tenants
+from poolgate.gateway.jobs.metrics import BATCH_METRICS, BatchMetrics
+from poolgate.gateway.jobs.runner import BatchRunner
+from poolgate.gateway.jobs.service import BATCH_API
 from poolgate.gateway.pools import health
 from poolgate.gateway.pools.drain import Drain
 from poolgate.gateway.pools.fleet import Fleet
@@ -81,13 +92,24 @@ def _serve(config: GatewayConfig, share: Share | None) -> int:
     metrics = None
     if config.metrics:
         metrics = GatewayMetrics(lifecycle.router, multiprocess_dir=share.metrics_dir if share is not None else None)
+    runner = None
+    if config.batch is not None and (share is None or share.parent):  # one process runs the batches
+        runner = BatchRunner(str(lifecycle.folder / "gateway.sock"), ready=lifecycle.ready)
     app = make_app(
         config,
         lifecycle.router,
-        cleanup_ctx=[*_flush_spans(tracer), lifecycle.workers, *_metrics_site(config, metrics), *_publish(metrics)],
+        cleanup_ctx=[
+            *_flush_spans(tracer),
+            lifecycle.workers,
+            *([runner.run] if runner is not None else []),
+            *_metrics_site(config, metrics),
+            *_publish(metrics),
+        ],
         telemetry=Telemetry(tracer=tracer, recorder=metrics),
         tenants=Tenants(config, cells=share.quota_cells(config) if share is not None else None),
     )
+    if metrics is not None and config.batch is not None:
+        app[BATCH_METRICS] = BatchMetrics(metrics, app[BATCH_API])
     if metrics is not None and config.metrics_port is None:
         metrics.add_route(app)
     app[FLEET] = lifecycle.fleet
@@ -101,6 +123,7 @@ def _serve(config: GatewayConfig, share: Share | None) -> int:
             access_log=None,
             handler_cancellation=True,
             reuse_port=config.reuse_port or None,
+            path=runner.socket if runner is not None else None,
         )
     except OSError as exc:
         log.error("could not start: %s", exc)

@@ -26,10 +26,13 @@ import pytest
 import yaml
 
 from poolgate.gateway.app import make_app
+from poolgate.gateway.jobs.metrics import BATCH_METRICS, BatchMetrics
+from poolgate.gateway.jobs.runner import BatchRunner
+from poolgate.gateway.jobs.service import BATCH_API
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
 from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.telemetry import names
-from poolgate.shared.config.frozen import GatewayConfig, Tenant
+from poolgate.shared.config.frozen import BatchConfig, GatewayConfig, Tenant
 from tests.fakes import fake_model
 from tests.gateway.conftest import live_server, served_router  # noqa: F401 (live_server is a fixture)
 
@@ -49,14 +52,20 @@ needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None,
 # What each telemetry name is, so its exposed sample names are known.
 COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADMISSION_REJECTIONS,
             names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES,
-            names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY)
+            names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY,
+            names.BATCH_JOB_LINES, names.BATCH_JOB_TOKENS)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
           names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
-          names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES, names.WORKER_TOKENS_PER_S)
+          names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES, names.WORKER_TOKENS_PER_S,
+          names.BATCH_JOBS, names.BATCH_JOB_PROGRESS)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))
+# The Batch API's series: batches are not one model's (a batch's lines name their models), so its panels take no
+# model variable.
+BATCH_SERIES = frozenset({f"{names.BATCH_JOB_LINES}_total", f"{names.BATCH_JOB_TOKENS}_total", names.BATCH_JOBS,
+                          names.BATCH_JOB_PROGRESS})
 METRIC_NAME = re.compile(r"\b" + names.PREFIX + r"_[a-z_]+")
 
 
@@ -66,6 +75,11 @@ def dashboard() -> dict:
 
 def panels() -> list[dict]:
     return [p for p in dashboard()["panels"] if p["type"] != "row"]
+
+
+def batch_panels() -> list[dict]:
+    """The Batch API's panels (every query of theirs on its series alone)."""
+    return [p for p in panels() if all(set(METRIC_NAME.findall(t["expr"])) <= BATCH_SERIES for t in p["targets"])]
 
 
 def alert_rules() -> list[dict]:
@@ -100,7 +114,7 @@ def test_dashboard_queries_use_only_telemetry_metrics():
             expr = target["expr"]
             found = set(METRIC_NAME.findall(expr))
             assert found and found <= EXPOSED, f"{panel['title']!r}: unknown metric in {expr}"
-            assert '$model"' in expr, f"{panel['title']!r} ignores the model variable: {expr}"
+            assert '$model"' in expr or found <= BATCH_SERIES, f"{panel['title']!r} ignores the model variable: {expr}"
             assert set(re.findall(r"\[([^\]]+)\]", expr)) <= {"$__rate_interval"}, expr
             used |= found
     shown = {n for n in COUNTERS + HISTOGRAMS + GAUGES if any(u.startswith(n) for u in used)}
@@ -249,6 +263,21 @@ async def send_load(http: aiohttp.ClientSession, base: str, model, *, ok: int, b
     return ok + bad + 2
 
 
+async def start_batch(http: aiohttp.ClientSession, base: str, lines: int) -> None:
+    """Upload ``lines`` embedding requests and start a batch of them (OpenAI's Files and Batch routes)."""
+    form = aiohttp.FormData()
+    form.add_field("purpose", "batch")
+    text = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": EMBED,
+                               "body": {"model": SERVED, "input": f"batch line {i}"}}) + "\n" for i in range(lines))
+    form.add_field("file", text.encode(), filename="lines.jsonl")
+    async with http.post(base + "/v1/files", data=form) as resp:
+        assert resp.status == 200, await resp.text()
+        file_id = (await resp.json())["id"]
+    body = {"input_file_id": file_id, "endpoint": EMBED, "completion_window": "24h"}
+    async with http.post(base + "/v1/batches", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+
+
 async def post(http: aiohttp.ClientSession, base: str, text: str) -> int:
     async with http.post(base + EMBED, json={"model": SERVED, "input": text}) as resp:
         return resp.status
@@ -267,9 +296,13 @@ async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_ser
         metrics = GatewayMetrics(router)
         # One tenant, so the per-tenant usage series exist (every request below carries its key).
         tenant = Tenant("team-a", (hashlib.sha256(TENANT_KEY.encode()).hexdigest(),))
-        app = make_app(GatewayConfig(tenants=(tenant,)), router, telemetry=Telemetry(recorder=metrics))
+        # The Batch API on, its runner's lines over the app's own unix socket, so its series exist too.
+        config = GatewayConfig(tenants=(tenant,), batch=BatchConfig(dir=str(tmp_path / "batches"), max_inflight=1))
+        runner = BatchRunner(str(tmp_path / "gateway.sock"), poll_s=0.1, progress_s=0.1)
+        app = make_app(config, router, telemetry=Telemetry(recorder=metrics), cleanup_ctx=[runner.run])
+        app[BATCH_METRICS] = BatchMetrics(metrics, app[BATCH_API])
         metrics.add_route(app)
-        base = await live_server(app)
+        base = await live_server(app, unix=runner.socket)
         prom = Prometheus(tmp_path, base.removeprefix("http://"))
         try:
             async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TENANT_KEY}"}) as http:
@@ -279,6 +312,13 @@ async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_ser
                 await prom.scraped_requests(sent)
                 sent += await send_load(http, base, model, ok=24, bad=3)
                 await prom.scraped_requests(sent)
+                # A batch that runs through the checks below (its lines one at a time, each 50 ms on the device).
+                model.runner.execute_delay = 0.05
+                await start_batch(http, base, lines=600)
+                for panel in batch_panels():
+                    for target in panel["targets"]:
+                        expr = grafana_vars(target["expr"])
+                        await prom.until(f"{panel['title']!r} has data", lambda e=expr: prom.query(e))
 
             # The table above is what the gateway really exposes (prometheus_client's *_created aside).
             exposed = {r["metric"]["__name__"] for r in await prom.query(

@@ -19,7 +19,7 @@ from pathlib import Path
 from poolgate.gateway.config.tenants import load_tenants
 from poolgate.gateway.pools.discovery import check_url
 from poolgate.shared.config.backends import place, placed
-from poolgate.shared.config.frozen import GatewayConfig, PoolConfig, TracingConfig
+from poolgate.shared.config.frozen import BatchConfig, GatewayConfig, PoolConfig, TracingConfig
 from poolgate.shared.config.model_flags import worker_config
 from poolgate.shared.config.model_settings import ModelSettings
 from poolgate.shared.config.security_flags import gateway_security_from_args
@@ -162,6 +162,27 @@ def gateway_processes(settings: argparse.Namespace, pools: tuple[PoolConfig, ...
     return n
 
 
+MB = 1024 * 1024
+
+
+def batch_config(settings: argparse.Namespace) -> BatchConfig | None:
+    """The Batch API's settings when ``batch_dir`` is given (``gateway.jobs``); None: the API is off."""
+    folder = getattr(settings, "batch_dir", None)
+    if folder is None:
+        return None
+    path = Path(folder).resolve()
+    if path.exists() and not path.is_dir():
+        raise SettingError(("batch_dir",), f"batch_dir {path} is not a folder")
+    tenant_mb = settings.batch_tenant_mb
+    return BatchConfig(
+        dir=str(path),
+        max_file_bytes=settings.batch_max_file_mb * MB,
+        max_lines=settings.batch_max_lines,
+        tenant_bytes=None if tenant_mb is None else tenant_mb * MB,
+        max_inflight=settings.batch_max_inflight,
+    )
+
+
 def build_config(
     settings: argparse.Namespace,
     pools: tuple[PoolConfig, ...],
@@ -209,6 +230,7 @@ def build_config(
         metrics=settings.metrics,
         metrics_port=settings.metrics_port,
         worker_security=security,
+        batch=batch_config(settings),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Literal
 from poolgate.shared.config.declare import setting
 
 LIMITS = "request limits (each over-limit request gets a 4xx naming the limit)"  # a --help group
+BATCH = "the Batch API (OpenAI's /v1/files and /v1/batches; see docs/batch.md)"  # a --help group
 
 
 @dataclass(frozen=True)
@@ -138,4 +139,31 @@ class GatewaySettings:
         help="answer browsers' CORS preflights and add Access-Control-Allow-Origin for these origins "
         '(repeatable or a comma list, e.g. https://app.example.com; "*": any origin, never with '
         "credentials); default: no CORS headers at all",
+    )
+    batch_dir: str | None = setting(
+        metavar="DIR",
+        path=True,
+        group=BATCH,
+        help="turn the Batch API on: jobs and files are kept in DIR (DIR/batches.sqlite3 and DIR/files/), run "
+        "in the background by this gateway and resumed after a restart; without it its routes answer 404",
+    )
+    batch_max_file_mb: int = setting(
+        512, ge=1, group=BATCH, metavar="MB", help="largest file one upload may be (OpenAI's 512 MB); more is a 413"
+    )
+    batch_max_lines: int = setting(
+        50_000,
+        ge=1,
+        group=BATCH,
+        metavar="N",
+        help="requests one batch's input file may hold (OpenAI's 50,000); more fails the batch",
+    )
+    batch_tenant_mb: int | None = setting(
+        ge=1,
+        group=BATCH,
+        metavar="MB",
+        help="storage each tenant's files may take together (uploads and batch outputs); an upload past it "
+        "is a 413 (default: no cap)",
+    )
+    batch_max_inflight: int = setting(
+        64, ge=1, group=BATCH, metavar="N", help="lines of one batch in flight at once (the rest wait their turn)"
     )

@@ -119,6 +119,9 @@ def main(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             log.error("%s", exc)
             return 2
+        if config.batch is not None:
+            log.error("--batch-dir turns on the Batch API of `poolgate serve`; run-batch runs its one file")
+            return 2
     try:
         return asyncio.run(_run(args, config, source, output, errors))
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import (
@@ -195,6 +195,16 @@ async def _health(client: Client) -> dict[str, Any] | None:
         return None
 
 
+class Pulled(Protocol):
+    """A collector whose series are read fresh at each scrape (``refresh`` first, then ``collect``)."""
+
+    async def refresh(self) -> None: ...
+
+    def describe(self) -> list[Metric]: ...
+
+    def collect(self) -> Iterator[Metric]: ...
+
+
 class GatewayMetrics:
     """One registry: the request series, and the workers' series through ``WorkerCollector``; with
     ``multiprocess_dir``, the request series of every gateway process (module doc)."""
@@ -272,6 +282,12 @@ class GatewayMetrics:
         )
         self.workers = WorkerCollector(router, in_flight=not self.multiprocess)
         self.registry.register(self.workers)
+        self.pulled: list[Pulled] = [self.workers]
+
+    def add_pulled(self, collector: Pulled) -> None:
+        """Serve ``collector``'s series too, refreshed before each scrape (the Batch API's, from its store)."""
+        self.registry.register(collector)
+        self.pulled.append(collector)
 
     def observe(self, record: RequestRecord) -> None:
         model = record.model or NO_MODEL
@@ -294,8 +310,8 @@ class GatewayMetrics:
             self.inference.labels(model, record.task, record.backend).observe(record.inference_s)
 
     async def render(self) -> bytes:
-        """The exposition text, with fresh worker stats."""
-        await self.workers.refresh()
+        """The exposition text, with fresh worker stats (and every other pulled collector's series)."""
+        await asyncio.gather(*(collector.refresh() for collector in self.pulled))
         if self.multiprocess:
             self.publish_in_flight()
         return generate_latest(self.registry)

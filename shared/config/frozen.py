@@ -113,6 +113,17 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
+class BatchConfig:
+    """The Batch API (``gateway.jobs``): where its jobs and files live, and its limits."""
+
+    dir: str  # DIR/batches.sqlite3 (jobs and files) and DIR/files/ (their bytes)
+    max_file_bytes: int = 512 * 1024 * 1024  # one upload; OpenAI's 512 MB
+    max_lines: int = 50_000  # requests in one batch's input file; OpenAI's
+    tenant_bytes: int | None = None  # every file of one tenant together; None = no cap
+    max_inflight: int = 64  # lines of one batch in flight at once
+
+
+@dataclass(frozen=True)
 class Tenant:
     """One API keys file tenant (``gateway.config.tenants``): its keys as sha256 hex digests, the default
     priority of its requests and its quotas (None = none)."""
@@ -157,6 +168,7 @@ class GatewayConfig:
     metrics: bool = True  # Prometheus metrics at /metrics
     metrics_port: int | None = None  # serve /metrics on this port instead of the API port
     worker_security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS to remote workers
+    batch: BatchConfig | None = None  # --batch-dir: the Batch API's store and limits; None = off
 
     @property
     def workers(self) -> tuple[WorkerConfig, ...]:

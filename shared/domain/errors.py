@@ -96,6 +96,10 @@ class RouteNotFound(PoolgateError):
     code = "not_found"
 
 
+class ObjectNotFound(RouteNotFound):
+    """An object the request names (a file, a batch) that does not exist, or is another tenant's."""
+
+
 class Overloaded(PoolgateError):
     """Refused for now, worth retrying: ``retry_after_s`` (the ``Retry-After`` header; None: the default)
     and ``reason`` (the refusal metric's label, e.g. ``queue_full``) say when and why."""

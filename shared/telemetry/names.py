@@ -17,12 +17,14 @@ PREFIX = "poolgate"
 MODEL = "model"
 TASK = "task"
 ROUTE = "route"
-STATUS = "status"
+STATUS = "status"  # an HTTP status; on poolgate_batch_jobs a batch's (validating, in_progress, ...)
 BACKEND = "backend"
 WORKER = "worker"
 REASON = "reason"
 TENANT = "tenant"  # a tenant's name from the API keys file, never its key
 ERROR_TYPE = "error_type"
+OUTCOME = "outcome"  # a batch line's: completed | failed
+BATCH_ID = "batch_id"  # a Batch API batch's id (only while it runs: its series go when it ends)
 
 # --- gateway-side metrics (recorded per HTTP request) --------------------------
 REQUESTS = f"{PREFIX}_requests"  # counter {route, model, status}; exposed as ..._total
@@ -36,6 +38,12 @@ REQUESTS_IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge {model}
 ADMISSION_REJECTIONS = f"{PREFIX}_admission_rejections"  # counter {model, reason}
 TENANT_REQUESTS = f"{PREFIX}_tenant_requests"  # counter {tenant, model, status}
 TENANT_PROMPT_TOKENS = f"{PREFIX}_tenant_prompt_tokens"  # counter {tenant, model}
+
+# --- the Batch API (gateway.jobs) ------------------------------------------------
+BATCH_JOBS = f"{PREFIX}_batch_jobs"  # gauge {status}: batches in the store by status (read at each scrape)
+BATCH_JOB_LINES = f"{PREFIX}_batch_job_lines"  # counter {tenant, outcome}: batch lines finished
+BATCH_JOB_TOKENS = f"{PREFIX}_batch_job_tokens"  # counter {tenant}: input tokens of completed batch lines
+BATCH_JOB_PROGRESS = f"{PREFIX}_batch_job_progress_ratio"  # gauge {batch_id, tenant}: lines finished / lines, running
 
 # --- worker-side metrics (pulled from every worker at scrape time) -------------
 WORKER_UP = f"{PREFIX}_worker_up"  # gauge {model, backend, worker}

@@ -51,15 +51,18 @@ async def gateway():
 
 @pytest.fixture
 async def live_server():
-    """``await live_server(app)`` -> the base URL of ``app`` served on a real TCP port."""
+    """``await live_server(app, unix=None)`` -> the base URL of ``app`` served on a real TCP port (and on the unix
+    socket ``unix`` too: the Batch API runner's own site)."""
     runners: list[web.AppRunner] = []
 
-    async def start(app: web.Application) -> str:
+    async def start(app: web.Application, unix: str | None = None) -> str:
         runner = web.AppRunner(app)
         await runner.setup()
         runners.append(runner)
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
+        if unix is not None:
+            await web.UnixSite(runner, unix).start()
         host, port = runner.addresses[0][:2]
         return f"http://{host}:{port}"
 
