@@ -51,7 +51,9 @@ def server(request, tmp_path_factory):
     if request.param == "cross_encoder":
         make_tiny_cross_encoder(tmp / "cross-encoder")
         model = [str(tmp / "cross-encoder")]
-    with live_server(tmp, *model, "--api-key", KEY, "--model-root", str(tmp / "models")) as live:
+    # The Batch API on too (its files, batches and their uploads fuzzed like every route).
+    with live_server(tmp, *model, "--api-key", KEY, "--model-root", str(tmp / "models"),
+                     "--batch-dir", str(tmp / "batches")) as live:
         yield live, PROBES[request.param]
 
 
@@ -123,7 +125,8 @@ def test_fuzz_every_route_from_openapi(server, n, at_least):
     tally = Tally(document)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
-        "POST /rerank", "POST /tokenize", "DELETE /admin/models/{name}"}
+        "POST /rerank", "POST /tokenize", "DELETE /admin/models/{name}", "POST /v1/files",
+        "POST /v1/batches/{batch_id}/cancel"}
     for op in operations:
         _fuzz_operation(op, server.url, tally, n)
     _raw_bodies(server.url, document, tally)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from poolgate.shared.domain.errors import InvalidRequest, RequestTooLarge
 
@@ -60,7 +61,7 @@ async def receive(
             else:
                 known = ", ".join(sorted({file_field, *fields}))
                 raise InvalidRequest(f"unknown form field {part.name!r}; the fields are {known}", param=part.name)
-    except (ValueError, AssertionError) as exc:  # aiohttp's own refusals of a malformed multipart body
+    except (ValueError, AssertionError, HttpProcessingError) as exc:  # aiohttp's refusals of a malformed body
         await asyncio.to_thread(temp.unlink, True)
         raise InvalidRequest(f"malformed multipart/form-data body: {exc}") from None
     except BaseException:

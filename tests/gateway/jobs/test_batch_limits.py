@@ -82,6 +82,10 @@ async def test_an_upload_form_is_checked(batch_server):
         form.add_field("purpose", "batch")
         async with http.post(f"{server.url}/v1/files", data=form) as resp:
             assert resp.status == 400 and "'file'" in (await resp.json())["error"]["message"]
+        raw = b'--b\r\nContent-Disposition: form-data; name="\xc2\x87u\x10"\r\n\r\nx\r\n--b--\r\n'  # (the fuzzer's)
+        async with http.post(f"{server.url}/v1/files", data=raw,
+                             headers={"Content-Type": "multipart/form-data; boundary=b"}) as resp:
+            assert resp.status == 400 and "malformed multipart" in (await resp.json())["error"]["message"]
     assert uploads_left(server) == []
 
 
