@@ -111,16 +111,21 @@ class BatchJob:
             counts.listeners.append(self.metrics.counting(self.row["owner"]))
         progress = asyncio.create_task(self._keep_writing(counts, base, tally))
         status: str | None = None
+        error: str | None = None
         try:
             status = await self._run_lines(tally, counts, spans)
         except GatewayGone as exc:
             log.error("batch %s: %s; it goes on when the gateway answers again", self.id, exc)
+        except Exception as exc:  # ``run`` ends the batch failed
+            error = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             progress.cancel()
             sink.close(status is not None)
             await asyncio.shield(self._write_counts(counts, base, tally))
             if spans is not None:
-                spans.end(status or self.row["status"], self._totals(counts, base, tally))
+                ended = status or ("failed" if error else self.row["status"])
+                spans.end(ended, self._totals(counts, base, tally), error)
         if status is not None:
             await self._end(status, self._totals(counts, base, tally))
 

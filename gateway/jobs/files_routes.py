@@ -120,10 +120,10 @@ def _expiry_s(fields: dict[str, str]) -> int:
 
 
 async def list_files(request: web.Request, query: FileListQuery) -> web.Response:
-    api = api_of(request)
+    api, owner, now = api_of(request), owner_of(request), api_of(request).now()
     rows, more = await asyncio.to_thread(
         lambda: api.store.list_files(
-            owner_of(request), api.now(), purpose=query.purpose, after=query.after, limit=query.limit, order=query.order
+            owner, now, purpose=query.purpose, after=query.after, limit=query.limit, order=query.order
         )
     )
     data = [file_object(r) for r in rows]

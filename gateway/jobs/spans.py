@@ -88,7 +88,7 @@ class JobSpans:
         if chunk.pending == 0 and chunk.sent >= self.chunk_lines:
             chunk.span.end()
 
-    def end(self, status: str, counts: dict[str, int], error: str | None = None) -> None:
+    def end(self, status: str, counts: dict[str, Any], error: str | None = None) -> None:
         """End the chunks still open (their lines dropped by a cancel or a stop) and the job's span."""
         for chunk in self._chunks:
             if chunk.pending or chunk.sent < self.chunk_lines:
@@ -97,7 +97,8 @@ class JobSpans:
         self._of_line.clear()
         if self._job is None:
             return
-        self._job.set_attributes({ATTR_STATUS: status, **{f"poolgate.batch.{k}": v for k, v in counts.items()}})
+        counted = {f"poolgate.batch.{k}": v for k, v in counts.items() if v is not None}
+        self._job.set_attributes({ATTR_STATUS: status, **counted})
         if error is not None:
             self._job.set_status(Status(StatusCode.ERROR, error))
         self._job.end()

@@ -205,3 +205,24 @@ async def test_one_job_span_with_chunk_spans_parenting_each_lines_request_span(b
     for chunk in chunks:  # a chunk spans its lines
         mine = [s for s in lines if s.parent_span_id == chunk.span_id]
         assert chunk.start_ns <= min(s.start_ns for s in mine) and chunk.end_ns >= max(s.end_ns for s in mine)
+
+
+async def test_an_unexpected_fault_fails_the_batch_once(batch_server, monkeypatch, caplog):
+    from poolgate.gateway.jobs.sinks import JsonlSink
+
+    def disk_full(self, *args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(JsonlSink, "write_ok", disk_full)
+    server = await batch_server()
+    client = server.client()
+    upload = await client.files.create(file=("in.jsonl", jsonl([embed_line(f"r{i}", "x") for i in range(5)])),
+                                       purpose="batch")
+    batch = await client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h")
+    done = await server.wait(client, batch.id)
+    assert done.status == "failed" and done.failed_at and done.in_progress_at
+    (error,) = done.errors.data
+    assert error.code == "internal_error" and "No space left on device" in error.message
+    await asyncio.sleep(0.3)  # several rounds of the runner: it is not run again
+    assert (await client.batches.retrieve(batch.id)).status == "failed"
+    assert caplog.text.count(f"batch {batch.id} failed") == 1
