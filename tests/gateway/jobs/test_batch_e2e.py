@@ -1,22 +1,27 @@
 """The Batch API of a real ``poolgate serve`` on the bundled MiniLM, through the unmodified ``openai`` SDK: a batch's
 vectors are ``/v1/embeddings``' for the same inputs, tenants of ``--api-keys-file`` see only their own, and a gateway
 SIGKILLed mid-batch and started again on the same ``--batch-dir`` ends the batch ``completed`` with every line
-exactly once (worst cosine printed with -s)."""
+exactly once, and with ``--gateway-processes 2`` either process takes batches and cancels, the first runs them
+(worst cosine printed with -s)."""
 from __future__ import annotations
 
 import io
 import json
+import re
 import signal
+import sys
 import time
 
 import numpy as np
 import openai
 import pytest
+import requests
 
 from poolgate.shared.config.models import DEFAULT_MODEL_NAME as MODEL
 from tests.dialect_parity import TEXTS
 from tests.live_server import live_server
 from tests.processes import alive
+from tests.test_gateway_processes_e2e import ADMIN, ADMIN_KEY, _both_pids
 
 KEYS = {"team-a": "sk-batch-team-a", "team-b": "sk-batch-team-b"}
 MIN_COSINE = 0.99999
@@ -104,3 +109,31 @@ def test_a_gateway_killed_mid_batch_resumes_it_with_every_line_once(tmp_path):
         resumed = [line for line in second.log_text().splitlines() if "resuming" in line]
         assert len(resumed) == 1 and batch.id in resumed[0], second.log_text()[-3000:]
     assert second.proc.returncode == 0, second.log_text()[-3000:]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="--gateway-processes needs Linux (SO_REUSEPORT)")
+def test_with_two_gateway_processes_either_takes_batches_and_the_first_runs_them(tmp_path):
+    flags = ("--gateway-processes", "2", "--api-key", ADMIN_KEY, "--batch-dir", str(tmp_path / "batches"))
+    with live_server(tmp_path, *flags) as server:
+        assert len(_both_pids(server.url)) == 2
+
+        def fresh() -> openai.OpenAI:  # a new connection: the kernel gives it to either process
+            return openai.OpenAI(base_url=f"{server.url}/v1", api_key=ADMIN_KEY, max_retries=0)
+
+        file_id = upload(fresh(), [embed(f"r{i}", TEXTS[i % len(TEXTS)]) for i in range(40)])
+        made = [fresh().batches.create(input_file_id=file_id, endpoint="/v1/embeddings",
+                                       completion_window="24h").id for _ in range(6)]
+        fresh().batches.cancel(made[-1])
+        ends = {batch_id: wait(fresh(), batch_id).status for batch_id in made}
+        assert list(ends.values()).count("completed") >= 5 and ends[made[-1]] in ("cancelled", "completed")
+        ran = [line for line in server.log_text().splitlines() if "lines to /v1/embeddings" in line]
+        assert sorted(re.search(r"batch (batch_\w+)", line)[1] for line in ran) == sorted(
+            b for b, status in ends.items() if status == "completed")  # each run once, by one process
+        completed = 40 * list(ends.values()).count("completed")
+        for _ in range(6):  # either process's scrape: the store's batches, the runner's lines once
+            text = requests.get(f"{server.url}/metrics", headers=ADMIN, timeout=10).text
+            assert f'poolgate_batch_jobs{{status="completed"}} {float(list(ends.values()).count("completed"))}' in text
+            lines = re.search(r'^poolgate_batch_job_lines_total{outcome="completed",tenant="default"} (\S+)$', text,
+                              re.M)
+            assert lines and float(lines[1]) == completed, text[-2000:]
+    assert server.proc.returncode == 0, server.log_text()[-3000:]
