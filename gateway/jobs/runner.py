@@ -16,6 +16,12 @@ first, and:
 - every ``SWEEP_S``, removes the files past their expiry that no batch not
   yet ended reads.
 
+One runner per ``--batch-dir``: before its first round it takes an exclusive
+lock on ``DIR/runner.lock`` (``flock``; the kernel drops it when the process
+ends, SIGKILL included). A second gateway started on the same folder answers
+the API but its runner waits, trying again every ``lock_retry_s``, and takes
+over when the first is gone, so no two runners ever send one batch's lines.
+
 Each batch's lines go to this gateway's own routes over a private unix
 socket (``socket``: a ``UnixSite`` on the app's own runner, in an
 owner-only folder; ``gateway.launch``), as the batch's tenant
@@ -30,8 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO
 
 from aiohttp import web
 
@@ -51,6 +60,8 @@ POLL_S = 1.0
 SWEEP_S = 60.0
 UNREACHABLE_S = 600.0  # no answer at all from our own socket this long: the batch waits for the next try
 LINE_TIMEOUT_S = 600.0  # a line's X-Request-Timeout when the gateway has no --request-timeout
+LOCK_NAME = "runner.lock"
+LOCK_RETRY_S = 5.0
 
 
 class BatchRunner:
@@ -65,6 +76,7 @@ class BatchRunner:
         poll_s: float = POLL_S,
         progress_s: float = PROGRESS_S,
         chunk_lines: int = CHUNK_LINES,
+        lock_retry_s: float = LOCK_RETRY_S,
     ):
         self.socket, self.ready = socket, ready
         self.jobs_at_once, self.poll_s, self.progress_s, self.chunk_lines = (
@@ -76,6 +88,8 @@ class BatchRunner:
         self.running: dict[str, BatchJob] = {}
         self._tasks: set[asyncio.Task] = set()
         self._app: web.Application | None = None
+        self._lock: IO[bytes] | None = None
+        self.lock_retry_s = lock_retry_s
 
     @property
     def api(self) -> BatchApi:
@@ -93,10 +107,26 @@ class BatchRunner:
             for task in self._tasks:
                 task.cancel()
             await asyncio.wait([loop, *self._tasks])
+            if self._lock is not None:
+                self._lock.close()  # the lock goes with it
+
+    async def _take_the_folder(self) -> None:
+        """Wait until this runner holds ``DIR/runner.lock`` (module doc)."""
+        path = Path(self.api.config.dir) / LOCK_NAME
+        self._lock = await asyncio.to_thread(open, path, "ab")
+        said = False
+        while not await asyncio.to_thread(_try_lock, self._lock):
+            if not said:
+                log.warning("another gateway runs the batches of %s; this one takes over when it stops", path.parent)
+                said = True
+            await asyncio.sleep(self.lock_retry_s)
+        if said:
+            log.info("this gateway runs the batches of %s now", path.parent)
 
     async def _loop(self) -> None:
         if self.ready is not None:
             await self.ready.wait()
+        await self._take_the_folder()
         api, swept = self.api, 0.0
         while True:
             api.wake.clear()
@@ -166,3 +196,11 @@ class BatchRunner:
         for file_id in await asyncio.to_thread(store.expired_files, self.api.now()):
             await asyncio.to_thread(store.path(file_id).unlink, True)
             log.info("file %s expired and was removed", file_id)
+
+
+def _try_lock(file: IO[bytes]) -> bool:
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

@@ -95,6 +95,7 @@ async def batch_server(tmp_path):
     """``await batch_server(with_tenants=False, model=None, metrics=False, tracer=None, **BatchConfig's fields)``
     -> a started ``BatchServer``; ``with_tenants``: the tenants of ``KEYS``."""
     async with contextlib.AsyncExitStack() as stack:
+        started: list[int] = []
 
         async def start(*, with_tenants: bool = False, model=None, metrics: bool = False, tracer=None,
                         jobs_at_once: int = 2, chunk_lines: int = 1000, **batch) -> BatchServer:
@@ -103,9 +104,10 @@ async def batch_server(tmp_path):
             folder = tmp_path / "batches"
             config = GatewayConfig(batch=BatchConfig(dir=str(folder), **batch),
                                    tenants=tenants() if with_tenants else ())
-            socket = tmp_path / "gateway.sock"
+            started.append(1)
+            socket = tmp_path / f"gateway-{len(started)}.sock"  # each server its own (a second on one folder)
             runner = BatchRunner(str(socket), jobs_at_once=jobs_at_once, poll_s=0.1, progress_s=0.1,
-                                 chunk_lines=chunk_lines)
+                                 chunk_lines=chunk_lines, lock_retry_s=0.1)
             recorder = GatewayMetrics(router) if metrics else None
             app = make_app(config, router, cleanup_ctx=[runner.run],
                            telemetry=Telemetry(tracer=tracer, recorder=recorder))

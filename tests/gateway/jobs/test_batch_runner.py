@@ -226,3 +226,17 @@ async def test_an_unexpected_fault_fails_the_batch_once(batch_server, monkeypatc
     await asyncio.sleep(0.3)  # several rounds of the runner: it is not run again
     assert (await client.batches.retrieve(batch.id)).status == "failed"
     assert caplog.text.count(f"batch {batch.id} failed") == 1
+
+
+async def test_one_runner_per_batch_dir_and_the_other_takes_over(batch_server, caplog):
+    first = await batch_server(model=slow_model(), max_inflight=2)
+    second = await batch_server()  # a second gateway on the same --batch-dir
+    client = second.client()  # its API works on the shared store
+    batch = await started(second, client, 100)
+    assert first.model.runner.batches and not second.model.runner.batches  # the first one runs the lines
+    assert "another gateway runs the batches" in caplog.text
+    await first.stop()  # its batch stays in_progress; the second takes the folder and resumes it
+    done = await second.wait(client, batch.id)
+    assert done.status == "completed" and second.model.runner.batches
+    ids = ids_in((await client.files.content(done.output_file_id)).content)
+    assert sorted(ids) == sorted(f"r{i}" for i in range(100))  # each once, whichever runner sent it
