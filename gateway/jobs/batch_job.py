@@ -3,8 +3,8 @@
 A batch in ``validating`` has its input checked as a whole
 (``gateway.jobs.validate``): a file-level fault ends it ``failed``; else it
 moves to ``in_progress`` with its line count and the ids its output and
-error files will have. Its lines then run through ``run_job`` (the lead's
-job loop, ``gateway.jobs.job``) into a ``JsonlSink`` on those two files, each
+error files will have. Its lines then run through ``run_job`` (the job
+loop ``run-batch`` runs too, ``gateway.jobs.job``) into a ``JsonlSink`` on those two files, each
 line sent by the ``Sender`` as the HTTP request it describes. A batch found
 ``in_progress`` (or ``finalizing``) runs the same way: the sink reads from
 its own files what an earlier run finished (a gateway killed mid-batch), the
