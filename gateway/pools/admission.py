@@ -35,8 +35,9 @@ and, of each admitted bulk job, at most as many as its own (round robin among
 bulk); past the limit it gets the same 429 ``queue_full`` with its
 ``Retry-After`` (the job runner backs off), except when nothing at all is
 admitted; and it takes a worker slot only below the cap counting all of the
-worker's calls. So live work alone may use the whole limit and every slot
-while bulk waits, and bulk never holds more than the limit.
+worker's calls. So live work may use the whole limit and every slot
+whatever bulk work is admitted, and bulk work is admitted only into what
+live work leaves.
 
 With ``--gateway-processes N`` each process admits only what it sent itself,
 so each gets 1/N of the limits the workers share (``gateway.pools.fleet.
