@@ -12,7 +12,12 @@ reads:
    "no truncation" into -1; the call's deadline is now plus the request's
    ``X-Request-Timeout`` header (seconds), else plus ``--request-timeout``. At
    the deadline the client gets 504 ``deadline_exceeded`` (the pool stops
-   waiting and the worker drops the call's work that has not run);
+   waiting and the worker drops the call's work that has not run). The call's
+   lane is the request's ``X-Poolgate-Lane`` header: ``live`` (the default) or
+   ``bulk`` (a batch job's lines: admitted, queued and batched below every
+   live call, ``shared.domain.lanes``); any other value is a 400. Any client
+   may send ``bulk``: it only lowers its own requests, so it needs no
+   permission (a tenant's quotas count bulk requests as any other);
 3. the request's own size limits (inputs per request, characters per input)
    are checked before any tokenizing;
 4. the model's ``Front`` (``shared.inputs.front``) checks the call against the
@@ -21,7 +26,7 @@ reads:
    (``gateway.tokenizing``, off the event loop) and counts them; from here on
    every count is exact: ``--max-tokens-per-request``, the tenant's token quota
    (``take_tokens``), the pools' admission and the workers' deadline drop;
-5. the pools run the tokenized call (with its priority, deadline and the
+5. the pools run the tokenized call (with its priority, lane, deadline and the
    request's trace context) through their one submit: pick → admission →
    send → retry → accounting; the ``Front`` finishes the answer (sparse rows,
    late chunks, windows) and the request's telemetry record gets the model,
@@ -30,8 +35,8 @@ reads:
 The record's other fields are written here too, and nowhere else: what the
 request asked (``record_asked``: the route's operation before the model is
 known, the encoding formats of its body) and what the dialect answered
-(``record_answer``: the body's id and its vectors' dimension). No dialect
-touches a ``RequestRecord``.
+(``record_answer``: the body's id and its vectors' dimension); ``resolve``
+records the lane. No dialect touches a ``RequestRecord``.
 """
 
 from __future__ import annotations
@@ -48,12 +53,14 @@ from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import InvalidRequest, Overloaded
+from poolgate.shared.domain.lanes import LANES, LIVE, Lane, lane_of
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.front import Prepared
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 from poolgate.shared.wire.rows import Rows
 
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
+LANE_HEADER = "X-Poolgate-Lane"  # live (the default) or bulk: below every live call (shared.domain.lanes)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,19 @@ def deadline(config: GatewayConfig, now: float, timeout: str | None = None) -> f
     return now + seconds
 
 
+def lane(value: str | None) -> Lane:
+    """The call's lane from the request's ``X-Poolgate-Lane`` header (None: live; case and spaces
+    aside); any other value is a 400 naming the header."""
+    if value is None:
+        return LIVE
+    try:
+        return lane_of(value.strip().lower())
+    except ValueError:
+        raise InvalidRequest(
+            f"{LANE_HEADER} must be one of {', '.join(LANES)}, got {value[:40]!r}.", param=LANE_HEADER
+        ) from None
+
+
 def priority(request: web.Request, asked: int | None) -> int:
     """The request's own priority, else its tenant's default, else 0."""
     if asked is not None:
@@ -110,6 +130,10 @@ def priority(request: web.Request, asked: int | None) -> int:
 
 def request_deadline(request: web.Request) -> float | None:
     return deadline(request.app[CONFIG], time.time(), request.headers.get(TIMEOUT_HEADER))
+
+
+def request_lane(request: web.Request) -> Lane:
+    return lane(request.headers.get(LANE_HEADER))
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,8 +174,10 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
 async def resolve(request: web.Request, req: ServeRequest) -> Resolved:
     """Steps 1 to 4 of the module doc: the request's pools, its call checked, tokenized and counted."""
     record = request.get(RECORD)
+    call_lane = request_lane(request)
     if record is not None:
         record.task = req.params.task  # known even if the model is not
+        record.lane = call_lane
     pools = request.app[ROUTER].resolve(req.model, req.params.task)
     if record is not None:
         record.model, record.backend = pools.name, pools.info.backend
@@ -164,6 +190,7 @@ async def resolve(request: web.Request, req: ServeRequest) -> Resolved:
         deadline=request_deadline(request),
         priority=priority(request, req.priority),
         trace_context=record.trace_context if record is not None else {},
+        lane=call_lane,
     )
     started = time.time_ns()
     prepared = await run_tokenizer(request.app, pools.front.prepare, call)
@@ -185,8 +212,9 @@ def chars(x: Input) -> int:
 
 def lookup(request: web.Request, model: str | None) -> ModelPools:
     """The pools of ``model`` (None = the default), whatever its tasks; recorded on the request. A tokenizer
-    route (answered in the gateway, at once) checks the request's timeout header as every route does."""
+    route (answered in the gateway, at once) checks the request's timeout and lane headers as every route does."""
     request_deadline(request)  # 400 for a timeout that is not a positive number of seconds
+    request_lane(request)  # 400 for a lane that is not live or bulk
     pools = request.app[ROUTER].lookup(model)
     if (record := request.get(RECORD)) is not None:
         record.model = pools.name

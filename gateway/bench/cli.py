@@ -11,7 +11,9 @@ time with one input of ``--latency-tokens`` tokens (a different text each time):
 the single-request latency percentiles. ``--gateway-only`` measures the gateway
 alone against a zero-cost worker it starts itself (``bench.gateway_only``).
 ``--burst`` sends ``--burst-requests`` requests at once and counts how many the
-admission takes and refuses (``bench.burst``).
+admission takes and refuses (``bench.burst``). ``--jobs`` runs the same requests live, as
+a job through the gateway and as an in-process ``run-batch``; ``--beside-job
+LINES`` measures live latency beside a Batch API job (``bench.jobs``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
+from poolgate.gateway.bench.jobs import format_beside, format_jobs, run_beside_job, run_jobs_compare
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
@@ -134,6 +137,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=GatewayConfig.max_queued_s,
         metavar="SECONDS",
         help="with --burst: the server's --max-queued-seconds, printed beside the latencies",
+    )
+    jobs = parser.add_argument_group("bulk jobs (gateway.bench.jobs)")
+    jobs.add_argument(
+        "--jobs",
+        action="store_true",
+        help="the corpus three ways, side by side: live requests (--batch-size, --concurrency), the same requests "
+        "as a job through --url (run-batch --url's code), and `poolgate run-batch` in-process; inputs/s, tokens/s "
+        "and each job's ratio to live",
+    )
+    jobs.add_argument("--job-inflight", type=_positive_int, default=64, metavar="N", help="job lines in flight")
+    jobs.add_argument(
+        "--job-model", default=None, help="with --jobs: the in-process run-batch's MODEL (default: the bundled model)"
+    )
+    jobs.add_argument(
+        "--no-in-process",
+        dest="in_process",
+        action="store_false",
+        help="with --jobs: leave out the in-process run-batch",
+    )
+    jobs.add_argument(
+        "--beside-job",
+        type=_positive_int,
+        default=None,
+        metavar="LINES",
+        help="live 1-input requests (--concurrency, --duration seconds, default 20) alone, then beside a Batch "
+        "API job of LINES lines of --batch-size inputs on --url (serve --batch-dir): p50/p99 of both",
+    )
+    jobs.add_argument(
+        "--wait-for-job",
+        action="store_true",
+        help="with --beside-job: wait for the job to end instead of cancelling it",
     )
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
     kill.add_argument(
@@ -316,7 +350,30 @@ def burst_main(args: argparse.Namespace) -> int:
     return _emit(report, format_burst(report), args)
 
 
+def jobs_main(args: argparse.Namespace) -> int:
+    texts, _ = load_texts(args)
+    try:
+        model = (args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))])[0]
+    except (TimeoutError, OSError, BadResponse, aiohttp.ClientError) as exc:
+        print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
+        return 2
+    cfg = load_config(args, model)
+    if args.beside_job is not None:
+        print(f"poolgate bench --beside-job: {args.beside_job:,} lines -> {cfg.url}", file=sys.stderr)
+        try:
+            report = run_beside_job(cfg, texts, args.beside_job, args.duration or 20.0, args.wait_for_job)
+        except (RuntimeError, aiohttp.ClientError) as exc:
+            print(f"poolgate bench: {exc}", file=sys.stderr)
+            return 2
+        return _emit(report, format_beside(report), args)
+    print(f"poolgate bench --jobs: {len(texts):,} texts -> {cfg.url}", file=sys.stderr)
+    report = run_jobs_compare(cfg, texts, inflight=args.job_inflight, model=args.job_model, in_process=args.in_process)
+    return _emit(report, format_jobs(report), args)
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.jobs or args.beside_job is not None:
+        return jobs_main(args)
     if args.gateway_only:
         return gateway_only_main(args)
     if args.burst:

@@ -6,7 +6,8 @@ takes OPTIONS). With origins, a request whose ``Origin`` is one of them (or
 any, for ``*``) gets ``Access-Control-Allow-Origin`` (the origin itself, or
 ``*``) and ``Vary: Origin``; its preflight on a known path is a 204 naming
 the path's methods, the ``Authorization``, ``Content-Type``,
-``X-Request-Id`` and ``X-Request-Timeout`` headers and a max age. No
+``X-Request-Id``, ``X-Request-Timeout`` and ``X-Poolgate-Lane`` headers and a
+max age. No
 ``Access-Control-Allow-Credentials`` is ever sent: API keys go in the
 ``Authorization`` header, which needs no credentials mode.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-ALLOW_HEADERS = "Authorization, Content-Type, X-Request-Id, X-Request-Timeout"
+ALLOW_HEADERS = "Authorization, Content-Type, X-Request-Id, X-Request-Timeout, X-Poolgate-Lane"
 EXPOSE_HEADERS = "Retry-After, X-Request-Id"
 MAX_AGE_S = "600"
 

@@ -6,7 +6,7 @@ the gateway's queue). A line already in the sink's ``done`` set (a re-run
 after a kill) is skipped; a malformed line, a duplicate ``custom_id`` or a
 route's error is written to the error file and the job goes on. Blank lines
 are skipped. ``run_job`` returns the job's counts when every line is done,
-or raises what stopped it (``sender.GatewayGone``, a cancel), with the
+or raises what stopped it (``sender.JobStopped``, a cancel), with the
 lines finished so far already written.
 """
 
@@ -81,7 +81,7 @@ async def run_job(
         try:
             answer = await sender.send(line, headers(line) if headers is not None else None)
             _record(sink, counts, line, answer)
-        except BaseException as exc:  # GatewayGone or a cancel: the job stops; the line is redone next run
+        except BaseException as exc:  # JobStopped or a cancel: the job stops; the line is redone next run
             failure.append(exc)
         finally:
             slots.release()

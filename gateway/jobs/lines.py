@@ -136,15 +136,15 @@ def error_line(
 
 
 def error_of(status: int, body: Any) -> tuple[str, str]:
-    """The (code, message) of a route's error answer, in any dialect's error shape."""
-    err = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        code = next((c for c in (err.get("code"), err.get("type"), err.get("error_type")) if isinstance(c, str)), None)
-        message = err.get("message") or err.get("error")
-        if isinstance(message, str):
-            return code or f"http_{status}", message
-    if isinstance(body, dict) and isinstance(body.get("message"), str):  # Cohere's shape
-        return f"http_{status}", body["message"]
+    """The (code, message) of a route's error answer, in any dialect's error shape (OpenAI's, TEI's, Cohere's)."""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, str):  # TEI: {"error": message, "error_type": ...}
+            kind = body.get("error_type")
+            return kind if isinstance(kind, str) else f"http_{status}", err
+        if isinstance(err, dict) and isinstance(err.get("message"), str):  # OpenAI / vLLM; Cohere's {"message"}
+            codes = (err.get("code"), err.get("type"))
+            return next((c for c in codes if isinstance(c, str)), f"http_{status}"), err["message"]
     return f"http_{status}", f"the route answered {status}"
 
 

@@ -22,8 +22,8 @@ Ctrl-C goes on where it stopped: what is done is read from the two files
 terminal, a line every ``--progress-every`` seconds otherwise, and a summary.
 
 Exit code: 0 when every line is done (failed lines included: they are in
-the error file), 1 when the job stopped before (the gateway gone, the model
-did not start), 2 for bad flags, 130 on Ctrl-C.
+the error file), 1 when the job stopped before (the gateway gone or refusing the API key,
+the model did not start), 2 for bad flags, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from poolgate.gateway import serve
 from poolgate.gateway.jobs.job import Counts, count_lines, read_lines, run_job
 from poolgate.gateway.jobs.progress import Progress
-from poolgate.gateway.jobs.sender import GatewayGone, Sender
+from poolgate.gateway.jobs.sender import JobStopped, Sender
 from poolgate.gateway.jobs.sinks import JsonlSink, ParquetSink, Sink
 from poolgate.shared.config.flags import positive_int
 from poolgate.shared.config.frozen import GatewayConfig
@@ -179,7 +179,7 @@ async def _lines(args: argparse.Namespace, source: Path, sink: Sink, sender: Sen
         async with sender:
             await run_job(read_lines(source), sink, sender, counts, max_inflight=args.max_inflight)
         return True
-    except GatewayGone as exc:
+    except JobStopped as exc:
         log.error("%s; run the same command again to go on", exc)
         return False
     finally:

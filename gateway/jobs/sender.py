@@ -17,6 +17,8 @@ What is retried, and what fails the line:
 - the gateway unreachable (refused, reset, a restart): retried with backoff,
   up to ``unreachable_s`` without one answer, then ``GatewayGone`` stops the
   job (the lines written so far stay; a re-run goes on from there);
+- 401 and 403 (no key, a wrong key, a key without access): ``NotAllowed``
+  stops the job, since every other line would get the same;
 - 504 (the line's deadline passed in the gateway's queue): tried
   ``DEADLINE_TRIES`` times in all;
 - any other answer is the line's: 200 a success, the rest a failed line with
@@ -41,8 +43,16 @@ DEADLINE_TRIES = 3
 MAX_WAIT_S = 60.0
 
 
-class GatewayGone(Exception):
-    """The gateway did not answer for ``unreachable_s``: the job stops (and can be run again)."""
+class JobStopped(Exception):
+    """The job cannot go on (the lines written so far stay; a re-run goes on from there)."""
+
+
+class GatewayGone(JobStopped):
+    """The gateway did not answer for ``unreachable_s``."""
+
+
+class NotAllowed(JobStopped):
+    """The gateway refused the job's API key (401 or 403): no line could run, so none is failed for it."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,8 @@ class Sender:
             if status in (429, 503):
                 await asyncio.sleep(_retry_after(retry_after))
                 continue
+            if status in (401, 403):
+                raise NotAllowed(f"the gateway at {self.base_url} refused the API key ({status}): {raw[:300]!r}")
             if status == 504 and (deadline_tries := deadline_tries + 1) < DEADLINE_TRIES:
                 continue
             try:

@@ -25,6 +25,20 @@ the pool accepts (``AdmissionLimits``), so none lives anywhere else:
   how long the excess takes to drain at that capacity. The capacity, the limit
   and every job are in the same counted tokens, for any language or code.
 
+Bulk jobs (``Job.lane == "bulk"``, ``shared.domain.lanes``: a batch job's
+lines, which the workers run after every live call) never make a live job
+wait or be refused: every live decision ignores admitted bulk jobs (a live
+job's ``work_before``, its lone-job exception, the worker slots it counts
+against ``max_calls_per_worker``). A bulk job counts everything: the work
+before it is its own tokens, every admitted live job whole (live runs first)
+and, of each admitted bulk job, at most as many as its own (round robin among
+bulk); past the limit it gets the same 429 ``queue_full`` with its
+``Retry-After`` (the job runner backs off), except when nothing at all is
+admitted; and it takes a worker slot only below the cap counting all of the
+worker's calls. So live work may use the whole limit and every slot
+whatever bulk work is admitted, and bulk work is admitted only into what
+live work leaves.
+
 With ``--gateway-processes N`` each process admits only what it sent itself,
 so each gets 1/N of the limits the workers share (``gateway.pools.fleet.
 admission_limits``): ``max_calls_per_worker // N`` (at least 1),
@@ -51,6 +65,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from poolgate.shared.domain.errors import InvalidRequest, Overloaded
+from poolgate.shared.domain.lanes import BULK, LANES, LIVE, Lane
 
 M = TypeVar("M")
 
@@ -87,9 +102,9 @@ class Admission:
     def __init__(self, limits: AdmissionLimits | None = None, *, model: str = ""):
         self.limits = limits or AdmissionLimits()
         self.model = model
-        self.tokens = 0  # counted tokens of admitted jobs not yet finished
+        self.tokens = 0  # counted tokens of admitted jobs not yet finished (both lanes)
         self.jobs = 0
-        self._sizes: list[int] = []  # each admitted job's tokens
+        self._sizes: dict[Lane, list[int]] = {lane: [] for lane in LANES}  # each admitted job's tokens, by lane
         self.refused: Counter[str] = Counter()  # reason -> refusals
 
     def check(self, inputs: int, longest_chars: int = 0) -> None:
@@ -105,13 +120,16 @@ class Admission:
                 param="input",
             )
 
-    def candidates(self, members: Iterable[M], calls_of: Callable[[M], int]) -> list[M]:
-        """The members that may take one more job (below ``max_calls_per_worker``); 429 when none may."""
+    def candidates(self, members: Iterable[M], calls_of: Callable[[M, Lane], int], lane: Lane = LIVE) -> list[M]:
+        """The members that may take one more job of ``lane`` (below ``max_calls_per_worker``, counting a
+        member's live calls for a live job, all its calls for a bulk one; ``calls_of(member, lane)``: its
+        calls in flight in that lane); 429 when none may."""
         members = list(members)
         cap = self.limits.max_calls_per_worker
         if cap is None:
             return members
-        free = [m for m in members if calls_of(m) < cap]
+        lanes = LANES if lane == BULK else (LIVE,)
+        free = [m for m in members if sum(calls_of(m, counted) for counted in lanes) < cap]
         if members and not free:
             self._refuse(REASON_WORKERS_BUSY, f"Every worker serving model '{self.model}' is busy; retry shortly.")
         return free
@@ -124,33 +142,38 @@ class Admission:
             return None
         return max(MIN_QUEUED_TOKENS, int(capacity * self.limits.max_queued_s))
 
-    def work_before(self, tokens: int) -> int:
+    def work_before(self, tokens: int, lane: Lane = LIVE) -> int:
         """The work that runs before a new job of ``tokens`` is done, as the workers' fair batch policy
-        shares the device (round robin over jobs): its own tokens, and of every admitted job at most as
-        many (a job bigger than the newcomer runs beside it, not before it)."""
-        return tokens + sum(min(size, tokens) for size in self._sizes)
+        shares the device (round robin over jobs): its own tokens, and of every admitted job of its lane
+        at most as many (a job bigger than the newcomer runs beside it, not before it); a bulk job also
+        waits for every admitted live job whole, a live job for no bulk one (module doc)."""
+        mine = tokens + sum(min(size, tokens) for size in self._sizes[lane])
+        return mine + sum(self._sizes[LIVE]) if lane == BULK else mine
 
-    def admit(self, tokens: int, capacity: float = 0.0) -> None:
+    def admit(self, tokens: int, capacity: float = 0.0, lane: Lane = LIVE) -> None:
         """Count a job of ``tokens`` counted tokens in, or refuse it (429) when the work that would run
-        before it is done passes the limit; ``capacity``: the pool's measured tokens/s (0 = not known)."""
+        before it is done passes the limit; ``capacity``: the pool's measured tokens/s (0 = not known).
+        A live job is measured against admitted live jobs only, a bulk one against all (module doc)."""
         cap = self.queue_limit(capacity)
-        if cap is not None and self.jobs and (before := self.work_before(tokens)) > cap:
+        counted = self._sizes[LIVE] if lane == LIVE else [*self._sizes[LIVE], *self._sizes[BULK]]
+        if cap is not None and counted and (before := self.work_before(tokens, lane)) > cap:
+            what = "request" if lane == LIVE else "bulk request"
             self._refuse(
                 REASON_QUEUE_FULL,
-                f"Model '{self.model}' cannot take this request of {tokens} tokens now: {before} tokens of "
-                f"work would run before it is done ({self.tokens} tokens queued; the limit is {cap}); "
+                f"Model '{self.model}' cannot take this {what} of {tokens} tokens now: {before} tokens of "
+                f"work would run before it is done ({sum(counted)} tokens queued; the limit is {cap}); "
                 "retry shortly.",
                 retry_after(before - cap, capacity),
             )
         self.tokens += tokens
         self.jobs += 1
-        self._sizes.append(tokens)
+        self._sizes[lane].append(tokens)
 
-    def release(self, tokens: int) -> None:
-        """The admitted job of ``tokens`` ended (answered, failed or cancelled)."""
+    def release(self, tokens: int, lane: Lane = LIVE) -> None:
+        """The admitted job of ``tokens`` in ``lane`` ended (answered, failed or cancelled)."""
         self.tokens -= tokens
         self.jobs -= 1
-        self._sizes.remove(tokens)
+        self._sizes[lane].remove(tokens)
 
     def _refuse(self, reason: str, message: str, retry_after_s: float | None = None) -> None:
         self.refused[reason] += 1

@@ -1,4 +1,4 @@
-"""One worker's place in a pool: the client protocol, the member's state and load."""
+"""One worker's place in a pool: the client protocol, the member's state and load (and how much of it is bulk)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from poolgate.shared.domain.errors import Unavailable
+from poolgate.shared.domain.lanes import BULK, LIVE, Lane
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
 from poolgate.shared.wire.messages import ModelInfo, PoolingResult
 from poolgate.shared.wire.token_call import TokenCall
@@ -61,6 +62,8 @@ class Member:
     state: State
     calls: int = 0
     tokens: int = 0
+    bulk_calls: int = 0  # of ``calls``, those in the bulk lane (shared.domain.lanes)
+    bulk_tokens: int = 0  # of ``tokens``, those of bulk calls
     recoveries: int = 0
     picked: int = 0  # when it was last picked (a pool-wide count): ties go to the least recent
     error: str | None = None
@@ -74,6 +77,14 @@ class Member:
         self.idle.set()
 
 
-def load(member: Member) -> tuple[int, int, int]:
-    """The pick order: fewest outstanding tokens, then fewest calls, then least recently picked."""
-    return member.tokens, member.calls, member.picked
+def calls_in(member: Member, lane: Lane) -> int:
+    """The member's calls in flight in ``lane``."""
+    return member.bulk_calls if lane == BULK else member.calls - member.bulk_calls
+
+
+def load(member: Member, lane: Lane = LIVE) -> tuple[int, ...]:
+    """The pick order: fewest outstanding tokens, then fewest calls, then least recently picked. A live job
+    looks at live tokens first (the worker runs them before any bulk work), then at all of them."""
+    if lane == BULK:
+        return member.tokens, member.calls, member.picked
+    return member.tokens - member.bulk_tokens, member.tokens, member.calls, member.picked

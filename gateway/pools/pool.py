@@ -10,7 +10,10 @@ Each member (one worker's client) has a state:
 Load is the member's OUTSTANDING TOKENS: the sum of its calls' token counts in
 flight (counted by the model's tokenizer before the call reached the pool,
 ``shared.inputs.front``), counted here when a call is picked (so concurrent
-picks see each other) and released when it ends.
+picks see each other) and released when it ends. A live job goes to the member
+with the fewest outstanding LIVE tokens (its worker runs bulk work after every
+live call, ``shared.domain.lanes``), ties to the fewest in all; a bulk job to
+the fewest in all.
 
 Every call a worker answers is a ``Job`` (``gateway.pools.job``) and goes
 through the one ``run``: pick → admission (``gateway.pools.admission``: the
@@ -36,8 +39,9 @@ from typing import Any
 
 from poolgate.gateway.pools.admission import Admission, AdmissionLimits
 from poolgate.gateway.pools.job import Job, pooling_job
-from poolgate.gateway.pools.member import Client, Member, State, check, load, tokens_per_s
+from poolgate.gateway.pools.member import Client, Member, State, calls_in, check, load, tokens_per_s
 from poolgate.shared.domain.errors import DeadlineExceeded, Overloaded, Unavailable
+from poolgate.shared.domain.lanes import BULK, LIVE, Lane
 from poolgate.shared.inputs.front import Front
 from poolgate.shared.telemetry.log_limit import LogLimiter
 from poolgate.shared.wire.messages import ModelInfo, PoolingResult
@@ -209,8 +213,8 @@ class WorkerPool:
         then cancels it in the worker)."""
         if self.draining:
             raise Unavailable("The server is shutting down; retry on another instance.")
-        member = self._pick()
-        self.admission.admit(job.tokens, self.capacity())
+        member = self._pick(job.lane)
+        self.admission.admit(job.tokens, self.capacity(), job.lane)
         try:
             try:
                 return await self._send(member, job)
@@ -218,7 +222,7 @@ class WorkerPool:
                 others = [m for m in self._ready() if m is not member]
                 if not others or (job.deadline is not None and job.deadline <= time.time()):
                     raise
-                retry = min(others, key=load)
+                retry = min(others, key=lambda m: load(m, job.lane))
                 _retries.log(
                     logging.INFO,
                     (member.client.address, str(exc)),
@@ -229,15 +233,17 @@ class WorkerPool:
                 )
                 return await self._send(retry, job)
         finally:
-            self.admission.release(job.tokens)
+            self.admission.release(job.tokens, job.lane)
 
     async def _send(self, member: Member, job: Job) -> Any:
         """One attempt on ``member``, counted in its load; Unavailable if it is lost meanwhile."""
-        tokens = job.tokens
+        tokens, bulk = job.tokens, job.lane == BULK
         self._picks += 1
         member.picked = self._picks
         member.calls += 1
         member.tokens += tokens
+        member.bulk_calls += int(bulk)
+        member.bulk_tokens += tokens if bulk else 0
         member.idle.clear()
         self._calls += 1
         self._idle.clear()
@@ -261,6 +267,8 @@ class WorkerPool:
                 future.cancel()
             member.calls -= 1
             member.tokens -= tokens
+            member.bulk_calls -= int(bulk)
+            member.bulk_tokens -= tokens if bulk else 0
             if not member.calls:
                 member.idle.set()
             self._calls -= 1
@@ -274,11 +282,11 @@ class WorkerPool:
     def _ready(self) -> list[Member]:
         return [m for m in self._members.values() if m.state == "ready"]
 
-    def _pick(self) -> Member:
+    def _pick(self, lane: Lane = LIVE) -> Member:
         ready = self._ready()
         if not ready:
             raise Unavailable(f"No worker is ready to serve model '{self.name}'.")
-        return min(self.admission.candidates(ready, lambda m: m.calls), key=load)
+        return min(self.admission.candidates(ready, calls_in, lane), key=lambda m: load(m, lane))
 
     async def probe(self, timeout_s: float | None = None) -> None:
         """Health-check every ready or down member at once (each within ``timeout_s``) and set its

@@ -2,8 +2,8 @@
 
 The middleware calls ``Telemetry.begin`` when a request arrives and
 ``Telemetry.end`` after its response is written. In between, the serving path
-and the dialect fill the record (model, task, backend, tokens, the worker's
-queue and inference times, encoding formats, dimensions). ``end`` hands the
+and the dialect fill the record (model, task, lane, backend, tokens, the
+worker's queue and inference times, encoding formats, dimensions). ``end`` hands the
 record to the metrics (``gateway.telemetry.metrics``) and to the tracer
 (``gateway.telemetry.tracing``); either may be off, and with both off a request costs
 one small object. The middleware begins a record only for a route marked
@@ -48,6 +48,7 @@ class RequestRecord:
     error_type: str | None = None  # the error's code (e.g. "invalid_request"); None on success
     reason: str | None = None  # why a 429 was refused (``Overloaded.reason``, e.g. "queue_full")
     tenant: str | None = None  # the caller's tenant name (``gateway.http.tenants``); None: no key needed
+    lane: str | None = None  # "live" or "bulk" (``X-Poolgate-Lane``) once the serving path read it
     duration_s: float = 0.0
     span: Any = None  # the tracer's handle on the llm_request span
     trace_context: dict[str, str] = field(default_factory=dict)  # W3C headers to carry to the worker

@@ -10,7 +10,9 @@ detailed child spans (``workers.engine.tracing``) join the same trace.
 ``end`` sets vLLM's attributes (request id, prompt tokens, e2e / queue /
 inference latency) and the GenAI semantic conventions for embeddings
 (operation, provider, models, the response body's id, input tokens, encoding
-formats, dimensions) plus ``http.route`` and ``http.response.status_code``. A request
+formats, dimensions) plus ``http.route`` and ``http.response.status_code``, and
+poolgate's own ``poolgate.lane`` (``live`` or ``bulk``, once the serving path
+read the request's ``X-Poolgate-Lane``). A request
 that failed gets ``error.type`` (the error's code, e.g.
 ``context_length_exceeded``); only a 5xx sets the span's status to ERROR, as
 the HTTP server convention says. A request that failed before it was routed
@@ -94,6 +96,7 @@ def span_attributes(record: RequestRecord) -> dict[str, object]:
         names.ATTR_ENCODING_FORMATS: list(record.encoding_formats) or None,
         names.ATTR_DIMENSION_COUNT: record.dimension_count,
         names.ATTR_ERROR_TYPE: record.error_type,
+        names.ATTR_LANE: record.lane,
     }
     attrs.update((k, v) for k, v in optional.items() if v is not None)
     return attrs

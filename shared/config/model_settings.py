@@ -110,5 +110,6 @@ class ModelSettings:
     batch_policy: BatchPolicy = setting(
         "fair",
         help="fair: priority lanes with aging, round robin over requests, short batches under mixed load; "
-        "fifo: first in, first out (the most throughput, no fairness)",
+        "fifo: first in, first out (the most throughput, no fairness); both run bulk requests "
+        "(X-Poolgate-Lane: bulk) after every live one",
     )

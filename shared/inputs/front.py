@@ -69,6 +69,7 @@ class Front:
             deadline=call.deadline,
             priority=call.priority,
             trace_context=call.trace_context,
+            lane=call.lane,
         )
         return Prepared(tokens, plan, call.params, prompt_tokens, time.perf_counter() - start)
 

@@ -6,7 +6,8 @@ Metric names follow Prometheus conventions: the single-word prefix
 OpenTelemetry GenAI ×2 series extended down to 1 ms, so they compare with
 ``gen_ai.server.request.duration``. The span is vLLM's: one ``llm_request``
 (kind SERVER) per request, with vLLM's ``gen_ai.*`` latency attributes plus
-the GenAI semantic conventions for embeddings.
+the GenAI semantic conventions for embeddings, and poolgate's own attributes
+under ``poolgate.`` (the request's lane).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ ATTR_DIMENSION_COUNT = "gen_ai.embeddings.dimension.count"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_HTTP_ROUTE = "http.route"
 ATTR_HTTP_STATUS = "http.response.status_code"
+# poolgate's own (its prefix, as OpenTelemetry asks of attributes outside the conventions)
+ATTR_LANE = "poolgate.lane"  # "live" or "bulk" (shared.domain.lanes)
 PROVIDER = "poolgate"
 
 # gen_ai.operation.name per pooling task (custom values where GenAI has none)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from poolgate.shared.domain.lanes import LIVE, Lane
 from poolgate.shared.domain.late_chunks import LateChunkText
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.tasks import PoolingTask
@@ -71,8 +72,9 @@ def only_texts(inputs: Sequence[Input]) -> list[str] | None:
 
 @dataclass(frozen=True)
 class PoolingCall:
-    """One dialect-free request: what to pool, how, and by when. It never crosses the transport: the gateway
-    (or the offline API) tokenizes it into a ``shared.wire.token_call.TokenCall`` first (``shared.inputs.front``)."""
+    """One dialect-free request: what to pool, how, by when, in which lane. It never crosses the transport: the
+    gateway (or the offline API) tokenizes it into a ``shared.wire.token_call.TokenCall`` first
+    (``shared.inputs.front``)."""
 
     request_id: str
     model: str
@@ -81,6 +83,7 @@ class PoolingCall:
     deadline: float | None = None  # unix time; None = no deadline
     priority: int = 0
     trace_context: dict[str, str] = field(default_factory=dict)
+    lane: Lane = LIVE  # bulk: below every live call (shared.domain.lanes)
 
 
 @dataclass

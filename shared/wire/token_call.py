@@ -6,8 +6,9 @@ one ``(total,)`` int32 array, ``offsets`` ``(n + 1,)`` int64 where sequence
 ``i`` is ``ids[offsets[i]:offsets[i + 1]]``, and where a sequence needs them
 its token type ids (a cross-encoder's pairs) and its attended keys (a PyLate
 query's expansion) as blocks of the same length. Over the transport the
-blocks are the frame's arrays, never JSON lists; the worker's answer has one
-row (and one token count) per sequence.
+blocks are the frame's arrays, never JSON lists; the header carries the rest
+(params, deadline, priority, lane: ``shared.domain.lanes``). The worker's
+answer has one row (and one token count) per sequence.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from poolgate.shared.domain.lanes import LIVE, Lane, lane_of
 from poolgate.shared.domain.params import PoolingParams
 
 IDS = np.dtype(np.int32)
@@ -37,6 +39,7 @@ class TokenCall:
     deadline: float | None = None  # unix time; None = no deadline
     priority: int = 0
     trace_context: dict[str, str] = field(default_factory=dict)
+    lane: Lane = LIVE  # bulk: below every live call (shared.domain.lanes)
 
     @classmethod
     def pack(
@@ -86,6 +89,7 @@ class TokenCall:
             "params": self.params.to_wire(),
             "deadline": self.deadline,
             "priority": self.priority,
+            "lane": self.lane,
             "trace_context": self.trace_context,
             "type_ids": self.type_ids is not None,
             "attend": self.attend is not None,
@@ -95,7 +99,7 @@ class TokenCall:
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], arrays: list[np.ndarray]) -> TokenCall:
-        """Inverse of ``to_wire``; ValueError for blocks that do not fit together."""
+        """Inverse of ``to_wire``; ValueError for blocks that do not fit together or an unknown lane."""
         blocks = iter(arrays)
         ids, offsets = next(blocks), next(blocks)
         types = next(blocks) if header["type_ids"] else None
@@ -117,6 +121,7 @@ class TokenCall:
             header.get("deadline"),
             int(header.get("priority") or 0),
             dict(header.get("trace_context") or {}),
+            lane_of(header.get("lane")),  # absent (an older gateway): live
         )
 
 

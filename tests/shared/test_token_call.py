@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import PoolingCall
 from poolgate.shared.wire.token_call import TokenCall
+from tests.fakes import tokenized
 
 
 def test_pack_keeps_each_sequence_and_only_the_blocks_it_needs():
@@ -35,6 +37,24 @@ def test_the_wire_form_is_a_json_header_and_the_blocks():
     assert back.sequences() == call.sequences() and back.type_lists() == call.type_lists()
     assert (back.deadline, back.priority, back.params.task, back.trace_context) == (12.5, -1, "classify",
                                                                                     {"traceparent": "00-x"})
+
+
+def test_the_lane_crosses_the_wire_and_an_older_gateways_call_is_live():
+    call = TokenCall.pack("r", "m", [[1, 2]], lane="bulk", priority=3)
+    header, arrays = call.to_wire()
+    back = TokenCall.from_wire(json.loads(json.dumps(header)), arrays)
+    assert (back.lane, back.priority) == ("bulk", 3)
+    assert TokenCall.pack("r", "m", [[1]]).lane == "live"
+    del header["lane"]  # a gateway from before lanes sends none
+    assert TokenCall.from_wire(header, arrays).lane == "live"
+    with pytest.raises(ValueError, match="unknown lane 'batch'"):
+        TokenCall.from_wire({**header, "lane": "batch"}, arrays)
+
+
+def test_the_front_carries_the_calls_lane_into_its_token_call():
+    call = PoolingCall(request_id="r", model="m", inputs=["a b"], lane="bulk")
+    assert tokenized(call).lane == "bulk"
+    assert tokenized(PoolingCall(request_id="r", model="m", inputs=["a"])).lane == "live"
 
 
 @pytest.mark.parametrize("offsets", [[0, 3], [1, 2], [0, 2, 1, 2]])

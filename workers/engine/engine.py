@@ -4,10 +4,11 @@
 model (``shared.domain.limits.check_token_call``: task and params, lengths, vocabulary)
 and queues one ``Sequence`` per sequence (per chunk, for an embed input cut
 by chunked processing: ``workers.engine.chunking``), each carrying its call's
-priority, deadline and arrival, all at once into the bounded scheduler (a full
-queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the batch
-cut is the scheduler's policy object, by default ``fair``: priority lanes with
-aging, round robin over calls, ``workers.engine.fair_policy``). The worker
+priority, lane, deadline and arrival, all at once into the bounded scheduler (a
+full queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the
+batch cut is the scheduler's policy object, by default ``fair``: priority
+levels with aging, bulk after every live level, round robin over calls,
+``workers.engine.fair_policy``). The worker
 never tokenizes on this path: the gateway did, in front of its queue
 (``shared.inputs``). ``submit`` is the in-process way in (the offline API):
 a call of inputs tokenized by the same ``shared.inputs.front`` first, in the
@@ -181,7 +182,7 @@ class Engine:
             types = attend = [None] * len(token_lists)
         arrival = time.monotonic()
         state.seqs = [Sequence(ids, call.params, arrival=arrival, handle=state, token_type_ids=t,
-                               priority=call.priority, deadline=call.deadline, attend=a)
+                               priority=call.priority, deadline=call.deadline, attend=a, lane=call.lane)
                       for ids, t, a in zip(token_lists, types, attend)]
         state.queued_at = time.perf_counter()
         self._live.add(state)

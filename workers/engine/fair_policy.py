@@ -1,25 +1,37 @@
-"""The priority + fairness batch policy: priority lanes with aging, round robin over a lane's calls.
+"""The priority + fairness batch policy: priority levels with aging, round robin over a level's calls, bulk last.
 
 The worker's default batch cut (``workers.engine.policy`` describes the
 contract). Queued sequences are grouped by call (``Sequence.handle``); a call
-has its sequences' priority (lower runs earlier) and arrival. Each cut:
+has its sequences' priority (lower runs earlier), lane (``live`` or ``bulk``,
+``shared.domain.lanes``) and arrival. Each cut:
 
-1. **Lanes.** A call's level is its priority lifted one step per ``aging_s``
-   seconds it has waited, never past the best priority queued; so bulk work
-   at priority 10 still runs beside a stream of priority-0 calls (after
-   ``10 × aging_s`` it shares their lane), but never overtakes them.
-2. **Round robin.** Within a level, calls take one sequence each in turn,
+1. **Levels.** A live call's level is its priority lifted one step per
+   ``aging_s`` seconds it has waited, never past the best priority of the live
+   calls queued; so live work at priority 10 still runs beside a stream of
+   priority-0 calls (after ``10 × aging_s`` it shares their level), but never
+   overtakes them.
+2. **Bulk last.** Bulk calls (a batch job's lines) form levels of their own
+   after every live level, whatever their priority and however long they
+   wait: they never age into a live level, so a bulk call queued long before a
+   stream of live calls still runs only on what those leave. Among themselves
+   they are ordered and aged as live calls are (by priority, lifted one step
+   per ``aging_s``, never past the best bulk priority queued). With no live
+   work queued, bulk fills the whole batch, so a lone job runs at full speed.
+3. **Round robin.** Within a level, calls take one sequence each in turn,
    oldest call first, so a call of 2,048 inputs fills the batch only with what
    the others leave: a 1-input call beside it is in the next batch, not after
    the big one's last input. A sequence that does not fit is skipped for this
    batch (smaller ones may); the first sequence always goes. What one level
-   leaves of the budget goes to the next.
-3. **A budget bounded in time.** A batch is at most about ``max_batch_s`` of
+   leaves of the budget goes to the next (and what the live levels leave, to
+   bulk).
+4. **A budget bounded in time.** A batch is at most about ``max_batch_s`` of
    device time at the worker's measured token rate (never below
    ``min_batch_tokens``, never above ``max_batch_tokens``), so no batch holds
    the device long: a call that arrives waits for at most the running batch
    and the one prepared behind it. Even a lone big call runs in such batches,
-   since the batch prepared while one runs is cut before anyone else arrives.
+   since the batch prepared while one runs is cut before anyone else arrives;
+   so does bulk work, which is what bounds the wait of a live call that
+   arrives while a job runs.
 """
 from __future__ import annotations
 
@@ -28,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from poolgate.workers.engine.policy import BatchCut, Schedulable
+from poolgate.workers.engine.policy import BatchCut, Schedulable, is_bulk
 
 
 @dataclass(eq=False)
@@ -38,11 +50,13 @@ class _CallQueue:
     priority: int
     arrival: float
     order: int  # insertion order: ties on arrival keep it
+    bulk: bool = False
     items: deque = field(default_factory=deque)
 
 
 class FairPolicy:
-    """Priority lanes with aging, round robin over calls, a budget bounded in time (module doc)."""
+    """Priority levels with aging, bulk after every live level, round robin over calls, a budget bounded in
+    time (module doc)."""
 
     def __init__(self, *, aging_s: float = 1.0, max_batch_s: float = 0.25, min_batch_tokens: int = 256):
         if aging_s <= 0 or max_batch_s <= 0 or min_batch_tokens < 1:
@@ -58,7 +72,8 @@ class FairPolicy:
         if queue is None:
             self._added += 1
             queue = self._calls[key] = _CallQueue(getattr(item, "priority", 0),
-                                                  getattr(item, "arrival", time.monotonic()), self._added)
+                                                  getattr(item, "arrival", time.monotonic()), self._added,
+                                                  is_bulk(item))
         queue.items.append(item)
         self._count += 1
 
@@ -70,8 +85,8 @@ class FairPolicy:
         return min(max_batch_tokens, max(self.min_batch_tokens, int(tokens_per_s * self.max_batch_s)))
 
     def cut(self, batch: BatchCut) -> None:
-        for lane in self._lanes(time.monotonic()):
-            turn = deque(lane)
+        for level in self._levels(time.monotonic()):
+            turn = deque(level)
             while turn:
                 call = turn.popleft()
                 while call.items and call.items[0].cancelled:
@@ -99,13 +114,19 @@ class FairPolicy:
     def __len__(self) -> int:
         return self._count
 
-    def _lanes(self, now: float) -> list[list[_CallQueue]]:
-        """The queued calls by level (best first), each level oldest first."""
-        if not self._calls:
+    def _levels(self, now: float) -> list[list[_CallQueue]]:
+        """The queued calls by level, best first: every live level, then the bulk ones (module doc)."""
+        calls = list(self._calls.values())
+        return (self._aged([c for c in calls if not c.bulk], now)
+                + self._aged([c for c in calls if c.bulk], now))
+
+    def _aged(self, calls: list[_CallQueue], now: float) -> list[list[_CallQueue]]:
+        """``calls`` by aged level (best first, never past their best priority), each level oldest first."""
+        if not calls:
             return []
-        best = min(call.priority for call in self._calls.values())
+        best = min(call.priority for call in calls)
         levels: dict[int, list[_CallQueue]] = {}
-        for call in self._calls.values():
+        for call in calls:
             level = max(best, call.priority - int((now - call.arrival) / self.aging_s))
             levels.setdefault(level, []).append(call)
         return [sorted(levels[level], key=lambda c: (c.arrival, c.order)) for level in sorted(levels)]

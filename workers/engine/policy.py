@@ -10,18 +10,26 @@ budget: ``fits(item)`` says whether one more item keeps the batch's cost within
 is always true for the first item (an input longer than the budget still runs,
 alone). A policy ``take``s what goes in and ``drop``s cancelled items it meets.
 
+Every policy puts a bulk item (``lane == "bulk"``, ``shared.domain.lanes``:
+a batch job's line) after every live one: bulk gets only the budget live work
+leaves, and all of it when no live work is queued.
+
 Policies (``POLICIES``, by name):
 
-- ``fifo``: first in, first out; an item that does not fit ends the batch
-  (nothing jumps the queue); always the full budget.
+- ``fifo``: first in, first out within each lane, live before bulk; an item
+  that does not fit ends the batch (nothing jumps the queue); always the full
+  budget.
 - ``fair`` (``workers.engine.fair_policy``, the worker's default): priority
-  lanes with aging, round robin over the calls of a lane, a budget bounded in
-  device time under mixed load.
+  lanes with aging, round robin over the calls of a lane, bulk after every
+  live level, a budget bounded in device time under mixed load.
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
+
+from poolgate.shared.domain.lanes import BULK
 
 
 class Schedulable(Protocol):
@@ -29,6 +37,11 @@ class Schedulable(Protocol):
 
     num_tokens: int
     cancelled: bool
+
+
+def is_bulk(item: Any) -> bool:
+    """Whether ``item`` is in the bulk lane (an item without a lane is live)."""
+    return getattr(item, "lane", None) == BULK
 
 
 class BatchCut:
@@ -76,37 +89,39 @@ class BatchPolicy(Protocol):
 
 
 class FifoPolicy:
-    """First in, first out, up to the budget (module doc)."""
+    """First in, first out up to the budget, live before bulk (module doc)."""
 
     def __init__(self) -> None:
-        self._queue: deque[Schedulable] = deque()
+        self._queue: deque[Schedulable] = deque()  # live items
+        self._bulk: deque[Schedulable] = deque()
 
     def add(self, item: Schedulable) -> None:
-        self._queue.append(item)
+        (self._bulk if is_bulk(item) else self._queue).append(item)
 
     def budget(self, max_batch_tokens: int, tokens_per_s: float | None) -> int:
         return max_batch_tokens
 
     def cut(self, batch: BatchCut) -> None:
-        while self._queue:
-            head = self._queue[0]
-            if head.cancelled:
-                batch.drop(self._queue.popleft())
-            elif batch.fits(head):
-                batch.take(self._queue.popleft())
-            else:
-                return
+        for lane in (self._queue, self._bulk):
+            while lane:
+                head = lane[0]
+                if head.cancelled:
+                    batch.drop(lane.popleft())
+                elif batch.fits(head):
+                    batch.take(lane.popleft())
+                else:
+                    return
 
     def remove(self, doomed: Callable[[Schedulable], bool]) -> list[Schedulable]:
         """Take every item ``doomed`` says out of the queue; returns them."""
-        gone = [item for item in self._queue if doomed(item)]
+        gone = [item for item in self if doomed(item)]
         if gone:
             self._queue = deque(item for item in self._queue if not doomed(item))
+            self._bulk = deque(item for item in self._bulk if not doomed(item))
         return gone
 
     def __iter__(self) -> Iterator[Schedulable]:
-        return iter(self._queue)
+        return itertools.chain(self._queue, self._bulk)
 
     def __len__(self) -> int:
-        return len(self._queue)
-
+        return len(self._queue) + len(self._bulk)

@@ -18,6 +18,10 @@ The queue is bounded: ``add_all`` refuses a call's sequences with ``Overloaded``
 (429; the gateway tries another worker, then the next pool) when they would take
 the queued tokens past ``max_queued_tokens``, unless the queue is empty (a lone
 call bigger than the bound still runs). A call is queued whole or not at all.
+Bulk work (``shared.domain.lanes``) never refuses live work: a live call counts
+only the live tokens queued (and is taken when no live work is), a bulk call
+counts all of them, so bulk holds at most the bound and live work the bound
+besides.
 The refusal's ``reason`` is ``queue_full`` and its ``retry_after_s`` the time the
 queue needs, at the measured rate, to make room for the call.
 
@@ -34,7 +38,7 @@ from typing import Callable
 
 from poolgate.shared.domain.errors import Overloaded, Unavailable
 from poolgate.workers.engine.fair_policy import FairPolicy
-from poolgate.workers.engine.policy import BatchCut, BatchPolicy, FifoPolicy, Schedulable
+from poolgate.workers.engine.policy import BatchCut, BatchPolicy, FifoPolicy, Schedulable, is_bulk
 
 __all__ = ["POLICIES", "Schedulable", "TokenBudgetScheduler"]
 
@@ -57,6 +61,7 @@ class TokenBudgetScheduler:
         self.padded = padded
         self._policy: BatchPolicy = policy if policy is not None else FifoPolicy()
         self._tokens = 0
+        self._bulk_tokens = 0  # of ``_tokens``, those of bulk items
         self._closed = False
         self._cond = threading.Condition()
         self.tokens_per_s: float | None = None  # the worker's measured rate (the engine sets it): the policy's budget
@@ -75,20 +80,29 @@ class TokenBudgetScheduler:
     def add_all(self, items: list[Schedulable]) -> None:
         """Queue a call's items together, or none of them (``Overloaded`` past the bound; module doc)."""
         tokens = sum(item.num_tokens for item in items)
+        bulk = _bulk_tokens(items)
+        lane_bulk = any(is_bulk(item) for item in items)  # a call's items share its lane
         with self._cond:
             if self._closed:
                 raise Unavailable("worker is shutting down")
             bound = self.max_queued_tokens
-            if bound is not None and self._tokens and self._tokens + tokens > bound:
+            ahead = self._ahead(lane_bulk)
+            if bound is not None and ahead and ahead + tokens > bound:
                 self._purge()
-                if self._tokens and self._tokens + tokens > bound:
-                    raise Overloaded(f"The worker's queue is full ({self._tokens} tokens queued, the limit is "
+                ahead = self._ahead(lane_bulk)
+                if ahead and ahead + tokens > bound:
+                    raise Overloaded(f"The worker's queue is full ({ahead} tokens queued, the limit is "
                                      f"{bound}); retry shortly.", reason="queue_full",
-                                     retry_after_s=self._room_in_s(self._tokens + tokens - bound))
+                                     retry_after_s=self._room_in_s(ahead + tokens - bound))
             for item in items:
                 self._policy.add(item)
             self._tokens += tokens
+            self._bulk_tokens += bulk
             self._cond.notify()
+
+    def _ahead(self, bulk: bool) -> int:
+        """The queued tokens a new call counts against the bound: all for bulk, the live ones for live."""
+        return self._tokens if bulk else self._tokens - self._bulk_tokens
 
     def next_batch(self, timeout: float | None = None, *,
                    hold: Callable[[], bool] | None = None) -> list[Schedulable]:
@@ -118,7 +132,7 @@ class TokenBudgetScheduler:
         with self._cond:
             self._closed = True
             left = [item for item in self._policy.remove(lambda item: True) if not item.cancelled]
-            self._tokens = 0
+            self._tokens = self._bulk_tokens = 0
             self._cond.notify_all()
             return left
 
@@ -144,7 +158,9 @@ class TokenBudgetScheduler:
         """The policy's next batch within the budget; cancelled items it met are gone from the count."""
         batch = BatchCut(self._budget(), padded=self.padded)
         self._policy.cut(batch)
-        self._tokens -= sum(item.num_tokens for item in (*batch.items, *batch.dropped))
+        gone = [*batch.items, *batch.dropped]
+        self._tokens -= sum(item.num_tokens for item in gone)
+        self._bulk_tokens -= _bulk_tokens(gone)
         return batch.items
 
     def _budget(self) -> int:
@@ -153,3 +169,8 @@ class TokenBudgetScheduler:
     def _purge(self) -> None:
         gone = self._policy.remove(lambda item: item.cancelled)
         self._tokens -= sum(item.num_tokens for item in gone)
+        self._bulk_tokens -= _bulk_tokens(gone)
+
+
+def _bulk_tokens(items: list[Schedulable]) -> int:
+    return sum(item.num_tokens for item in items if is_bulk(item))

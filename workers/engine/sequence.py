@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolgate.shared.domain.lanes import LIVE, Lane
 from poolgate.shared.domain.params import PoolingParams
 
 
@@ -14,8 +15,9 @@ class Sequence:
 
     ``token_type_ids``: the segment of each token (a BERT cross-encoder pair marks its second text
     with 1), or None when every token is segment 0 (all other inputs). ``priority`` (lower runs
-    earlier), ``deadline`` (unix time, None = none) and ``arrival`` (monotonic, when its call was
-    queued) come from its call and are what a batch policy (``workers.engine.policy``) orders by.
+    earlier), ``lane`` (bulk after every live sequence, ``shared.domain.lanes``), ``deadline`` (unix
+    time, None = none) and ``arrival`` (monotonic, when its call was queued) come from its call and are
+    what a batch policy (``workers.engine.policy``) orders by.
     ``attend``: per token, whether it is a key other tokens attend (False: PyLate's [MASK] query expansion
     without attention to it, ``shared.inputs.pylate_roles``), or None when every token is."""
 
@@ -28,6 +30,7 @@ class Sequence:
     priority: int = 0
     deadline: float | None = None
     attend: list[bool] | None = None
+    lane: Lane = LIVE
 
     @property
     def num_tokens(self) -> int:

@@ -13,15 +13,17 @@ from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.config.frozen import GatewayConfig, PoolConfig
 from poolgate.shared.domain.errors import InvalidRequest, Overloaded
+from poolgate.shared.domain.lanes import Lane
 from poolgate.gateway.serving import chars
 from poolgate.shared.wire.token_call import TokenCall
 from poolgate.shared.wire.messages import ChatInput, PoolingCall, TextPair
 from tests.fakes import FakeWorkerClient, fake_model, tokenized, until
 
 
-def call(*inputs: str, rid: str = "r", priority: int = 0) -> TokenCall:
+def call(*inputs: str, rid: str = "r", priority: int = 0, lane: Lane = "live") -> TokenCall:
     """A call of ``inputs`` tokenized (the fake tokenizer: one token per word, plus CLS and SEP)."""
-    return tokenized(PoolingCall(request_id=rid, model="m", inputs=list(inputs) or ["a b"], priority=priority))
+    return tokenized(PoolingCall(request_id=rid, model="m", inputs=list(inputs) or ["a b"], priority=priority,
+                                 lane=lane))
 
 
 def pool(backend: str = "cpu", n: int = 1, **limits) -> WorkerPool:
@@ -62,6 +64,80 @@ def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
         admission.admit(5)  # 15 > 10
     assert admission.work_before(1) == 3 and admission.work_before(20) == 30
     assert admission.refused == {REASON_QUEUE_FULL: 2} and (admission.tokens, admission.jobs) == (10, 2)
+
+
+def test_admitted_bulk_jobs_never_refuse_or_delay_a_live_job():
+    admission = Admission(AdmissionLimits(max_queued_tokens=10), model="m")
+    admission.admit(500, lane="bulk")  # nothing admitted: a lone bulk job over the limit runs
+    with pytest.raises(Overloaded, match="bulk request of 6 tokens now: 12 tokens"):
+        admission.admit(6, lane="bulk")  # 6 + 6 of the big one, round robin: over the limit
+    assert admission.work_before(4) == 4  # a live job waits for no bulk job
+    admission.admit(8)  # live: as if nothing were admitted (50x the limit is queued in bulk)
+    admission.admit(2)  # 2 + 2 before it: the live jobs alone count
+    with pytest.raises(Overloaded, match=r"request of 8 tokens now: 18 tokens of work .* \(10 tokens queued"):
+        admission.admit(8)  # 8 + 8 + 2 > 10: live work is still bounded by live work
+    assert (admission.tokens, admission.jobs) == (510, 3) and admission.refused == {REASON_QUEUE_FULL: 2}
+    admission.release(8)
+    admission.release(2)
+    admission.admit(20)  # no live job admitted: a lone live job over the limit runs beside the bulk one
+
+
+def test_a_bulk_job_is_refused_when_the_live_and_bulk_work_before_it_passes_the_limit():
+    admission = Admission(AdmissionLimits(max_queued_s=1.0), model="m")
+    admission.admit(3_000, 5_000.0)  # live; the limit is 5,000 tokens (1 s at 5,000 tokens/s)
+    admission.admit(1_000, 5_000.0, lane="bulk")  # 3,000 live + its own 1,000
+    assert admission.work_before(1_500, "bulk") == 3_000 + 1_500 + 1_000
+    with pytest.raises(Overloaded, match="bulk request of 1500 tokens now: 5500 tokens") as refused:
+        admission.admit(1_500, 5_000.0, lane="bulk")
+    assert refused.value.reason == REASON_QUEUE_FULL and refused.value.retry_after_s == 1.0
+    admission.admit(1_500, 5_000.0)  # a live job of the same size: the bulk one is not counted
+    admission.release(3_000)
+    admission.release(1_500)
+    admission.admit(1_500, 5_000.0, lane="bulk")  # 1,500 + 1,000: the live work is done
+    admission.release(1_000, "bulk")
+    admission.release(1_500, "bulk")
+    assert (admission.tokens, admission.jobs) == (0, 0)
+    admission.admit(20_000, 5_000.0, lane="bulk")  # a lone bulk job still runs, or it never could
+
+
+async def test_a_pools_worker_slots_are_live_first_bulk_takes_one_only_below_the_cap_counting_all():
+    busy = pool(max_calls_per_worker=2)
+    client = busy.clients[0]
+    client.gate = asyncio.Event()
+    jobs = [asyncio.create_task(busy.submit(call(rid=f"job{i}", lane="bulk"))) for i in range(2)]
+    await until(lambda: len(client.calls) == 2)
+    with pytest.raises(Overloaded, match="is busy"):
+        await busy.submit(call(rid="job2", lane="bulk"))  # 2 calls in flight: no slot for more bulk
+    live = [asyncio.create_task(busy.submit(call(rid=f"q{i}"))) for i in range(2)]  # live counts live calls
+    await until(lambda: len(client.calls) == 4)
+    with pytest.raises(Overloaded, match="is busy"):
+        await busy.submit(call(rid="q2"))  # two live calls: the live cap
+    assert busy.member(client).bulk_calls == 2 and busy.in_flight(client) == 4
+    client.gate.set()
+    await asyncio.gather(*jobs, *live)
+    member = busy.member(client)
+    assert (member.calls, member.tokens, member.bulk_calls, member.bulk_tokens) == (0, 0, 0, 0)
+    assert (busy.admission.tokens, busy.admission.jobs) == (0, 0)
+
+
+async def test_a_live_job_goes_to_the_worker_with_the_least_live_work_a_bulk_job_to_the_least_work():
+    two = pool(n=2)
+    first, second = two.clients
+    for client in two.clients:
+        client.gate = asyncio.Event()
+    job = asyncio.create_task(two.submit(call("x " * 50, rid="job", lane="bulk")))  # 52 tokens, on first
+    await until(lambda: first.calls)
+    small = asyncio.create_task(two.submit(call("y", rid="small")))  # 3 live tokens: second has less in all
+    await until(lambda: second.calls)
+    live = asyncio.create_task(two.submit(call("z " * 10, rid="live")))  # first has no live work
+    bulk = asyncio.create_task(two.submit(call("w", rid="more", lane="bulk")))  # second has less work in all
+    await until(lambda: len(first.calls) + len(second.calls) == 4)
+    assert [c.request_id for c in first.calls] == ["job", "live"]
+    assert [c.request_id for c in second.calls] == ["small", "more"]
+    assert [c.lane for c in first.calls] == ["bulk", "live"]
+    for client in two.clients:
+        client.gate.set()
+    await asyncio.gather(job, small, live, bulk)
 
 
 @pytest.mark.parametrize("limits", [{"max_inputs_per_request": 0}, {"max_calls_per_worker": 0},

@@ -114,10 +114,18 @@ async def test_the_span_joins_the_callers_trace_with_its_attributes(traced, rece
     assert a[names.ATTR_MODEL] == a[names.ATTR_RESPONSE_MODEL] == body["model"] == "fake-model"
     assert a[names.ATTR_ENCODING_FORMATS] == ["base64"] and a[names.ATTR_DIMENSION_COUNT] == 8
     assert a[names.ATTR_HTTP_ROUTE] == "/v1/embeddings" and a[names.ATTR_HTTP_STATUS] == 200
-    assert names.ATTR_ERROR_TYPE not in a
+    assert names.ATTR_ERROR_TYPE not in a and a[names.ATTR_LANE] == "live"
     queue, inference = a[names.ATTR_TIME_IN_QUEUE], a[names.ATTR_TIME_IN_INFERENCE]
     assert queue >= 0 and inference > 0 and a[names.ATTR_E2E] >= queue + inference
     assert span.end_ns - span.start_ns >= a[names.ATTR_E2E] * 1e9 * 0.9
+
+
+async def test_the_span_says_a_bulk_requests_lane(traced, receiver):
+    url, flush = await traced()
+    assert (await post(url, {"input": "x"}, **{"X-Poolgate-Lane": "bulk"}))[0] == 200
+    await flush()
+    (span,) = receiver.named(names.SPAN_NAME)
+    assert names.ATTR_LANE == "poolgate.lane" and span.attributes[names.ATTR_LANE] == "bulk"
 
 
 async def test_without_traceparent_the_span_starts_a_trace(traced, receiver):

@@ -1,4 +1,5 @@
-"""FairPolicy: priority lanes, aging that never overtakes, round robin over calls, the mixed-load budget."""
+"""FairPolicy: priority levels, aging that never overtakes, bulk after every live level, round robin over calls,
+the mixed-load budget."""
 from __future__ import annotations
 
 import asyncio
@@ -6,6 +7,7 @@ import time
 
 import pytest
 
+from poolgate.shared.domain.lanes import Lane
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.engine.engine import Engine
@@ -13,13 +15,14 @@ from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.policy import BatchCut
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 from poolgate.workers.engine.sequence import Sequence
-from tests.fakes import fake_model
+from tests.fakes import fake_model, running_engine
 
 
-def seqs(name: str, n: int, *, tokens: int = 1, priority: int = 0, waited: float = 0.0) -> list[Sequence]:
+def seqs(name: str, n: int, *, tokens: int = 1, priority: int = 0, waited: float = 0.0,
+         lane: Lane = "live") -> list[Sequence]:
     """``n`` sequences of one call named ``name`` (each sequence's first token is its index)."""
     arrival = time.monotonic() - waited
-    return [Sequence([i] * tokens, PoolingParams(), arrival=arrival, handle=name, priority=priority)
+    return [Sequence([i] * tokens, PoolingParams(), arrival=arrival, handle=name, priority=priority, lane=lane)
             for i in range(n)]
 
 
@@ -53,6 +56,49 @@ def test_aging_lifts_a_waiting_call_to_the_best_lane_but_never_past_it():
     assert cut(policy, 4) == [("bulk", 0), ("live", 0), ("bulk", 1), ("live", 1)]
     young = queue(FairPolicy(aging_s=1.0), seqs("bulk", 2, priority=10, waited=5.0), seqs("live", 2, priority=0))
     assert cut(young, 2) == [("live", 0), ("live", 1)]  # 5 s lifted it to level 5 only
+
+
+def test_a_bulk_call_queued_long_before_live_calls_never_runs_before_them_however_long_it_waits():
+    policy = queue(FairPolicy(aging_s=1.0), seqs("job", 8, priority=-5, waited=10_000.0, lane="bulk"),
+                   seqs("late", 3, priority=10), seqs("later", 3, priority=10, waited=-0.001))
+    # 10,000 aging periods and a better priority number: still after every live call, even priority 10 ones
+    assert cut(policy, 4) == [("late", 0), ("later", 0), ("late", 1), ("later", 1)]
+    assert cut(policy, 4) == [("late", 2), ("later", 2), ("job", 0), ("job", 1)]  # then what live leaves
+
+
+def test_a_live_one_input_call_beside_a_2048_input_bulk_call_is_in_the_next_batch():
+    policy = queue(FairPolicy(), seqs("job", 2048, waited=5.0, lane="bulk"))
+    assert cut(policy, 4) == [("job", 0), ("job", 1), ("job", 2), ("job", 3)]
+    queue(policy, seqs("query", 1))
+    assert cut(policy, 4) == [("query", 0), ("job", 4), ("job", 5), ("job", 6)]
+    assert len(policy) == 2048 - 7
+
+
+def test_bulk_gets_only_the_budget_live_work_leaves():
+    policy = queue(FairPolicy(), seqs("job", 10, lane="bulk", waited=1.0), seqs("live", 6, tokens=2))
+    assert cut(policy, 8) == [("live", 0), ("live", 1), ("live", 2), ("live", 3)]  # live fills it: no bulk
+    assert cut(policy, 8) == [("live", 4), ("live", 5), ("job", 0), ("job", 1), ("job", 2), ("job", 3)]
+    # a live sequence that does not fit is skipped for this batch; bulk may use what is left, never before it
+    policy = queue(FairPolicy(), seqs("job", 4, lane="bulk", waited=1.0), seqs("a", 1, tokens=3),
+                   seqs("long", 1, tokens=4, waited=-0.001))
+    assert cut(policy, 4) == [("a", 0), ("job", 0)]
+    assert cut(policy, 4) == [("long", 0)]
+
+
+def test_a_lone_bulk_call_fills_whole_batches_and_bulk_calls_share_round_robin():
+    policy = queue(FairPolicy(), seqs("job", 10, lane="bulk"))
+    assert [n for n, _ in cut(policy, 4)] == ["job"] * 4 and [n for n, _ in cut(policy, 4)] == ["job"] * 4
+    two = queue(FairPolicy(), seqs("a", 4, lane="bulk", waited=0.001), seqs("b", 4, lane="bulk"))
+    assert cut(two, 4) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+
+def test_bulk_calls_are_ordered_and_aged_by_priority_among_themselves():
+    policy = queue(FairPolicy(aging_s=1.0), seqs("low", 2, priority=5, lane="bulk", waited=1.0),
+                   seqs("high", 2, priority=0, lane="bulk"))
+    assert cut(policy, 2) == [("high", 0), ("high", 1)]
+    aged = queue(FairPolicy(aging_s=1.0), seqs("low", 2, priority=5, lane="bulk", waited=100.0),
+                 seqs("high", 2, priority=0, lane="bulk"), seqs("live", 1, priority=9))
+    assert cut(aged, 4) == [("live", 0), ("low", 0), ("high", 0), ("low", 1)]  # shares the best bulk level
 
 
 def test_a_sequence_that_does_not_fit_is_skipped_for_this_batch_only():
@@ -90,6 +136,15 @@ def test_the_scheduler_cuts_with_the_policys_budget():
     assert [x.handle for x in s.next_batch(0)] == ["a", "b"]
 
 
+def test_cancelled_bulk_sequences_are_dropped_like_live_ones():
+    policy = queue(FairPolicy(), job := seqs("job", 2, lane="bulk"), seqs("live", 1))
+    job[0].cancelled = True
+    batch = BatchCut(10)
+    policy.cut(batch)
+    assert [(s.handle, s.token_ids[0]) for s in batch.items] == [("live", 0), ("job", 1)]
+    assert batch.dropped == [job[0]] and len(policy) == 0
+
+
 @pytest.mark.parametrize("kwargs", [{"aging_s": 0}, {"max_batch_s": -1}, {"min_batch_tokens": 0}])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
@@ -116,3 +171,23 @@ async def test_in_the_engine_a_small_call_runs_in_the_next_batch_beside_a_big_on
         assert small_at <= 2 and len(ran) >= 9  # the big call needs 8 batches; the small one did not wait for them
     finally:
         await engine.stop()
+
+
+async def test_in_the_engine_a_live_call_runs_in_the_next_batch_beside_a_bulk_job():
+    model = fake_model(max_batch_tokens=8)
+    async with running_engine(model) as engine:
+        model.runner.release.clear()
+        held = asyncio.create_task(engine.submit(PoolingCall(request_id="h", model="fake-model", inputs=[[1]])))
+        await asyncio.to_thread(model.runner.entered.wait, 2)
+        job = asyncio.create_task(engine.submit(PoolingCall(
+            request_id="job", model="fake-model", inputs=[[100 + i] for i in range(64)], lane="bulk")))
+        await asyncio.sleep(0.05)
+        live = asyncio.create_task(engine.submit(
+            PoolingCall(request_id="q", model="fake-model", inputs=[[7]], priority=10)))
+        await asyncio.sleep(0.05)
+        model.runner.release.set()
+        await asyncio.gather(held, job, live)
+        ran = [[s.token_ids[0] for s in batch] for batch in model.runner.batches]
+        live_at = next(i for i, batch in enumerate(ran) if 7 in batch)
+        assert live_at <= 2 and len(ran) >= 9  # after at most the batch prepared while the first one ran
+        assert {s.lane for s in model.runner.batches[-1]} == {"bulk"}

@@ -45,6 +45,14 @@ async def test_each_sequence_carries_its_calls_priority_deadline_and_arrival():
         assert seqs[0].arrival == seqs[1].arrival and before <= seqs[0].arrival <= time.monotonic()
 
 
+async def test_each_sequence_carries_its_calls_lane():
+    model = fake_model(max_batch_tokens=64)
+    async with running_engine(model) as engine:
+        await engine.submit(PoolingCall(request_id="j", model="fake-model", inputs=[[5], [6]], lane="bulk"))
+        await engine.submit(call([7]))
+        assert [[s.lane for s in batch] for batch in model.runner.batches] == [["bulk", "bulk"], ["live"]]
+
+
 async def test_the_batch_cut_is_the_policy_objects():
     model = fake_model(max_batch_tokens=64)
     async with running_engine(model, policy=LastInFirstOut()) as engine:

@@ -17,6 +17,7 @@ class Item:
     name: str
     num_tokens: int
     cancelled: bool = False
+    lane: str = "live"
 
 
 def names(batch):
@@ -173,6 +174,39 @@ def test_the_queue_bound_refuses_a_call_whole_unless_the_queue_is_empty():
     s.add_all([Item("e", 2)])  # 6 + 2 fits exactly
     assert s.queued == 3 and s.queued_tokens == 8
     assert names(s.next_batch(0)) == ["a", "b", "e"]
+
+
+def test_queued_bulk_work_never_refuses_a_live_call_and_bulk_is_bounded_by_all_of_it():
+    s = TokenBudgetScheduler(10, max_queued_tokens=8)
+    s.add_all([Item("job", 20, lane="bulk")])  # an empty queue takes even a bulk call over the bound
+    with pytest.raises(Overloaded, match="20 tokens queued, the limit is 8"):
+        s.add_all([Item("more", 1, lane="bulk")])
+    s.add_all([Item("a", 5), Item("b", 3)])  # live: the bulk tokens are not counted, 8 fits exactly
+    with pytest.raises(Overloaded, match="8 tokens queued"):
+        s.add_all([Item("c", 1)])  # but live work is still bounded by live work
+    assert s.queued_tokens == 28
+    assert names(s.next_batch(0)) == ["a", "b"]  # live first (FIFO, bulk last)
+    s.add_all([Item("d", 8)])
+    assert names(s.next_batch(0)) == ["d"] and names(s.next_batch(0)) == ["job"]
+    s.add_all([Item("x", 5, lane="bulk")])
+    s.add_all([Item("y", 3, lane="bulk")])  # 5 + 3 fits the bound exactly
+    with pytest.raises(Overloaded):
+        s.add_all([Item("z", 1, lane="bulk")])
+
+
+def test_fifo_puts_bulk_after_every_live_item_and_never_lets_it_jump_a_live_one():
+    s = TokenBudgetScheduler(10)
+    for item in (Item("j1", 4, lane="bulk"), Item("a", 4), Item("j2", 1, lane="bulk"), Item("b", 1)):
+        s.add(item)
+    assert names(s.next_batch(0)) == ["a", "b", "j1", "j2"]
+    for item in (Item("j3", 1, lane="bulk"), Item("c", 8), Item("d", 4)):
+        s.add(item)
+    assert names(s.next_batch(0)) == ["c"]  # d does not fit: the batch ends, j3 does not jump it
+    assert names(s.next_batch(0)) == ["d", "j3"]
+    j4 = Item("j4", 1, lane="bulk")
+    s.add(j4)
+    j4.cancelled = True
+    assert s.queued == 0 and s.next_batch(0) == []
 
 
 def test_cancelled_items_make_room_under_the_bound():
