@@ -23,6 +23,9 @@ the store every ``PROGRESS_S``. It ends:
 - the gateway stops (the task is cancelled): it stays ``in_progress`` and the
   next start resumes it; likewise when the gateway cannot be reached
   (``GatewayGone``);
+- the gateway refuses the batch's tenant (``NotAllowed``: its keys were
+  removed from the keys file): ``failed`` with ``not_allowed`` (no line
+  could run);
 - anything unexpected (a full disk): ``failed``, the error in its ``errors``
   (the lines finished so far in its files).
 """
@@ -36,7 +39,7 @@ from typing import Any
 
 from poolgate.gateway.jobs.job import Counts, read_lines, run_job
 from poolgate.gateway.jobs.metrics import BatchMetrics
-from poolgate.gateway.jobs.sender import GatewayGone, Sender
+from poolgate.gateway.jobs.sender import GatewayGone, NotAllowed, Sender
 from poolgate.gateway.jobs.service import BatchApi
 from poolgate.gateway.jobs.sinks import JsonlSink, repair_tail
 from poolgate.gateway.jobs.spans import CHUNK_LINES, JobSpans
@@ -92,8 +95,9 @@ class BatchJob:
             await self._run()
         except Exception as exc:
             log.exception("batch %s failed", self.id)
-            error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}", "line": None, "param": None}
-            await end_batch(self.api, self.row, "failed", errors=[error])
+            await end_batch(
+                self.api, self.row, "failed", errors=[_error("internal_error", f"{type(exc).__name__}: {exc}")]
+            )
 
     async def _run(self) -> None:
         store = self.api.store
@@ -116,6 +120,9 @@ class BatchJob:
             status = await self._run_lines(tally, counts, spans)
         except GatewayGone as exc:
             log.error("batch %s: %s; it goes on when the gateway answers again", self.id, exc)
+        except NotAllowed as exc:  # the tenant's lines are refused (its keys are gone): no line could run
+            log.error("batch %s failed: %s", self.id, exc)
+            status, error = "failed", str(exc)
         except Exception as exc:  # ``run`` ends the batch failed
             error = f"{type(exc).__name__}: {exc}"
             raise
@@ -127,7 +134,8 @@ class BatchJob:
                 ended = status or ("failed" if error else self.row["status"])
                 spans.end(ended, self._totals(counts, base, tally), error)
         if status is not None:
-            await self._end(status, self._totals(counts, base, tally))
+            refused = [_error("not_allowed", error)] if error is not None else None
+            await self._end(status, self._totals(counts, base, tally), refused)
 
     async def _validate(self) -> bool:
         """Check the input (``validate``); whether the batch is ``in_progress`` now."""
@@ -193,7 +201,7 @@ class BatchJob:
             await asyncio.sleep(self.progress_s)
             await self._write_counts(counts, base, tally)
 
-    async def _end(self, status: str, totals: dict[str, Any]) -> None:
+    async def _end(self, status: str, totals: dict[str, Any], errors: list[dict] | None = None) -> None:
         store, now = self.api.store, self.api.now()
         if status == "completed":
             moved = await asyncio.to_thread(
@@ -201,8 +209,13 @@ class BatchJob:
             )
             if not moved:  # a cancel came as the last lines finished: it ends cancelled, every line in its files
                 status = "cancelled"
-        await end_batch(self.api, self.row, status, totals=totals)
+        await end_batch(self.api, self.row, status, errors=errors, totals=totals)
         log.info("batch %s %s", self.id, status)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    """One entry of a batch's ``errors`` (OpenAI's BatchError)."""
+    return {"code": code, "message": message, "line": None, "param": None}
 
 
 def _open(output: Path, errors: Path) -> tuple[JsonlSink, Tally]:

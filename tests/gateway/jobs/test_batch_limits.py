@@ -150,3 +150,19 @@ async def test_the_job_token_is_this_process_own(batch_server):
         assert await status({**right, "X-Poolgate-Job-Tenant": "nobody"}) == 401
         assert await status({"X-Poolgate-Job-Tenant": "team-a"}) == 401  # a name alone is no key
         assert await status(right, "/admin/models") == 403
+
+
+async def test_a_batch_whose_tenant_is_refused_fails_without_failing_its_lines(batch_server, monkeypatch):
+    from poolgate.gateway.http.trusted import TrustedCaller
+
+    server = await batch_server(with_tenants=True)
+    a = server.client(KEYS["team-a"])
+    upload = await a.files.create(file=("in.jsonl", jsonl([embed_line(f"r{i}", "x") for i in range(3)])),
+                                  purpose="batch")
+    real = TrustedCaller.headers
+    monkeypatch.setattr(TrustedCaller, "headers", lambda self, tenant: real(self, "gone-tenant"))  # keys removed
+    batch = await a.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h")
+    done = await server.wait(a, batch.id)
+    assert done.status == "failed" and [e.code for e in done.errors.data] == ["not_allowed"]
+    assert "401" in done.errors.data[0].message and done.request_counts.failed == 0
+    assert done.error_file_id is None and done.output_file_id is None
