@@ -172,21 +172,29 @@ def map_batches_kwargs(
     ``num_threads`` = its ``num_cpus`` unless ``udf`` says otherwise (Ray reserves cores but pins none, and
     the default would be a thread per core of the host in every actor). The task's options are checked
     here; the model's flags when each actor loads it."""
-    from ray.data import ActorPoolStrategy
-
     check_options(udf.get("task", "embed"), {k: udf.get(k) for k in set().union(*OPTIONS.values())})
     if batch_format not in READ:
         raise ValueError(f"batch_format must be one of {', '.join(READ)}, got {batch_format!r}")
     if num_cpus is not None and not num_gpus and "num_threads" not in udf:
         udf["num_threads"] = max(1, int(num_cpus))
-    sizes = (concurrency,) if isinstance(concurrency, int) else tuple(concurrency)
-    names = {1: ("size",), 2: ("min_size", "max_size"), 3: ("min_size", "max_size", "initial_size")}[len(sizes)]
     resources = {k: v for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if v is not None}
     return {
         "fn": PoolingUDF,
         "fn_constructor_kwargs": {"model": model, **udf},
-        "compute": ActorPoolStrategy(**dict(zip(names, sizes, strict=True))),
+        "compute": actor_pool(concurrency),
         "batch_size": batch_size,
         "batch_format": batch_format,
         **resources,
     }
+
+
+def actor_pool(concurrency: int | tuple[int, ...]) -> Any:
+    """Ray's ``ActorPoolStrategy`` of ``n``, ``(min, max)`` or ``(min, max, initial)`` actors."""
+    from ray.data import ActorPoolStrategy
+
+    if isinstance(concurrency, int):
+        return ActorPoolStrategy(size=concurrency)
+    if len(concurrency) not in (2, 3):
+        raise ValueError(f"concurrency is n, (min, max) or (min, max, initial), got {concurrency!r}")
+    initial = concurrency[2] if len(concurrency) == 3 else None
+    return ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1], initial_size=initial)

@@ -186,6 +186,11 @@ def test_map_batches_kwargs_builds_an_actor_pool_with_threads_per_actor():
     assert on_gpu["fn_constructor_kwargs"] == {"model": None, "task": "classify"}
     with pytest.raises(ValueError, match="dimensions does not apply"):
         map_batches_kwargs(task="score", dimensions=8)
+    assert map_batches_kwargs(concurrency=(1, 4, 2))["compute"].initial_size == 2
+    with pytest.raises(ValueError, match=r"concurrency is n, \(min, max\) or \(min, max, initial\)"):
+        map_batches_kwargs(concurrency=(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="batch_format must be one of numpy, pandas, pyarrow"):
+        map_batches_kwargs(batch_format="default")
 
 
 def test_ray_data_embeds_on_two_actors_as_the_offline_api(ray_cluster, minilm):
