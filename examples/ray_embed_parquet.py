@@ -78,7 +78,9 @@ def main() -> None:
     ray_s = time.perf_counter() - started
 
     started = time.perf_counter()
-    ds = ray.data.read_parquet(args.input)
+    # Ray sizes blocks by bytes, and an actor takes a whole block: a corpus of short texts would be one block, so
+    # one busy actor. Blocks of one batch each go to whichever actor is free (streaming, no shuffle).
+    ds = ray.data.read_parquet(args.input).repartition(target_num_rows_per_block=args.batch_size)
     udf = map_batches_kwargs(
         args.model,
         concurrency=args.actors,

@@ -3,8 +3,8 @@
 A batch is a dict of numpy arrays (``batch_format="numpy"``), a pandas DataFrame or a pyarrow Table.
 Written, an ``(n, width)`` array is one row vector per row: the dict keeps the 2-D array (Ray stores it as a
 tensor column), pandas gets a column of ``(width,)`` arrays, and Arrow a ``fixed_size_list<float>[width]``
-column (what Parquet readers such as DuckDB and LanceDB take as a vector). pandas and pyarrow are imported
-only by the batches that are theirs.
+column (plain Arrow: a Parquet reader without Ray reads fixed-size float lists). pandas and pyarrow are
+imported only by the batches that are theirs.
 """
 
 from __future__ import annotations
