@@ -197,7 +197,10 @@ def test_ray_data_embeds_on_two_actors_as_the_offline_api(ray_cluster, minilm):
     from poolgate.integrations.ray import map_batches_kwargs
 
     _, reference = minilm
-    ds = ray_cluster.data.from_items([{"id": i, "text": t} for i, t in enumerate(RAY_TEXTS)])
+    items = [{"id": i, "text": t} for i, t in enumerate(RAY_TEXTS)]
+    # 5 blocks made in the driver, so both actors get some; a repartition here would need a task, and a CPU
+    # besides the two the actors hold (there is none: Ray Data would wait forever)
+    ds = ray_cluster.data.from_items(items, override_num_blocks=5)
     kwargs = map_batches_kwargs(concurrency=2, num_cpus=1, batch_size=64, dtype="float32", truncate_prompt_tokens=-1)
     rows = sorted(ds.map_batches(**kwargs).take_all(), key=lambda row: row["id"])  # Ray may reorder
     assert [row["id"] for row in rows] == list(range(len(RAY_TEXTS)))
