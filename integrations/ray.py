@@ -137,6 +137,8 @@ class PoolingUDF:
             return {self.output_column: scores}
         result = self.model.submit(columns[0], self.params)
         values = result.outputs.values  # (n, width) float32
+        if len(values) != len(columns[0]):  # e.g. a column of ints, which the offline API reads as one token-id list
+            raise ValueError(f"column {self.inputs[0]!r} must hold one text (or token-id list) per row")
         out = {self.output_column: values}
         if self.tokens:
             out[TOKENS_COLUMN] = np.asarray(result.prompt_tokens, dtype=np.int32)

@@ -114,6 +114,8 @@ def test_options_and_columns_are_checked(minilm, classifier, cross_encoder):
     udf, _ = minilm
     with pytest.raises(KeyError, match="no column 'text' .it has body"):
         udf({"body": np.asarray(["a"], dtype=object)})
+    with pytest.raises(ValueError, match="column 'text' must hold one text .or token-id list. per row"):
+        udf({"text": np.arange(3)})
     with pytest.raises(ValueError, match="task must be one of embed, classify, score"):
         check_options("rerank", {})
     with pytest.raises(ValueError, match="dimensions does not apply to task 'classify'"):
