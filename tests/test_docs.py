@@ -9,9 +9,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "docker" / "README.md"]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-CODE_PATH = re.compile(r"`((?:gateway|workers|shared|tests|docker|observability|\.ci)/[\w./-]*)")
+CODE_PATH = re.compile(r"`((?:gateway|workers|shared|integrations|examples|tests|docker|observability|\.ci)/[\w./-]*)")
 MODULE = re.compile(r"python -m ((?:tests|poolgate)\.[\w.]+)")
-TOP = {"poolgate.gateway": "gateway", "poolgate.workers": "workers", "poolgate.shared": "shared"}
+TOP = {"poolgate.gateway": "gateway", "poolgate.workers": "workers", "poolgate.shared": "shared",
+       "poolgate.integrations": "integrations"}
 
 
 def prose(text: str) -> str:

@@ -5,7 +5,8 @@ Every ``import`` counts, at module level, inside a function or under
 reader. The layers, bottom up: ``shared`` (torch-free, both sides) <
 ``workers.batch`` (the packed batch) < kernels, models, pooling, backends <
 the worker's engine; the gateway and the worker never import each other's
-internals, and ``shared`` imports neither.
+internals, and ``shared`` imports neither. ``integrations`` (Ray Data) sits on top: it runs the
+offline API and nothing below imports it.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _graph() -> dict[str, set[str]]:
     """module -> the poolgate modules it imports."""
     files = {}
-    for top in ("gateway", "workers", "shared"):
+    for top in ("gateway", "workers", "shared", "integrations"):
         for path in (ROOT / top).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             files[".".join(("poolgate",) + parts).removesuffix(".__init__")] = path
@@ -103,3 +104,10 @@ def test_the_packed_batch_is_the_workers_bottom_layer():
 def test_shared_imports_neither_side_and_the_worker_never_the_gateway():
     assert _arrows(("poolgate.shared",), ("poolgate.gateway", "poolgate.workers")) == []
     assert _arrows(("poolgate.workers",), ("poolgate.gateway",)) == []
+
+
+def test_the_integrations_sit_on_top_and_use_the_offline_api_not_the_gateway():
+    below = ("poolgate.shared", "poolgate.workers", "poolgate.gateway")
+    assert _arrows(below, ("poolgate.integrations",)) == []
+    assert _arrows(("poolgate.integrations",), ("poolgate.gateway",)) == []
+    assert ("poolgate.integrations.ray", "poolgate.workers.offline") in _arrows(("poolgate.integrations",), below)

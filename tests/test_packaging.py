@@ -9,7 +9,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
-SOURCE_FOLDERS = {"gateway": "poolgate.gateway", "workers": "poolgate.workers", "shared": "poolgate.shared"}
+SOURCE_FOLDERS = {"gateway": "poolgate.gateway", "workers": "poolgate.workers", "shared": "poolgate.shared",
+                  "integrations": "poolgate.integrations"}
 
 
 def _pyproject() -> dict:
@@ -35,7 +36,8 @@ def test_version_comes_from_the_package_metadata():
 def test_only_poolgate_is_importable_from_outside_the_repo(tmp_path):
     code = (
         "import importlib, poolgate, poolgate.gateway.app, poolgate.workers.engine.engine, poolgate.shared.wire.messages\n"
-        "for name in ('gateway', 'workers', 'shared'):\n"
+        "import poolgate.integrations.ray\n"
+        "for name in ('gateway', 'workers', 'shared', 'integrations'):\n"
         "    try:\n"
         "        importlib.import_module(name)\n"
         "    except ImportError:\n"

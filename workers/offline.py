@@ -13,6 +13,7 @@ vLLM's messages.
 
 - ``embed`` → ``(n, dim)``; ``classify`` → ``(n, num_labels)`` (names in ``labels``);
 - ``encode(pooling_task=...)`` → one array per input (``(T, dim)`` for token tasks);
+- ``submit(inputs, params)`` → the whole ``PoolingResult`` (outputs and each input's token count);
 - ``score(queries, documents)`` runs the score routes' own plan
   (``shared.domain.score_plan``): pairs 1:1, 1:N or N:N (pairwise by index) as
   vLLM does, per-side caps, and the active task's scorer: cosine of the
@@ -222,7 +223,7 @@ class PoolingModel:
                                                                       chunk_aggregation)
         plan = plan_scores(self.info, _as_inputs(queries), _as_inputs(documents),
                            SideCaps(max_tokens_per_query, max_tokens_per_doc), instruction, windows)
-        result = self._submit(plan.inputs, plan.params(truncate_prompt_tokens=truncate_prompt_tokens))
+        result = self.submit(plan.inputs, plan.params(truncate_prompt_tokens=truncate_prompt_tokens))
         return plan.scores(result.outputs, result.windows).values
 
     def close(self) -> None:
@@ -242,9 +243,11 @@ class PoolingModel:
 
     def _pool(self, inputs: Inputs, params: PoolingParams) -> Rows:
         """All ``inputs`` through the engine as one call; their outputs as one block."""
-        return self._submit(inputs, params).outputs
+        return self.submit(inputs, params).outputs
 
-    def _submit(self, inputs: Inputs, params: PoolingParams) -> PoolingResult:
+    def submit(self, inputs: Inputs, params: PoolingParams) -> PoolingResult:
+        """``inputs`` as one call with ``params``, answered whole: the outputs (``Rows``) and each input's token
+        count (``prompt_tokens``), as the Ray Data integration (``poolgate.integrations.ray``) needs them."""
         if not self._closer.alive:
             raise Unavailable("this PoolingModel is closed")
         call = PoolingCall(request_id=f"offline-{next(self._ids)}", model=self.info.served_model_name,

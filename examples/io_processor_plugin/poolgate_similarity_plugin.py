@@ -5,6 +5,7 @@ Request ``{"data": {"source": "...", "sentences": ["...", ...]}}``; response
 this folder (``pip install ./examples/io_processor_plugin``) and serve with
 ``--io-processor-plugin similarity``.
 """
+
 from __future__ import annotations
 
 import numpy as np

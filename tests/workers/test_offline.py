@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from poolgate.shared.domain.errors import ContextLengthExceeded, InvalidRequest, Unavailable
 from poolgate.shared.config.models import bundled_model_path
 from poolgate.shared.config.pooler_config import PoolerConfig
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.scoring import maxsim
 from poolgate.workers.offline import LLM, PoolingModel, offline_config
 from tests.fakes import expected_output, expected_vector, fake_model, make_tiny_tokenizer
@@ -109,6 +110,13 @@ def test_encode_token_embed_gives_one_vector_per_token(minilm):
     embedded = model.encode(TEXTS[:3], pooling_task="embed")
     assert [e.shape for e in embedded] == [(384,)] * 3
     np.testing.assert_allclose(np.stack(embedded), model.embed(TEXTS[:3]), atol=1e-6)
+
+
+def test_submit_answers_the_outputs_with_each_inputs_token_count(minilm):
+    model, st = minilm
+    result = model.submit(TEXTS, PoolingParams(task="embed", truncate_prompt_tokens=16))
+    assert result.prompt_tokens == [min(len(ids), 16) for ids in st.tokenizer(TEXTS)["input_ids"]]
+    np.testing.assert_allclose(result.outputs.values[:4], model.embed(TEXTS[:4]), atol=1e-6)
 
 
 def test_bi_encoder_score_is_the_cosine_of_embeddings(minilm):

@@ -1,0 +1,1 @@
+"""poolgate inside other frameworks' pipelines: Ray Data (``poolgate.integrations.ray``)."""
