@@ -18,7 +18,7 @@ def minilm():
 
 def test_a_call_of_many_documents_keeps_its_plan(minilm):
     docs = [f"document number {i} is about topic {i % 7} and more" for i in range(133)]
-    result = minilm._submit([LateChunkText(d, None, 4) for d in docs], PoolingParams(task="embed"))
+    result = minilm.submit([LateChunkText(d, None, 4) for d in docs], PoolingParams(task="embed"))
     assert result.windows is not None and len(result.windows.counts) == len(docs)
     assert len(result.outputs) == sum(result.windows.counts)
     np.testing.assert_allclose(np.linalg.norm(result.outputs.values, axis=1), 1.0, atol=1e-5)
