@@ -11,6 +11,14 @@ its own files what an earlier run finished (a gateway killed mid-batch), the
 counts start from what the files hold (``gateway.jobs.tally``), and only the
 rest is sent, so no line is lost or written twice.
 
+Beside live traffic it yields in the gateway too, not only in the workers'
+queues (where its lines run after every live call, ``X-Poolgate-Lane:
+bulk``): while this gateway has live requests in flight (``live_jobs``) it
+sends at most ``BESIDE_LIVE_INFLIGHT`` lines at once instead of
+``--batch-max-inflight``, so its lines do not take the gateway's own CPU
+(parsing, tokenizing, encoding answers) from live requests; with none, it
+runs at full speed again.
+
 While it runs, its ``request_counts``, input tokens and model are written to
 the store every ``PROGRESS_S``. It ends:
 
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,8 @@ from poolgate.gateway.jobs.tally import Tally, TallySink, read_tally
 from poolgate.gateway.jobs.validate import check_input
 
 log = logging.getLogger("poolgate.batch")
+
+BESIDE_LIVE_INFLIGHT = 2  # lines in flight while live requests are (module doc)
 
 PROGRESS_S = 1.0
 OUTPUT_PURPOSE = "batch_output"
@@ -72,8 +83,10 @@ class BatchJob:
         metrics: BatchMetrics | None = None,
         progress_s: float = PROGRESS_S,
         chunk_lines: int = CHUNK_LINES,
+        live_jobs: Callable[[], int] | None = None,
     ):
         self.api, self.row, self.sender = api, row, sender
+        self.live_jobs = live_jobs
         self.tracer, self.metrics, self.progress_s, self.chunk_lines = tracer, metrics, progress_s, chunk_lines
         self.reason: str | None = None  # why ``stop`` was called: "cancelled" or "expired"
         self._lines: asyncio.Task | None = None
@@ -81,6 +94,13 @@ class BatchJob:
     @property
     def id(self) -> str:
         return self.row["id"]
+
+    def inflight(self) -> int:
+        """The lines it may have in flight now: ``--batch-max-inflight``, or ``BESIDE_LIVE_INFLIGHT`` while this
+        gateway has live requests in flight (module doc)."""
+        if self.live_jobs is not None and self.live_jobs() > 0:
+            return BESIDE_LIVE_INFLIGHT
+        return self.api.config.max_inflight
 
     def stop(self, reason: str) -> None:
         """End the batch as ``reason`` ("cancelled", "expired"): no more lines are sent."""
@@ -169,6 +189,7 @@ class BatchJob:
                     self.sender,
                     counts,
                     max_inflight=self.api.config.max_inflight,
+                    inflight=self.inflight,
                     endpoint=self.row["endpoint"],
                     headers=spans.headers if spans is not None else None,
                 )

@@ -2,7 +2,7 @@
 
 Lines are read in order and sent with at most ``max_inflight`` in flight
 (enough for the workers to pack full batches; the rest wait here, not in
-the gateway's queue). A line already in the sink's ``done`` set (a re-run
+the gateway's queue), or fewer when ``inflight`` says so. A line already in the sink's ``done`` set (a re-run
 after a kill) is skipped; a malformed line, a duplicate ``custom_id`` or a
 route's error is written to the error file and the job goes on. Blank lines
 are skipped. ``run_job`` returns the job's counts when every line is done,
@@ -69,11 +69,13 @@ async def run_job(
     max_inflight: int = 64,
     endpoint: str | None = None,
     headers: Callable[[Line], dict[str, str]] | None = None,
+    inflight: Callable[[], int] | None = None,
 ) -> Counts:
     """Every line of ``lines`` finished into ``sink`` (module doc); ``endpoint``: the url every line must name;
-    ``headers``: extra request headers per line (a trace context)."""
+    ``headers``: extra request headers per line (a trace context); ``inflight``: the lines in flight allowed
+    now (at most ``max_inflight``, at least 1), asked before each line is sent (a gateway's own job sends
+    fewer while live requests run)."""
     seen: set[str] = set()
-    slots = asyncio.Semaphore(max_inflight)
     running: set[asyncio.Task] = set()
     failure: list[BaseException] = []
 
@@ -83,8 +85,6 @@ async def run_job(
             _record(sink, counts, line, answer)
         except BaseException as exc:  # JobStopped or a cancel: the job stops; the line is redone next run
             failure.append(exc)
-        finally:
-            slots.release()
 
     try:
         for number, raw in lines:
@@ -119,7 +119,8 @@ async def run_job(
                 counts.skipped += 1
                 counts.changed()
                 continue
-            await slots.acquire()
+            while len(running) >= max(1, min(max_inflight, inflight() if inflight is not None else max_inflight)):
+                await asyncio.wait(set(running), return_when=asyncio.FIRST_COMPLETED)
             task = asyncio.create_task(one(line))
             running.add(task)
             task.add_done_callback(running.discard)

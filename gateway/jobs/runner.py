@@ -44,7 +44,7 @@ from typing import IO
 
 from aiohttp import web
 
-from poolgate.gateway.http.state import CONFIG, TELEMETRY
+from poolgate.gateway.http.state import CONFIG, ROUTER, TELEMETRY
 from poolgate.gateway.http.trusted import TRUSTED
 from poolgate.gateway.jobs.batch_job import PROGRESS_S, BatchJob, end_batch
 from poolgate.gateway.jobs.metrics import BATCH_METRICS
@@ -177,6 +177,7 @@ class BatchRunner:
             metrics=app.get(BATCH_METRICS),
             progress_s=self.progress_s,
             chunk_lines=self.chunk_lines,
+            live_jobs=app[ROUTER].live_jobs,
         )
         self.running[job.id] = job
         task = asyncio.create_task(job.run(), name=f"batch {job.id}")

@@ -169,6 +169,11 @@ class Admission:
         self.jobs += 1
         self._sizes[lane].append(tokens)
 
+    @property
+    def live_jobs(self) -> int:
+        """Live jobs admitted and not yet ended."""
+        return len(self._sizes[LIVE])
+
     def release(self, tokens: int, lane: Lane = LIVE) -> None:
         """The admitted job of ``tokens`` in ``lane`` ended (answered, failed or cancelled)."""
         self.tokens -= tokens

@@ -35,6 +35,11 @@ class Router:
         if default is not None and default not in self.pools:
             raise ValueError(f"default model '{default}' is not served")
 
+    def live_jobs(self) -> int:
+        """Live jobs this gateway process has admitted and not yet ended, over every model and pool (a
+        Batch API job sends fewer lines at once while there are any: ``gateway.jobs.batch_job``)."""
+        return sum(pool.admission.live_jobs for model in self.pools.values() for pool in model.pools)
+
     def add(self, pool: WorkerPool | ModelPools) -> None:
         """Serve ``pool``'s model from now on; a WorkerPool of a model already served becomes its next
         (overflow) pool. ValueError if it does not fit the model (``ModelPools.add_pool``)."""

@@ -16,7 +16,9 @@ has its sequences' priority (lower runs earlier), lane (``live`` or ``bulk``,
    stream of live calls still runs only on what those leave. Among themselves
    they are ordered and aged as live calls are (by priority, lifted one step
    per ``aging_s``, never past the best bulk priority queued). With no live
-   work queued, bulk fills the whole batch, so a lone job runs at full speed.
+   work queued, bulk fills the whole batch, so a lone job runs at full speed;
+   beside live work it takes at most ``BULK_BESIDE_LIVE`` (a quarter) of the
+   budget, so a batch that carries a live call is short.
 3. **Round robin.** Within a level, calls take one sequence each in turn,
    oldest call first, so a call of 2,048 inputs fills the batch only with what
    the others leave: a 1-input call beside it is in the next batch, not after
@@ -30,8 +32,10 @@ has its sequences' priority (lower runs earlier), lane (``live`` or ``bulk``,
    the device long: a call that arrives waits for at most the running batch
    and the one prepared behind it. Even a lone big call runs in such batches,
    since the batch prepared while one runs is cut before anyone else arrives;
-   so does bulk work, which is what bounds the wait of a live call that
-   arrives while a job runs.
+   so does bulk work. Bulk work alone is never cut early, though (the
+   scheduler cuts a batch while one runs only for a full budget of live work,
+   ``workers.engine.scheduler``): so a live call that arrives while a job runs
+   waits for the running batch only, then runs in a short one.
 """
 from __future__ import annotations
 
@@ -41,6 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from poolgate.workers.engine.policy import BatchCut, Schedulable, is_bulk
+
+# The most of a batch's budget bulk work takes in a batch with live work (module doc, 2.)
+BULK_BESIDE_LIVE = 0.25
 
 
 @dataclass(eq=False)
@@ -85,18 +92,29 @@ class FairPolicy:
         return min(max_batch_tokens, max(self.min_batch_tokens, int(tokens_per_s * self.max_batch_s)))
 
     def cut(self, batch: BatchCut) -> None:
-        for level in self._levels(time.monotonic()):
-            turn = deque(level)
-            while turn:
-                call = turn.popleft()
-                while call.items and call.items[0].cancelled:
-                    self._pop(call, batch.drop)
-                if not call.items or not batch.fits(call.items[0]):
-                    continue
-                self._pop(call, batch.take)
-                if call.items:
-                    turn.append(call)
+        now = time.monotonic()
+        calls = list(self._calls.values())
+        for level in self._aged([c for c in calls if not c.bulk], now):
+            self._fill(level, batch, None)
+        limit = None  # bulk beside live work takes at most BULK_BESIDE_LIVE of the budget (module doc)
+        if batch.items:
+            limit = batch.used + max(1, int(batch.max_batch_tokens * BULK_BESIDE_LIVE))
+        for level in self._aged([c for c in calls if c.bulk], now):
+            self._fill(level, batch, limit)
         self._calls = {k: q for k, q in self._calls.items() if q.items}
+
+    def _fill(self, level: list[_CallQueue], batch: BatchCut, limit: int | None) -> None:
+        """Round robin over one level's calls, one sequence each in turn, while they fit."""
+        turn = deque(level)
+        while turn:
+            call = turn.popleft()
+            while call.items and call.items[0].cancelled:
+                self._pop(call, batch.drop)
+            if not call.items or not batch.fits(call.items[0], limit):
+                continue
+            self._pop(call, batch.take)
+            if call.items:
+                turn.append(call)
 
     def remove(self, doomed: Callable[[Schedulable], bool]) -> list[Schedulable]:
         gone = []
@@ -113,12 +131,6 @@ class FairPolicy:
 
     def __len__(self) -> int:
         return self._count
-
-    def _levels(self, now: float) -> list[list[_CallQueue]]:
-        """The queued calls by level, best first: every live level, then the bulk ones (module doc)."""
-        calls = list(self._calls.values())
-        return (self._aged([c for c in calls if not c.bulk], now)
-                + self._aged([c for c in calls if c.bulk], now))
 
     def _aged(self, calls: list[_CallQueue], now: float) -> list[list[_CallQueue]]:
         """``calls`` by aged level (best first, never past their best priority), each level oldest first."""

@@ -59,8 +59,15 @@ class BatchCut:
         longest = max(self._longest, item.num_tokens)
         return (len(self.items) + 1) * longest if self.padded else self._used + item.num_tokens
 
-    def fits(self, item: Schedulable) -> bool:
-        return not self.items or self.cost_with(item) <= self.max_batch_tokens
+    def fits(self, item: Schedulable, limit: int | None = None) -> bool:
+        """Whether ``item`` goes in within the budget (or the lower ``limit``); the first item always does."""
+        cap = self.max_batch_tokens if limit is None else min(limit, self.max_batch_tokens)
+        return not self.items or self.cost_with(item) <= cap
+
+    @property
+    def used(self) -> int:
+        """The tokens the batch costs so far."""
+        return self._used
 
     def take(self, item: Schedulable) -> None:
         self._used = self.cost_with(item)

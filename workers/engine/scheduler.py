@@ -26,8 +26,11 @@ The refusal's ``reason`` is ``queue_full`` and its ``retry_after_s`` the time th
 queue needs, at the measured rate, to make room for the call.
 
 ``next_batch(hold=...)`` lets the engine cut the next batch early, while the
-device still runs the last one, but only once a full budget is queued: while
-``hold()`` is true a partial batch waits (``wake`` re-checks it).
+device still runs the last one, but only once a full budget of live work is
+queued: while ``hold()`` is true a partial batch, and bulk work however much
+of it, waits (``wake`` re-checks it). So a batch job's work is never prepared
+ahead to stand between a live call that arrives and the device (it loses only
+the overlap of its own small prepare step).
 """
 from __future__ import annotations
 
@@ -108,11 +111,11 @@ class TokenBudgetScheduler:
                    hold: Callable[[], bool] | None = None) -> list[Schedulable]:
         """Block until something is queued, then cut a batch; [] on timeout or close.
 
-        While ``hold()`` is true, wait for a full budget of queued tokens instead."""
+        While ``hold()`` is true, wait for a full budget of queued live tokens instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._closed:
-                if hold is None or self._tokens >= self._budget() or not hold():
+                if hold is None or self._tokens - self._bulk_tokens >= self._budget() or not hold():
                     batch = self._cut()
                     if batch:
                         return batch

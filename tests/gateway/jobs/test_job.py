@@ -148,3 +148,29 @@ async def test_sender_stops_the_job_when_the_key_is_refused():
                 await sender.send(Line(1, "a", "/v1/embeddings", {}))
     finally:
         await runner.cleanup()
+
+
+async def test_the_lines_in_flight_follow_the_cap_asked_before_each_line(tmp_path):
+    write_input(tmp_path / "in.jsonl", [request(f"r{i}") for i in range(40)])
+
+    class Counting(Scripted):
+        def __init__(self):
+            super().__init__()
+            self.now = self.most = 0
+
+        async def send(self, line, extra_headers=None):
+            self.now += 1
+            self.most = max(self.most, self.now)
+            await asyncio.sleep(0.002)
+            self.now -= 1
+            return await super().send(line, extra_headers)
+
+    for cap, expected in [(None, 8), (2, 2), (0, 1)]:  # no cap: max_inflight; a cap below it; never below 1
+        for path in (tmp_path / "o.jsonl", tmp_path / "o.errors.jsonl"):
+            path.unlink(missing_ok=True)
+        sender = Counting()
+        sink = JsonlSink(tmp_path / "o.jsonl", tmp_path / "o.errors.jsonl")
+        counts = await run_job(read_lines(tmp_path / "in.jsonl"), sink, sender, Counts(), max_inflight=8,
+                               inflight=None if cap is None else (lambda cap=cap: cap))
+        sink.close(True)
+        assert counts.completed == 40 and sender.most == expected

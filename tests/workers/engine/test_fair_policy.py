@@ -63,21 +63,23 @@ def test_a_bulk_call_queued_long_before_live_calls_never_runs_before_them_howeve
                    seqs("late", 3, priority=10), seqs("later", 3, priority=10, waited=-0.001))
     # 10,000 aging periods and a better priority number: still after every live call, even priority 10 ones
     assert cut(policy, 4) == [("late", 0), ("later", 0), ("late", 1), ("later", 1)]
-    assert cut(policy, 4) == [("late", 2), ("later", 2), ("job", 0), ("job", 1)]  # then what live leaves
+    # then bulk, beside live work at most a quarter of the budget (BULK_BESIDE_LIVE): the batch stays short
+    assert cut(policy, 4) == [("late", 2), ("later", 2), ("job", 0)]
+    assert cut(policy, 4) == [("job", 1), ("job", 2), ("job", 3), ("job", 4)]  # alone, bulk fills it
 
 
 def test_a_live_one_input_call_beside_a_2048_input_bulk_call_is_in_the_next_batch():
     policy = queue(FairPolicy(), seqs("job", 2048, waited=5.0, lane="bulk"))
     assert cut(policy, 4) == [("job", 0), ("job", 1), ("job", 2), ("job", 3)]
     queue(policy, seqs("query", 1))
-    assert cut(policy, 4) == [("query", 0), ("job", 4), ("job", 5), ("job", 6)]
-    assert len(policy) == 2048 - 7
+    assert cut(policy, 4) == [("query", 0), ("job", 4)]  # a short batch: a quarter of the budget of bulk beside it
+    assert len(policy) == 2048 - 5
 
 
 def test_bulk_gets_only_the_budget_live_work_leaves():
     policy = queue(FairPolicy(), seqs("job", 10, lane="bulk", waited=1.0), seqs("live", 6, tokens=2))
     assert cut(policy, 8) == [("live", 0), ("live", 1), ("live", 2), ("live", 3)]  # live fills it: no bulk
-    assert cut(policy, 8) == [("live", 4), ("live", 5), ("job", 0), ("job", 1), ("job", 2), ("job", 3)]
+    assert cut(policy, 8) == [("live", 4), ("live", 5), ("job", 0), ("job", 1)]  # bulk beside live: <= 1/4
     # a live sequence that does not fit is skipped for this batch; bulk may use what is left, never before it
     policy = queue(FairPolicy(), seqs("job", 4, lane="bulk", waited=1.0), seqs("a", 1, tokens=3),
                    seqs("long", 1, tokens=4, waited=-0.001))
@@ -98,7 +100,8 @@ def test_bulk_calls_are_ordered_and_aged_by_priority_among_themselves():
     assert cut(policy, 2) == [("high", 0), ("high", 1)]
     aged = queue(FairPolicy(aging_s=1.0), seqs("low", 2, priority=5, lane="bulk", waited=100.0),
                  seqs("high", 2, priority=0, lane="bulk"), seqs("live", 1, priority=9))
-    assert cut(aged, 4) == [("live", 0), ("low", 0), ("high", 0), ("low", 1)]  # shares the best bulk level
+    # low shares the best bulk level; beside the live call bulk takes a quarter of the budget (4 of 16)
+    assert cut(aged, 16) == [("live", 0), ("low", 0), ("high", 0), ("low", 1), ("high", 1)]
 
 
 def test_a_sequence_that_does_not_fit_is_skipped_for_this_batch_only():

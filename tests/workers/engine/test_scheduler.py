@@ -258,3 +258,16 @@ def test_a_full_queue_says_when_it_will_have_room_at_the_measured_rate():
     with pytest.raises(Overloaded) as slow:
         s.add_all([Item("b", 300)])
     assert slow.value.retry_after_s == 60.0  # capped, as a tenant's Retry-After is
+
+
+def test_a_batch_is_cut_early_only_for_a_full_budget_of_live_work():
+    s = TokenBudgetScheduler(8)
+    executing = [True]
+    s.add(Item("job", 8, lane="bulk"))  # a full budget, all bulk: it waits for the running batch to end
+    assert s.next_batch(0.05, hold=lambda: executing[0]) == []
+    s.add(Item("live", 4))  # half a budget of live work: still waits
+    assert s.next_batch(0.05, hold=lambda: executing[0]) == []
+    s.add(Item("more", 4))  # a full budget of live work is cut early, bulk left for later
+    assert names(s.next_batch(0.05, hold=lambda: executing[0])) == ["live", "more"]
+    executing[0] = False  # the device is free: bulk alone goes
+    assert names(s.next_batch(0.05, hold=lambda: executing[0])) == ["job"]
