@@ -337,12 +337,18 @@ def tokenizer_only_main(args: argparse.Namespace) -> int:
     return _emit(report, format_tokenizer_only(report), args)
 
 
-def burst_main(args: argparse.Namespace) -> int:
-    texts, _ = load_texts(args)
+def _served_model(args: argparse.Namespace) -> str | None:
+    """``--model``, else the first model the server lists; None (said on stderr) when it cannot be asked."""
     try:
-        model = (args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))])[0]
+        return str((args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))])[0])
     except (TimeoutError, OSError, BadResponse, aiohttp.ClientError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
+        return None
+
+
+def burst_main(args: argparse.Namespace) -> int:
+    texts, _ = load_texts(args)
+    if (model := _served_model(args)) is None:
         return 2
     cfg = load_config(args, model)
     print(f"poolgate bench --burst: {args.burst_requests:,} requests at once -> {cfg.url}", file=sys.stderr)
@@ -352,10 +358,7 @@ def burst_main(args: argparse.Namespace) -> int:
 
 def jobs_main(args: argparse.Namespace) -> int:
     texts, _ = load_texts(args)
-    try:
-        model = (args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))])[0]
-    except (TimeoutError, OSError, BadResponse, aiohttp.ClientError) as exc:
-        print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
+    if (model := _served_model(args)) is None:
         return 2
     cfg = load_config(args, model)
     if args.beside_job is not None:
