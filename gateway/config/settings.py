@@ -165,5 +165,10 @@ class GatewaySettings:
         "is a 413 (default: no cap)",
     )
     batch_max_inflight: int = setting(
-        64, ge=1, group=BATCH, metavar="N", help="lines of one batch in flight at once (the rest wait their turn)"
+        64,
+        ge=1,
+        group=BATCH,
+        metavar="N",
+        help="lines of one batch in flight at once (the rest wait their turn); 2 while the gateway has live "
+        "requests in flight",
     )
