@@ -173,8 +173,8 @@ def mount(app: web.Application, route: Route) -> None:
 
 async def serve_route(request: web.Request, route: Route, raw: object | None) -> web.StreamResponse:
     """``route``'s gates, parser and handler (``raw``: the JSON body a shared route already read)."""
-    if (why := route.off_because(request.app[CONFIG])) is not None:
-        raise RouteNotFound(why)
+    if route.off is not None and (why := route.off_because(request.app[CONFIG])) is not None:
+        raise RouteNotFound(why)  # (only a route that can be off reads the config: /metrics' own app has none)
     router = request.app[ROUTER] if route.gated else None
     if router is not None and not is_live(route, router.models()):
         raise RouteNotFound("Not Found")
