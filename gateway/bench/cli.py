@@ -30,7 +30,7 @@ import numpy as np
 from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
-from poolgate.gateway.bench.jobs import format_beside, format_jobs, run_beside_job, run_jobs_compare
+from poolgate.gateway.bench.jobs import add_jobs_arguments, format_beside, format_jobs, run_beside_job, run_jobs_compare
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
@@ -138,37 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with --burst: the server's --max-queued-seconds, printed beside the latencies",
     )
-    jobs = parser.add_argument_group("bulk jobs (gateway.bench.jobs)")
-    jobs.add_argument(
-        "--jobs",
-        action="store_true",
-        help="the corpus three ways, side by side: live requests (--batch-size, --concurrency), the same requests "
-        "as a job through --url (run-batch --url's code), and `poolgate run-batch` in-process; inputs/s, tokens/s "
-        "and each job's ratio to live",
-    )
-    jobs.add_argument("--job-inflight", type=_positive_int, default=64, metavar="N", help="job lines in flight")
-    jobs.add_argument(
-        "--job-model", default=None, help="with --jobs: the in-process run-batch's MODEL (default: the bundled model)"
-    )
-    jobs.add_argument(
-        "--no-in-process",
-        dest="in_process",
-        action="store_false",
-        help="with --jobs: leave out the in-process run-batch",
-    )
-    jobs.add_argument(
-        "--beside-job",
-        type=_positive_int,
-        default=None,
-        metavar="LINES",
-        help="live 1-input requests (--concurrency, --duration seconds, default 20) alone, then beside a Batch "
-        "API job of LINES lines of --batch-size inputs on --url (serve --batch-dir): p50/p99 of both",
-    )
-    jobs.add_argument(
-        "--wait-for-job",
-        action="store_true",
-        help="with --beside-job: wait for the job to end instead of cancelling it",
-    )
+    add_jobs_arguments(parser)
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
     kill.add_argument(
         "--kill-worker-after",

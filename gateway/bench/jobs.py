@@ -25,6 +25,7 @@ live load again; the job's lines/s while the live load ran are read from its
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import re
 import subprocess
@@ -42,6 +43,43 @@ from poolgate.gateway.bench.report import latency_ms, rate
 from poolgate.gateway.jobs.job import Counts, read_lines, run_job
 from poolgate.gateway.jobs.sender import Sender
 from poolgate.gateway.jobs.sinks import JsonlSink
+from poolgate.shared.config.flags import positive_int
+
+
+def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
+    """``poolgate bench``'s flags of these two modes."""
+    jobs = parser.add_argument_group("bulk jobs (gateway.bench.jobs)")
+    jobs.add_argument(
+        "--jobs",
+        action="store_true",
+        help="the corpus three ways, side by side: live requests (--batch-size, --concurrency), the same requests "
+        "as a job through --url (run-batch --url's code), and `poolgate run-batch` in-process; inputs/s, tokens/s "
+        "and each job's ratio to live",
+    )
+    jobs.add_argument("--job-inflight", type=positive_int, default=64, metavar="N", help="job lines in flight")
+    jobs.add_argument(
+        "--job-model", default=None, help="with --jobs: the in-process run-batch's MODEL (default: the bundled model)"
+    )
+    jobs.add_argument(
+        "--no-in-process",
+        dest="in_process",
+        action="store_false",
+        help="with --jobs: leave out the in-process run-batch",
+    )
+    jobs.add_argument(
+        "--beside-job",
+        type=positive_int,
+        default=None,
+        metavar="LINES",
+        help="live 1-input requests (--concurrency, --duration seconds, default 20) alone, then beside a Batch "
+        "API job of LINES lines of --batch-size inputs on --url (serve --batch-dir): p50/p99 of both",
+    )
+    jobs.add_argument(
+        "--wait-for-job",
+        action="store_true",
+        help="with --beside-job: wait for the job to end instead of cancelling it",
+    )
+
 
 RATE_LINE = re.compile(r"([\d,]+)/([\d,]+) lines .*?, ([\d,]+) lines/s, ([\d,]+) tokens/s")
 
