@@ -119,6 +119,10 @@ def test_a_job_killed_with_sigkill_half_way_finishes_on_the_rerun_with_each_line
     assert f"{written:,} done before" in err.decode()
     assert lines_in(tmp_path / "out.errors.jsonl") == 0
     assert_same_vectors(vectors_of(output), lines, offline)
+    third = run_batch(*args)  # all done: it says so and starts no model
+    _, err = third.communicate(timeout=60)
+    assert third.returncode == 0 and "nothing to do" in err.decode() and "loading model" not in err.decode()
+    assert lines_in(output) == len(lines)
 
 
 def test_against_a_live_gateway_jsonl_and_parquet(tmp_path, offline):

@@ -13,11 +13,12 @@ lines finished so far already written.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from poolgate.gateway.jobs.lines import Line, LineError, error_line, error_of, parse_line
+from poolgate.gateway.jobs.lines import MAX_CUSTOM_ID_CHARS, Line, LineError, error_line, error_of, parse_line
 from poolgate.gateway.jobs.sender import Answer, Sender, tokens_of
 from poolgate.gateway.jobs.sinks import Sink
 
@@ -58,6 +59,26 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
         for number, raw in enumerate(f, 1):
             if raw.strip():
                 yield number, raw
+
+
+def all_done(lines: Iterable[tuple[int, bytes]], done: set[str | int]) -> bool:
+    """Whether every line is in ``done``, each keyed as ``run_job`` writes it (its custom_id; by its number a
+    line without a usable one, or a second line of an id); reads each line's custom_id only."""
+    seen: set[str] = set()
+    for number, raw in lines:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            obj = None
+        custom_id = obj.get("custom_id") if isinstance(obj, dict) else None
+        key: str | int = number
+        if isinstance(custom_id, str) and 0 < len(custom_id) <= MAX_CUSTOM_ID_CHARS:
+            if custom_id not in seen:
+                key = custom_id
+            seen.add(custom_id)
+        if key not in done:
+            return False
+    return True
 
 
 async def run_job(

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from poolgate.gateway import serve
-from poolgate.gateway.jobs.job import Counts, count_lines, read_lines, run_job
+from poolgate.gateway.jobs.job import Counts, all_done, count_lines, read_lines, run_job
 from poolgate.gateway.jobs.progress import Progress
 from poolgate.gateway.jobs.sender import JobStopped, Sender
 from poolgate.gateway.jobs.sinks import JsonlSink, ParquetSink, Sink
@@ -139,6 +139,10 @@ async def _run(args: argparse.Namespace, config: GatewayConfig | None, source: P
     else:
         sink = JsonlSink(output, errors)
     counts = Counts(total=count_lines(source))
+    if len(sink.done) >= counts.total and all_done(read_lines(source), sink.done):
+        sink.close(True)  # (a Parquet job killed while joining its parts: joined now)
+        print(f"nothing to do: every line of {source} is in {output} or {errors}", file=sys.stderr)
+        return 0
     key = args.api_key or os.environ.get("POOLGATE_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     options = {

@@ -7,7 +7,7 @@ import json
 import pytest
 from aiohttp import web
 
-from poolgate.gateway.jobs.job import Counts, read_lines, run_job
+from poolgate.gateway.jobs.job import Counts, all_done, read_lines, run_job
 from poolgate.gateway.jobs.lines import Line
 from poolgate.gateway.jobs.sender import Answer, GatewayGone, NotAllowed, Sender, tokens_of
 from poolgate.gateway.jobs.sinks import JsonlSink
@@ -83,6 +83,11 @@ async def test_a_job_stopped_midway_goes_on_where_it_stopped(tmp_path):
     third = Scripted()  # everything done: nothing is sent, nothing written again
     counts = await job(tmp_path, third)
     assert third.sent == [] and counts.skipped == 52 and outputs(tmp_path) == (out, err)
+    sink = JsonlSink(tmp_path / "o.jsonl", tmp_path / "o.errors.jsonl")
+    sink.close(True)
+    assert all_done(read_lines(tmp_path / "in.jsonl"), sink.done)  # keyed as run_job writes them (bad, duplicate)
+    assert not all_done(read_lines(tmp_path / "in.jsonl"), sink.done - {"r7"})
+    assert not all_done(read_lines(tmp_path / "in.jsonl"), sink.done - {52})  # the second "r3" line, by number
 
 
 def test_tokens_of_each_usage_shape():
