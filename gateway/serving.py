@@ -165,6 +165,7 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     result = resolved.pools.front.finish(resolved.prepared, answer)
     if (record := request.get(RECORD)) is not None:
         record.prompt_tokens = result.total_tokens
+        record.characters = sum(map(chars, req.inputs))
         record.tokenize_s, record.tokenize_ns = result.timings.get("tokenize_s"), resolved.tokenize_ns
         record.queue_s = result.timings.get("queue_s")
         record.inference_s = result.timings.get("inference_s")

@@ -38,6 +38,7 @@ from poolgate.gateway.http.cors import allowed_origin, mark, preflight
 from poolgate.gateway.http.errors import ERROR_FORMATS, HTTPError
 from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
+from poolgate.gateway.http.timings import timing_headers
 from poolgate.gateway.http.trusted import TRUSTED
 from poolgate.gateway.telemetry.record import RequestRecord
 from poolgate.shared.domain.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
@@ -104,6 +105,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         error = InternalError("Internal server error.")
     if error is not None:
         response = error_response(request, error, request.get(CHOSEN, route))
+    elif record is not None:
+        response.headers.update(timing_headers(record))  # TEI's timing headers (http.timings)
     response.headers[REQUEST_ID_HEADER] = request_id
     if origin is not None:
         mark(response, origin)

@@ -37,6 +37,7 @@ class RequestRecord:
     task: str | None = None
     backend: str | None = None
     prompt_tokens: int | None = None
+    characters: int | None = None  # of the inputs the serving path ran (``x-compute-characters``)
     tokenize_s: float | None = None
     tokenize_ns: tuple[int, int] | None = None  # wall clock: its inputs waited for and ran in the tokenizer pool
     queue_s: float | None = None
@@ -74,14 +75,9 @@ class Telemetry:
     def __init__(self, tracer: Tracer | None = None, recorder: Recorder | None = None):
         self.tracer, self.recorder = tracer, recorder
 
-    @property
-    def active(self) -> bool:
-        return self.tracer is not None or self.recorder is not None
-
-    def begin(self, request: web.Request, request_id: str) -> RequestRecord | None:
-        """A record for a recorded route's request (None when telemetry is off)."""
-        if not self.active:
-            return None
+    def begin(self, request: web.Request, request_id: str) -> RequestRecord:
+        """A record for a recorded route's request (always: the timing headers read it, ``http.timings``,
+        whether or not metrics and tracing are on)."""
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else UNMATCHED_ROUTE
         record = RequestRecord(
