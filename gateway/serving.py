@@ -165,7 +165,6 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     result = resolved.pools.front.finish(resolved.prepared, answer)
     if (record := request.get(RECORD)) is not None:
         record.prompt_tokens = result.total_tokens
-        record.characters = sum(map(chars, req.inputs))
         record.tokenize_s, record.tokenize_ns = result.timings.get("tokenize_s"), resolved.tokenize_ns
         record.queue_s = result.timings.get("queue_s")
         record.inference_s = result.timings.get("inference_s")
@@ -182,7 +181,10 @@ async def resolve(request: web.Request, req: ServeRequest) -> Resolved:
     pools = request.app[ROUTER].resolve(req.model, req.params.task)
     if record is not None:
         record.model, record.backend = pools.name, pools.info.backend
-    pools.check(len(req.inputs), max(map(chars, req.inputs), default=0))
+    lengths = [chars(x) for x in req.inputs]  # once: the per-input cap here, x-compute-characters (http.timings)
+    pools.check(len(req.inputs), max(lengths, default=0))
+    if record is not None:
+        record.characters = sum(lengths)
     call = PoolingCall(
         request_id=request[REQUEST_ID],
         model=pools.name,
