@@ -19,7 +19,7 @@ from pathlib import Path
 from poolgate.gateway.config.tenants import load_tenants
 from poolgate.gateway.pools.discovery import check_url
 from poolgate.shared.config.backends import place, placed
-from poolgate.shared.config.frozen import BatchConfig, GatewayConfig, PoolConfig, TracingConfig
+from poolgate.shared.config.frozen import BatchConfig, GatewayConfig, GrpcConfig, PoolConfig, TracingConfig
 from poolgate.shared.config.model_flags import worker_config
 from poolgate.shared.config.model_settings import ModelSettings
 from poolgate.shared.config.security_flags import gateway_security_from_args
@@ -183,6 +183,23 @@ def batch_config(settings: argparse.Namespace) -> BatchConfig | None:
     )
 
 
+def grpc_config(settings: argparse.Namespace) -> GrpcConfig | None:
+    """The gRPC server's settings when ``grpc_port`` is given (``gateway.grpc``); None: no gRPC server. A
+    certificate needs its key and the other way round; TLS settings without a port are an error, not ignored."""
+    port = getattr(settings, "grpc_port", None)
+    cert, key = getattr(settings, "grpc_tls_cert", None), getattr(settings, "grpc_tls_key", None)
+    if (cert is None) != (key is None):
+        raise SettingError(("grpc_tls_cert",), "grpc_tls_cert and grpc_tls_key go together")
+    if port is None:
+        if cert is not None:
+            raise SettingError(("grpc_tls_cert",), "grpc_tls_cert and grpc_tls_key need grpc_port (no gRPC server)")
+        return None
+    for name, path in (("grpc_tls_cert", cert), ("grpc_tls_key", key)):
+        if path is not None and not Path(path).is_file():
+            raise SettingError((name,), f"{name} {path} is not a file")
+    return GrpcConfig(port=port, tls_cert=cert, tls_key=key, stream_inflight=settings.grpc_stream_inflight)
+
+
 def build_config(
     settings: argparse.Namespace,
     pools: tuple[PoolConfig, ...],
@@ -230,6 +247,7 @@ def build_config(
         metrics=settings.metrics,
         metrics_port=settings.metrics_port,
         worker_security=security,
+        grpc=grpc_config(settings),
         batch=batch_config(settings),
     )
 

@@ -18,6 +18,7 @@ from typing import Literal
 from poolgate.shared.config.declare import setting
 
 LIMITS = "request limits (each over-limit request gets a 4xx naming the limit)"  # a --help group
+GRPC = "gRPC (TEI's tei.v1 and the Open Inference Protocol; see docs/grpc.md)"  # a --help group
 BATCH = "the Batch API (OpenAI's /v1/files and /v1/batches; see docs/batch.md)"  # a --help group
 
 
@@ -139,6 +140,25 @@ class GatewaySettings:
         help="answer browsers' CORS preflights and add Access-Control-Allow-Origin for these origins "
         '(repeatable or a comma list, e.g. https://app.example.com; "*": any origin, never with '
         "credentials); default: no CORS headers at all",
+    )
+    grpc_port: int | None = setting(
+        ge=0,
+        le=65535,
+        group=GRPC,
+        help="serve gRPC on this port beside HTTP: TEI's tei.v1 services, the Open Inference Protocol's "
+        "inference.GRPCInferenceService, grpc.health.v1 and server reflection (default: off)",
+    )
+    grpc_tls_cert: str | None = setting(
+        metavar="PEM", path=True, group=GRPC, help="serve gRPC over TLS with this certificate chain"
+    )
+    grpc_tls_key: str | None = setting(metavar="PEM", path=True, group=GRPC, help="... and this private key")
+    grpc_stream_inflight: int = setting(
+        256,
+        ge=1,
+        group=GRPC,
+        metavar="N",
+        help="inputs one gRPC stream may have in flight; the server reads no more of the stream until "
+        "some are answered (HTTP/2 flow control then holds the client back)",
     )
     batch_dir: str | None = setting(
         metavar="DIR",

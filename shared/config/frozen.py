@@ -137,6 +137,16 @@ class Tenant:
 
 
 @dataclass(frozen=True)
+class GrpcConfig:
+    """The gateway's gRPC server (``gateway.grpc``): its port, TLS and how much of one stream is in flight."""
+
+    port: int
+    tls_cert: str | None = None  # PEM certificate chain; with tls_key: TLS
+    tls_key: str | None = None
+    stream_inflight: int = 256  # inputs one stream may have in flight
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """The HTTP side: where to listen, auth, truncation policy, the workers."""
 
@@ -168,6 +178,7 @@ class GatewayConfig:
     metrics: bool = True  # Prometheus metrics at /metrics
     metrics_port: int | None = None  # serve /metrics on this port instead of the API port
     worker_security: TransportSecurity = field(default_factory=TransportSecurity)  # token / TLS to remote workers
+    grpc: GrpcConfig | None = None  # --grpc-port: the gRPC server (gateway.grpc); None = off
     batch: BatchConfig | None = None  # --batch-dir: the Batch API's store and limits; None = off
 
     @property
