@@ -53,6 +53,7 @@ from aiohttp import web
 
 from poolgate.gateway.admin import FLEET
 from poolgate.gateway.app import make_app
+from poolgate.gateway.grpc.server import grpc_site
 from poolgate.gateway.http import server_log
 from poolgate.gateway.http.tenants import Tenants
 from poolgate.gateway.jobs.metrics import BATCH_METRICS, BatchMetrics
@@ -101,6 +102,7 @@ def _serve(config: GatewayConfig, share: Share | None) -> int:
         cleanup_ctx=[
             *_flush_spans(tracer),
             lifecycle.workers,
+            *grpc_site(config, draining=lambda: lifecycle.drain.task is not None),
             *([runner.run] if runner is not None else []),
             *_metrics_site(config, metrics),
             *_publish(metrics),

@@ -37,6 +37,10 @@ request asked (``record_asked``: the route's operation before the model is
 known, the encoding formats of its body) and what the dialect answered
 (``record_answer``: the body's id and its vectors' dimension); ``resolve``
 records the lane. No dialect touches a ``RequestRecord``.
+
+The request is a ``Scope``: what this path reads of an aiohttp ``web.Request``
+(its app, headers and per-request state). The gRPC server (``gateway.grpc``)
+passes a scope of its own per call, so a gRPC call runs this same path.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import TYPE_CHECKING, Union
 
 from aiohttp import web
 
@@ -59,8 +64,16 @@ from poolgate.shared.inputs.front import Prepared
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 from poolgate.shared.wire.rows import Rows
 
+if TYPE_CHECKING:
+    from poolgate.gateway.grpc.call import CallScope
+
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 LANE_HEADER = "X-Poolgate-Lane"  # live (the default) or bulk: below every live call (shared.domain.lanes)
+
+
+# One request as this path reads it (module doc): an aiohttp request, or a gRPC call's scope (its app, its
+# metadata as headers, its per-request state).
+Scope = Union[web.Request, "CallScope"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,7 @@ def lane(value: str | None) -> Lane:
         ) from None
 
 
-def priority(request: web.Request, asked: int | None) -> int:
+def priority(request: Scope, asked: int | None) -> int:
     """The request's own priority, else its tenant's default, else 0."""
     if asked is not None:
         return asked
@@ -128,11 +141,11 @@ def priority(request: web.Request, asked: int | None) -> int:
     return tenant.tenant.priority if tenant is not None else 0
 
 
-def request_deadline(request: web.Request) -> float | None:
+def request_deadline(request: Scope) -> float | None:
     return deadline(request.app[CONFIG], time.time(), request.headers.get(TIMEOUT_HEADER))
 
 
-def request_lane(request: web.Request) -> Lane:
+def request_lane(request: Scope) -> Lane:
     return lane(request.headers.get(LANE_HEADER))
 
 
@@ -150,7 +163,7 @@ class Resolved:
         return self.prepared.total_tokens
 
 
-async def serve(request: web.Request, req: ServeRequest) -> Served:
+async def serve(request: Scope, req: ServeRequest) -> Served:
     """Run ``req`` for the HTTP ``request`` through the one path above."""
     resolved = await resolve(request, req)
     tenant = request.get(TENANT)
@@ -171,7 +184,7 @@ async def serve(request: web.Request, req: ServeRequest) -> Served:
     return Served(resolved.request_id, resolved.pools.info, result)
 
 
-async def resolve(request: web.Request, req: ServeRequest) -> Resolved:
+async def resolve(request: Scope, req: ServeRequest) -> Resolved:
     """Steps 1 to 4 of the module doc: the request's pools, its call checked, tokenized and counted."""
     record = request.get(RECORD)
     call_lane = request_lane(request)
@@ -213,7 +226,7 @@ def chars(x: Input) -> int:
     return sum(len(v) for v in values if isinstance(v, str))
 
 
-def lookup(request: web.Request, model: str | None) -> ModelPools:
+def lookup(request: Scope, model: str | None) -> ModelPools:
     """The pools of ``model`` (None = the default), whatever its tasks; recorded on the request. A tokenizer
     route (answered in the gateway, at once) checks the request's timeout and lane headers as every route does."""
     request_deadline(request)  # 400 for a timeout that is not a positive number of seconds
@@ -224,7 +237,7 @@ def lookup(request: web.Request, model: str | None) -> ModelPools:
     return pools
 
 
-def record_asked(request: web.Request, *, task: str | None = None, formats: Sequence[str] = ()) -> None:
+def record_asked(request: Scope, *, task: str | None = None, formats: Sequence[str] = ()) -> None:
     """What the request asked, on its telemetry record before anything can fail: its route's operation
     (``task``; ``resolve`` refines it) and the encoding formats its body asks for (each left as it is
     when not given)."""
@@ -236,7 +249,7 @@ def record_asked(request: web.Request, *, task: str | None = None, formats: Sequ
         record.encoding_formats = tuple(formats)
 
 
-def record_answer(request: web.Request, response_id: str, vectors: Rows | None = None) -> None:
+def record_answer(request: Scope, response_id: str, vectors: Rows | None = None) -> None:
     """What the dialect answered, on the request's telemetry record: the response body's id and, when it
     answered embedding ``vectors``, their dimension (the last axis of the first input's array)."""
     if (record := request.get(RECORD)) is None:

@@ -34,12 +34,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
-from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from poolgate.gateway.dialects.request import reject_removed
 from poolgate.gateway.http.state import ROUTER
-from poolgate.gateway.serving import Served, ServeRequest, serve
+from poolgate.gateway.serving import Scope, Served, ServeRequest, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.domain.scoring import check_pairs
@@ -130,7 +129,7 @@ def as_list(value: ScoreInput | Sequence[ScoreInput]) -> list[ScoreInput]:
 
 
 async def score_pairs(
-    request: web.Request,
+    request: Scope,
     body: ScoringBody,
     queries: ScoreInput | Sequence[ScoreInput],
     documents: ScoreInput | Sequence[ScoreInput],

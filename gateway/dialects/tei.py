@@ -42,7 +42,7 @@ from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.route import Route, serve_route
 from poolgate.gateway.dialects.tei_body import InputsBody, TeiBody, prompted
 from poolgate.gateway.http.state import CHOSEN, CONFIG, ROUTER
-from poolgate.gateway.serving import Served, ServeRequest, serve
+from poolgate.gateway.serving import Scope, Served, ServeRequest, serve
 from poolgate.shared.domain.score_plan import scoring_enabled
 from poolgate.shared.domain.scoring import cosine_scores
 from poolgate.shared.domain.sparse import SPARSE_HEADS, SparseVector, sparse_head, sparse_vector
@@ -92,20 +92,26 @@ def _json(body: Any) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json")
 
 
-async def _served(request: web.Request, req: InputsBody, task: PoolingTask | None, **fields: Any) -> Served:
-    """``req``'s inputs served with ``task`` (None: the model's sparse head's task, for a sparse call)."""
+async def served(request: Scope, req: InputsBody, task: PoolingTask | None, **fields: Any) -> Served:
+    """``req``'s inputs served with ``task`` (None: the model's sparse head's task, for a sparse call); the
+    gRPC servicers (``gateway.grpc.tei``) call it too."""
     info = request.app[ROUTER].lookup(req.model).info
     params = req.params(task or sparse_head(info).task, **fields)
     return await serve(request, ServeRequest(model=req.model, inputs=req.batch(info), params=params))
 
 
+def embed_fields(req: EmbedRequest) -> dict[str, Any]:
+    """/embed's pooling fields beside the task."""
+    return {"use_activation": req.normalize, "dimensions": req.dimensions}
+
+
 async def _pooled(request: web.Request, req: InputsBody, task: PoolingTask, **fields: Any) -> list[np.ndarray]:
-    rows = (await _served(request, req, task, **fields)).result.outputs
+    rows = (await served(request, req, task, **fields)).result.outputs
     return [rows.item(i) for i in range(len(rows))]
 
 
 async def embed(request: web.Request, req: EmbedRequest) -> web.Response:
-    return _json(await _pooled(request, req, "embed", use_activation=req.normalize, dimensions=req.dimensions))
+    return _json(await _pooled(request, req, "embed", **embed_fields(req)))
 
 
 async def embed_all(request: web.Request, req: EmbedAllRequest) -> web.Response:
@@ -118,7 +124,7 @@ def sparse_values(vector: SparseVector) -> list[dict]:
 
 
 async def embed_sparse(request: web.Request, req: EmbedAllRequest) -> web.Response:
-    rows = (await _served(request, req, None, sparse=True)).result.outputs
+    rows = (await served(request, req, None, sparse=True)).result.outputs
     return _json([sparse_values(sparse_vector(rows, i)) for i in range(len(rows))])
 
 

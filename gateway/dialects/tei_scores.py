@@ -28,7 +28,7 @@ from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.pairs import ScoringBody, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.tei_body import TeiBody
-from poolgate.gateway.serving import ServeRequest, serve
+from poolgate.gateway.serving import Scope, Served, ServeRequest, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.score_plan import scoring_enabled
 from poolgate.shared.wire.messages import ModelInfo, TextPair
@@ -102,8 +102,9 @@ def predictions(scores: np.ndarray, labels: list[str]) -> list[dict]:
     return [{"score": float(scores[i]), "label": labels[i] if i < len(labels) else f"LABEL_{i}"} for i in order]
 
 
-async def predict(request: web.Request, req: PredictRequest) -> web.Response:
-    inputs, is_batch = req.batch()
+async def predicted(request: Scope, req: PredictRequest) -> tuple[list[list[dict]], Served]:
+    """Each input's ``[{score, label}]``, highest first, and what served them (the gRPC servicers call it too)."""
+    inputs, _ = req.batch()
     options = req.parameters or PredictParameters()
     raw = req.raw_scores or options.function_to_apply == "none"
     params = req.params("classify", use_activation=False if raw else None)
@@ -112,10 +113,17 @@ async def predict(request: web.Request, req: PredictRequest) -> web.Response:
     answers = [
         predictions(rows.item(i).astype(np.float32).reshape(-1), labels)[: options.top_k] for i in range(len(rows))
     ]
+    return answers, served
+
+
+async def predict(request: web.Request, req: PredictRequest) -> web.Response:
+    answers, _ = await predicted(request, req)
+    is_batch = req.batch()[1]
     return web.Response(body=dumps(answers if is_batch else answers[0]), content_type="application/json")
 
 
-async def rerank(request: web.Request, req: RerankTextsRequest) -> web.Response:
+async def ranked(request: Scope, req: RerankTextsRequest) -> tuple[list[dict], Served]:
+    """TEI's ``[{index, score, text?}]``, highest first, and what served them (the gRPC servicers call it too)."""
     if req.truncation_direction.lower() != "right":
         raise InvalidRequest(
             "truncation_direction left is not supported on /rerank: pairs are cut from the document's end",
@@ -132,6 +140,11 @@ async def rerank(request: web.Request, req: RerankTextsRequest) -> web.Response:
         {"index": int(i), "score": float(scored.scores[i]), **({"text": req.texts[i]} if req.return_text else {})}
         for i in order
     ]
+    return ranks, scored.served
+
+
+async def rerank(request: web.Request, req: RerankTextsRequest) -> web.Response:
+    ranks, _ = await ranked(request, req)
     return web.Response(body=dumps(ranks), content_type="application/json")
 
 

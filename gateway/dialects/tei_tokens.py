@@ -23,7 +23,7 @@ from poolgate.gateway.dialects.prompts import prompt_for
 from poolgate.gateway.dialects.request import as_batch
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.dialects.tei_body import TokenIds
-from poolgate.gateway.serving import lookup
+from poolgate.gateway.serving import Scope, lookup
 from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import check_inputs
@@ -71,7 +71,8 @@ def simple_tokens(text: str, details: dict) -> list[dict]:
     return out
 
 
-async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Response:
+async def tokenized(request: Scope, req: TokenizeInputsRequest) -> list[list[dict]]:
+    """Each input's TEI tokens (the gRPC servicers call it too)."""
     pools = lookup(request, req.model)
     texts = [req.inputs] if isinstance(req.inputs, str) else req.inputs
     if not texts:
@@ -86,11 +87,15 @@ async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Resp
     def one(text: str) -> list[dict]:
         return simple_tokens(text, front.token_details(text, req.add_special_tokens))
 
-    answers = await run_tokenizer(request.app, lambda batch: [one(text) for text in batch], texts)
-    return web.Response(body=dumps(list(answers)), content_type="application/json")
+    return list(await run_tokenizer(request.app, lambda batch: [one(text) for text in batch], texts))
 
 
-async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
+async def tokenize(request: web.Request, req: TokenizeInputsRequest) -> web.Response:
+    return web.Response(body=dumps(await tokenized(request, req)), content_type="application/json")
+
+
+async def decoded(request: Scope, req: DecodeRequest) -> list[str]:
+    """Each id list's text (the gRPC servicers call it too)."""
     pools = lookup(request, req.model)
     batch = [ids for ids in as_batch(req.ids) if isinstance(ids, list)]  # one id list, or a batch of them
 
@@ -98,7 +103,11 @@ async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
     texts = await run_tokenizer(
         request.app, lambda ids_batch: [front.detokenize(ids, req.skip_special_tokens) for ids in ids_batch], batch
     )
-    return web.Response(body=dumps(list(texts)), content_type="application/json")
+    return list(texts)
+
+
+async def decode(request: web.Request, req: DecodeRequest) -> web.Response:
+    return web.Response(body=dumps(await decoded(request, req)), content_type="application/json")
 
 
 def _tei_tokenize_body(raw: object) -> bool:

@@ -40,6 +40,7 @@ from poolgate.gateway.http.state import CHOSEN, CONFIG, RECORD, REQUEST_ID, TELE
 from poolgate.gateway.http.tenants import TenantState
 from poolgate.gateway.http.timings import timing_headers
 from poolgate.gateway.http.trusted import TRUSTED
+from poolgate.gateway.serving import Scope
 from poolgate.gateway.telemetry.record import RequestRecord
 from poolgate.shared.domain.errors import ClientClosedRequest, Forbidden, InternalError, PoolgateError, Unauthorized
 from poolgate.shared.telemetry.log_limit import LogLimiter
@@ -142,23 +143,29 @@ def _request_id(request: web.Request) -> str:
 
 
 def _authenticate(request: web.Request, route: Route) -> TenantState | None:
-    """The caller's tenant by its ``Authorization: Bearer KEY`` (``http.tenants``, constant time) or this
-    process's job token (``http.trusted``); None when no key is needed (no keys configured, a public route, a
-    CORS preflight); 401 without a known key, 403 for a tenant's key on an admin route."""
-    tenants = request.app[TENANTS]
-    if not tenants.enabled or request.method == "OPTIONS" or route.public:
+    """The caller's tenant (``caller``); None when no key is needed (no keys configured, a public route, a
+    CORS preflight)."""
+    if not request.app[TENANTS].enabled or request.method == "OPTIONS" or route.public:
         return None
+    return caller(request, admin=route.admin)
+
+
+def caller(request: Scope, *, admin: bool = False) -> TenantState:
+    """The caller's tenant by its ``Authorization: Bearer KEY`` (``http.tenants``, constant time) or this
+    process's job token (``http.trusted``): 401 without a known key, 403 for a tenant's key where ``admin``.
+    The gRPC server (``gateway.grpc.call``) asks it too, with a call's metadata as the headers."""
+    tenants = request.app[TENANTS]
     trusted = request.app.get(TRUSTED)
     tenant = trusted.tenant_of(request, tenants) if trusted is not None else None
     if tenant is not None:
-        if route.admin:
+        if admin:
             raise Forbidden("The admin API takes the server's own API key (--api-key), not a job's token.")
         return tenant
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     tenant = tenants.identify(key) if scheme == "Bearer" else None
     if tenant is None:
         raise Unauthorized("Unauthorized: missing or invalid API key.")
-    if route.admin and not tenant.admin:
+    if admin and not tenant.admin:
         raise Forbidden("The admin API takes the server's own API key (--api-key), not a tenant's.")
     return tenant
 

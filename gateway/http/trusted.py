@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from poolgate.gateway.http.tenants import Tenants, TenantState
 from poolgate.shared.domain.errors import Unauthorized
+
+if TYPE_CHECKING:
+    from poolgate.gateway.serving import Scope
 
 TOKEN_HEADER = "X-Poolgate-Job-Token"
 TENANT_HEADER = "X-Poolgate-Job-Tenant"
@@ -38,7 +42,7 @@ class TrustedCaller:
         """The headers of a request sent as ``tenant``'s (only this process's runner calls this)."""
         return {TOKEN_HEADER: self._token, TENANT_HEADER: tenant}
 
-    def tenant_of(self, request: web.Request, tenants: Tenants) -> TenantState | None:
+    def tenant_of(self, request: Scope, tenants: Tenants) -> TenantState | None:
         """The tenant a request acts as when it carries the token; None without the header; 401 for a wrong
         token or a tenant no key names."""
         sent = request.headers.get(TOKEN_HEADER)

@@ -221,14 +221,14 @@ class GatewayMetrics:
         lat, tok = names.LATENCY_BUCKETS, names.TOKEN_BUCKETS
         self.requests = Counter(
             names.REQUESTS,
-            "API requests by route, model and HTTP status.",
-            [names.ROUTE, names.MODEL, names.STATUS],
+            "API requests by route, model, HTTP status (a gRPC call's status as its HTTP equivalent) and protocol.",
+            [names.ROUTE, names.MODEL, names.STATUS, names.PROTOCOL],
             registry=r,
         )
         self.duration = Histogram(
             names.REQUEST_DURATION,
             "Arrival until the response is written.",
-            [names.ROUTE, names.MODEL],
+            [names.ROUTE, names.MODEL, names.PROTOCOL],
             buckets=lat,
             registry=r,
         )
@@ -291,8 +291,8 @@ class GatewayMetrics:
 
     def observe(self, record: RequestRecord) -> None:
         model = record.model or NO_MODEL
-        self.requests.labels(record.route, model, str(record.status)).inc()
-        self.duration.labels(record.route, model).observe(record.duration_s)
+        self.requests.labels(record.route, model, str(record.status), record.protocol).inc()
+        self.duration.labels(record.route, model, record.protocol).observe(record.duration_s)
         if record.error_type is not None:
             self.errors.labels(record.route, model, record.error_type).inc()
             if record.status == 429:

@@ -50,6 +50,8 @@ class RequestRecord:
     reason: str | None = None  # why a 429 was refused (``Overloaded.reason``, e.g. "queue_full")
     tenant: str | None = None  # the caller's tenant name (``gateway.http.tenants``); None: no key needed
     lane: str | None = None  # "live" or "bulk" (``X-Poolgate-Lane``) once the serving path read it
+    protocol: str = "http"  # "http", or "grpc" for a gRPC call (gateway.grpc): its route is the full method name
+    grpc_code: int | None = None  # a gRPC call's status code (``grpc.StatusCode`` value), once it ended
     duration_s: float = 0.0
     span: Any = None  # the tracer's handle on the llm_request span
     trace_context: dict[str, str] = field(default_factory=dict)  # W3C headers to carry to the worker
@@ -80,11 +82,20 @@ class Telemetry:
         whether or not metrics and tracing are on)."""
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else UNMATCHED_ROUTE
+        return self.open(route, request_id, request.headers)
+
+    def open(self, route: str, request_id: str, headers: Mapping[str, str], protocol: str = "http") -> RequestRecord:
+        """A record for one request on ``route`` (an HTTP route's pattern, or a gRPC call's full method name),
+        its span's parent read from ``headers`` (W3C trace context)."""
         record = RequestRecord(
-            request_id=request_id, route=route, arrival_ns=time.time_ns(), started=time.perf_counter()
+            request_id=request_id,
+            route=route,
+            arrival_ns=time.time_ns(),
+            started=time.perf_counter(),
+            protocol=protocol,
         )
         if self.tracer is not None:
-            self.tracer.start(record, request.headers)
+            self.tracer.start(record, headers)
         return record
 
     def end(self, record: RequestRecord, status: int, error: PoolgateError | None) -> None:

@@ -10,7 +10,8 @@ detailed child spans (``workers.engine.tracing``) join the same trace.
 ``end`` sets vLLM's attributes (request id, prompt tokens, e2e / queue /
 inference latency) and the GenAI semantic conventions for embeddings
 (operation, provider, models, the response body's id, input tokens, encoding
-formats, dimensions) plus ``http.route`` and ``http.response.status_code``, and
+formats, dimensions) plus ``http.route`` and ``http.response.status_code`` (a gRPC
+call: ``rpc.system``, ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``), and
 poolgate's own ``poolgate.lane`` (``live`` or ``bulk``, once the serving path
 read the request's ``X-Poolgate-Lane``). A request
 that failed gets ``error.type`` (the error's code, e.g.
@@ -50,7 +51,7 @@ class SpanTracer(ExportingTracer):
             context=PROPAGATOR.extract(headers),
             kind=SpanKind.SERVER,
             start_time=record.arrival_ns,
-            attributes={names.ATTR_PROVIDER: names.PROVIDER, names.ATTR_HTTP_ROUTE: record.route},
+            attributes={names.ATTR_PROVIDER: names.PROVIDER, **_where(record)},
         )
         record.span = span
         PROPAGATOR.inject(record.trace_context, context=trace.set_span_in_context(span))
@@ -77,13 +78,21 @@ def build_tracer(cfg: TracingConfig) -> SpanTracer:
     return SpanTracer(cfg)
 
 
+def _where(record: RequestRecord) -> dict[str, str]:
+    """An HTTP request's ``http.route``; a gRPC call's ``rpc.system``, ``rpc.service`` and ``rpc.method``."""
+    if record.protocol != "grpc":
+        return {names.ATTR_HTTP_ROUTE: record.route}
+    service, _, method = record.route.strip("/").rpartition("/")
+    return {names.ATTR_RPC_SYSTEM: "grpc", names.ATTR_RPC_SERVICE: service, names.ATTR_RPC_METHOD: method}
+
+
 def span_attributes(record: RequestRecord) -> dict[str, object]:
     """The attributes a finished request's span gets; those not known for it are left out."""
-    attrs: dict[str, object] = {
-        names.ATTR_REQUEST_ID: record.request_id,
-        names.ATTR_E2E: record.duration_s,
-        names.ATTR_HTTP_STATUS: record.status,
-    }
+    attrs: dict[str, object] = {names.ATTR_REQUEST_ID: record.request_id, names.ATTR_E2E: record.duration_s}
+    if record.protocol == "grpc":
+        attrs[names.ATTR_RPC_GRPC_STATUS] = record.grpc_code if record.grpc_code is not None else 0
+    else:
+        attrs[names.ATTR_HTTP_STATUS] = record.status
     optional = {
         names.ATTR_OPERATION: names.OPERATIONS.get(record.task) if record.task else None,
         names.ATTR_MODEL: record.model,

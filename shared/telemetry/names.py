@@ -18,6 +18,7 @@ PREFIX = "poolgate"
 MODEL = "model"
 TASK = "task"
 ROUTE = "route"
+PROTOCOL = "protocol"  # "http" or "grpc" (the request series)
 STATUS = "status"  # an HTTP status; on poolgate_batch_jobs a batch's (validating, in_progress, ...)
 BACKEND = "backend"
 WORKER = "worker"
@@ -28,8 +29,8 @@ OUTCOME = "outcome"  # a batch line's: completed | failed
 BATCH_ID = "batch_id"  # a Batch API batch's id (only while it runs: its series go when it ends)
 
 # --- gateway-side metrics (recorded per HTTP request) --------------------------
-REQUESTS = f"{PREFIX}_requests"  # counter {route, model, status}; exposed as ..._total
-REQUEST_DURATION = f"{PREFIX}_request_duration_seconds"  # histogram {route, model}
+REQUESTS = f"{PREFIX}_requests"  # counter {route, model, status, protocol}; exposed as ..._total
+REQUEST_DURATION = f"{PREFIX}_request_duration_seconds"  # histogram {route, model, protocol}
 REQUEST_ERRORS = f"{PREFIX}_request_errors"  # counter {route, model, error_type}
 PROMPT_TOKENS = f"{PREFIX}_prompt_tokens"  # counter {model, task}
 REQUEST_PROMPT_TOKENS = f"{PREFIX}_request_prompt_tokens"  # histogram {model, task}
@@ -108,6 +109,11 @@ ATTR_DIMENSION_COUNT = "gen_ai.embeddings.dimension.count"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_HTTP_ROUTE = "http.route"
 ATTR_HTTP_STATUS = "http.response.status_code"
+# a gRPC call's span (OpenTelemetry's RPC conventions) instead of the http.* attributes
+ATTR_RPC_SYSTEM = "rpc.system"
+ATTR_RPC_SERVICE = "rpc.service"
+ATTR_RPC_METHOD = "rpc.method"
+ATTR_RPC_GRPC_STATUS = "rpc.grpc.status_code"
 # poolgate's own (its prefix, as OpenTelemetry asks of attributes outside the conventions)
 ATTR_LANE = "poolgate.lane"  # "live" or "bulk" (shared.domain.lanes)
 PROVIDER = "poolgate"

@@ -173,7 +173,7 @@ async def test_metrics_count_lines_tokens_and_show_each_running_batch(batch_serv
     tokens = series(text, names.BATCH_JOB_TOKENS + "_total")
     assert tokens == {'tenant="default"': done.usage.input_tokens} and done.usage.input_tokens > 0
     requests = series(text, names.REQUESTS + "_total")
-    assert requests['model="fake-model",route="/v1/embeddings",status="200"'] == 200  # each line is a request
+    assert requests['model="fake-model",protocol="http",route="/v1/embeddings",status="200"'] == 200  # each line is a request
 
 
 async def test_one_job_span_with_chunk_spans_parenting_each_lines_request_span(batch_server):

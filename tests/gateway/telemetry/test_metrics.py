@@ -55,6 +55,8 @@ async def samples(client) -> dict[tuple[str, frozenset], float]:
 
 
 def value(got: dict, name: str, **labels) -> float:
+    if name in (f"{names.REQUESTS}_total",) or name.startswith(f"{names.REQUEST_DURATION}_"):
+        labels.setdefault("protocol", "http")  # (the request series' protocol: these requests are HTTP's)
     return got[(name, frozenset(labels.items()))]
 
 
