@@ -30,6 +30,7 @@ import numpy as np
 from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
+from poolgate.gateway.bench.grpc import add_grpc_arguments, grpc_main
 from poolgate.gateway.bench.jobs import add_jobs_arguments, format_beside, format_jobs, run_beside_job, run_jobs_compare
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
@@ -139,6 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --burst: the server's --max-queued-seconds, printed beside the latencies",
     )
     add_jobs_arguments(parser)
+    add_grpc_arguments(parser)
     kill = parser.add_argument_group("failover (gateway.bench.failover)")
     kill.add_argument(
         "--kill-worker-after",
@@ -345,6 +347,8 @@ def jobs_main(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.grpc is not None:
+        return grpc_main(args)
     if args.jobs or args.beside_job is not None:
         return jobs_main(args)
     if args.gateway_only:
@@ -385,13 +389,7 @@ def main(args: argparse.Namespace) -> int:
     if args.check_cosine:
         print("poolgate bench: encoding the corpus in float32 for --check-cosine", file=sys.stderr)
         report["cosine_to_fp32"] = check_cosine(args, cfg, texts, result, st_vectors)
-    print(format_table(report))
-    if failover is not None:
-        print(format_failover(failover))
-    line = to_json(report)
-    print(line, flush=True)
-    if args.json:
-        Path(args.json).write_text(line + "\n", encoding="utf-8")
+    table = format_table(report) + (f"\n{format_failover(failover)}" if failover is not None else "")
+    code = _emit(report, table, args)
     cos = report.get("cosine_to_fp32")
-    failed_check = cos is not None and ("error" in cos or cos["poolgate_below_0.999"] > 0)
-    return 0 if report["errors"] == 0 and not failed_check else 1
+    return 1 if cos is not None and ("error" in cos or cos["poolgate_below_0.999"] > 0) else code

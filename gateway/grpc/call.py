@@ -8,7 +8,8 @@ as on HTTP (``http.middleware.caller``), ``traceparent`` parents the
 ``llm_request`` span, ``x-request-id`` names the call, ``x-poolgate-lane`` and
 ``x-request-timeout`` work as the HTTP headers do. gRPC's own deadline is the
 request's deadline: the time the client has left becomes ``X-Request-Timeout``
-(the shorter, when it sent both).
+(the shorter, when it sent both), a little later (``DEADLINE_GRACE_S``) so that
+gRPC's own end of the call at the deadline comes first.
 
 ``GrpcCall`` is the middleware's part: ``enter`` authenticates and admits the
 call against its tenant's quotas (once per call; a stream is one call, its
@@ -44,6 +45,9 @@ from poolgate.shared.telemetry.log_limit import LogLimiter
 log = logging.getLogger(__name__)
 _failures = LogLimiter(log)
 MIN_TIMEOUT_S = 0.001  # a deadline already past still makes a positive timeout: the call then fails as late
+# gRPC ends a call at its deadline on both sides (the client's DEADLINE_EXCEEDED; here, the call cancelled, and
+# with it its work in the pools); the serving path's deadline is this much later, a backstop that never races it
+DEADLINE_GRACE_S = 0.25
 
 
 class CallScope:
@@ -81,7 +85,7 @@ def call_headers(metadata: Any, time_remaining: float | None) -> CIMultiDictProx
         if not key.endswith("-bin") and isinstance(value, str):
             headers.add(key, value)
     if time_remaining is not None:
-        left = max(time_remaining, MIN_TIMEOUT_S)
+        left = max(time_remaining + DEADLINE_GRACE_S, MIN_TIMEOUT_S)
         try:
             sent = float(headers.get(TIMEOUT_HEADER, "inf"))
         except ValueError:
@@ -95,7 +99,8 @@ class GrpcCall:
 
     def __init__(self, app: web.Application, context: grpc.aio.ServicerContext, method: str) -> None:
         self.app, self.context, self.method = app, context, method
-        self.headers = call_headers(context.invocation_metadata(), context.time_remaining())
+        self.metadata = context.invocation_metadata()
+        self.headers = call_headers(self.metadata, context.time_remaining())
         sent = self.headers.get("x-request-id", "")
         ok = 0 < len(sent) <= MAX_REQUEST_ID_CHARS and sent.isascii() and sent.isprintable()
         self.request_id = sent if ok else uuid.uuid4().hex
@@ -104,6 +109,8 @@ class GrpcCall:
 
     def scope(self) -> CallScope:
         """A scope for one serving-path request of this call: the call's own id, else ``ID-N`` per batch."""
+        if self._batches:  # a stream's later batch: the time the call has left now (its deadline is the call's)
+            self.headers = call_headers(self.metadata, self.context.time_remaining())
         scope = CallScope(self.app, self.headers)
         scope[REQUEST_ID] = self.request_id if self._batches == 0 else f"{self.request_id}-{self._batches}"
         self._batches += 1

@@ -11,7 +11,10 @@ sends forever is held back by HTTP/2 flow control instead of filling the
 queue. Messages that arrived together with the same options (``key``) go to
 the serving path as one batch (at most ``--max-inputs-per-request``), so a
 stream of 10,000 texts is tokenized and queued in batches, not one by one;
-answers come back in the order the messages came. The first failure ends the
+answers come back in the order the messages came. A batch admission refuses
+(or a tenant's quota: what a unary call gets ``RESOURCE_EXHAUSTED`` for) waits
+its ``Retry-After`` and goes again, the stream unread meanwhile: a stream is
+paced by the server, not ended, for being fast. Any other failure ends the
 stream with its status (answers before it were sent). A client that goes away
 or a deadline that passes cancels the call: the stream's batches still queued
 or running are cancelled with it (the pools drop their work in the workers).
@@ -34,11 +37,12 @@ from google.protobuf.message import DecodeError
 
 from poolgate.gateway.grpc.call import CallScope, GrpcCall
 from poolgate.shared.config.frozen import GatewayConfig
-from poolgate.shared.domain.errors import ClientClosedRequest, InternalError, InvalidRequest, PoolgateError
+from poolgate.shared.domain.errors import ClientClosedRequest, InternalError, InvalidRequest, Overloaded, PoolgateError
 
 M = TypeVar("M")
 R = TypeVar("R")
 END = object()  # the stream's end, in the reader's queue and the answers' queue
+RETRY_MIN_S, RETRY_MAX_S = 0.05, 1.0  # a stream's batch refused by admission waits this long (its Retry-After)
 
 
 @dataclass(frozen=True)
@@ -163,18 +167,24 @@ async def _answers(
             arrived.put_nowait(exc)
         arrived.put_nowait(END)
 
-    async def batched(scope: CallScope, group: list[Any]) -> list[Any]:
-        call.record(scope)
-        try:
-            answers = await run(scope, group)
-        except asyncio.CancelledError:
-            call.end(scope, ClientClosedRequest("client cancelled the call"), grpc.StatusCode.CANCELLED)
-            raise
-        except BaseException as exc:
-            call.end(scope, exc if isinstance(exc, PoolgateError) else InternalError("Internal server error."))
-            raise
-        call.end(scope)
-        return answers
+    async def batched(group: list[Any]) -> list[Any]:
+        while True:
+            scope = call.scope()
+            call.record(scope)
+            try:
+                answers = await run(scope, group)
+            except Overloaded as err:  # admission or a quota: wait (the stream is not read meanwhile), then again
+                call.end(scope, err)
+                await asyncio.sleep(min(max(err.retry_after_s or RETRY_MIN_S, RETRY_MIN_S), RETRY_MAX_S))
+                continue
+            except asyncio.CancelledError:
+                call.end(scope, ClientClosedRequest("client cancelled the call"), grpc.StatusCode.CANCELLED)
+                raise
+            except BaseException as exc:
+                call.end(scope, exc if isinstance(exc, PoolgateError) else InternalError("Internal server error."))
+                raise
+            call.end(scope)
+            return answers
 
     async def group() -> None:
         held: Any = None
@@ -194,7 +204,7 @@ async def _answers(
                     held = nxt
                     break
                 messages.append(nxt)
-            task = asyncio.create_task(batched(call.scope(), messages))
+            task = asyncio.create_task(batched(messages))
             tasks.append(task)
             batches.put_nowait(task)
 

@@ -9,8 +9,8 @@ It serves, beside HTTP and through the same serving path (``gateway.grpc.call``)
   are SERVING once every model has a ready worker; ``tei.v1.Info`` and
   ``tei.v1.Tokenize`` always (they need the tokenizer only); ``tei.v1.Embed``,
   ``tei.v1.Predict`` and ``tei.v1.Rerank`` when ready and some served model
-  does that (an embedder, a classifier, a reranker), as TEI reports per model
-  type. A draining gateway (SIGTERM) is NOT_SERVING everywhere;
+  does that (an embedder; a classifier; a reranker, or an embedder scoring by
+  cosine as ``/rerank`` does), as TEI reports per model type. A draining gateway (SIGTERM) is NOT_SERVING everywhere;
 - server reflection (``grpc.reflection.v1alpha``, the version grpcio-reflection
   ships; grpcurl falls back to it), listing every service above.
 
@@ -76,8 +76,8 @@ def serving_status(app: web.Application, draining: bool) -> dict[str, int]:
     ready = router.ready and not draining
     models = router.models() if ready else []
     embeds = any("embed" in m.tasks for m in models)
-    classifies = any("classify" in m.tasks and not scoring_enabled(m) for m in models)
-    ranks = any(scoring_enabled(m) for m in models)
+    classifies = any("classify" in m.tasks for m in models)
+    ranks = any(scoring_enabled(m) for m in models)  # a one-label classifier, or an embedder (cosine)
     on = {True: SERVING, False: NOT_SERVING}
     return {
         "": on[ready],
@@ -85,7 +85,7 @@ def serving_status(app: web.Application, draining: bool) -> dict[str, int]:
         "tei.v1.Info": on[not draining],
         "tei.v1.Tokenize": on[not draining],
         "tei.v1.Embed": on[embeds],
-        "tei.v1.Predict": on[classifies or ranks],
+        "tei.v1.Predict": on[classifies],
         "tei.v1.Rerank": on[ranks],
     }
 
