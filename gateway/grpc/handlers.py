@@ -73,15 +73,21 @@ def well_formed(message: Any, kind: str) -> Any:
 Unary = Callable[[CallScope, Any], Awaitable[Any]]
 
 
-def unary(app: web.Application, method: str, kind: str, fn: Unary) -> Callable[..., Awaitable[Any]]:
-    """The grpcio handler of a unary method (module doc); ``kind``: the request message's name."""
+def unary(
+    app: web.Application, method: str, kind: str, fn: Unary, *, public: bool = False, recorded: bool = True
+) -> Callable[..., Awaitable[Any]]:
+    """The grpcio handler of a unary method (module doc); ``kind``: the request message's name. ``public``: no
+    API key needed, ``recorded``: counted and traced (health and metadata methods are neither, as HTTP's ops
+    routes)."""
 
     async def handle(message: Any, context: grpc.aio.ServicerContext) -> Any:
         call = GrpcCall(app, context, method)
         scope = call.scope()
-        call.record(scope)
+        if recorded:
+            call.record(scope)
         try:
-            call.enter(scope)
+            if not public:
+                call.enter(scope)
             try:
                 answer = await fn(scope, well_formed(message, kind))
             finally:

@@ -37,6 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from poolgate.gateway.grpc.oip import Oip
 from poolgate.gateway.grpc.protos import Protos, load
 from poolgate.gateway.grpc.tei import Tei
 from poolgate.gateway.http.state import ROUTER
@@ -67,7 +68,7 @@ def _method_handler(protos: Protos, service: str, kind: str, fn: Any, request: s
 
 def services(app: web.Application, protos: Protos) -> Table:
     """Every poolgate service's methods: TEI's and the Open Inference Protocol's."""
-    return {**Tei(app, protos).handlers()}
+    return {**Tei(app, protos).handlers(), **Oip(app, protos).handlers()}
 
 
 def serving_status(app: web.Application, draining: bool) -> dict[str, int]:
