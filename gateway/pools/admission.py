@@ -177,6 +177,10 @@ class Admission:
         self.admitted[lane] += 1
         self.admitted_tokens[lane] += tokens
 
+    def queued(self, lane: Lane) -> int:
+        """Counted tokens of the admitted jobs of ``lane`` not yet ended."""
+        return sum(self._sizes[lane])
+
     @property
     def live_jobs(self) -> int:
         """Live jobs admitted and not yet ended."""
