@@ -6,10 +6,13 @@ import asyncio
 import dataclasses
 import os
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from poolgate.gateway.app import make_app
@@ -24,6 +27,8 @@ from tests.fakes import FakeWorkerClient, fake_model
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
+K8S = DOCKER / "k8s"
+KUBECTL = ROOT / ".cache" / "bin" / "kubectl"
 BACKENDS = ("cpu", "cuda", "rocm", "xpu")
 DEVICE_RESOURCE = {"cpu": None, "cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "xpu": "gpu.intel.com/i915"}
 TOKEN_SECRET = "poolgate-worker-token"
@@ -37,6 +42,32 @@ def no_tool(tool: str, reason: str, how: str):
     if os.environ.get("CI"):
         pytest.fail(f"{reason}; .ci/run unpacks {tool} into {how}")
     pytest.skip(f"{reason}; run .ci/run (or see its kubectl/helm step) to render the manifests")
+
+
+def no_kubectl(reason: str):
+    no_tool("kubectl", reason, str(KUBECTL))
+
+
+def kubectl_path() -> str:
+    kubectl = str(KUBECTL) if os.access(KUBECTL, os.X_OK) else shutil.which("kubectl")
+    if kubectl is None:
+        no_kubectl("kubectl is not installed")
+    try:
+        version = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True, timeout=60).stdout
+    except OSError as exc:  # e.g. the x86-64 binary on another CPU
+        no_kubectl(f"{kubectl} does not run: {exc}")
+    major = re.search(r"Kustomize Version: v(\d+)", version)
+    if major is None or int(major.group(1)) < 4:
+        no_kubectl(f"{kubectl}'s kustomize is older than v4 (no components/labels): {version.strip()!r}")
+    return kubectl
+
+
+def render(overlay: str) -> list[dict]:
+    """The overlay as ``kubectl kustomize`` renders it."""
+    kubectl = kubectl_path()
+    out = subprocess.run([kubectl, "kustomize", str(K8S / overlay)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def dockerfile_images() -> dict[str, Path]:
