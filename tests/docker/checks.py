@@ -1,5 +1,6 @@
 """What the Kubernetes manifests (kustomize overlays and the Helm chart alike) must agree with: the images docker/
 builds, the CLI's flags, the gateway's routes and the metrics (and labels) it really exports, and drain timing."""
+
 from __future__ import annotations
 
 import asyncio
@@ -87,8 +88,11 @@ def routes() -> set[str]:
 
 
 def exported_metrics() -> set[str]:
-    return {v for k, v in vars(telemetry).items() if k.isupper() and isinstance(v, str)
-            and v.startswith(telemetry.PREFIX + "_")}
+    return {
+        v
+        for k, v in vars(telemetry).items()
+        if k.isupper() and isinstance(v, str) and v.startswith(telemetry.PREFIX + "_")
+    }
 
 
 def exported_series() -> dict[str, set[str]]:
@@ -154,8 +158,9 @@ def check_hpa(hpa: dict, deployment: str, backend: str, series: dict[str, set[st
 
 def one_autoscaler_each(docs: list[dict]) -> None:
     """Every worker Deployment has exactly one autoscaler (a ScaledObject or an HPA, never both); nothing else."""
-    scaled = [d["spec"]["scaleTargetRef"]["name"] for d in docs
-              if d["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")]
+    scaled = [
+        d["spec"]["scaleTargetRef"]["name"] for d in docs if d["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
+    ]
     workers = [n for n in by_kind(docs, "Deployment") if n.startswith("poolgate-worker-")]
     assert sorted(scaled) == sorted(workers), scaled
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from poolgate.shared.wire.transport import parse_address
 from tests.docker.checks import (BACKENDS, DEVICE_RESOURCE, DOCKER, K8S, ROOT, TOKEN_SECRET, by_kind, check_drain,
                                  check_hpa, check_scaled_object, cli_args, dockerfile_images, exported_series,
                                  one_autoscaler_each, render, routes)
-from poolgate.shared.wire.transport import parse_address
 
 OVERLAYS = sorted(p.parent.name for p in K8S.glob("*/kustomization.yaml"))
 
@@ -129,8 +129,9 @@ def test_the_local_compose_override_runs_the_two_built_services_on_loopback():
 @pytest.mark.skipif(shutil.which("yamllint") is None, reason="yamllint not installed; apt-get install yamllint")
 def test_yaml_files_lint_clean():
     rules = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}"
+    # a chart's templates are YAML only once rendered (tests/docker/test_helm.py)
     files = sorted(str(p) for p in [*DOCKER.rglob("*.yaml"), *DOCKER.rglob("*.yml")]
-                   if not p.is_relative_to(DOCKER / "helm") or "templates" not in p.parts)  # a chart's: YAML once rendered
+                   if not p.is_relative_to(DOCKER / "helm") or "templates" not in p.parts)
     done = subprocess.run(["yamllint", "--strict", "-d", rules, *files], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -3,6 +3,7 @@ The rendered objects pass the checks the kustomize overlays pass (images built h
 paths the gateway routes, one autoscaler per worker Deployment on metrics it exports, drain within the grace
 period) and, for the release named "poolgate", equal what the matching overlay renders. helm is .cache/bin/helm,
 which .ci/run unpacks from the same PyPI wheel as kubectl, else the one on PATH; in CI a missing helm fails."""
+
 from __future__ import annotations
 
 import os
@@ -16,15 +17,32 @@ import yaml
 
 from poolgate.gateway import serve
 from poolgate.gateway.config.given import parse_noting_given
-from tests.docker.checks import (BACKENDS, DOCKER, ROOT, by_kind, check_drain, check_hpa, check_scaled_object,
-                                 cli_args, dockerfile_images, exported_series, no_tool, one_autoscaler_each, render,
-                                 routes)
+from tests.docker.checks import (
+    BACKENDS,
+    DOCKER,
+    ROOT,
+    by_kind,
+    check_drain,
+    check_hpa,
+    check_scaled_object,
+    cli_args,
+    dockerfile_images,
+    exported_series,
+    no_tool,
+    one_autoscaler_each,
+    render,
+    routes,
+)
 
 HELM = ROOT / ".cache" / "bin" / "helm"
 CHART = DOCKER / "helm" / "poolgate"
 RELEASE = "poolgate"  # the overlays' names are the chart's for this release name
-HELM_ONLY_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart",
-                    "app.kubernetes.io/part-of")
+HELM_ONLY_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+    "app.kubernetes.io/part-of",
+)
 
 
 def helm_path() -> str:
@@ -59,6 +77,7 @@ def only(*backends: str) -> list[str]:
 def comparable(docs: list[dict]) -> dict[tuple[str, str], dict]:
     """(kind, name) -> what must match between chart and overlay: specs (a ConfigMap's TOML, parsed), without the
     labels only the chart adds (release, chart) and the names' hashes only kustomize adds."""
+
     def strip(value):
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if k not in HELM_ONLY_LABELS and k != "annotations"}
@@ -123,12 +142,20 @@ def test_no_autoscaler_when_none_is_chosen():
     assert not by_kind(docs, "HorizontalPodAutoscaler") and not by_kind(docs, "ScaledObject")
 
 
-@pytest.mark.parametrize("sets, message", [
-    (["autoscaling.kind=both"], "autoscaling.kind must be hpa, keda or none"),
-    ([*only(), ], "enable at least one of workers.backends"),
-    (["workers.order={cuda,rocm,xpu,cpu,tpu}"], "workers.order names \"tpu\""),
-    ([*only("cuda", "cpu"), "workers.order={cpu}"], "workers.order must list the enabled backend \"cuda\""),
-])
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["autoscaling.kind=both"], "autoscaling.kind must be hpa, keda or none"),
+        (
+            [
+                *only(),
+            ],
+            "enable at least one of workers.backends",
+        ),
+        (["workers.order={cuda,rocm,xpu,cpu,tpu}"], 'workers.order names "tpu"'),
+        ([*only("cuda", "cpu"), "workers.order={cpu}"], 'workers.order must list the enabled backend "cuda"'),
+    ],
+)
 def test_values_the_chart_cannot_honour_are_refused(sets, message):
     out = helm("template", RELEASE, str(CHART), *(a for s in sets for a in ("--set", s)))
     assert out.returncode != 0 and message in out.stderr, out.stderr
@@ -162,7 +189,9 @@ def test_several_backends_are_pools_of_one_model_by_file_as_in_the_overflow_over
     args = parse_noting_given(serve.add_arguments, argv[1:])  # as `poolgate serve` parses: flags over the file
     config = serve.config_from_args(args, {})
     assert [(p.backend, p.remotes) for p in config.pools] == [
-        ("cuda", ("dns+tcp://poolgate-workers-cuda:9100",)), ("cpu", ("dns+tcp://poolgate-workers-cpu:9100",))]
+        ("cuda", ("dns+tcp://poolgate-workers-cuda:9100",)),
+        ("cpu", ("dns+tcp://poolgate-workers-cpu:9100",)),
+    ]
     assert config.grpc is not None and config.grpc.port == 50051
     assert (config.drain_timeout_s, config.worker_security.token) == (45, "t")
 
@@ -175,8 +204,9 @@ def test_the_grpc_port_is_served_only_when_set():
         assert cli_args(container["args"]).grpc_port == port
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports.get("grpc") == port and ports["http"] == 8000
-        assert [p for p in service if p["name"] == "grpc"] == ([] if port is None else [
-            {"name": "grpc", "port": port, "targetPort": "grpc"}])
+        assert [p for p in service if p["name"] == "grpc"] == (
+            [] if port is None else [{"name": "grpc", "port": port, "targetPort": "grpc"}]
+        )
 
 
 def test_a_release_names_its_objects_and_the_gateway_finds_its_own_workers():
@@ -184,7 +214,8 @@ def test_a_release_names_its_objects_and_the_gateway_finds_its_own_workers():
     out = helm("template", "search", str(CHART), *(a for s in only("rocm") for a in ("--set", s)))
     renamed = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert {d["metadata"]["name"] for d in renamed} == {
-        d["metadata"]["name"].replace(RELEASE, "search", 1) for d in docs}
+        d["metadata"]["name"].replace(RELEASE, "search", 1) for d in docs
+    }
     gateway = by_kind(renamed, "Deployment")["search-gateway"]["spec"]["template"]["spec"]["containers"][0]
     (url,) = cli_args(gateway["args"]).worker_url
     assert url == "dns+tcp://search-workers-rocm:9100" and "search-workers-rocm" in by_kind(renamed, "Service")

@@ -1,4 +1,5 @@
 """Reading a scrape in the telemetry tests: every sample of ``GET /metrics`` by name and labels."""
+
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families

@@ -1,4 +1,5 @@
 """Each pool's admission as series (the autoscaling signals): over a real worker, by hand, and across processes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +35,11 @@ def pool(backend: str = "cpu", name: str = M, capacity: float = 0.0, **limits) -
 
 def scrape(registry: CollectorRegistry) -> dict[tuple[str, frozenset], float]:
     text = generate_latest(registry).decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 async def test_a_scrape_shows_what_the_pools_admission_holds_and_decided(scraped):
@@ -116,8 +120,7 @@ def test_each_pool_has_its_series_and_a_gone_model_leaves_no_gauge():
     router.remove("other")
     series.publish()
     got = scrape(registry)
-    assert not any(n in (names.POOL_QUEUED_TOKENS, names.POOL_CAPACITY) and ("model", "other") in ls
-                   for n, ls in got)
+    assert not any(n in (names.POOL_QUEUED_TOKENS, names.POOL_CAPACITY) and ("model", "other") in ls for n, ls in got)
     assert value(got, f"{names.POOL_ADMITTED}_total", **gone) == 1  # a counter stays
 
 
