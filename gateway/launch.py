@@ -154,7 +154,8 @@ def _metrics_site(config: GatewayConfig, metrics: GatewayMetrics | None) -> list
 
 
 def _publish(metrics: GatewayMetrics | None) -> list:
-    """With several gateway processes, a cleanup_ctx that keeps this one's calls in flight in the shared files."""
+    """With several gateway processes, a cleanup_ctx that keeps this one's calls in flight and pool series in the shared
+    files."""
     return [metrics.keep_publishing] if metrics is not None and metrics.multiprocess else []
 
 

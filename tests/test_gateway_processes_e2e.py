@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from poolgate.shared.config.models import DEFAULT_MODEL_NAME
-from poolgate.shared.telemetry.names import REQUESTS, WORKER_UP
+from poolgate.shared.telemetry.names import POOL_ADMITTED, POOL_QUEUED_TOKENS, REQUESTS, WORKER_UP
 from tests.live_server import live_server
 from tests.processes import alive
 
@@ -92,6 +92,12 @@ def test_two_processes_share_one_port_metrics_and_a_tenants_quota(tmp_path):
             text = requests.get(f"{server.url}/metrics", timeout=10).text
             assert _sample(text, f"{REQUESTS}_total", route="/v1/embeddings", status="200") == [sent]
             assert _sample(text, WORKER_UP) == [1.0]
+        deadline = time.monotonic() + 5  # each process publishes its pool series every second (and at its scrapes)
+        while _sample(text, f"{POOL_ADMITTED}_total", lane="live") != [sent] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            text = requests.get(f"{server.url}/metrics", timeout=10).text
+        assert _sample(text, f"{POOL_ADMITTED}_total", lane="live") == [sent]  # summed over both processes
+        assert _sample(text, POOL_QUEUED_TOKENS, lane="live") == [0]  # every call answered, in both
 
         started, accepted, tokens = time.monotonic(), 0, 0
         for _ in range(120):  # ~2x the quota offered to each process

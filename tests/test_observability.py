@@ -53,13 +53,15 @@ needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None,
 COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADMISSION_REJECTIONS,
             names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES,
             names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY,
-            names.BATCH_JOB_LINES, names.BATCH_JOB_TOKENS)
+            names.BATCH_JOB_LINES, names.BATCH_JOB_TOKENS, names.POOL_ADMITTED, names.POOL_ADMITTED_TOKENS,
+            names.POOL_REFUSED)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
           names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
           names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES, names.WORKER_TOKENS_PER_S,
-          names.BATCH_JOBS, names.BATCH_JOB_PROGRESS)
+          names.BATCH_JOBS, names.BATCH_JOB_PROGRESS, names.POOL_QUEUED_TOKENS, names.POOL_QUEUED_SECONDS,
+          names.POOL_CAPACITY)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))
 # The Batch API's series: batches are not one model's (a batch's lines name their models), so its panels take no
@@ -293,6 +295,8 @@ async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_ser
                                                                                 "reserved": 4 << 20},
                                 cache_bytes=1 << 20)  # the embedding cache's series too
     async with served_router([model], max_in_flight=1) as router:
+        served = router.pools[SERVED].pools[0]
+        served.member(served.clients[0]).tokens_per_s = 1000.0  # what health checks (none run here) would measure
         metrics = GatewayMetrics(router)
         # One tenant, so the per-tenant usage series exist (every request below carries its key).
         tenant = Tenant("team-a", (hashlib.sha256(TENANT_KEY.encode()).hexdigest(),))

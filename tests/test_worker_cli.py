@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 
 from poolgate.gateway import serve
+from poolgate.shared.config.frozen import WORKER_DRAIN_TIMEOUT_S
 from poolgate.shared.config.model_flags import worker_config_from_args
 from poolgate.workers import cli as worker_cli
 from tests.processes import alive, children, free_port, health_status, wait_healthy
@@ -47,10 +48,21 @@ def test_the_cli_imports_without_torch():
     (["--listen", "http://x:1"], 2, "must start with unix: or tcp://"),
     (["/no/such/folder"], 2, "does not exist"),
     (["--listen", "tcp://127.0.0.1:1", "--runner-factory", "no_colon"], 2, "bad worker arguments"),
+    (["--drain-timeout", "0"], 2, "must be a positive number"),
 ])
 def test_usage(args, code, message):
     out = subprocess.run([*POOLGATE, "worker", *args], capture_output=True, text=True, timeout=60)
     assert out.returncode == code and message in out.stdout + out.stderr
+
+
+def test_the_drain_timeout_reaches_the_worker(tmp_path, monkeypatch):
+    from poolgate.workers import main as worker_main
+
+    seen = []
+    monkeypatch.setattr(worker_main, "run", lambda cfg, *args, **kwargs: seen.append(cfg.drain_timeout_s) or 0)
+    assert worker_cli.main(_parse(worker_cli.add_arguments, [str(tmp_path), "--drain-timeout", "12.5"])) == 0
+    worker_cli.main(_parse(worker_cli.add_arguments, [str(tmp_path)]))
+    assert seen == [12.5, WORKER_DRAIN_TIMEOUT_S] and WORKER_DRAIN_TIMEOUT_S == 30
 
 
 def test_worker_that_fails_to_load_exits_1(tmp_path):

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("poolgate.worker")
 
 DEFAULT_RUNNER_FACTORY = "poolgate.workers.load.build:load_model"
-DRAIN_TIMEOUT_S = 30.0  # on SIGTERM, how long calls in flight may take to finish
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,12 +110,11 @@ def load_factory(spec: str) -> Callable[[WorkerConfig], LoadedModel]:
     return getattr(importlib.import_module(module_name), attr)
 
 
-async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, report_fd: int | None = None,
-                     drain_timeout_s: float = DRAIN_TIMEOUT_S) -> int:
+async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, report_fd: int | None = None) -> int:
     """Serve ``model`` on ``address`` until SIGTERM or SIGINT, then drain and shut down cleanly.
 
     Draining: new calls are refused (``Unavailable``: the gateway sends them to
-    another worker), the calls in flight finish (up to ``drain_timeout_s``), then
+    another worker), the calls in flight finish (up to ``cfg.drain_timeout_s``), then
     the engine stops and fails whatever is left.
     """
     stop = asyncio.Event()
@@ -136,7 +134,7 @@ async def run_worker(cfg: WorkerConfig, address: str, model: LoadedModel, *, rep
         log.info("stopping worker for %s: draining", model.info.served_model_name)
         draining.set()
         server.close()
-        await drain(engine, drain_timeout_s)
+        await drain(engine, cfg.drain_timeout_s)
     finally:
         server.close()
         await engine.stop()

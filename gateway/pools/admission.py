@@ -52,8 +52,9 @@ own bounded queues still refuse what is more than they hold.
 A refusal is ``Overloaded`` (with its ``reason`` and ``retry_after_s``), raised
 before anything is sent, so ``ModelPools`` tries the model's next pool. What
 was admitted is released when the job ends, retried or not (a retry after a
-lost worker is not admitted again). Refusals are counted by reason
-(``refused``).
+lost worker is not admitted again). What it decided is counted for the
+metrics (``gateway.telemetry.pool_series``): jobs and tokens admitted by lane
+(``admitted``, ``admitted_tokens``), refusals by reason and lane (``refused``).
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ class Admission:
         self.tokens = 0  # counted tokens of admitted jobs not yet finished (both lanes)
         self.jobs = 0
         self._sizes: dict[Lane, list[int]] = {lane: [] for lane in LANES}  # each admitted job's tokens, by lane
-        self.refused: Counter[str] = Counter()  # reason -> refusals
+        self.admitted: Counter[Lane] = Counter()  # lane -> jobs admitted, ever
+        self.admitted_tokens: Counter[Lane] = Counter()  # lane -> their counted tokens
+        self.refused: Counter[tuple[str, Lane]] = Counter()  # (reason, lane) -> refusals
 
     def check(self, inputs: int, longest_chars: int = 0) -> None:
         """A request's own limits: its input count and its longest input (400, the same on every pool)."""
@@ -131,7 +134,9 @@ class Admission:
         lanes = LANES if lane == BULK else (LIVE,)
         free = [m for m in members if sum(calls_of(m, counted) for counted in lanes) < cap]
         if members and not free:
-            self._refuse(REASON_WORKERS_BUSY, f"Every worker serving model '{self.model}' is busy; retry shortly.")
+            self._refuse(
+                REASON_WORKERS_BUSY, lane, f"Every worker serving model '{self.model}' is busy; retry shortly."
+            )
         return free
 
     def queue_limit(self, capacity: float) -> int | None:
@@ -160,6 +165,7 @@ class Admission:
             what = "request" if lane == LIVE else "bulk request"
             self._refuse(
                 REASON_QUEUE_FULL,
+                lane,
                 f"Model '{self.model}' cannot take this {what} of {tokens} tokens now: {before} tokens of "
                 f"work would run before it is done ({sum(counted)} tokens queued; the limit is {cap}); "
                 "retry shortly.",
@@ -168,6 +174,12 @@ class Admission:
         self.tokens += tokens
         self.jobs += 1
         self._sizes[lane].append(tokens)
+        self.admitted[lane] += 1
+        self.admitted_tokens[lane] += tokens
+
+    def queued(self, lane: Lane) -> int:
+        """Counted tokens of the admitted jobs of ``lane`` not yet ended."""
+        return sum(self._sizes[lane])
 
     @property
     def live_jobs(self) -> int:
@@ -180,8 +192,8 @@ class Admission:
         self.jobs -= 1
         self._sizes[lane].remove(tokens)
 
-    def _refuse(self, reason: str, message: str, retry_after_s: float | None = None) -> None:
-        self.refused[reason] += 1
+    def _refuse(self, reason: str, lane: Lane, message: str, retry_after_s: float | None = None) -> None:
+        self.refused[reason, lane] += 1
         raise Overloaded(message, retry_after_s=retry_after_s, reason=reason)
 
 

@@ -21,6 +21,11 @@ pulled by the process that answers the scrape alone, so each worker is counted
 once. ``poolgate_requests_in_flight`` (calls each process has sent and not had
 answered) is a ``livesum`` gauge: each process writes its own every
 ``PUBLISH_INTERVAL_S`` and at its scrapes, a process that exited drops out.
+
+Each pool's admission (queued tokens and seconds behind, capacity, jobs
+admitted and refused: the autoscaling signals) is published the same way, by
+``gateway.telemetry.pool_series``: before each scrape, and with N processes by
+each process every ``PUBLISH_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from poolgate.gateway.dialects.route import Route, mount
 from poolgate.gateway.pools.member import Client
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.gateway.pools.router import Router
+from poolgate.gateway.telemetry.pool_series import PoolSeries
 from poolgate.gateway.telemetry.record import RequestRecord
 from poolgate.shared.domain.errors import PoolgateError
 from poolgate.shared.telemetry import names
@@ -280,6 +286,7 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             names.REQUESTS_IN_FLIGHT, IN_FLIGHT_HELP, [names.MODEL], registry=None, multiprocess_mode="livesum"
         )
+        self.pools = PoolSeries(router, r, multiprocess=self.multiprocess)
         self.workers = WorkerCollector(router, in_flight=not self.multiprocess)
         self.registry.register(self.workers)
         self.pulled: list[Pulled] = [self.workers]
@@ -312,9 +319,14 @@ class GatewayMetrics:
     async def render(self) -> bytes:
         """The exposition text, with fresh worker stats (and every other pulled collector's series)."""
         await asyncio.gather(*(collector.refresh() for collector in self.pulled))
+        self.publish()
+        return generate_latest(self.registry)
+
+    def publish(self) -> None:
+        """Write this process's own state: the pools' admission series, and (multiprocess) its calls in flight."""
+        self.pools.publish()
         if self.multiprocess:
             self.publish_in_flight()
-        return generate_latest(self.registry)
 
     def publish_in_flight(self) -> None:
         """Write this process's calls in flight per model to its file (multiprocess: summed over the processes
@@ -323,11 +335,11 @@ class GatewayMetrics:
             self.in_flight.labels(model).set(calls)
 
     async def keep_publishing(self, app: web.Application) -> AsyncIterator[None]:
-        """cleanup_ctx (multiprocess): ``publish_in_flight`` every ``PUBLISH_INTERVAL_S``."""
+        """cleanup_ctx (multiprocess): ``publish`` every ``PUBLISH_INTERVAL_S``."""
 
         async def publish() -> None:
             while True:
-                self.publish_in_flight()
+                self.publish()
                 await asyncio.sleep(PUBLISH_INTERVAL_S)
 
         task = asyncio.create_task(publish())

@@ -26,6 +26,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def port_number(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:

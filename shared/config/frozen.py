@@ -46,6 +46,9 @@ class TransportSecurity:
     insecure_no_token: bool = False  # worker: listen beyond loopback without a token (asked for explicitly)
 
 
+WORKER_DRAIN_TIMEOUT_S = 30.0  # a worker's default drain on SIGTERM (``poolgate worker --drain-timeout``)
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerConfig(ModelSettings):
     """Everything one worker process needs to load and serve one model: the model settings, resolved, and what
@@ -68,6 +71,7 @@ class WorkerConfig(ModelSettings):
         None  # its GPU as the host numbers it (shared.config.backends.place); None: the backend's default
     )
     cpu_affinity: tuple[int, ...] | None = None  # logical CPUs it is pinned to (several CPU workers); None: not pinned
+    drain_timeout_s: float = WORKER_DRAIN_TIMEOUT_S  # on SIGTERM, how long its calls may take (worker --drain-timeout)
 
     def __post_init__(self) -> None:
         if self.pooling_type is not None or self.normalize is not None:

