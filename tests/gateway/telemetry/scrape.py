@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from poolgate.shared.telemetry import names
-
 from prometheus_client.parser import text_string_to_metric_families
+
+from poolgate.shared.telemetry import names
 
 EMBED = "/v1/embeddings"
 
