@@ -91,7 +91,8 @@ def test_unknown_and_refused_datatypes_are_400_naming_the_tensor(datatype, match
 
 
 def test_counts_that_disagree_with_the_shape_are_400():
-    bad(from_data, "t", "FP32", [2, 2], [1.0, 2.0, 3.0], match=r"tensor 't': shape \[2, 2\] holds 4 elements but the data has 3")
+    bad(from_data, "t", "FP32", [2, 2], [1.0, 2.0, 3.0],
+        match=r"tensor 't': shape \[2, 2\] holds 4 elements but the data has 3")
     bad(from_data, "t", "BYTES", [3], ["a", "b"], match="holds 3 elements")
     bad(from_raw, "t", "FP32", [2], b"\x00" * 12, match="takes 8 bytes but 12 were sent")
     bad(from_raw, "t", "INT64", [1], b"\x00" * 4, match="takes 8 bytes but 4 were sent")
