@@ -14,8 +14,9 @@
   for the ready ones only.
 
 A model name may hold slashes (``sentence-transformers/all-MiniLM-L6-v2``:
-tritonclient does not escape them), so ``{name}`` takes the rest of the path up
-to the route's own suffix. Triton's other routes that tritonclient calls
+tritonclient does not escape them), so ``{name}`` (and ``{version}``) take the
+rest of the path up to the route's own suffix: a path is always one of these
+routes, and answers in the protocol's shape. Triton's other routes that tritonclient calls
 (statistics, repository load and unload, shared memory, trace and log
 settings) answer 404 saying so. Errors are the protocol's ``{"error": "…"}``.
 The model routes need the API key (as ``/v1/models``); only ``infer`` is
@@ -40,8 +41,9 @@ from poolgate.shared.version import VERSION as POOLGATE_VERSION
 from poolgate.shared.wire.messages import ModelInfo
 
 EXTENSIONS = ("binary_tensor_data",)
-MODEL = "/v2/models/{name:.+}"
-VERSIONED = MODEL + "/versions/{version}"
+ANY = r"[\s\S]+"  # any characters, slashes and newlines too (``.`` would leave newlines out)
+MODEL = "/v2/models/{name:" + ANY + "}"
+VERSIONED = MODEL + "/versions/{version:" + ANY + "}"
 
 
 class ServerMetadata(BaseModel):
@@ -135,9 +137,11 @@ TRITON_ONLY = {
     ("GET", MODEL + "/stats"): "Triton's inference statistics are not implemented: poolgate's metrics are at /metrics",
     ("GET", VERSIONED + "/stats"): "Triton's inference statistics are not implemented: poolgate's metrics are at "
     "/metrics",
-    ("POST", "/v2/repository/models/{name:.+}/load"): "Triton's model repository is not implemented: load models "
-    "with the admin API (POST /admin/models)",
-    ("POST", "/v2/repository/models/{name:.+}/unload"): "Triton's model repository is not implemented: unload "
+    (
+        "POST",
+        "/v2/repository/models/{name:" + ANY + "}/load",
+    ): "Triton's model repository is not implemented: load models with the admin API (POST /admin/models)",
+    ("POST", "/v2/repository/models/{name:" + ANY + "}/unload"): "Triton's model repository is not implemented: unload "
     "models with the admin API (DELETE /admin/models/{name})",
     ("GET", "/v2/systemsharedmemory/status"): "shared memory is not implemented: send tensors in the request",
     ("GET", "/v2/cudasharedmemory/status"): "shared memory is not implemented: send tensors in the request",

@@ -14,7 +14,11 @@ import pytest
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
+from poolgate.gateway.dialects.oip_models import infer
+from poolgate.gateway.dialects.oip_tensors import from_data
+from poolgate.gateway.http.state import REQUEST_ID
 from poolgate.shared.config.frozen import GatewayConfig
+from poolgate.shared.domain.errors import InvalidRequest
 from tests.fakes import expected_output, fake_model
 from tests.gateway.dialects.test_score_http import cross_encoder
 
@@ -257,3 +261,20 @@ async def test_the_rerank_document_cap(triton):
     t = await triton(models=[cross_encoder()], config=GatewayConfig(max_documents_per_rerank=2))
     inputs = [texts_input("query", ["q"]), texts_input("documents", ["a", "b", "c"])]
     await refused(t, "400", "--max-documents-per-rerank", "fake-model", inputs)
+
+
+class Scope(dict):
+    """What gRPC passes ``infer`` instead of an aiohttp request: the app, the headers, ``get()`` and ``[]``."""
+
+    def __init__(self, app, headers: dict | None = None):
+        super().__init__({REQUEST_ID: "grpc-1"})
+        self.app, self.headers = app, headers or {}
+
+
+async def test_infer_takes_any_scope_with_the_requests_interface(triton):
+    t = await triton()
+    text = from_data("text", "BYTES", [3], TEXTS)
+    [got] = await infer(Scope(t.client.app), "fake-model", "", [text], None, {"normalize": True})
+    assert got.name == "embeddings" and np.array_equal(got.data, await openai_vectors(t.client, TEXTS))
+    with pytest.raises(InvalidRequest, match="X-Request-Timeout"):
+        await infer(Scope(t.client.app, {"X-Request-Timeout": "soon"}), "fake-model", "1", [text], None, {})
