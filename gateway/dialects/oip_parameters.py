@@ -13,8 +13,9 @@ An inference request carries parameters in three places: the request's
 - the model's: the request's and every input's maps merged (the same name
   twice with two values is a 400), validated against the model kind's
   ``Options`` (strict types, unknown names a 400 naming them and listing the
-  kind's): ``priority`` (Triton's and poolgate's: lower runs earlier; 0 = the
-  default), ``truncate`` (bool: cut each input to the model's length) or
+  kind's): ``priority`` (poolgate's: lower runs earlier; 0 = the default, as
+  Triton's 0; Triton's 1, its highest level, is one step below it here),
+  ``truncate`` (bool: cut each input to the model's length) or
   ``truncate_prompt_tokens`` (int, vLLM's: -1 = the model's length, k = keep k
   tokens), and per kind ``EmbedOptions`` / ``ScoreOptions`` / ``ClassifyOptions``.
 """
