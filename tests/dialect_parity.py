@@ -85,6 +85,13 @@ def collect(url: str, texts: list[str] = TEXTS) -> dict[str, np.ndarray]:
         out[f"cohere {kind}"] = np.stack([dequantize(kind, v) for v in emb[kind]])
     raw, _ = post(url, "/pooling", {"input": texts})
     out["vllm /pooling float"] = np.float32([d["data"] for d in json.loads(raw)["data"]])
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as resp:
+        infer = f"/v2/models/{json.load(resp)['data'][0]['id']}/infer"
+    request = {"inputs": [{"name": "text", "shape": [len(texts)], "datatype": "BYTES", "data": texts}]}
+    raw, _ = post(url, infer, request)
+    out["oip json"] = np.float32(json.loads(raw)["outputs"][0]["data"]).reshape(-1, dim)
+    raw, headers = post(url, infer, {**request, "parameters": {"binary_data_output": True}})
+    out["oip binary"] = np.frombuffer(raw[int(headers["Inference-Header-Content-Length"]):], "<f4").reshape(-1, dim)
     return out
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import openai
 import pytest
 import torch
+import tritonclient.http
 
 from poolgate.gateway.dialects.quantize import EMBEDDING_TYPES
 from poolgate.shared.config.models import DEFAULT_MODEL_NAME as MODEL
@@ -93,7 +94,7 @@ def test_cohere_sdk_errors_carry_the_message(url):
 def test_every_dialect_and_encoding_is_the_same_vector(url, floats):
     vectors = collect(url, FEW)
     for name in ("openai base64 float32", "openai bytes float32", "cohere float", "cohere base64",
-                 "vllm /pooling float"):
+                 "vllm /pooling float", "oip json", "oip binary"):
         assert np.array_equal(vectors[name], floats), name
     for dtype in EMBED_DTYPES:
         cast = torch.from_numpy(floats).to(TORCH[dtype]).float().numpy()
@@ -102,6 +103,20 @@ def test_every_dialect_and_encoding_is_the_same_vector(url, floats):
     worst = {name: cos for name, cos, _ in table(vectors)}
     assert worst["openai base64 float16"] > 0.99999 and worst["openai base64 fp8_e5m2"] > 0.99
     assert worst["cohere int8"] > 0.995 and worst["cohere uint8"] > 0.995 and worst["cohere binary"] > 0.6
+
+
+def test_tritonclient_http_unmodified_gets_the_openai_vectors(url, floats):
+    client = tritonclient.http.InferenceServerClient(url.removeprefix("http://"))  # MODEL's "/" goes unescaped
+    try:
+        text = tritonclient.http.InferInput("text", [len(FEW)], "BYTES")
+        text.set_data_from_numpy(np.array([t.encode() for t in FEW], dtype=object))  # binary, as by default
+        got = client.infer(MODEL, [text]).as_numpy("embeddings")  # binary too: it names no outputs
+        assert got.shape == floats.shape and np.allclose(got, floats, atol=1e-6)
+        assert client.is_server_ready() and client.is_model_ready(MODEL)
+        assert client.get_model_metadata(MODEL)["outputs"] == [{"name": "embeddings", "datatype": "FP32",
+                                                                 "shape": [-1, 384]}]
+    finally:
+        client.close()
 
 
 def test_openapi_document_lists_the_served_routes(url):

@@ -34,6 +34,7 @@ from poolgate.gateway.dialects import (
     cohere,
     invocations,
     io_processor,
+    oip,
     openai,
     rerank,
     tei,
@@ -57,6 +58,7 @@ DIALECTS: dict[str, tuple[Route, ...]] = {
     "vllm_tokenize": vllm_tokenize.ROUTES,
     "invocations": invocations.ROUTES,
     "tei": tei.ROUTES + tei_scores.ROUTES + tei_tokens.ROUTES,
+    "oip": oip.ROUTES,  # the Open Inference Protocol (KServe v2, Triton); its gRPC side is gateway.grpc's
 }
 
 

@@ -30,13 +30,22 @@ async def read_json(request: web.Request) -> object:
     (413) for a body over ``--max-request-bytes``."""
     if request.content_type != JSON_MEDIA_TYPE:
         raise InvalidRequest("Unsupported Media Type: Only 'application/json' is allowed")
+    return loads(await read_bytes(request))
+
+
+async def read_bytes(request: web.Request) -> bytes:
+    """The whole body; RequestTooLarge (413) for one over ``--max-request-bytes``."""
     try:
-        raw = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[CONFIG].max_request_bytes
         raise RequestTooLarge(f"Request body too large: the limit is {limit} bytes (--max-request-bytes).") from None
+
+
+def loads(raw: bytes | memoryview) -> object:
+    """The JSON value of ``raw``; InvalidRequest (400) for malformed JSON."""
     try:
-        return json.loads(raw)
+        return json.loads(raw if isinstance(raw, bytes) else bytes(raw))
     except (ValueError, RecursionError) as exc:
         raise InvalidRequest(f"Malformed JSON in request body: {_first_line(exc)}") from None
 

@@ -72,6 +72,8 @@ class Route:
     (a route has a ``request_model`` or a ``query``, not both).
     ``form``: a ``multipart/form-data`` body, documented with this model; the handler reads it itself (an
     upload is streamed to disk, never held).
+    ``framed``: a body the handler reads itself (JSON, possibly followed by raw bytes: the Open Inference
+    Protocol's binary tensor data), documented as JSON with this model.
     ``off``: why the route is off under a config (it then answers 404 with that reason and is not documented);
     None when it is on.
     ``response_model`` and ``summary`` only document the route.
@@ -95,13 +97,14 @@ class Route:
     alternatives: tuple[Route, ...] = ()
     query: type[BaseModel] | None = None
     form: type[BaseModel] | None = None
+    framed: type[BaseModel] | None = None
     off: Callable[[GatewayConfig], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.errors not in ERROR_FORMATS:
             raise ValueError(f"{self.method} {self.path}: unknown error shape {self.errors!r}")
-        if sum(m is not None for m in (self.request_model, self.query, self.form)) > 1:
-            raise ValueError(f"{self.method} {self.path}: a JSON body, a query model or a form, not two")
+        if sum(m is not None for m in (self.request_model, self.query, self.form, self.framed)) > 1:
+            raise ValueError(f"{self.method} {self.path}: a JSON body, a query model, a form or a framed body, not two")
 
     def off_because(self, config: GatewayConfig) -> str | None:
         """Why the route is off under ``config``; None when it is on."""

@@ -32,11 +32,17 @@ def tei_error_body(err: PoolgateError) -> dict:
     return {"error": err.message, "error_type": tei_error_type(err.status)}
 
 
+def oip_error_body(err: PoolgateError) -> dict:
+    """The Open Inference Protocol's (KServe v2, Triton) error body."""
+    return {"error": err.message}
+
+
 # Error shape name (``Route.errors``) -> body builder.
 ERROR_FORMATS: dict[str, Callable[[PoolgateError], dict]] = {
     "openai": openai_error_body,
     "cohere": cohere_error_body,
     "tei": tei_error_body,
+    "oip": oip_error_body,
 }
 
 

@@ -50,6 +50,7 @@ ERROR_SCHEMAS = {
         "required": ["error", "error_type"],
         "properties": {"error": {"type": "string"}, "error_type": {"type": "string"}},
     },
+    "oip": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
 }
 
 
@@ -66,7 +67,7 @@ def document(routes: list[Route], models: list[ModelInfo], config: GatewayConfig
     schemas = _schemas([p for parts in live.values() for p in parts])
     paths: dict[str, dict] = {}
     for route, parts in live.items():
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, parts, schemas)
+        paths.setdefault(template(route.path), {})[route.method.lower()] = _operation(route, parts, schemas)
     components = dict(schemas.pop("$defs", {}))
     components.update({f"{name.capitalize()}Error": schema for name, schema in ERROR_SCHEMAS.items()})
     return {
@@ -77,10 +78,15 @@ def document(routes: list[Route], models: list[ModelInfo], config: GatewayConfig
     }
 
 
+def template(path: str) -> str:
+    """An aiohttp path as an OpenAPI path template: ``{name:.+}`` (a parameter with its pattern) is ``{name}``."""
+    return re.sub(r"{(\w+):[^}]*}", r"{\1}", path)
+
+
 def _schemas(routes: list[Route]) -> dict:
     """``{(model, mode): schema ref}`` plus ``$defs``: each pydantic model once."""
     pairs: set[tuple[type[BaseModel], JsonSchemaMode]] = {
-        (model, "validation") for r in routes for model in (r.request_model, r.form) if model is not None
+        (model, "validation") for r in routes for model in (r.request_model, r.form, r.framed) if model is not None
     }
     pairs |= {(r.response_model, "serialization") for r in routes if r.response_model is not None}
     if not pairs:
@@ -96,10 +102,10 @@ def _one_of(schemas: list[dict]) -> dict:
 
 def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
     op: dict = {
-        "operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
+        "operationId": f"{route.method.lower()}_{template(route.path).strip('/').replace('/', '_') or 'root'}",
         "summary": route.summary or route.path,
     }
-    names = re.findall(r"{(\w+)}", route.path)
+    names = re.findall(r"{(\w+)}", template(route.path))
     parameters = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
     if route.query is not None:
         parameters += _query_parameters(route.query)
@@ -108,6 +114,11 @@ def _operation(route: Route, parts: list[Route], schemas: dict) -> dict:
     requests = [schemas[(p.request_model, "validation")] for p in parts if p.request_model is not None]
     if requests:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _one_of(requests)}}}
+    if route.framed is not None:  # its JSON part; the binary tensor data that may follow has no schema
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": schemas[(route.framed, "validation")]}},
+        }
     if route.form is not None:
         form = schemas[(route.form, "validation")]
         op["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": form}}}

@@ -6,8 +6,9 @@ import re
 from openapi_spec_validator import validate
 
 from poolgate.gateway.dialects import DIALECTS, all_routes
+from poolgate.gateway.dialects.oip import MODEL as OIP_MODEL
 from poolgate.gateway.dialects.route import Route, is_live
-from poolgate.gateway.http.openapi import document
+from poolgate.gateway.http.openapi import document, template
 from poolgate.gateway.http.ops import ROUTES as OPS_ROUTES
 from poolgate.gateway.http.state import ROUTER
 from tests.fakes import fake_model
@@ -109,9 +110,9 @@ def test_openapi_documents_every_route_and_its_error_shape():
     for route in routes:
         if not is_live(route, everything):
             continue
-        op = doc["paths"][route.path][route.method.lower()]
+        op = doc["paths"][template(route.path)][route.method.lower()]
         parts = route.alternatives or (route,)  # a shared path documents each dialect's body (oneOf)
-        assert ("requestBody" in op) == any(p.request_model is not None for p in parts), route.path
+        assert ("requestBody" in op) == any(p.request_model or p.framed for p in parts), route.path
         assert ("content" in op["responses"]["200"]) == any(p.response_model is not None for p in parts), route.path
         error = op["responses"]["4XX"]["content"]["application/json"]["schema"]
         refs = [e["$ref"] for e in error.get("oneOf", [error])]
@@ -126,11 +127,11 @@ def test_openapi_declares_the_path_parameters_of_templated_routes():
     doc = document(routes, [fake_model().info])
     validate(doc)
     templated = [r for r in routes if "{" in r.path]
-    assert {r.path for r in templated} >= {"/admin/models/{name}", "/docs/{name}"}
+    assert {r.path for r in templated} >= {"/admin/models/{name}", "/docs/{name}", OIP_MODEL + "/infer"}
     for route in templated:  # a client (a fuzzer, a generated SDK) can fill the template
-        op = doc["paths"][route.path][route.method.lower()]
+        op = doc["paths"][template(route.path)][route.method.lower()]  # {name:.+} (a pattern) is {name}
         declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path" and p["required"]}
-        assert declared == set(re.findall(r"{(\w+)}", route.path)), route.path
+        assert declared == set(re.findall(r"{(\w+)", route.path)), route.path
 
 
 def _all_refs_resolve(doc: dict) -> None:

@@ -4,11 +4,13 @@ API document and its Swagger UI page."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from poolgate.gateway.app import make_app
 from poolgate.gateway.dialects import all_routes
+from poolgate.gateway.dialects.oip import ROUTES as OIP_ROUTES
 from poolgate.gateway.http.errors import ERROR_FORMATS
 from poolgate.gateway.http.state import ROUTE_OF
 from poolgate.gateway.telemetry.metrics import GatewayMetrics
@@ -19,9 +21,11 @@ from tests.fakes import fake_model
 from tests.gateway.conftest import served_router
 
 PUBLIC = {("GET", "/health"), ("GET", "/ping"), ("POST", "/ping"), ("GET", "/version"), ("GET", "/metrics"),
-          ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/{name}")}
+          ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/{name}"),
+          ("GET", "/v2"), ("GET", "/v2/health/live"), ("GET", "/v2/health/ready")}  # the OIP's probes and version
 UNRECORDED = {("GET", "/health"), ("GET", "/ping"), ("POST", "/ping"), ("GET", "/version"), ("GET", "/metrics"),
-              ("GET", "/v1/models"), ("GET", "/docs"), ("GET", "/docs/{name}")}
+              ("GET", "/v1/models"), ("GET", "/docs"), ("GET", "/docs/{name}")} | {
+              (r.method, r.path) for r in OIP_ROUTES if not r.path.endswith("/infer")}  # the OIP's but inference
 KEY = "sekrit"
 
 
@@ -36,7 +40,7 @@ async def keyed_app():
 
 
 def concrete(path: str) -> str:
-    return path.replace("{name}", "some-model")
+    return re.sub(r"{(\w+)(:[^}]*)?}", lambda m: "some-model" if m[1] == "name" else f"some-{m[1]}", path)
 
 
 async def test_every_route_is_in_the_table_and_every_guarded_one_refuses_a_missing_key():
