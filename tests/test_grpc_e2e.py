@@ -64,8 +64,9 @@ def test_every_tei_rpc_on_the_real_model(server, tei):
         assert one.metadata.compute_tokens == 4 and one.metadata.compute_chars == len(texts[0])
         streamed = [a.embeddings for a in embed.EmbedStream(iter(pb.EmbedRequest(inputs=t) for t in texts))]
         assert np.all(np.abs(cosines(streamed, want) - 1.0) < 1e-6)
-        cut = embed.Embed(pb.EmbedRequest(inputs=texts[1], dimensions=64))
-        assert len(cut.embeddings) == 64 or cut is None  # matryoshka cut when the model allows it
+        with pytest.raises(grpc.RpcError) as err:  # MiniLM is no matryoshka model: refused, never cut
+            embed.Embed(pb.EmbedRequest(inputs=texts[1], dimensions=64))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "Matryoshka" in err.value.details()
         tokens = embed.EmbedAll(pb.EmbedAllRequest(inputs=texts[0]))
         assert len(tokens.token_embeddings) == 4 and len(tokens.token_embeddings[0].embeddings) == 384
         assert len(list(embed.EmbedAllStream(iter(pb.EmbedAllRequest(inputs=t) for t in texts)))) == 3
@@ -103,3 +104,20 @@ def test_ten_thousand_inputs_in_one_embed_stream(server, tei):
     assert np.all(np.abs(cosines([answers[i].embeddings for i in picks], openai(url, [texts[i] for i in picks]))
                          - 1.0) < 1e-6)
     assert sum(a.metadata.compute_tokens for a in answers) > 10_000
+
+
+def test_tritonclient_grpc_and_health_on_the_real_model(server):
+    import tritonclient.grpc as triton
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    url, target = server
+    texts = ["hello world", "poolgate serves pooling models"]
+    client = triton.InferenceServerClient(target)
+    text = triton.InferInput("text", [len(texts), 1], "BYTES")  # [N, 1], as Triton's embedding ensembles take
+    text.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=object))
+    got = client.infer(DEFAULT_MODEL_NAME, [text]).as_numpy("embeddings")
+    assert got.shape == (2, 384)
+    assert np.all(np.abs(cosines(got, openai(url, texts)) - 1.0) < 1e-6)
+    with grpc.insecure_channel(target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest(service="")).status == health_pb2.HealthCheckResponse.SERVING

@@ -126,7 +126,7 @@ async def grpc_latency(target: str, cfg: LoadConfig, text: str, n: int) -> dict:
 
 
 async def http_latency(cfg: LoadConfig, text: str, n: int) -> dict:
-    body = {"model": cfg.model, "input": [text], "encoding_format": "base64"}
+    body: dict[str, Any] = {"model": cfg.model, "input": [text], "encoding_format": "base64"}
     if cfg.truncate:
         body["truncate_prompt_tokens"] = -1
     url, times = f"{cfg.url.rstrip('/')}/v1/embeddings", []

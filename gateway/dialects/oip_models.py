@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from aiohttp import web
 
 from poolgate.gateway.dialects.oip_parameters import (
     ClassifyOptions,
@@ -48,7 +47,7 @@ from poolgate.gateway.dialects.prompts import prompt_for, prompted
 from poolgate.gateway.dialects.rerank import check_documents
 from poolgate.gateway.dialects.tei_scores import labels_of
 from poolgate.gateway.http.state import CONFIG, ROUTER
-from poolgate.gateway.serving import ServeRequest, record_answer, serve
+from poolgate.gateway.serving import Scope, ServeRequest, record_answer, serve
 from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.wire.messages import Input, ModelInfo
@@ -70,7 +69,7 @@ class Spec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
-Run = Callable[[web.Request, ModelInfo, dict[str, Tensor], Any], Awaitable[list[Tensor]]]
+Run = Callable[[Scope, ModelInfo, dict[str, Tensor], Any], Awaitable[list[Tensor]]]
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def texts(t: Tensor, *, one: bool = False) -> list[str]:
         raise InvalidRequest(f"input '{t.name}' is not UTF-8 text", param=t.name) from None
 
 
-async def _embed(scope: web.Request, info: ModelInfo, inputs: dict[str, Tensor], opts: EmbedOptions) -> list[Tensor]:
+async def _embed(scope: Scope, info: ModelInfo, inputs: dict[str, Tensor], opts: EmbedOptions) -> list[Tensor]:
     batch: list[Input] = list(texts(inputs["text"]))
     batch = prompted(batch, prompt_for(info, opts.input_type, opts.prompt_name))
     params = PoolingParams(
@@ -118,7 +117,7 @@ async def _embed(scope: web.Request, info: ModelInfo, inputs: dict[str, Tensor],
     return [tensor("embeddings", "FP32", vectors)]  # (N, D)
 
 
-async def _rerank(scope: web.Request, info: ModelInfo, inputs: dict[str, Tensor], opts: ScoreOptions) -> list[Tensor]:
+async def _rerank(scope: Scope, info: ModelInfo, inputs: dict[str, Tensor], opts: ScoreOptions) -> list[Tensor]:
     query, documents = texts(inputs["query"], one=True)[0], texts(inputs["documents"])
     check_documents(scope.app[CONFIG], len(documents))
     body = ScoringBody(
@@ -132,9 +131,7 @@ async def _rerank(scope: web.Request, info: ModelInfo, inputs: dict[str, Tensor]
     return [tensor("scores", "FP32", scored.scores)]  # (N,)
 
 
-async def _classify(
-    scope: web.Request, info: ModelInfo, inputs: dict[str, Tensor], opts: ClassifyOptions
-) -> list[Tensor]:
+async def _classify(scope: Scope, info: ModelInfo, inputs: dict[str, Tensor], opts: ClassifyOptions) -> list[Tensor]:
     params = PoolingParams(
         task="classify",
         use_activation=False if opts.raw_scores else None,
@@ -184,7 +181,7 @@ def kind_of(info: ModelInfo) -> Kind | None:
     return KINDS[name] if name is not None else None
 
 
-def lookup(scope: web.Request, model: str, version: str | None) -> ModelInfo:
+def lookup(scope: Scope, model: str, version: str | None) -> ModelInfo:
     """The served ``model`` at ``version`` ("" / None / "1"); 404 for another model or version."""
     if not model:
         raise InvalidRequest("a model name is required", param="model")
@@ -262,7 +259,7 @@ def _wanted(kind: Kind, info: ModelInfo, requested: list[str] | None) -> list[st
 
 
 async def infer(
-    scope: web.Request,
+    scope: Scope,
     model: str,
     version: str | None,
     inputs: list[Tensor],

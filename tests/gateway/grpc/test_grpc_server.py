@@ -44,7 +44,7 @@ async def test_reflection_lists_and_describes_every_service(grpc_gateway):
             names = db.get_services()
             pool = descriptor_pool.DescriptorPool(db)
             embed = pool.FindServiceByName("tei.v1.Embed")
-            infer = pool.FindMethodByName("inference.GRPCInferenceService.ModelInfer")
+            infer = pool.FindServiceByName("inference.GRPCInferenceService").methods_by_name["ModelInfer"]
             return names, [m.name for m in embed.methods], infer.input_type.full_name
 
     names, methods, infer_input = await asyncio.to_thread(reflect)

