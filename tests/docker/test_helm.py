@@ -197,7 +197,7 @@ def test_several_backends_are_pools_of_one_model_by_file_as_in_the_overflow_over
 
 
 def test_the_grpc_port_is_served_only_when_set():
-    for docs, port in ((template(), None), (template("gateway.grpcPort=50051"), 50051)):
+    for docs, port in ((template("gateway.grpcPort=null"), None), (template(), 50051), (template("gateway.grpcPort=7000"), 7000)):
         pod = by_kind(docs, "Deployment")[f"{RELEASE}-gateway"]["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         service = by_kind(docs, "Service")[f"{RELEASE}-gateway"]["spec"]["ports"]

@@ -43,6 +43,9 @@ enabled backend the order leaves out. */}}
 host = "0.0.0.0"
 port = {{ .Values.gateway.port }}
 worker_token_file = "/var/run/secrets/poolgate/{{ .Values.workerToken.key }}"
+{{- if .Values.gateway.grpcPort }}
+grpc_port = {{ .Values.gateway.grpcPort }}
+{{- end }}
 {{- range (include "poolgate.backends" . | fromJsonArray) }}
 {{- $b := index $.Values.workers.backends . }}
 
