@@ -49,12 +49,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Union
 
 from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER, TENANT
 from poolgate.gateway.pools.model_pools import ModelPools
+from poolgate.gateway.scope import CallScope
 from poolgate.gateway.tokenizing import run_tokenizer
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import InvalidRequest, Overloaded
@@ -64,16 +64,13 @@ from poolgate.shared.inputs.front import Prepared
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 from poolgate.shared.wire.rows import Rows
 
-if TYPE_CHECKING:
-    from poolgate.gateway.grpc.call import CallScope
-
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 LANE_HEADER = "X-Poolgate-Lane"  # live (the default) or bulk: below every live call (shared.domain.lanes)
 
 
 # One request as this path reads it (module doc): an aiohttp request, or a gRPC call's scope (its app, its
 # metadata as headers, its per-request state).
-Scope = Union[web.Request, "CallScope"]
+Scope = web.Request | CallScope
 
 
 @dataclass(frozen=True)

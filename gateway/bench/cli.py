@@ -30,7 +30,7 @@ import numpy as np
 from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
-from poolgate.gateway.bench.grpc import add_grpc_arguments, grpc_main
+from poolgate.gateway.bench.grpc import add_grpc_arguments, format_grpc, grpc_report
 from poolgate.gateway.bench.jobs import add_jobs_arguments, format_beside, format_jobs, run_beside_job, run_jobs_compare
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
@@ -348,7 +348,10 @@ def jobs_main(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     if args.grpc is not None:
-        return grpc_main(args)
+        if (model := _served_model(args)) is None:
+            return 2
+        report = grpc_report(args, load_config(args, model), load_texts(args)[0])
+        return _emit(report, format_grpc(report), args)
     if args.jobs or args.beside_job is not None:
         return jobs_main(args)
     if args.gateway_only:

@@ -191,19 +191,14 @@ def format_grpc(report: dict) -> str:
     return "\n".join(lines)
 
 
-def grpc_main(args: argparse.Namespace) -> int:
+def grpc_report(args: argparse.Namespace, cfg: LoadConfig, texts: list[str]) -> dict:
     """``poolgate bench --grpc``: the module doc's run against ``--url`` and ``--grpc``."""
     import sys
 
-    from poolgate.gateway.bench import cli  # (cli imports this module for its flags)
     from poolgate.shared.domain.corpus import fixed_length_corpus
 
-    texts, _ = cli.load_texts(args)
-    if (model := cli._served_model(args)) is None:
-        return 2
-    cfg = cli.load_config(args, model)
     small = fixed_length_corpus(1, max(args.latency_tokens - 2, 1), args.seed)[0]
     print(f"poolgate bench --grpc: {len(texts):,} texts -> {args.grpc} and {cfg.url}", file=sys.stderr)
     report = run_grpc_compare(args.grpc, cfg, texts, small, args.latency_requests, args.passes)
     report["errors"] = sum(r.get("errors", 0) for r in report["runs"]["http"])
-    return cli._emit(report, format_grpc(report), args)
+    return report

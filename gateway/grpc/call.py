@@ -37,6 +37,7 @@ from poolgate.gateway.http.middleware import MAX_REQUEST_ID_CHARS, caller
 from poolgate.gateway.http.state import RECORD, REQUEST_ID, TELEMETRY, TENANT, TENANTS
 from poolgate.gateway.http.tenants import TenantState
 from poolgate.gateway.http.timings import timing_headers
+from poolgate.gateway.scope import CallScope
 from poolgate.gateway.serving import TIMEOUT_HEADER
 from poolgate.gateway.telemetry.record import RequestRecord
 from poolgate.shared.domain.errors import ClientClosedRequest, InternalError, PoolgateError
@@ -48,34 +49,6 @@ MIN_TIMEOUT_S = 0.001  # a deadline already past still makes a positive timeout:
 # gRPC ends a call at its deadline on both sides (the client's DEADLINE_EXCEEDED; here, the call cancelled, and
 # with it its work in the pools); the serving path's deadline is this much later, a backstop that never races it
 DEADLINE_GRACE_S = 0.25
-
-
-class CallScope:
-    """A gRPC call (or one batch of a stream) as ``gateway.serving.Scope``: the app, the call's metadata as
-    headers, and its own state (request id, tenant, record)."""
-
-    method = "POST"  # (http.middleware.caller reads no more of a request than a scope has)
-
-    def __init__(self, app: web.Application, headers: CIMultiDictProxy[str]) -> None:
-        self._app, self._headers = app, headers
-        self._state: dict[Any, Any] = {}
-
-    @property
-    def app(self) -> web.Application:
-        return self._app
-
-    @property
-    def headers(self) -> CIMultiDictProxy[str]:
-        return self._headers
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._state.get(key, default)
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._state[key]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._state[key] = value
 
 
 def call_headers(metadata: Any, time_remaining: float | None) -> CIMultiDictProxy[str]:

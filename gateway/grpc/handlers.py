@@ -35,7 +35,8 @@ import grpc
 from aiohttp import web
 from google.protobuf.message import DecodeError
 
-from poolgate.gateway.grpc.call import CallScope, GrpcCall
+from poolgate.gateway.grpc.call import GrpcCall
+from poolgate.gateway.scope import CallScope
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import ClientClosedRequest, InternalError, InvalidRequest, Overloaded, PoolgateError
 

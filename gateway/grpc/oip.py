@@ -31,10 +31,10 @@ from poolgate.gateway.dialects.oip import EXTENSIONS
 from poolgate.gateway.dialects.oip_models import VERSION, infer, lookup, model_metadata
 from poolgate.gateway.dialects.oip_parameters import check_output_parameters
 from poolgate.gateway.dialects.oip_tensors import Tensor, from_data, from_raw, to_raw
-from poolgate.gateway.grpc.call import CallScope
 from poolgate.gateway.grpc.handlers import unary
 from poolgate.gateway.grpc.protos import Protos
 from poolgate.gateway.http.state import ROUTER
+from poolgate.gateway.scope import CallScope
 from poolgate.shared.domain.errors import InvalidRequest, PoolgateError
 from poolgate.shared.version import VERSION as POOLGATE_VERSION
 

@@ -32,10 +32,10 @@ from aiohttp import web
 from poolgate.gateway.dialects import tei, tei_scores, tei_tokens
 from poolgate.gateway.dialects.body import validated
 from poolgate.gateway.dialects.tei import EmbedAllRequest, EmbedRequest, embed_fields, served
-from poolgate.gateway.grpc.call import CallScope
 from poolgate.gateway.grpc.handlers import collecting, streaming, unary
 from poolgate.gateway.grpc.protos import Protos
 from poolgate.gateway.http.state import CONFIG, RECORD, ROUTER
+from poolgate.gateway.scope import CallScope
 from poolgate.gateway.serving import Served, chars
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.sparse import sparse_vector
