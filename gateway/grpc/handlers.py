@@ -9,8 +9,10 @@ is one input; a reader takes messages off the stream only while fewer than
 ``--grpc-stream-inflight`` of its inputs are unanswered, so a client that
 sends forever is held back by HTTP/2 flow control instead of filling the
 queue. Messages that arrived together with the same options (``key``) go to
-the serving path as one batch (at most ``--max-inputs-per-request``), so a
-stream of 10,000 texts is tokenized and queued in batches, not one by one;
+the serving path as one batch (at most ``--max-inputs-per-request``); with
+``STREAM_BATCHES`` of a stream's batches running, the next gathers what
+arrives meanwhile, so a stream of 10,000 texts is tokenized and queued in
+batches as big as the client keeps up with, not one by one;
 answers come back in the order the messages came. A batch admission refuses
 (or a tenant's quota: what a unary call gets ``RESOURCE_EXHAUSTED`` for) waits
 its ``Retry-After`` and goes again, the stream unread meanwhile: a stream is
@@ -43,6 +45,9 @@ from poolgate.shared.domain.errors import ClientClosedRequest, InternalError, In
 M = TypeVar("M")
 R = TypeVar("R")
 END = object()  # the stream's end, in the reader's queue and the answers' queue
+# batches of one stream running at once: the messages that arrive meanwhile gather into the next batch, so a fast
+# stream goes in batches as big as it sends (up to --max-inputs-per-request) and a trickle still goes at once
+STREAM_BATCHES = 2
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 1.0  # a stream's batch refused by admission waits this long (its Retry-After)
 
 
@@ -161,6 +166,7 @@ async def _answers(
     most: int,
 ) -> AsyncIterator[Any]:
     slots = asyncio.Semaphore(cap)
+    running = asyncio.Semaphore(STREAM_BATCHES)
     arrived: asyncio.Queue[Any] = asyncio.Queue()
     batches: asyncio.Queue[Any] = asyncio.Queue()
     tasks: list[asyncio.Task] = []
@@ -204,6 +210,7 @@ async def _answers(
             if isinstance(message, Malformed):
                 batches.put_nowait(InvalidRequest(f"The {kind} message does not parse: {message.error}"))
                 return
+            await running.acquire()  # at most STREAM_BATCHES of this stream's batches at once: the rest gather
             messages, k = [message], key(message)
             while len(messages) < most and not arrived.empty():
                 nxt = arrived.get_nowait()
@@ -212,6 +219,7 @@ async def _answers(
                     break
                 messages.append(nxt)
             task = asyncio.create_task(batched(messages))
+            task.add_done_callback(lambda _: running.release())
             tasks.append(task)
             batches.put_nowait(task)
 

@@ -114,10 +114,13 @@ class Tei:
     async def embed(self, scope: CallScope, messages: list[Any]) -> list[Any]:
         body = self._embed_body(scope, messages)
         done = await served(scope, body, "embed", **embed_fields(body))
-        rows, out = done.result.outputs, self.m("tei.v1.EmbedResponse")
+        rows, out = done.result.outputs, self.m("tei.v1.EmbedResponse")  # (lists: 6x faster into a message)
         texts = [m.inputs for m in messages]
         return [
-            out(embeddings=rows.item(i).astype(np.float32).reshape(-1), metadata=self.metadata(scope, done, texts, i))
+            out(
+                embeddings=rows.item(i).astype(np.float32).reshape(-1).tolist(),
+                metadata=self.metadata(scope, done, texts, i),
+            )
             for i in range(len(messages))
         ]
 
@@ -138,7 +141,7 @@ class Tei:
         texts, out = [m.inputs for m in messages], self.m("tei.v1.EmbedAllResponse")
         return [
             out(
-                token_embeddings=[token(embeddings=row) for row in rows.item(i).astype(np.float32)],
+                token_embeddings=[token(embeddings=row) for row in rows.item(i).astype(np.float32).tolist()],
                 metadata=self.metadata(scope, done, texts, i),
             )
             for i in range(len(messages))
