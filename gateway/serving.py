@@ -26,7 +26,9 @@ reads:
    (``gateway.tokenizing``, off the event loop) and counts them; from here on
    every count is exact: ``--max-tokens-per-request``, the tenant's token quota
    (``take_tokens``), the pools' admission and the workers' deadline drop;
-5. the pools run the tokenized call (with its priority, lane, deadline and the
+5. the pools run the tokenized call (a paced request, ``http.state.PACED``: a
+   gRPC stream's batch, waits out an admission refusal instead of a 429,
+   asking again every ``PACE_S`` without tokenizing again) (with its priority, lane, deadline and the
    request's trace context) through their one submit: pick → admission →
    send → retry → accounting; the ``Front`` finishes the answer (sparse rows,
    late chunks, windows) and the request's telemetry record gets the model,
@@ -45,6 +47,7 @@ passes a scope of its own per call, so a gRPC call runs this same path.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -52,7 +55,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 from aiohttp import web
 
-from poolgate.gateway.http.state import CONFIG, RECORD, REQUEST_ID, ROUTER, TENANT
+from poolgate.gateway.http.state import CONFIG, PACED, RECORD, REQUEST_ID, ROUTER, TENANT
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.scope import CallScope
 from poolgate.gateway.tokenizing import run_tokenizer
@@ -64,6 +67,7 @@ from poolgate.shared.inputs.front import Prepared
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 from poolgate.shared.wire.rows import Rows
 
+PACE_S = 0.02  # how often a paced request asks the pools' admission again
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
 LANE_HEADER = "X-Poolgate-Lane"  # live (the default) or bulk: below every live call (shared.domain.lanes)
 
@@ -164,14 +168,18 @@ async def serve(request: Scope, req: ServeRequest) -> Served:
     """Run ``req`` for the HTTP ``request`` through the one path above."""
     resolved = await resolve(request, req)
     tenant = request.get(TENANT)
-    if tenant is not None:
-        tenant.take_tokens(resolved.tokens)
-    try:
-        answer = await resolved.pools.submit(resolved.prepared.call)
-    except Overloaded:  # refused before it ran: the tenant keeps its tokens
+    while True:
         if tenant is not None:
-            tenant.give_back(resolved.tokens)
-        raise
+            tenant.take_tokens(resolved.tokens)
+        try:
+            answer = await resolved.pools.submit(resolved.prepared.call)
+            break
+        except Overloaded:  # refused before it ran: the tenant keeps its tokens
+            if tenant is not None:
+                tenant.give_back(resolved.tokens)
+            if not request.get(PACED):
+                raise
+        await asyncio.sleep(PACE_S)  # a paced request (``http.state.PACED``) asks again, tokenized once
     result = resolved.pools.front.finish(resolved.prepared, answer)
     if (record := request.get(RECORD)) is not None:
         record.prompt_tokens = result.total_tokens

@@ -14,8 +14,10 @@ the serving path as one batch (at most ``--max-inputs-per-request``); with
 arrives meanwhile, so a stream of 10,000 texts is tokenized and queued in
 batches as big as the client keeps up with, not one by one;
 answers come back in the order the messages came. A batch admission refuses
-(or a tenant's quota: what a unary call gets ``RESOURCE_EXHAUSTED`` for) waits
-its ``Retry-After`` and goes again, the stream unread meanwhile: a stream is
+(what a unary call gets ``RESOURCE_EXHAUSTED`` for) waits in the serving path
+until admission takes it (``http.state.PACED``: asked again every 20 ms,
+tokenized once); one its tenant's quota refuses waits the quota's
+``Retry-After`` and goes again; the stream is unread meanwhile: a stream is
 paced by the server, not ended, for being fast. Any other failure ends the
 stream with its status (answers before it were sent). A client that goes away
 or a deadline that passes cancels the call: the stream's batches still queued
@@ -38,6 +40,7 @@ from aiohttp import web
 from google.protobuf.message import DecodeError
 
 from poolgate.gateway.grpc.call import GrpcCall
+from poolgate.gateway.http.state import PACED
 from poolgate.gateway.scope import CallScope
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.domain.errors import ClientClosedRequest, InternalError, InvalidRequest, Overloaded, PoolgateError
@@ -48,7 +51,7 @@ END = object()  # the stream's end, in the reader's queue and the answers' queue
 # batches of one stream running at once: the messages that arrive meanwhile gather into the next batch, so a fast
 # stream goes in batches as big as it sends (up to --max-inputs-per-request) and a trickle still goes at once
 STREAM_BATCHES = 2
-RETRY_MIN_S, RETRY_MAX_S = 0.05, 1.0  # a stream's batch refused by admission waits this long (its Retry-After)
+RETRY_MIN_S, RETRY_MAX_S = 0.05, 1.0  # a stream's batch refused by its tenant's quota waits this long
 
 
 @dataclass(frozen=True)
@@ -183,10 +186,11 @@ async def _answers(
     async def batched(group: list[Any]) -> list[Any]:
         while True:
             scope = call.scope()
+            scope[PACED] = True  # admission's refusals are waited out in the serving path, tokenized once
             call.record(scope)
             try:
                 answers = await run(scope, group)
-            except Overloaded as err:  # admission or a quota: wait (the stream is not read meanwhile), then again
+            except Overloaded as err:  # its tenant's quota (admission's wait is the serving path's): wait, again
                 call.end(scope, err)
                 await asyncio.sleep(min(max(err.retry_after_s or RETRY_MIN_S, RETRY_MIN_S), RETRY_MAX_S))
                 continue

@@ -19,4 +19,7 @@ CHOSEN = web.RequestKey("chosen", object)
 TELEMETRY = web.AppKey("telemetry", Telemetry)
 RECORD = web.RequestKey[RequestRecord | None]("record")  # None: not recorded (ops route, telemetry off)
 TENANTS = web.AppKey("tenants", Tenants)  # every API key's tenant (http.tenants)
+# set: the pools' admission refusing this request is waited out (polled every ``serving.PACE_S``) instead of a 429;
+# a gRPC stream's batches (gateway.grpc.handlers), whose stream is not read meanwhile
+PACED = web.RequestKey("paced", bool)
 TENANT = web.RequestKey[TenantState | None]("tenant")  # the caller's; None: no key needed (public, auth off)
