@@ -69,6 +69,7 @@ from poolgate.shared.wire.rows import Rows
 
 PACE_S = 0.02  # how often a paced request asks the pools' admission again
 TIMEOUT_HEADER = "X-Request-Timeout"  # seconds the client will wait (the call's deadline)
+PRIORITY_HEADER = "X-Poolgate-Priority"  # a request's priority where its body has no field for it (vLLM's meaning)
 LANE_HEADER = "X-Poolgate-Lane"  # live (the default) or bulk: below every live call (shared.domain.lanes)
 
 
@@ -135,9 +136,17 @@ def lane(value: str | None) -> Lane:
 
 
 def priority(request: Scope, asked: int | None) -> int:
-    """The request's own priority, else its tenant's default, else 0."""
+    """The request's own priority (its body's, else its ``X-Poolgate-Priority`` header: for the dialects whose
+    bodies have no such field, TEI's and gRPC's), else its tenant's default, else 0."""
     if asked is not None:
         return asked
+    if (sent := request.headers.get(PRIORITY_HEADER)) is not None:
+        try:
+            return int(sent)
+        except ValueError:
+            raise InvalidRequest(
+                f"{PRIORITY_HEADER} must be an integer (lower runs earlier), got {sent[:40]!r}.", param=PRIORITY_HEADER
+            ) from None
     tenant = request.get(TENANT)
     return tenant.tenant.priority if tenant is not None else 0
 

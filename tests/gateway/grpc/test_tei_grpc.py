@@ -2,10 +2,11 @@
 (the same serving path), with TEI's Metadata measured per input; a client generated from the proto at test time."""
 from __future__ import annotations
 
+import grpc
 import numpy as np
 import pytest
 
-from tests.fakes import fake_model
+from tests.fakes import FakeRunner, fake_model
 from tests.workers.pooling.test_splade import REAL, _load
 
 TEXTS = ["a first text", "the second one", "and a third, longer than the others"]
@@ -151,3 +152,15 @@ async def test_embed_sparse_on_the_real_splade(grpc_gateway, stubs):
     np.testing.assert_allclose([v.value for v in got.sparse_embeddings], [v["value"] for v in alone[0]], rtol=1e-6)
     stream = [a async for a in embed.EmbedSparseStream(pb.EmbedSparseRequest(inputs=t) for t in TEXTS)]
     assert [[v.index for v in a.sparse_embeddings] for a in stream] == [[v["index"] for v in w] for w in want]
+
+
+async def test_priority_metadata_reaches_the_call_and_a_bad_one_is_refused(grpc_gateway, stubs):
+    pb, rpc = stubs["tei_pb2"], stubs["tei_pb2_grpc"]
+    runner = FakeRunner()
+    served = await grpc_gateway(models=[fake_model(runner=runner)])
+    embed = rpc.EmbedStub(served.channel)
+    await embed.Embed(pb.EmbedRequest(inputs="urgent"), metadata=(("x-poolgate-priority", "-5"),))
+    assert [s.priority for batch in runner.batches for s in batch] == [-5]
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await embed.Embed(pb.EmbedRequest(inputs="x"), metadata=(("x-poolgate-priority", "high"),))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "X-Poolgate-Priority" in err.value.details()
