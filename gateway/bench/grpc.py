@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from poolgate.gateway.bench.load import LoadConfig, auth_headers, run_load
-from poolgate.gateway.bench.report import latency_ms, rate
+from poolgate.gateway.bench.report import latency_ms, rate, throughput
 from poolgate.shared.config.flags import positive_int
 
 
@@ -100,15 +100,7 @@ async def grpc_throughput(target: str, cfg: LoadConfig, texts: list[str]) -> dic
 
 
 async def http_throughput(cfg: LoadConfig, texts: list[str]) -> dict:
-    result = await run_load(cfg, texts)
-    return {
-        "inputs": result.inputs,
-        "tokens": result.prompt_tokens,
-        "wall_s": result.wall_s,
-        "inputs_per_s": rate(result.inputs, result.wall_s),
-        "tokens_per_s": rate(result.prompt_tokens, result.wall_s),
-        "errors": result.requests - result.ok_requests,
-    }
+    return throughput(await run_load(cfg, texts))
 
 
 async def grpc_latency(target: str, cfg: LoadConfig, text: str, n: int) -> dict:

@@ -39,7 +39,7 @@ from typing import Any
 import aiohttp
 
 from poolgate.gateway.bench.load import LoadConfig, auth_headers, make_payloads, run_load
-from poolgate.gateway.bench.report import latency_ms, rate
+from poolgate.gateway.bench.report import latency_ms, rate, throughput
 from poolgate.gateway.jobs.job import Counts, read_lines, run_job
 from poolgate.gateway.jobs.sender import Sender
 from poolgate.gateway.jobs.sinks import JsonlSink
@@ -94,15 +94,7 @@ def write_job(path: Path, texts: list[str], cfg: LoadConfig) -> int:
 
 
 def _live(result: Any) -> dict[str, Any]:
-    return {
-        "inputs": result.inputs,
-        "tokens": result.prompt_tokens,
-        "wall_s": result.wall_s,
-        "inputs_per_s": rate(result.inputs, result.wall_s),
-        "tokens_per_s": rate(result.prompt_tokens, result.wall_s),
-        "errors": result.error_count,
-        "latency_ms": latency_ms(result.latencies_s),
-    }
+    return {**throughput(result), "latency_ms": latency_ms(result.latencies_s)}
 
 
 async def _job_through(cfg: LoadConfig, source: Path, folder: Path, inflight: int) -> dict[str, Any]:

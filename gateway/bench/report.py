@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from poolgate.gateway.bench.load import LoadConfig, LoadResult
 
@@ -23,6 +24,18 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
+
+
+def throughput(result: LoadResult) -> dict[str, Any]:
+    """A ``load.LoadResult``'s inputs, tokens, wall time, their rates and its errors."""
+    return {
+        "inputs": result.inputs,
+        "tokens": result.prompt_tokens,
+        "wall_s": result.wall_s,
+        "inputs_per_s": rate(result.inputs, result.wall_s),
+        "tokens_per_s": rate(result.prompt_tokens, result.wall_s),
+        "errors": result.error_count,
+    }
 
 
 def latency_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:

@@ -144,12 +144,11 @@ def streaming(
     async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         call = GrpcCall(app, context, method)
         first = call.scope()
-        call.record(first)
         try:
-            call.enter(first)
+            call.enter(first)  # (recorded only when refused: the stream's batches are its recorded requests)
         except BaseException as exc:
+            call.record(first)
             await call.fail(first, exc)
-        call.end(first)  # admitted: the stream's batches get their own records
         try:
             async for answer in _answers(call, requests, kind, key, run, cap, most):
                 yield answer

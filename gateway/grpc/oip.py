@@ -30,7 +30,7 @@ from aiohttp import web
 from poolgate.gateway.dialects.oip import EXTENSIONS
 from poolgate.gateway.dialects.oip_models import VERSION, infer, lookup, model_metadata
 from poolgate.gateway.dialects.oip_parameters import check_output_parameters
-from poolgate.gateway.dialects.oip_tensors import Tensor, from_data, from_raw, to_raw
+from poolgate.gateway.dialects.oip_tensors import Tensor, dtype_of, from_data, from_raw, to_raw
 from poolgate.gateway.grpc.handlers import unary
 from poolgate.gateway.grpc.protos import Protos
 from poolgate.gateway.http.state import ROUTER
@@ -82,8 +82,12 @@ def input_tensors(request: Any) -> list[Tensor]:
             tensor = from_raw(t.name, t.datatype, shape, raw[i])
         else:
             field = CONTENTS.get(t.datatype)
-            if field is None:  # FP16, BF16: raw only, or an unknown datatype (from_data names it)
-                tensor = from_data(t.name, t.datatype, shape, [])
+            if field is None:
+                dtype_of(t.name, t.datatype)  # an unknown or refused datatype: named as such
+                raise InvalidRequest(
+                    f"input '{t.name}': {t.datatype} has no typed contents field; send it in raw_input_contents",
+                    param=t.name,
+                )
             else:
                 tensor = from_data(t.name, t.datatype, shape, list(getattr(t.contents, field)))
         out.append(Tensor(tensor.name, tensor.datatype, tensor.shape, tensor.data, parameters(t.parameters)))

@@ -7,7 +7,7 @@ It serves, beside HTTP and through the same serving path (``gateway.grpc.call``)
   (``gateway.grpc.oip``), which tritonclient.grpc calls;
 - ``grpc.health.v1.Health``: the server (``""``) and ``inference.GRPCInferenceService``
   are SERVING once every model has a ready worker; ``tei.v1.Info`` and
-  ``tei.v1.Tokenize`` always (they need the tokenizer only); ``tei.v1.Embed``,
+  ``tei.v1.Tokenize`` once some model is loaded (they need its tokenizer only); ``tei.v1.Embed``,
   ``tei.v1.Predict`` and ``tei.v1.Rerank`` when ready and some served model
   does that (an embedder; a classifier; a reranker, or an embedder scoring by
   cosine as ``/rerank`` does), as TEI reports per model type. A draining gateway (SIGTERM) is NOT_SERVING everywhere;
@@ -83,8 +83,8 @@ def serving_status(app: web.Application, draining: bool) -> dict[str, int]:
     return {
         "": on[ready],
         OIP_SERVICE: on[ready],
-        "tei.v1.Info": on[not draining],
-        "tei.v1.Tokenize": on[not draining],
+        "tei.v1.Info": on[bool(router.pools) and not draining],  # a model's tokenizer is there
+        "tei.v1.Tokenize": on[bool(router.pools) and not draining],
         "tei.v1.Embed": on[embeds],
         "tei.v1.Predict": on[classifies],
         "tei.v1.Rerank": on[ranks],

@@ -84,30 +84,25 @@ class Tei:
 
     # -- bodies: a batch of messages as TEI's HTTP body -------------------------------------------------------
 
-    def _embed_body(self, scope: CallScope, messages: list[Any]) -> EmbedRequest:
+    def _inputs_body(self, scope: CallScope, messages: list[Any]) -> dict[str, Any]:
+        """What every embed-like body has: the model, the batch's texts, the first message's options."""
         first = messages[0]
-        normalize = _optional(first, "normalize")
-        body = {
+        return {
             "model": _model(scope),
             "inputs": [m.inputs for m in messages],
             "truncate": first.truncate or None,
             "truncation_direction": _direction(first),
             "prompt_name": _optional(first, "prompt_name"),
-            "dimensions": _optional(first, "dimensions"),
-            "normalize": True if normalize is None else normalize,
         }
+
+    def _embed_body(self, scope: CallScope, messages: list[Any]) -> EmbedRequest:
+        normalize = _optional(messages[0], "normalize")
+        body = self._inputs_body(scope, messages)
+        body.update(dimensions=_optional(messages[0], "dimensions"), normalize=True if normalize is None else normalize)
         return validated(body, EmbedRequest)
 
     def _all_body(self, scope: CallScope, messages: list[Any]) -> EmbedAllRequest:
-        first = messages[0]
-        body = {
-            "model": _model(scope),
-            "inputs": [m.inputs for m in messages],
-            "truncate": first.truncate or None,
-            "truncation_direction": _direction(first),
-            "prompt_name": _optional(first, "prompt_name"),
-        }
-        return validated(body, EmbedAllRequest)
+        return validated(self._inputs_body(scope, messages), EmbedAllRequest)
 
     # -- batches: messages sharing their options -> one answer each ------------------------------------------
 

@@ -20,6 +20,15 @@ def in_flight(served) -> int:
     return sum(pool.in_flight(c) for pool in served.app[ROUTER].pools.values() for c in pool.clients)
 
 
+async def idle(served, timeout_s: float = 5.0) -> None:
+    """Wait until no call is in flight to the workers (the cancelled ones' work dropped); fail after ``timeout_s``."""
+    for _ in range(int(timeout_s / 0.1)):
+        if in_flight(served) == 0:
+            return
+        await asyncio.sleep(0.1)
+    assert in_flight(served) == 0
+
+
 async def status_of(awaitable) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await awaitable
@@ -94,11 +103,7 @@ async def test_grpc_deadline_is_the_request_deadline(grpc_gateway, stubs):
         assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         runner.release.set()
-    for _ in range(50):
-        if in_flight(served) == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert in_flight(served) == 0
+    await idle(served)
 
 
 async def test_a_stream_that_sends_forever_is_bounded_and_others_go_on(grpc_gateway, stubs):
@@ -129,11 +134,7 @@ async def test_a_stream_that_sends_forever_is_bounded_and_others_go_on(grpc_gate
     assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     queued = sum(len(batch) for batch in runner.batches)
     assert queued < sent  # the server read only what it could answer; the client was held back
-    for _ in range(50):
-        if in_flight(served) == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert in_flight(served) == 0
+    await idle(served)
 
 
 async def test_a_client_that_goes_away_cancels_its_queued_work(grpc_gateway, stubs):
@@ -147,9 +148,5 @@ async def test_a_client_that_goes_away_cancels_its_queued_work(grpc_gateway, stu
     assert in_flight(served) > 0
     call.cancel()
     runner.release.set()
-    for _ in range(50):
-        if in_flight(served) == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert in_flight(served) == 0
+    await idle(served)
     assert len((await embed.Embed(pb.EmbedRequest(inputs="after"))).embeddings) == 8
