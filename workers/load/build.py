@@ -124,6 +124,9 @@ def _check_chunking(pooler) -> None:
     if embed is None:
         raise ValueError("--pooler-config enable_chunked_processing applies to the embed task, which this "
                          f"model does not serve (it serves {', '.join(pooler.tasks)})")
+    if embed.selects_rows:  # GritLM: the instruction is the first chunk's only
+        raise ValueError("--pooler-config enable_chunked_processing: this model's embed averages only the tokens "
+                         "after its instruction, which a later chunk does not have; leave chunked processing off")
     if embed.pool is not None or embed.method != "MEAN":
         raise ValueError(
             f"--pooler-config enable_chunked_processing needs MEAN pooling, but this model pools embed "

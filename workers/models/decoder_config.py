@@ -17,7 +17,7 @@ they mean in transformers 5.24. Attention windows, checked against its
   layers keep ``|i - j| <= W // 2`` (transformers stores ``W // 2 + 1`` and masks ``< that``);
 - an alias model type (``ALIASES``: nemotron's ``llama_bidirec``) is its transformers type
   with the settings it implies (``is_causal: false``), and so is an architecture name
-  (``ARCHITECTURE_SETTINGS``: ``VoyageQwen3BidirectionalEmbedModel``).
+  (``ARCHITECTURE_SETTINGS``: ``VoyageQwen3BidirectionalEmbedModel``, ``GritLM``).
 """
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ class Traits:
 ALIASES: dict[str, tuple[str, dict]] = {"llama_bidirec": ("llama", {"is_causal": False}),
                                         "jina_embeddings_v5": ("qwen3", {})}  # a Qwen3Config subclass, unchanged
 # architecture names (vLLM's, chosen with --hf-overrides) that imply settings of their body: voyage-4-nano
-ARCHITECTURE_SETTINGS: dict[str, dict] = {"VoyageQwen3BidirectionalEmbedModel": {"is_causal": False}}
+# and GritLM (a LlamaForCausalLM checkpoint vLLM ran without the causal mask and without a sliding window)
+ARCHITECTURE_SETTINGS: dict[str, dict] = {"VoyageQwen3BidirectionalEmbedModel": {"is_causal": False},
+                                          "GritLM": {"is_causal": False, "sliding_window": None}}
 TRAITS: dict[str, Traits] = {
     "llama": Traits(),
     "mistral": Traits(qkv_bias=False, o_bias=False, all_sliding=True),

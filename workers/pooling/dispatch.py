@@ -6,7 +6,9 @@ LAST per sequence; ALL per token) and a head (embed or classify). The
 when built (token tasks need a token method, sequence tasks a sequence one),
 and gives ``ModelInfo.tasks`` in vLLM's order (the first is the active task).
 A batch may mix tasks: each run of sequences with equal params goes through
-its task's pooler; sequence methods are computed once per batch. A multi-output
+its task's pooler; sequence methods are computed once per batch. A MEAN pooler
+with a row selector (GritLM: the tokens after the instruction) averages only
+the rows it keeps, per run. A multi-output
 run (``PoolingParams.outputs``) is planned once per output, over the same
 sequences and the same hidden states, so one forward feeds every head; the
 runner reports one output per plan (``runner_api.join_outputs`` groups them).
@@ -43,12 +45,16 @@ class Pooler:
     method: str
     head: nn.Module
     pool: nn.Module | None = None
-    rows: RowSelector = all_rows  # token methods: which token rows to keep
-
+    rows: RowSelector = all_rows  # token methods, and MEAN: which token rows to keep
 
     @property
     def per_token(self) -> bool:
         return self.method in TOKEN_POOLING_TYPES
+
+    @property
+    def selects_rows(self) -> bool:
+        """Whether ``plan`` narrows this pooler's rows (every token method; MEAN with its own selector)."""
+        return self.per_token or self.rows is not all_rows
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class DispatchPooler:
                 raise ValueError(f"unknown pooling type {pooler.method!r} for task {task!r}")
             if pooler.per_token != (task in TOKEN_TASKS):
                 raise ValueError(f"task {task!r} cannot pool with {pooler.method}")
+            if pooler.selects_rows and not pooler.per_token and (pooler.method != "MEAN" or pooler.pool):
+                raise ValueError(f"task {task!r}: a row selector narrows MEAN pooling only, not {pooler.method}")
         if not poolers:
             raise ValueError("a model must serve at least one task")
         if active is not None and active not in poolers:
@@ -107,9 +115,9 @@ class DispatchPooler:
             lo, hi = int(bounds[a]), int(bounds[b])
             for out in params.all_outputs():  # a multi-output run: one plan per output, same sequences
                 pooler, index, offsets = self.poolers[out.task], None, None
-                if pooler.per_token:
+                if pooler.selects_rows:
                     index, counts = pooler.rows(ids[lo:hi], batch.lengths[a:b])
-                    offsets = np.cumsum([0, *counts], dtype=np.int64)
+                    offsets = np.cumsum([0, *counts], dtype=np.int64) if pooler.per_token else None
                 rows.append(None if index is None else torch.from_numpy(index.astype(np.int64)))
                 plans.append(RunPlan(a, b, out, lo, hi, offsets))
         batch.run_rows = rows
@@ -127,9 +135,24 @@ class DispatchPooler:
                     tokens = tokens.index_select(0, index)
                 out.append(Pooled(pooler.head(tokens.float(), plan.params), plan.offsets))  # (kept tokens, dim)
                 continue
+            if pooler.selects_rows:  # MEAN over the kept rows of each sequence of the run
+                out.append(Pooled(pooler.head(_kept_mean(hidden, batch, plan, index), plan.params)))
+                continue
             if pooler.method not in cache:
                 method = pooler.pool or POOLING_TYPES[pooler.method]
                 cache[pooler.method] = method(hidden, batch)  # (batch, hidden) or the method's own width
             pooled = cache[pooler.method][plan.start:plan.stop].float()  # (b - a, hidden)
             out.append(Pooled(pooler.head(pooled, plan.params)))  # (b - a, dim)
         return out
+
+
+def _kept_mean(hidden: torch.Tensor, batch: PackedBatch, plan: RunPlan, index: torch.Tensor | None) -> torch.Tensor:
+    """(n_tokens, hidden) → (b - a, hidden) fp32: each sequence's mean over its kept rows (zeros where none are)."""
+    tokens, seq = hidden[plan.lo:plan.hi], batch.seg_ids[plan.lo:plan.hi].long() - plan.start  # (run tokens,)
+    if index is not None:
+        tokens, seq = tokens.index_select(0, index), seq.index_select(0, index)  # (kept, hidden), (kept,)
+    n = plan.stop - plan.start
+    sums = tokens.new_zeros(n, tokens.shape[1], dtype=torch.float32).index_add_(0, seq, tokens.float())
+    ones = tokens.new_ones(seq.shape[0], dtype=torch.float32)  # (kept,)
+    counts = tokens.new_zeros(n, dtype=torch.float32).index_add_(0, seq, ones)  # (b - a,)
+    return sums / counts.clamp(min=1.0)[:, None]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
 from poolgate.workers.pooling.colbert import colbert_poolers
 from poolgate.workers.pooling.dispatch import DispatchPooler
+from poolgate.workers.pooling.gritlm import gritlm_poolers
 from poolgate.workers.pooling.sources import PoolerSources
 from poolgate.workers.pooling.splade import splade_poolers
 from poolgate.workers.pooling.voyage import voyage_poolers
@@ -46,4 +47,8 @@ SPECIAL_MODELS: dict[str, SpecialModel] = {
         "Qwen3Model", ("embed", "token_embed"), voyage_poolers,
         "Voyage: embed MEAN (or --pooler-config's) of the bidirectional Qwen3 states, through linear, normalized; "
         "token_embed each token through linear, normalized"),
+    "GritLM": SpecialModel(
+        "LlamaModel", ("embed", "token_embed"), gritlm_poolers,
+        "GritLM: embed fp32 MEAN of the bidirectional Llama states after the instruction (<|embed|> + newline), "
+        "normalized; token_embed each token, normalized"),
 }
