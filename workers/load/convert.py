@@ -9,7 +9,7 @@ and ``--convert classify``; with ``--runner pooling`` it is converted to embed.
 The result is the model's kind: ``embed`` (embed and token_embed, LAST
 pooling and normalized for decoders), ``classify`` (a score layer: the
 checkpoint's own, or one built from LM-head rows with ``classifier_from_token``)
-or ``token_classify`` (a ``*ForTokenClassification`` checkpoint).
+or ``token_classify`` (a ``*ForTokenClassification`` checkpoint, or a reward model: ``NATIVE_KINDS``).
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ SUFFIX_DEFAULTS: tuple[tuple[str, tuple[str, str]], ...] = (
     ("RewardModel", ("pooling", "embed")),
     ("Model", ("pooling", "embed")),  # let the more specific *Model suffixes above take priority
 )
+# pooling architectures whose own head decides their kind, whatever their name's suffix says (vLLM's reward models)
+NATIVE_KINDS: dict[str, str] = {"Qwen2ForRewardModel": "token_classify", "Qwen2ForProcessRewardModel": "token_classify"}
 # the tasks each kind of pooling model serves (the first is its default active task)
 KIND_TASKS: dict[str, tuple[str, ...]] = {
     "embed": ("embed", "token_embed"),
@@ -45,6 +47,8 @@ def suffix_defaults(architecture: str) -> tuple[str, str]:
 
 def model_kind(architecture: str, *, st_config: bool, runner: str = "auto", convert: str = "auto") -> str:
     """embed, classify or token_classify; ValueError for a generative model run without a convert."""
+    if convert in ("auto", "none") and architecture in NATIVE_KINDS:
+        return NATIVE_KINDS[architecture]
     default_runner, default_convert = suffix_defaults(architecture)
     if convert in ("auto", "none") and runner == "auto" and not st_config and default_runner == "generate":
         raise ValueError(

@@ -1,4 +1,4 @@
-"""Special models: architectures whose poolers are their own (SPLADE, BGE-M3, ColBERT), one registry entry each.
+"""Special models: architectures whose poolers are their own (SPLADE, BGE-M3, ColBERT, GritLM, Qwen2 reward models).
 
 A checkpoint is served as one of these by naming the entry's architecture
 (vLLM's names; ``--hf-overrides '{"architectures": [...]}'``). An entry says
@@ -17,6 +17,7 @@ from poolgate.workers.pooling.bge_m3 import bge_m3_poolers
 from poolgate.workers.pooling.colbert import colbert_poolers
 from poolgate.workers.pooling.dispatch import DispatchPooler
 from poolgate.workers.pooling.gritlm import gritlm_poolers
+from poolgate.workers.pooling.reward import reward_poolers
 from poolgate.workers.pooling.sources import PoolerSources
 from poolgate.workers.pooling.splade import splade_poolers
 from poolgate.workers.pooling.voyage import voyage_poolers
@@ -51,4 +52,11 @@ SPECIAL_MODELS: dict[str, SpecialModel] = {
         "LlamaModel", ("embed", "token_embed"), gritlm_poolers,
         "GritLM: embed fp32 MEAN of the bidirectional Llama states after the instruction (<|embed|> + newline), "
         "normalized; token_embed each token, normalized"),
+    "Qwen2ForRewardModel": SpecialModel(
+        "Qwen2Model", ("token_classify",), reward_poolers,
+        "reward: token_classify ALL (or --pooler-config's) through score (linear, relu, linear) to 1 label, sigmoid"),
+    "Qwen2ForProcessRewardModel": SpecialModel(
+        "Qwen2Model", ("token_classify",), reward_poolers,
+        "process reward: token_classify STEP (step_tag_id rows, returned_token_ids columns) through score "
+        "(linear, relu, linear) to 2 labels, softmax"),
 }

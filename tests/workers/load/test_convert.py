@@ -42,6 +42,9 @@ def _load(folder, **kw):
     ("BertForSequenceClassification", False, "auto", "embed", "embed"),
     ("XLMRobertaModel", False, "auto", "none", "embed"),
     ("BertForSequenceClassification", True, "auto", "auto", "classify"),  # ST decides the runner, not the kind
+    ("Qwen2ForRewardModel", False, "auto", "auto", "token_classify"),  # its own head, whatever the suffix says
+    ("Qwen2ForProcessRewardModel", False, "auto", "auto", "token_classify"),
+    ("GritLM", False, "auto", "auto", "embed"),
 ])
 def test_kinds_follow_vllms_rules(arch, st, runner, convert, kind):
     assert model_kind(arch, st_config=st, runner=runner, convert=convert) == kind
