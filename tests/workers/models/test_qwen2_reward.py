@@ -24,10 +24,10 @@ STEP_TAG = 9  # once in SEQS[2], four times in SEQS[4]
 TOKEN = PoolingParams(task="token_classify")
 
 
-def save_reward(folder, architecture: str, labels: int, *, seed: int = 0):
-    """A tiny random Qwen2 reward checkpoint as Qwen ships one (``model.*``, ``score.{0,2}.*``, ``lm_head``);
-    returns (transformers' Qwen2Model of it, the score head in torch)."""
-    config = AutoConfig.for_model("qwen2", architectures=[architecture], num_labels=labels, **SHAPE)
+def save_reward(folder, architecture: str, labels: int, *, seed: int = 0, tokenizer=make_tiny_tokenizer, **extra):
+    """A tiny random Qwen2 reward checkpoint as Qwen ships one (``model.*``, ``score.{0,2}.*``, ``lm_head``) and
+    ``tokenizer(folder)``'s tokenizer; returns (transformers' Qwen2Model of it, the score head in torch)."""
+    config = AutoConfig.for_model("qwen2", architectures=[architecture], num_labels=labels, **{**SHAPE, **extra})
     torch.manual_seed(seed)
     body = AutoModel.from_config(config, attn_implementation="eager").eval()
     h = config.hidden_size
@@ -41,7 +41,7 @@ def save_reward(folder, architecture: str, labels: int, *, seed: int = 0):
     tensors = {k: v.contiguous() for k, v in state.items()}
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(folder)
-    make_tiny_tokenizer(folder)
+    tokenizer(folder)
     return body, score
 
 
