@@ -14,7 +14,9 @@ from transformers import AutoModelForCausalLM
 
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.config.pooler_config import PoolerConfig
+from poolgate.workers.backends.cpu import CpuBackend
 from poolgate.workers.load.build import load_model
+from poolgate.workers.load.inspect import plan
 from poolgate.workers.pooling.gritlm import NO_BOS, NO_MARKER, instruction_length
 from tests.workers.models.test_decoder_golden import save_tiny
 from tests.workers.pooled import pool_ids, pool_texts
@@ -122,3 +124,10 @@ def test_what_it_cannot_honour_is_refused(tmp_path, pooler, match):
     save_gritlm(tmp_path)
     with pytest.raises(ValueError, match=match):
         _load(tmp_path, **pooler)
+
+
+def test_inspect_says_how_it_runs(tmp_path):
+    save_gritlm(tmp_path)
+    p = plan(WorkerConfig(model=str(tmp_path), served_model_name="grit"), CpuBackend())
+    assert p.implementation == "packed llama" and p.tasks == "embed, token_embed (served as embed)"
+    assert p.attention.endswith("; bidirectional") and p.pooling.startswith("GritLM: embed fp32 MEAN")

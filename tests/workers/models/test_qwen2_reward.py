@@ -13,7 +13,9 @@ from transformers import AutoConfig, AutoModel
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.shared.domain.params import PoolingParams
+from poolgate.workers.backends.cpu import CpuBackend
 from poolgate.workers.load.build import load_model
+from poolgate.workers.load.inspect import plan
 from poolgate.workers.load.weights import CheckpointError
 from tests.fakes import make_tiny_tokenizer
 from tests.workers.models.test_decoder_golden import SEQS, SHAPE
@@ -101,3 +103,11 @@ def test_what_it_cannot_honour_is_refused(tmp_path, architecture, labels, pooler
     save_reward(tmp_path, architecture, labels)
     with pytest.raises(error, match=match):
         _load(tmp_path, **pooler)
+
+
+@pytest.mark.parametrize("architecture, labels", [(RM, 1), (PRM, 2)])
+def test_inspect_says_how_it_runs(tmp_path, architecture, labels):
+    save_reward(tmp_path, architecture, labels)
+    p = plan(WorkerConfig(model=str(tmp_path), served_model_name="rm"), CpuBackend())
+    assert p.implementation == "packed qwen2" and p.tasks == "token_classify (served as token_classify)"
+    assert p.attention.endswith("; causal") and f"to {labels} label" in p.pooling
