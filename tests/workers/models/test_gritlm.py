@@ -17,7 +17,7 @@ from poolgate.shared.config.pooler_config import PoolerConfig
 from poolgate.workers.backends.cpu import CpuBackend
 from poolgate.workers.load.build import load_model
 from poolgate.workers.load.inspect import plan
-from poolgate.workers.pooling.gritlm import NO_BOS, NO_MARKER, instruction_length
+from poolgate.workers.pooling.gritlm import NO_BOS, NO_MARKER, instruction_length, marker_patterns
 from tests.workers.models.test_decoder_golden import save_tiny
 from tests.workers.pooled import pool_ids, pool_texts
 
@@ -131,3 +131,31 @@ def test_inspect_says_how_it_runs(tmp_path):
     p = plan(WorkerConfig(model=str(tmp_path), served_model_name="grit"), CpuBackend())
     assert p.implementation == "packed llama" and p.tasks == "embed, token_embed (served as embed)"
     assert p.attention.endswith("; bidirectional") and p.pooling.startswith("GritLM: embed fp32 MEAN")
+
+
+def _sentencepiece_like():
+    """A byte-fallback BPE with a Metaspace prefix, as Llama / Mistral tokenizers (GritLM-7B's) spell text:
+    ``<|embed|>`` is five pieces, ``▁<`` at a text's start and ``<`` after a newline (``<0x0A>``)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    merges = [("▁", "<"), ("e", "m"), ("em", "b"), ("emb", "e"), ("embe", "d"), ("▁", "a"), ("u", "s"), ("us", "e"),
+              ("use", "r")]
+    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>", "<0x0A>", "▁", *"<|>abdemrsu"])}
+    vocab |= {a + b: len(vocab) + i for i, (a, b) in enumerate(merges)}
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="<unk>"), vocab
+
+
+def test_both_sentencepiece_spellings_of_the_marker_are_found():
+    tokenizer, vocab = _sentencepiece_like()
+    pieces = {i: w for w, i in vocab.items()}
+    patterns = marker_patterns(tokenizer)
+    assert [[pieces[i] for i in p] for p in patterns] == [["▁<", "|", "embed", "|", ">", "<0x0A>"],
+                                                          ["<0x0A>", "<", "|", "embed", "|", ">", "<0x0A>"]]
+    for text, want in (("<|user|>\na\n<|embed|>\nab", 15), ("<|embed|>\nab", 7)):
+        ids = np.asarray(tokenizer(text)["input_ids"])
+        assert instruction_length(ids, tokenizer.bos_token_id, patterns) == (want, None)
+        assert [pieces[i] for i in ids[want:]] == ["a", "b"]
