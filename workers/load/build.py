@@ -124,15 +124,15 @@ def _check_chunking(pooler) -> None:
     if embed is None:
         raise ValueError("--pooler-config enable_chunked_processing applies to the embed task, which this "
                          f"model does not serve (it serves {', '.join(pooler.tasks)})")
-    if embed.selects_rows:  # GritLM: the instruction is the first chunk's only
-        raise ValueError("--pooler-config enable_chunked_processing: this model's embed averages only the tokens "
-                         "after its instruction, which a later chunk does not have; leave chunked processing off")
     if embed.pool is not None or embed.method != "MEAN":
         raise ValueError(
             f"--pooler-config enable_chunked_processing needs MEAN pooling, but this model pools embed "
             f"with {embed.method}: the token-weighted mean of chunk embeddings only equals the embedding of "
             "the whole input for MEAN. Set \"pooling_type\": \"MEAN\" in --pooler-config if the model "
             "suits it, or leave chunked processing off.")
+    if embed.selects_rows:  # GritLM: the instruction is the first chunk's only
+        raise ValueError("--pooler-config enable_chunked_processing: this model's embed averages only the tokens "
+                         "after its instruction, which a later chunk does not have; leave chunked processing off")
 
 
 def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: int) -> None:

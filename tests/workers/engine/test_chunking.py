@@ -140,9 +140,11 @@ def test_fold_renormalizes_only_when_every_chunk_was_unit_norm():
     ({"embed": SimpleNamespace(method="CLS", pool=None)}, "needs MEAN pooling, but this model pools embed with CLS"),
     ({"embed": SimpleNamespace(method="SPLADE", pool=object())}, "needs MEAN pooling"),
     ({"classify": SimpleNamespace(method="MEAN", pool=None)}, "applies to the embed task"),
+    ({"embed": SimpleNamespace(method="MEAN", pool=None, selects_rows=True)}, "a later chunk does not have"),  # GritLM
 ])
 def test_start_up_refuses_chunking_without_mean_pooling(poolers, message):
     with pytest.raises(ValueError, match=message) as err:
         _check_chunking(SimpleNamespace(poolers=poolers, tasks=tuple(poolers)))
     assert "--pooler-config enable_chunked_processing" in str(err.value)
-    _check_chunking(SimpleNamespace(poolers={"embed": SimpleNamespace(method="MEAN", pool=None)}, tasks=("embed",)))
+    mean = SimpleNamespace(method="MEAN", pool=None, selects_rows=False)
+    _check_chunking(SimpleNamespace(poolers={"embed": mean}, tasks=("embed",)))
