@@ -87,6 +87,16 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def _worst_cosine(got: np.ndarray, want: np.ndarray) -> float | None:
+    """The probes' worst row cosine; one-column rows (a reward model's scores) compared as one vector of
+    scores; None when the active task kept no rows of the probes (STEP rows at a tag they do not contain)."""
+    if want.size == 0:
+        return None
+    if want.shape[1] < 2:
+        got, want = got.reshape(1, -1), want.reshape(1, -1)
+    return float(_cosines(got, want).min())
+
+
 def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights: Tensors, pooler,
                    probes: list[list[int]]) -> PoolingRunner:
     """The runner in the requested dtype, or for ``auto`` the fast one if the probes allow it: the model is
@@ -100,6 +110,10 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights
     if fast == torch.float32:
         return _runner(model, arch, backend, fast, pooler)
     want = _vectors(_runner(model, arch, backend, torch.float32, pooler, final=False), probes)
+    if want.size == 0:
+        log.warning("dtype auto: the start-up probes give no %s rows to compare; staying in float32",
+                    pooler.tasks[0])
+        return _runner(model, arch, backend, torch.float32, pooler)
     if _castable(backend, torch.float32, fast):
         model = model.to(dtype=fast)  # one parameter at a time: never the model twice in memory
     else:
@@ -107,7 +121,7 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights
         backend.release_memory()
         model, arch = _model(spec, cfg, backend, weights, fast)
     candidate = _runner(model, arch, backend, fast, pooler)
-    worst = float(_cosines(_vectors(candidate, probes), want).min())
+    worst = _worst_cosine(_vectors(candidate, probes), want) or 0.0
     name = str(fast).removeprefix("torch.")
     if worst >= AUTO_MIN_COSINE:
         log.info("dtype auto: %s (worst probe cosine to float32 %.6f)", name, worst)

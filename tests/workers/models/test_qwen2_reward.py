@@ -111,3 +111,17 @@ def test_inspect_says_how_it_runs(tmp_path, architecture, labels):
     p = plan(WorkerConfig(model=str(tmp_path), served_model_name="rm"), CpuBackend())
     assert p.implementation == "packed qwen2" and p.tasks == "token_classify (served as token_classify)"
     assert p.attention.endswith("; causal") and f"to {labels} label" in p.pooling
+
+
+def test_dtype_auto_probes_what_the_active_task_keeps(tmp_path):
+    """One-label scores are compared as one vector; STEP rows at a tag the probes lack leave float32 in place."""
+    save_reward(tmp_path, PRM, 2)
+    cfg = {"model": str(tmp_path), "served_model_name": "rm", "max_batch_tokens": 1024}
+    tagged = load_model(WorkerConfig(**cfg, pooler_config=PoolerConfig.from_dict(
+        {"pooling_type": "STEP", "step_tag_id": STEP_TAG})))
+    assert tagged.info.dtype == "float32"
+    rm = tmp_path / "rm"
+    rm.mkdir()
+    save_reward(rm, RM, 1)
+    model = load_model(WorkerConfig(**{**cfg, "model": str(rm)}))
+    assert pool_ids(model, SEQS, TOKEN).shape == (sum(map(len, SEQS)), 1)
