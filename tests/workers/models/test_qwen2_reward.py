@@ -125,3 +125,17 @@ def test_dtype_auto_probes_what_the_active_task_keeps(tmp_path):
     save_reward(rm, RM, 1)
     model = load_model(WorkerConfig(**{**cfg, "model": str(rm)}))
     assert pool_ids(model, SEQS, TOKEN).shape == (sum(map(len, SEQS)), 1)
+
+
+def test_its_auto_map_is_never_asked_about_on_stdin(tmp_path, monkeypatch):
+    """Qwen's reward checkpoints name their own code (``auto_map``); the packed Qwen2 needs none of it."""
+    import builtins
+    import json
+
+    save_reward(tmp_path, RM, 1)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_qwen2_rm.Qwen2RMConfig",
+                          "AutoModel": "modeling_qwen2_rm.Qwen2ForRewardModel"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(builtins, "input", lambda *a, **k: pytest.fail("transformers asked about remote code"))
+    assert _load(tmp_path).info.tasks == ("token_classify",)
