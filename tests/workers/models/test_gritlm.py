@@ -159,3 +159,22 @@ def test_both_sentencepiece_spellings_of_the_marker_are_found():
         ids = np.asarray(tokenizer(text)["input_ids"])
         assert instruction_length(ids, tokenizer.bos_token_id, patterns) == (want, None)
         assert [pieces[i] for i in ids[want:]] == ["a", "b"]
+
+
+def test_a_mistral_body_runs_without_its_sliding_window(tmp_path):
+    """GritLM-7B is a Mistral: served as GritLM (``--hf-overrides``) its window is off, as vLLM turns it off. The
+    reference is LlamaModel on its weights (transformers' MistralModel has no ``is_causal`` switch; without a window
+    a Mistral block is a Llama block)."""
+    from transformers import AutoConfig, LlamaModel
+
+    save_tiny(tmp_path, "mistral", "GritLM", auto=AutoModelForCausalLM, sliding_window=4)
+    make_grit_tokenizer(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    config = AutoConfig.for_model("llama", is_causal=False,
+                                  **{k: v for k, v in saved.items() if k not in ("model_type", "sliding_window")})
+    ref = LlamaModel.from_pretrained(str(tmp_path), config=config, attn_implementation="eager").eval()
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="grit", dtype="float32",
+                                    hf_overrides={"architectures": ["GritLM"]}))
+    assert model.runner.model.config.windows == (None,) * 3 and not model.runner.model.config.causal
+    got, ids = pool_texts(model, list(TEXTS))
+    np.testing.assert_allclose(got, reference(ref, ids, list(TEXTS.values())), atol=1e-5)
