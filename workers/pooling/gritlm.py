@@ -1,9 +1,9 @@
 """GritLM (``GritLM``, vLLM's name until 0.28): a bidirectional Llama whose embedding averages only the text
 after the instruction, normalized.
 
-GritLM-7B is a ``LlamaForCausalLM`` checkpoint; under the pooling runner it runs
-without the causal mask (``workers.models.decoder_config.ARCHITECTURE_SETTINGS``;
-Llama has no sliding window to turn off). Its prompts are
+A GritLM checkpoint is a Llama (or, GritLM-7B itself, a Mistral: the config's
+``model_type`` decides the block); served as ``GritLM`` it runs without the causal
+mask and without a sliding window (``workers.models.decoder_config.ARCHITECTURE_SETTINGS``). Its prompts are
 ``<s><|user|>\\nINSTRUCTION\\n<|embed|>\\nTEXT`` or ``<s><|embed|>\\nTEXT``, and
 ``embed`` is the fp32 mean of the final states after the instruction, i.e. after
 the first ``<|embed|>`` + newline, then L2-normalized. The marker is found on token
