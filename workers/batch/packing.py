@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from poolgate.workers.batch.prefix import PrefixPlan
 
 
 @dataclass
@@ -42,6 +46,8 @@ class PackedBatch:
     key_masked: bool = False  # some real tokens are keys no query attends (``pack(attend=...)``): grouped attention
     # per-request task adapters (workers.models.task_adapters): per adapter index, its token rows (None = all)
     adapter_rows: list[tuple[int, torch.Tensor | None]] | None = None
+    # causal sequences that start from K/V computed elsewhere (workers.batch.prefix); None = every row computed
+    prefix: PrefixPlan | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -176,8 +182,9 @@ def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
     rows = None if batch.run_rows is None else [None if r is None else fn(r) for r in batch.run_rows]
     adapters = None if batch.adapter_rows is None else [(t, None if r is None else fn(r))
                                                         for t, r in batch.adapter_rows]
+    prefix = None if batch.prefix is None else batch.prefix.map(fn)
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters)
+                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters, prefix)
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:

@@ -38,7 +38,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.scale, self.softcap, self.causal = c.scale, c.softcap or None, c.causal
-        self.window, self.rope = c.windows[index], c.layer_rope[index]
+        self.window, self.rope, self.index = c.windows[index], c.layer_rope[index], index
         self.attention, self.apply_rope = ops.attention, ops.rope
         q_out, kv_out = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         self.split = (q_out, kv_out, kv_out)
@@ -66,8 +66,11 @@ class DecoderLayer(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.apply_rope(q, *rope), self.apply_rope(k, *rope)
-        a = self.attention(q, k, v, batch, scale=self.scale, causal=self.causal, window=self.window,
-                           softcap=self.softcap)  # (n, heads, d)
+        kw = dict(scale=self.scale, causal=self.causal, window=self.window, softcap=self.softcap)
+        if batch.prefix is not None:  # rows after a cached prefix (workers.batch.prefix)
+            a = batch.prefix.attend(self.attention, q, k, v, batch, self.index, **kw)  # (n, heads, d)
+        else:
+            a = self.attention(q, k, v, batch, **kw)  # (n, heads, d)
         a = self.o(a.reshape(n, -1))  # (n, hidden)
         x = x + (self.attn_post_norm(a) if hasattr(self, "attn_post_norm") else a)
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)  # 2 × (n, intermediate)
@@ -77,6 +80,8 @@ class DecoderLayer(nn.Module):
 
 class PackedDecoder(nn.Module):
     """``PackedModel`` for every decoder family: ``forward(batch) → (n_tokens, hidden)`` after the final norm."""
+
+    supports_prefix = True  # runs batches with skipped prefixes (``PackedBatch.prefix``; workers.engine.prefix_cache)
 
     def __init__(self, c: DecoderConfig, ops: Ops):
         super().__init__()
