@@ -54,14 +54,14 @@ COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADM
             names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES,
             names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY,
             names.BATCH_JOB_LINES, names.BATCH_JOB_TOKENS, names.POOL_ADMITTED, names.POOL_ADMITTED_TOKENS,
-            names.POOL_REFUSED)
+            names.POOL_REFUSED, names.PREFIX_CACHE_LOOKED_UP, names.PREFIX_CACHE_HITS, names.PREFIX_CACHE_SHARED)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
           names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
           names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES, names.WORKER_TOKENS_PER_S,
           names.BATCH_JOBS, names.BATCH_JOB_PROGRESS, names.POOL_QUEUED_TOKENS, names.POOL_QUEUED_SECONDS,
-          names.POOL_CAPACITY)
+          names.POOL_CAPACITY, names.PREFIX_CACHE_BYTES)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))
 # The Batch API's series: batches are not one model's (a batch's lines name their models), so its panels take no

@@ -43,12 +43,13 @@ class PrefixPlan:
             return None if t is None else fn(t)
 
         return replace(self, full=None if self.full is None else map_tensors(self.full, fn),
-                       new_rows=opt(self.new_rows), cached_rows=opt(self.cached_rows), shared_rows=opt(self.shared_rows),
+                       new_rows=opt(self.new_rows), cached_rows=opt(self.cached_rows),
+                       shared_rows=opt(self.shared_rows),
                        shared_src=opt(self.shared_src), capture=opt(self.capture))
 
     def attend(self, attention: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                batch: PackedBatch, layer: int, **kw: Any) -> torch.Tensor:
-        """One layer's attention for the new rows: q (n_new, heads, d), k/v (n_new, kv_heads, d) → (n_new, heads, d)."""
+        """The new rows' attention: q (n_new, heads, d), k/v (n_new, kv_heads, d) → (n_new, heads, d)."""
         if self.capture is not None:
             if layer == 0:  # a batch run again (after an out-of-memory split) starts over
                 self.kept.clear()

@@ -74,7 +74,8 @@ class PrefixCache:
         """The chained key of each full block of ``ids``."""
         arr, keys, parent = np.asarray(ids, dtype=np.int64), [], b""
         for b in range(len(ids) // self.block):
-            parent = hashlib.blake2b(parent + arr[b * self.block:(b + 1) * self.block].tobytes(), digest_size=16).digest()
+            tokens = arr[b * self.block:(b + 1) * self.block].tobytes()
+            parent = hashlib.blake2b(parent + tokens, digest_size=16).digest()
             keys.append(parent)
         return keys
 
@@ -130,7 +131,9 @@ class PrefixCache:
         span = np.arange(bk, dtype=np.int64)
 
         def rows(starts: list[int]) -> torch.Tensor | None:
-            return torch.from_numpy((np.asarray(starts, dtype=np.int64)[:, None] + span).reshape(-1)) if starts else None
+            if not starts:
+                return None
+            return torch.from_numpy((np.asarray(starts, dtype=np.int64)[:, None] + span).reshape(-1))
 
         cap = rows(capture)
         if not any(skips):
