@@ -15,8 +15,10 @@ sequence's end. Checked against transformers 5.24's modeling files:
   (``cap * tanh(s / cap)``), which the ops bundle's attention takes as ``softcap``
   (SDPA and flash cannot express it, so such a model ``needs_groups``).
 
-Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every tensor). Linears,
-RMSNorm, RoPE and attention come from the backend's ops bundle (``kernels.ops``).
+A batch with skipped prefixes (``PackedBatch.prefix``, the prefix cache's: ``workers.batch.prefix``)
+holds only the rows after each prefix; each layer's attention then runs through the plan, which
+adds the prefix's keys and values. Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every
+tensor). Linears, RMSNorm, RoPE and attention come from the backend's ops bundle (``kernels.ops``).
 """
 from __future__ import annotations
 
