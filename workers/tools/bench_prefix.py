@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> dict:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     first, second = pairs(args.docs, args.doc_tokens, 0), pairs(args.docs, args.doc_tokens, 1)
     second = [first[0][:HEAD] + s[HEAD:] for s in second]  # the same query, other documents
+    unique = [s[HEAD:] for s in pairs(args.docs, args.doc_tokens + HEAD, 2)]  # nothing shared: the cache's overhead
     tokens = sum(len(s) for s in first)
     with tempfile.TemporaryDirectory(prefix="poolgate-bench-prefix-") as tmp:
         make_checkpoint(Path(tmp), args.family, args.shape)
@@ -72,14 +73,17 @@ def run(args: argparse.Namespace) -> dict:
     timed(runner, first[:4], args.budget)  # warm-up
     off1, want1 = timed(runner, first, args.budget)
     off2, want2 = timed(runner, second, args.budget)
+    off3, want3 = timed(runner, unique, args.budget)
     report: dict = {"shape": f"{args.family}/{args.shape}", "dtype": args.dtype, "threads": torch.get_num_threads(),
                     "pairs": args.docs, "tokens_per_call": tokens, "budget": args.budget,
-                    "off": {"seconds": round((off1 + off2) / 2, 3), "computed": tokens}}
+                    "off": {"seconds": round((off1 + off2) / 2, 3), "computed": tokens},
+                    "off_nothing_shared": {"seconds": round(off3, 3), "computed": tokens}}
     for block in args.blocks:
         cache = runner.prefix_cache = PrefixCache(runner.pooler, args.mb << 20, block=block,
                                                   group_attention=runner.group_attention)
         row = {}
-        for name, ids, want in (("first_call", first, want1), ("same_query_again", second, want2)):
+        for name, ids, want in (("first_call", first, want1), ("same_query_again", second, want2),
+                                ("nothing_shared", unique, want3)):
             before = cache.stats()
             seconds, got = timed(runner, ids, args.budget)
             row[name] = {"seconds": round(seconds, 3), "computed": computed(cache, before, tokens),

@@ -104,3 +104,23 @@ def test_a_sequence_always_computes_its_last_token(tmp_path):
     assert skips == [0, 4]  # the second shares the first block, never its own last one
     torch.testing.assert_close(torch.from_numpy(_run(runner, [PREFIX[:8]] * 2)[1]),
                                torch.from_numpy(_run(runner, [PREFIX[:8]])[0]), atol=1e-5, rtol=0)
+
+
+def test_through_the_engine_an_instruction_prefix_hits_and_the_health_answer_counts_it(tmp_path):
+    from poolgate.workers.offline import PoolingModel
+
+    save_tiny(tmp_path, "qwen3", "Qwen3Model", head_dim=32)
+    instruct = " ".join(f"w{i % 40}" for i in range(40)) + " "  # "Instruct: …\nQuery: " of an embedder
+    texts = [instruct + " ".join(f"w{50 + j}" for j in range(i + 2)) for i in range(5)]
+    with PoolingModel(str(tmp_path), dtype="float32", prefix_cache_mb=0) as plain:
+        want = plain.embed(texts)
+        assert "prefix_cache" not in plain._engine.load()
+    with PoolingModel(str(tmp_path), dtype="float32", prefix_cache_mb=16) as cached:
+        before = cached._engine.load()["prefix_cache"]  # start-up's warm-up ran through it too
+        for _ in range(2):
+            _close(cached.embed(texts), want)
+        after = cached._engine.load()["prefix_cache"]
+    grew = {k: after[k] - before[k] for k in ("looked_up_tokens", "hit_tokens", "shared_tokens")}
+    assert grew["looked_up_tokens"] == 2 * sum(len(t.split()) + 2 for t in texts)  # [CLS] … [SEP]
+    # blocks of 16: 32 of the 41 head tokens; shared within the first call's batch (parts), hit by the second
+    assert grew["shared_tokens"] >= 32 and grew["hit_tokens"] >= 5 * 32 and after["bytes"] > 0
