@@ -35,6 +35,7 @@ class PrefixPlan:
     shared_src: torch.Tensor | None = None  # (n_shared,) the new row each copies
     capture: torch.Tensor | None = None  # (n_capture,) new rows whose k/v the cache stores
     keys: list[bytes] = field(default_factory=list)  # the captured blocks' keys, in row order
+    read: list[bytes] = field(default_factory=list)  # keys of the cached blocks the batch reads, in batch order
     kept: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per layer (k, v) of ``capture``
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PrefixPlan:

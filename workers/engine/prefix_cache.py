@@ -89,6 +89,7 @@ class PrefixCache:
         shared: list[tuple[int, int]] = []  # (first row in full, first new row it copies)
         capture: list[int] = []  # first new row of each block to store
         keys_out: list[bytes] = []
+        read: list[list[bytes]] = []  # per sequence, the keys of the blocks it read from the cache
         made: dict[bytes, int] = {}  # key → first new row of a block this batch computes
         full_at = new_at = 0
         looked = 0
@@ -114,6 +115,7 @@ class PrefixCache:
                     skip += bk
                 for key in reversed(touched):  # the tail first: the head ends up the most recent
                     self._table.move_to_end(key)
+                read.append(touched)
                 skips[i] = skip
                 full_at, new_at = full_at + n, new_at + n - skip
             self.looked_up += looked
@@ -121,7 +123,9 @@ class PrefixCache:
             self.shared += bk * len(shared)
         if not capture and not any(skips):
             return Skips(skips, None)
-        return Skips(skips, self._layout(seqs, skips, cached, shared, capture, keys_out))
+        plan = self._layout(seqs, skips, cached, shared, capture, keys_out)
+        plan.read = list(dict.fromkeys(key for seq_keys in read for key in seq_keys))
+        return Skips(skips, plan)
 
     def _layout(self, seqs: list[Sequence], skips: list[int], cached: list[tuple[int, torch.Tensor]],
                 shared: list[tuple[int, int]], capture: list[int], keys: list[bytes]) -> PrefixPlan:
@@ -149,22 +153,30 @@ class PrefixCache:
             shared_rows=rows([at for at, _ in shared]), shared_src=shared_src, capture=cap, keys=keys)
 
     def store(self, plan: PrefixPlan) -> None:
-        """Keep the blocks the forward computed (``plan.kept``: per layer, the captured rows' k and v)."""
-        if not plan.keys or not plan.kept:
-            return
-        kv = torch.stack([torch.stack(pair) for pair in plan.kept])  # (layers, 2, n_capture, kv_heads, d)
-        blocks = kv.split(self.block, dim=2)
+        """Keep the blocks the forward computed (``plan.kept``: per layer, the captured rows' k and v).
+
+        Blocks come in batch order (a shared head first); only as many as the bound holds are kept, the
+        first ones, and they and then the blocks the batch read go in last to first: the batch's heads
+        are the most recent entries when older ones are evicted."""
+        blocks: list[tuple[bytes, torch.Tensor]] = []
+        if plan.kept:
+            kv = torch.stack([torch.stack(pair) for pair in plan.kept])  # (layers, 2, n_capture, kv_heads, d)
+            blocks = list(zip(plan.keys, kv.split(self.block, dim=2)))
+            plan.kept.clear()
+        size = blocks[0][1].nbytes if blocks else 0
+        blocks = blocks[:self.max_bytes // size] if size else []
         with self._lock:
-            for key, block in reversed(list(zip(plan.keys, blocks))):
+            for key, block in reversed(blocks):
+                if key not in self._table:
+                    self._table[key] = block.clone()  # its own storage: an evicted block frees its bytes
+                    self.bytes += size
+                self._table.move_to_end(key)
+            for key in reversed(plan.read):
                 if key in self._table:
-                    continue
-                block = block.clone()  # its own storage: an evicted block frees its bytes
-                self._table[key] = block
-                self.bytes += block.nbytes
+                    self._table.move_to_end(key)
             while self.bytes > self.max_bytes and self._table:
                 _, old = self._table.popitem(last=False)
                 self.bytes -= old.nbytes
-        plan.kept.clear()
 
     def stats(self) -> dict[str, int]:
         with self._lock:

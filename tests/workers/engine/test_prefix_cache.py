@@ -124,3 +124,16 @@ def test_through_the_engine_an_instruction_prefix_hits_and_the_health_answer_cou
     assert grew["looked_up_tokens"] == 2 * sum(len(t.split()) + 2 for t in texts)  # [CLS] … [SEP]
     # blocks of 16: 32 of the 41 head tokens; shared within the first call's batch (parts), hit by the second
     assert grew["shared_tokens"] >= 32 and grew["hit_tokens"] >= 5 * 32 and after["bytes"] > 0
+
+
+def test_a_full_cache_keeps_the_shared_head_over_the_documents_behind_it(tmp_path):
+    save_tiny(tmp_path, "qwen3", "Qwen3Model", head_dim=32)
+    runner = _load(tmp_path).runner
+    probe = _cache(runner)
+    _run(runner, [PREFIX + DOCS[0]])
+    block = next(iter(probe._table.values())).nbytes
+    cache = _cache(runner, max_bytes=12 * block)  # the head's 9 blocks and 3 more
+    _run(runner, [PREFIX + d for d in DOCS])  # far more blocks than it holds
+    before = cache.stats()["hit_tokens"]
+    _run(runner, [PREFIX + d[::-1] for d in DOCS])  # the same head, other documents
+    assert cache.stats()["hit_tokens"] - before == len(DOCS) * 36 and cache.stats()["bytes"] <= 12 * block
