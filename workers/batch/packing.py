@@ -194,8 +194,13 @@ def tensors(batch: PackedBatch) -> list[torch.Tensor]:
         out.append(batch.token_type_ids)
     for g in batch.groups or ():
         out += [t for t in (g.gather, g.mask, g.valid, g.dst, g.rows) if t is not None]
-    return out + [r for r in batch.run_rows or () if r is not None] + [r for _, r in batch.adapter_rows or ()
-                                                                        if r is not None]
+    out += [r for r in batch.run_rows or () if r is not None] + [r for _, r in batch.adapter_rows or ()
+                                                                  if r is not None]
+    if batch.prefix is not None:  # the prefix plan's indexes and whole-sequence batch (its cached K/V is the cache's)
+        p = batch.prefix
+        out += [t for t in (p.new_rows, p.cached_rows, p.shared_rows, p.shared_src, p.capture) if t is not None]
+        out += tensors(p.full) if p.full is not None else []
+    return out
 
 
 def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:
