@@ -289,11 +289,24 @@ def values(result: list[dict]) -> list[float]:
     return [float(r["value"][1]) for r in result]
 
 
+class _RisingPrefixStats:
+    """A prefix cache's health figures (workers.engine.prefix_cache), rising at each health answer."""
+
+    def __init__(self):
+        self.n = 0
+
+    def stats(self) -> dict[str, int]:
+        self.n += 1
+        return {"looked_up_tokens": 100 * self.n, "hit_tokens": 60 * self.n, "shared_tokens": 20 * self.n,
+                "blocks": 4, "bytes": 4096}
+
+
 @needs_prometheus
 async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_server):  # noqa: F811
     model = dataclasses.replace(fake_model(name=SERVED), device_memory=lambda: {"allocated": 3 << 20,
                                                                                 "reserved": 4 << 20},
                                 cache_bytes=1 << 20)  # the embedding cache's series too
+    model.runner.prefix_cache = _RisingPrefixStats()  # and a causal decoder's prefix cache's
     async with served_router([model], max_in_flight=1) as router:
         served = router.pools[SERVED].pools[0]
         served.member(served.clients[0]).tokens_per_s = 1000.0  # what health checks (none run here) would measure
