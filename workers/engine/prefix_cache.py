@@ -53,8 +53,12 @@ class Skips:
 class PrefixCache:
     """Block K/V of one causal model in one dtype, bounded by ``max_bytes``; both runner threads use it."""
 
-    def __init__(self, pooler: DispatchPooler, max_bytes: int, *, block: int = BLOCK, group_attention: bool = True):
+    def __init__(self, pooler: DispatchPooler, max_bytes: int, *, block: int = BLOCK, group_attention: bool = True,
+                 block_bytes: int | None = None):
         self.pooler, self.max_bytes, self.block, self.group_attention = pooler, max_bytes, block, group_attention
+        # a batch captures at most the blocks the bound holds (its first ones), so storing never holds
+        # more than a few times the bound at once; None: every new block (the bound then applies on store)
+        self.most_captured = max_bytes // block_bytes if block_bytes else None
         self._table: OrderedDict[bytes, torch.Tensor] = OrderedDict()  # key → (layers, 2, block, kv_heads, d)
         self._lock = threading.Lock()
         self.looked_up = self.hit = self.shared = self.bytes = 0
@@ -109,8 +113,9 @@ class PrefixCache:
                     else:
                         if block is None and key not in made:
                             made[key] = new_at + b * bk - skip
-                            capture.append(made[key])
-                            keys_out.append(key)
+                            if self.most_captured is None or len(capture) < self.most_captured:
+                                capture.append(made[key])
+                                keys_out.append(key)
                         continue
                     skip += bk
                 for key in reversed(touched):  # the tail first: the head ends up the most recent
@@ -184,7 +189,7 @@ class PrefixCache:
                     "blocks": len(self._table), "bytes": self.bytes}
 
 
-def for_model(model: torch.nn.Module, pooler: DispatchPooler, max_bytes: int, *,
+def for_model(model: torch.nn.Module, pooler: DispatchPooler, max_bytes: int, *, dtype: torch.dtype,
               group_attention: bool) -> PrefixCache | None:
     """The cache for a packed causal decoder; None (and why, in the log) for anything else."""
     if max_bytes <= 0:
@@ -200,4 +205,5 @@ def for_model(model: torch.nn.Module, pooler: DispatchPooler, max_bytes: int, *,
         log.info("prefix cache off: no task of this model pools LAST")
         return None
     log.info("prefix cache: up to %d MB of K/V in blocks of %d tokens, for LAST-pooled tasks", max_bytes >> 20, BLOCK)
-    return PrefixCache(pooler, max_bytes, group_attention=group_attention)
+    size = config.num_hidden_layers * 2 * BLOCK * config.num_key_value_heads * config.head_dim * dtype.itemsize
+    return PrefixCache(pooler, max_bytes, group_attention=group_attention, block_bytes=size)

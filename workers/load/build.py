@@ -168,7 +168,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     finally:
         weights.close()
     runner.prefix_cache = prefix_cache_for(runner.model, runner.pooler, cfg.prefix_cache_mb << 20,
-                                           group_attention=runner.group_attention)
+                                           dtype=runner.dtype, group_attention=runner.group_attention)
     if spec.pooler.enable_chunked_processing:
         _check_chunking(runner.pooler)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim

@@ -33,8 +33,9 @@ def _run(runner, ids, params=PoolingParams()) -> np.ndarray:
     return np.concatenate([o.rows.values for o in outs])
 
 
-def _cache(runner, max_bytes=64 << 20, block=4) -> PrefixCache:
-    runner.prefix_cache = PrefixCache(runner.pooler, max_bytes, block=block, group_attention=runner.group_attention)
+def _cache(runner, max_bytes=64 << 20, block=4, block_bytes=None) -> PrefixCache:
+    runner.prefix_cache = PrefixCache(runner.pooler, max_bytes, block=block, group_attention=runner.group_attention,
+                                      block_bytes=block_bytes)
     return runner.prefix_cache
 
 
@@ -91,6 +92,7 @@ def test_token_tasks_and_bidirectional_models_are_left_alone(tmp_path):
         want = plain.execute(plain.prepare(mixed))
         for g, w in zip(got, want):
             _close(g.rows.values, w.rows.values)
+    assert cache.most_captured == (16 << 20) // next(iter(cache._table.values())).nbytes  # sized from the config
     save_tiny(tmp_path / "bi", "qwen3", "Qwen3Model", head_dim=32, is_causal=False)
     assert _load(tmp_path / "bi", prefix_cache_mb=16).runner.prefix_cache is None
 
@@ -132,7 +134,10 @@ def test_a_full_cache_keeps_the_shared_head_over_the_documents_behind_it(tmp_pat
     probe = _cache(runner)
     _run(runner, [PREFIX + DOCS[0]])
     block = next(iter(probe._table.values())).nbytes
-    cache = _cache(runner, max_bytes=12 * block)  # the head's 9 blocks and 3 more
+    cache = _cache(runner, max_bytes=12 * block, block_bytes=block)  # the head's 9 blocks and 3 more
+    plan = cache.plan([Sequence(PREFIX + d, PoolingParams()) for d in DOCS]).plan
+    assert plan is not None and len(plan.keys) == 12  # a batch captures no more than the cache holds
+    cache = _cache(runner, max_bytes=12 * block, block_bytes=block)
     _run(runner, [PREFIX + d for d in DOCS])  # far more blocks than it holds
     before = cache.stats()["hit_tokens"]
     _run(runner, [PREFIX + d[::-1] for d in DOCS])  # the same head, other documents
