@@ -54,14 +54,14 @@ COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADM
             names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES,
             names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY,
             names.BATCH_JOB_LINES, names.BATCH_JOB_TOKENS, names.POOL_ADMITTED, names.POOL_ADMITTED_TOKENS,
-            names.POOL_REFUSED)
+            names.POOL_REFUSED, names.PREFIX_CACHE_LOOKED_UP, names.PREFIX_CACHE_HITS, names.PREFIX_CACHE_SHARED)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
           names.WORKER_UP, names.SEQUENCES_RUNNING, names.SEQUENCES_WAITING,
           names.TOKENS_WAITING, names.DEVICE_MEMORY, names.EMBEDDING_CACHE_BYTES, names.WORKER_TOKENS_PER_S,
           names.BATCH_JOBS, names.BATCH_JOB_PROGRESS, names.POOL_QUEUED_TOKENS, names.POOL_QUEUED_SECONDS,
-          names.POOL_CAPACITY)
+          names.POOL_CAPACITY, names.PREFIX_CACHE_BYTES)
 EXPOSED = frozenset({f"{c}_total" for c in COUNTERS} | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
                     | set(GAUGES))
 # The Batch API's series: batches are not one model's (a batch's lines name their models), so its panels take no
@@ -289,11 +289,24 @@ def values(result: list[dict]) -> list[float]:
     return [float(r["value"][1]) for r in result]
 
 
+class _RisingPrefixStats:
+    """A prefix cache's health figures (workers.engine.prefix_cache), rising at each health answer."""
+
+    def __init__(self):
+        self.n = 0
+
+    def stats(self) -> dict[str, int]:
+        self.n += 1
+        return {"looked_up_tokens": 100 * self.n, "hit_tokens": 60 * self.n, "shared_tokens": 20 * self.n,
+                "blocks": 4, "bytes": 4096}
+
+
 @needs_prometheus
 async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path, live_server):  # noqa: F811
     model = dataclasses.replace(fake_model(name=SERVED), device_memory=lambda: {"allocated": 3 << 20,
                                                                                 "reserved": 4 << 20},
                                 cache_bytes=1 << 20)  # the embedding cache's series too
+    model.runner.prefix_cache = _RisingPrefixStats()  # and a causal decoder's prefix cache's
     async with served_router([model], max_in_flight=1) as router:
         served = router.pools[SERVED].pools[0]
         served.member(served.clients[0]).tokens_per_s = 1000.0  # what health checks (none run here) would measure

@@ -93,6 +93,21 @@ CACHE_SERIES: dict[str, tuple[type, str, str]] = {
     "misses": (CounterMetricFamily, names.EMBEDDING_CACHE_MISSES, "Sequences the embedding cache sent to the model."),
     "bytes": (GaugeMetricFamily, names.EMBEDDING_CACHE_BYTES, "Bytes the embedding cache holds."),
 }
+# the worker's prefix cache stats key (workers.engine.prefix_cache) -> (family, metric name, help)
+PREFIX_CACHE_SERIES: dict[str, tuple[type, str, str]] = {
+    "looked_up_tokens": (
+        CounterMetricFamily,
+        names.PREFIX_CACHE_LOOKED_UP,
+        "Tokens of sequences the prefix cache looked up (causal, LAST-pooled).",
+    ),
+    "hit_tokens": (CounterMetricFamily, names.PREFIX_CACHE_HITS, "Tokens whose keys and values came from the cache."),
+    "shared_tokens": (
+        CounterMetricFamily,
+        names.PREFIX_CACHE_SHARED,
+        "Tokens of a prefix shared within a batch, computed once for it.",
+    ),
+    "bytes": (GaugeMetricFamily, names.PREFIX_CACHE_BYTES, "Bytes of keys and values the prefix cache holds."),
+}
 # the worker's pipeline stats scalars (workers.engine.stats) -> (family, metric name, help)
 PIPELINE_SERIES: dict[str, tuple[type, str, str]] = {
     "out_of_memory": (
@@ -151,6 +166,7 @@ class WorkerCollector:
             names.DEVICE_MEMORY, "Device memory of the worker's model.", labels=[*WORKER_LABELS, "kind"]
         )
         cache = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in CACHE_SERIES.items()}
+        prefix = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in PREFIX_CACHE_SERIES.items()}
         scalars = {key: kind(name, doc, labels=WORKER_LABELS) for key, (kind, name, doc) in PIPELINE_SERIES.items()}
         for s in self.samples:
             labels = [s.pool.name, s.pool.info.backend, worker_label(s.client.address)]
@@ -165,6 +181,9 @@ class WorkerCollector:
             for key, family in cache.items():  # only workers whose model has the cache on
                 if key in (s.health.get("cache") or {}):
                     family.add_metric(labels, float(s.health["cache"][key]))
+            for key, family in prefix.items():  # only workers whose model has a prefix cache
+                if key in (s.health.get("prefix_cache") or {}):
+                    family.add_metric(labels, float(s.health["prefix_cache"][key]))
             pipeline = s.health.get("pipeline") or {}
             for key, family in scalars.items():
                 if key in pipeline:
@@ -173,7 +192,16 @@ class WorkerCollector:
                 if key in pipeline:
                     counts = Counts.from_wire(pipeline[key])
                     histogram.add_metric(labels, counts.cumulative(), counts.total)
-        yield from (up, recoveries, *gauges.values(), memory, *batches.values(), *cache.values(), *scalars.values())
+        yield from (
+            up,
+            recoveries,
+            *gauges.values(),
+            memory,
+            *batches.values(),
+            *cache.values(),
+            *prefix.values(),
+            *scalars.values(),
+        )
         if self.with_in_flight:
             fam = GaugeMetricFamily(names.REQUESTS_IN_FLIGHT, IN_FLIGHT_HELP, labels=[names.MODEL])
             for model, calls in in_flight_calls(self.router).items():

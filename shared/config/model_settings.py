@@ -101,6 +101,14 @@ class ModelSettings:
         help="keep up to MB of pooled outputs in memory per worker, keyed by pooling params and token ids, and "
         "answer repeated inputs from it (bit-identical; hits and misses in /metrics); 0 = off",
     )
+    prefix_cache_mb: int = setting(
+        256,
+        ge=0,
+        metavar="MB",
+        help="causal decoders (LAST-pooled tasks: embed, classify, score): keep up to MB of attention keys and "
+        "values per worker in blocks of 16 tokens, keyed by the token prefix, so inputs that share a prefix "
+        "(a rerank call's query, an embedder's instruction) compute it once; 0 = off",
+    )
     max_tokens_per_request: int | None = setting(
         ge=1,
         metavar="TOKENS",

@@ -74,6 +74,11 @@ WORKER_TOKENS_PER_S = f"{PREFIX}_worker_tokens_per_second"  # gauge: measured ca
 EMBEDDING_CACHE_HITS = f"{PREFIX}_embedding_cache_hits"  # counter: sequences served from cache {model, backend, worker}
 EMBEDDING_CACHE_MISSES = f"{PREFIX}_embedding_cache_misses"  # counter: sequences the model ran {model, backend, worker}
 EMBEDDING_CACHE_BYTES = f"{PREFIX}_embedding_cache_bytes"  # gauge {model, backend, worker}
+# the prefix cache (causal decoders): hit rate = hit / looked up; tokens saved = hit + shared
+PREFIX_CACHE_LOOKED_UP = f"{PREFIX}_prefix_cache_looked_up_tokens"  # counter: tokens of eligible sequences {model, ...}
+PREFIX_CACHE_HITS = f"{PREFIX}_prefix_cache_hit_tokens"  # counter: tokens whose K/V came from the cache {model, ...}
+PREFIX_CACHE_SHARED = f"{PREFIX}_prefix_cache_shared_tokens"  # counter: tokens computed once for a batch {model, ...}
+PREFIX_CACHE_BYTES = f"{PREFIX}_prefix_cache_bytes"  # gauge: K/V bytes held {model, backend, worker}
 
 # --- buckets --------------------------------------------------------------------
 LATENCY_BUCKETS = (

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from poolgate.workers.batch.prefix import PrefixPlan
 
 
 @dataclass
@@ -42,6 +46,8 @@ class PackedBatch:
     key_masked: bool = False  # some real tokens are keys no query attends (``pack(attend=...)``): grouped attention
     # per-request task adapters (workers.models.task_adapters): per adapter index, its token rows (None = all)
     adapter_rows: list[tuple[int, torch.Tensor | None]] | None = None
+    # causal sequences that start from K/V computed elsewhere (workers.batch.prefix); None = every row computed
+    prefix: PrefixPlan | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -176,8 +182,9 @@ def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
     rows = None if batch.run_rows is None else [None if r is None else fn(r) for r in batch.run_rows]
     adapters = None if batch.adapter_rows is None else [(t, None if r is None else fn(r))
                                                         for t, r in batch.adapter_rows]
+    prefix = None if batch.prefix is None else batch.prefix.map(fn)
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters)
+                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters, prefix)
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:
@@ -187,8 +194,13 @@ def tensors(batch: PackedBatch) -> list[torch.Tensor]:
         out.append(batch.token_type_ids)
     for g in batch.groups or ():
         out += [t for t in (g.gather, g.mask, g.valid, g.dst, g.rows) if t is not None]
-    return out + [r for r in batch.run_rows or () if r is not None] + [r for _, r in batch.adapter_rows or ()
-                                                                        if r is not None]
+    out += [r for r in batch.run_rows or () if r is not None] + [r for _, r in batch.adapter_rows or ()
+                                                                  if r is not None]
+    if batch.prefix is not None:  # the prefix plan's indexes and whole-sequence batch (its cached K/V is the cache's)
+        p = batch.prefix
+        out += [t for t in (p.new_rows, p.cached_rows, p.shared_rows, p.shared_src, p.capture) if t is not None]
+        out += tensors(p.full) if p.full is not None else []
+    return out
 
 
 def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:

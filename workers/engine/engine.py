@@ -92,6 +92,7 @@ class Engine:
         self.info = replace(model.info, max_tokens_per_request=max_tokens_per_request)
         self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
         self.runner = self.cache or model.runner
+        self.prefix_cache = getattr(model.runner, "prefix_cache", None)  # causal decoders (engine.prefix_cache)
         self._device_memory = model.device_memory
         self.front = Front(self.info, model.encoder)  # in-process calls only (``submit``)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
@@ -145,6 +146,8 @@ class Engine:
             load["device_memory"] = self._device_memory()
         if self.cache is not None:
             load["cache"] = self.cache.stats()
+        if self.prefix_cache is not None:
+            load["prefix_cache"] = self.prefix_cache.stats()
         return load
 
     async def submit(self, call: PoolingCall) -> PoolingResult:

@@ -29,6 +29,7 @@ from torch import nn
 from poolgate.shared.wire.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.engine.core_threads import CoreThreads, cut
+from poolgate.workers.engine.prefix_cache import PrefixCache
 from poolgate.workers.batch.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
@@ -60,8 +61,9 @@ class PoolingRunner:
     """One model on one backend in one dtype, built whole (see ``workers.load.build``)."""
 
     def __init__(self, *, model: nn.Module, backend: Backend, dtype: torch.dtype, pooler: DispatchPooler,
-                 grouped: bool = False):
+                 grouped: bool = False, prefix_cache: PrefixCache | None = None):
         self.model, self.backend, self.dtype, self.pooler = model, backend, dtype, pooler
+        self.prefix_cache = prefix_cache  # causal LAST-pooled sequences skip cached prefixes (engine.prefix_cache)
         # the SDPA group plan is host work: made here in prepare when the backend's attention or the model
         # (a relative bias, soft-capping: PackedModel.needs_groups) reads it
         self.group_attention = grouped or backend.uses_groups(dtype)
@@ -82,12 +84,21 @@ class PoolingRunner:
         return LanedBatch([(a, self._prepare_part(seqs[a:b])) for a, b in parts])
 
     def _prepare_part(self, seqs: list[Sequence]) -> PreparedBatch:
-        packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
-                      attend=[s.attend for s in seqs], group_attention=self.group_attention)
+        skips = self.prefix_cache.plan(seqs) if self.prefix_cache is not None else None
+        if skips is not None and skips.plan is not None:  # only the rows after each skipped prefix run
+            packed = pack([s.token_ids[k:] for s, k in zip(seqs, skips.skips)], group_attention=self.group_attention,
+                          token_types=[None if s.token_type_ids is None else s.token_type_ids[k:]
+                                       for s, k in zip(seqs, skips.skips)])
+            packed.positions += torch.repeat_interleave(torch.tensor(skips.skips), torch.tensor(packed.lengths))
+            packed.prefix = skips.plan
+        else:
+            packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
+                          attend=[s.attend for s in seqs], group_attention=self.group_attention)
         runs = self.pooler.plan(packed, param_runs(seqs))
         if self.adapters is not None:  # per task, the rows of its sequences' tokens
             packed.adapter_rows = self.adapters.plan([s.params.adapter for s in seqs], packed.cu_seqlens)
-        rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed else packed.n_tokens
+        same_rows = packed.prefix is None or packed.prefix.full is None  # skipped prefixes: the rows are exact
+        rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed and same_rows else packed.n_tokens
         model_input, ready = self.backend.upload(padded_rows(packed, rows))
         if rows == packed.n_tokens:
             return PreparedBatch(model_input, runs, ready)
@@ -118,6 +129,8 @@ class PoolingRunner:
         with active(batch.packed.adapter_rows) if self.adapters is not None else nullcontext():
             model_input = batch.packed if batch.model_input is None else batch.model_input
             hidden = self.model(model_input)[:batch.packed.n_tokens]  # (n_tokens, hidden); bucket rows dropped
+        if model_input.prefix is not None and self.prefix_cache is not None:
+            self.prefix_cache.store(model_input.prefix)
         if steps is not None:
             self.backend.synchronize()
             forwarded = time.perf_counter()

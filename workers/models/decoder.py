@@ -15,8 +15,10 @@ sequence's end. Checked against transformers 5.24's modeling files:
   (``cap * tanh(s / cap)``), which the ops bundle's attention takes as ``softcap``
   (SDPA and flash cannot express it, so such a model ``needs_groups``).
 
-Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every tensor). Linears,
-RMSNorm, RoPE and attention come from the backend's ops bundle (``kernels.ops``).
+A batch with skipped prefixes (``PackedBatch.prefix``, the prefix cache's: ``workers.batch.prefix``)
+holds only the rows after each prefix; each layer's attention then runs through the plan, which
+adds the prefix's keys and values. Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every
+tensor). Linears, RMSNorm, RoPE and attention come from the backend's ops bundle (``kernels.ops``).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.scale, self.softcap, self.causal = c.scale, c.softcap or None, c.causal
-        self.window, self.rope = c.windows[index], c.layer_rope[index]
+        self.window, self.rope, self.index = c.windows[index], c.layer_rope[index], index
         self.attention, self.apply_rope = ops.attention, ops.rope
         q_out, kv_out = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         self.split = (q_out, kv_out, kv_out)
@@ -66,8 +68,11 @@ class DecoderLayer(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.apply_rope(q, *rope), self.apply_rope(k, *rope)
-        a = self.attention(q, k, v, batch, scale=self.scale, causal=self.causal, window=self.window,
-                           softcap=self.softcap)  # (n, heads, d)
+        kw = dict(scale=self.scale, causal=self.causal, window=self.window, softcap=self.softcap)
+        if batch.prefix is not None:  # rows after a cached prefix (workers.batch.prefix)
+            a = batch.prefix.attend(self.attention, q, k, v, batch, self.index, **kw)  # (n, heads, d)
+        else:
+            a = self.attention(q, k, v, batch, **kw)  # (n, heads, d)
         a = self.o(a.reshape(n, -1))  # (n, hidden)
         x = x + (self.attn_post_norm(a) if hasattr(self, "attn_post_norm") else a)
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)  # 2 × (n, intermediate)
@@ -77,6 +82,8 @@ class DecoderLayer(nn.Module):
 
 class PackedDecoder(nn.Module):
     """``PackedModel`` for every decoder family: ``forward(batch) → (n_tokens, hidden)`` after the final norm."""
+
+    supports_prefix = True  # runs batches with skipped prefixes (``PackedBatch.prefix``; workers.engine.prefix_cache)
 
     def __init__(self, c: DecoderConfig, ops: Ops):
         super().__init__()

@@ -164,7 +164,25 @@ async def test_a_model_without_the_cache_has_no_cache_series(scraped):
     client = await scraped()
     assert (await client.post(EMBED, json={"input": ["a b"]})).status == 200
     got = await samples(client)
-    assert not any(n.startswith("poolgate_embedding_cache") for n, _ in got)
+    assert not any(n.startswith(("poolgate_embedding_cache", "poolgate_prefix_cache")) for n, _ in got)
+
+
+class _PrefixStats:
+    def stats(self) -> dict[str, int]:
+        return {"looked_up_tokens": 100, "hit_tokens": 60, "shared_tokens": 20, "blocks": 4, "bytes": 4096}
+
+
+async def test_the_prefix_cache_figures_come_from_the_worker(scraped):
+    model = fake_model()
+    model.runner.prefix_cache = _PrefixStats()  # a causal decoder's runner carries one (workers.engine.prefix_cache)
+    client = await scraped(models=[model])
+    assert (await client.post(EMBED, json={"input": ["a b"]})).status == 200
+    got = await samples(client)
+    labels = {"model": "fake-model", "backend": "cpu", "worker": "w0.sock"}
+    assert value(got, f"{names.PREFIX_CACHE_LOOKED_UP}_total", **labels) == 100
+    assert value(got, f"{names.PREFIX_CACHE_HITS}_total", **labels) == 60
+    assert value(got, f"{names.PREFIX_CACHE_SHARED}_total", **labels) == 20
+    assert value(got, names.PREFIX_CACHE_BYTES, **labels) == 4096
 
 
 async def test_a_workers_capacity_and_out_of_memory_splits_are_series(scraped):
