@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from poolgate.workers.batch.prefix import PrefixPlan
 
 
 @dataclass
@@ -46,8 +43,8 @@ class PackedBatch:
     key_masked: bool = False  # some real tokens are keys no query attends (``pack(attend=...)``): grouped attention
     # per-request task adapters (workers.models.task_adapters): per adapter index, its token rows (None = all)
     adapter_rows: list[tuple[int, torch.Tensor | None]] | None = None
-    # causal sequences that start from K/V computed elsewhere (workers.batch.prefix); None = every row computed
-    prefix: PrefixPlan | None = None
+    # causal sequences that start from K/V computed elsewhere (workers.models.prefix); None = every row computed
+    prefix: Any = None  # a workers.models.prefix.PrefixPlan (Any: that module builds on this one, not the reverse)
 
     @property
     def n_tokens(self) -> int:

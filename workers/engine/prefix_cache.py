@@ -9,7 +9,7 @@ eligible sequence's blocks: a block held in the cache, or computed by an earlier
 sequence of the same batch (a rerank call's documents behind one shared query),
 is skipped as long as every block before it is; at least the last token is always
 computed (it is what LAST pools). The runner then packs only the rows after each
-sequence's skipped prefix (``workers.batch.prefix``) and ``store`` keeps the
+sequence's skipped prefix (``workers.models.prefix``) and ``store`` keeps the
 newly computed blocks after the forward. Entries go least-recently-used first
 while their bytes exceed the bound; a hit touches a sequence's blocks last to
 first, so a prefix's head outlives its tail.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from poolgate.workers.batch.prefix import PrefixPlan
+from poolgate.workers.models.prefix import PrefixPlan
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.pooling.dispatch import DispatchPooler
 

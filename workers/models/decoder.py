@@ -15,7 +15,7 @@ sequence's end. Checked against transformers 5.24's modeling files:
   (``cap * tanh(s / cap)``), which the ops bundle's attention takes as ``softcap``
   (SDPA and flash cannot express it, so such a model ``needs_groups``).
 
-A batch with skipped prefixes (``PackedBatch.prefix``, the prefix cache's: ``workers.batch.prefix``)
+A batch with skipped prefixes (``PackedBatch.prefix``, the prefix cache's: ``workers.models.prefix``)
 holds only the rows after each prefix; each layer's attention then runs through the plan, which
 adds the prefix's keys and values. Q/K/V and gate/up are fused at load (``WEIGHT_MAP`` names every
 tensor). Linears, RMSNorm, RoPE and attention come from the backend's ops bundle (``kernels.ops``).
@@ -69,7 +69,7 @@ class DecoderLayer(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.apply_rope(q, *rope), self.apply_rope(k, *rope)
         kw = dict(scale=self.scale, causal=self.causal, window=self.window, softcap=self.softcap)
-        if batch.prefix is not None:  # rows after a cached prefix (workers.batch.prefix)
+        if batch.prefix is not None:  # rows after a cached prefix (workers.models.prefix)
             a = batch.prefix.attend(self.attention, q, k, v, batch, self.index, **kw)  # (n, heads, d)
         else:
             a = self.attention(q, k, v, batch, **kw)  # (n, heads, d)
