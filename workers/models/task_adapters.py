@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.lora import Lora
 
 Plan = list[tuple[int, "torch.Tensor | None"]]  # (task index, its token rows (n_t,) int64, None = every row)
@@ -60,10 +61,21 @@ class _TaskLora(nn.Module):
 
     def __init__(self, base: nn.Module, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
         super().__init__()
-        self.base, self.tasks = base, frozenset(loras)
+        self.base, self.tasks = base, set[int]()
         for t, (a, b) in loras.items():
-            self.register_buffer(f"a{t}", a.contiguous())
-            self.register_buffer(f"b{t}", b.contiguous())
+            self.put(t, a, b)
+
+    def put(self, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        """Slot ``t`` runs ``a``/``b`` from now on (run-time adapters: ``workers.models.run_loras``)."""
+        self.register_buffer(f"a{t}", a.contiguous())
+        self.register_buffer(f"b{t}", b.contiguous())
+        self.tasks.add(t)
+
+    def drop(self, t: int) -> None:
+        """Slot ``t`` adds nothing from now on; its buffers go."""
+        self.tasks.discard(t)
+        for name in (f"a{t}", f"b{t}"):
+            self._buffers.pop(name, None)
 
     def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -102,6 +114,12 @@ class TaskAdapters:
         if default not in self.index:
             raise ValueError(f"default task {default!r} is not one of the model's tasks {self.names}")
         self.default = default
+
+    def plan_params(self, params: list[PoolingParams], cu_seqlens: np.ndarray | torch.Tensor) -> Plan:
+        """``plan`` for the batch's sequences' params (each names its task in ``adapter``)."""
+        if any(p.lora is not None for p in params):
+            raise ValueError("a call names a run-time LoRA adapter; this model serves per-request task adapters")
+        return self.plan([p.adapter for p in params], cu_seqlens)
 
     def plan(self, adapters: list[str | None], cu_seqlens: np.ndarray | torch.Tensor) -> Plan:
         """Per task of the batch's sequences (``adapters``: each one's, None = default), its token rows."""
