@@ -49,8 +49,9 @@ def mean_vectors(model, seqs) -> np.ndarray:
 
 
 def serve(folder, **kw):
-    return load_model(WorkerConfig(model=str(folder), served_model_name="base", dtype="float32", pooler_config=PoolerConfig(seq_pooling_type="MEAN"),
-                                   max_batch_tokens=512, **{"max_loras": 4, **kw}))
+    return load_model(WorkerConfig(model=str(folder), served_model_name="base", max_batch_tokens=512,
+                                   pooler_config=PoolerConfig(seq_pooling_type="MEAN"),
+                                   **{"max_loras": 4, "dtype": "float32", **kw}))
 
 
 def _agree(label, got, want, *, cosine=0.9999, tol=None):
@@ -116,7 +117,7 @@ def test_what_cannot_be_applied_is_refused_by_name(bert, tmp_path):
     make_adapter(folder, tmp_path / "head", ["query"], seed=5, modules_to_save=["pooler"])
     make_adapter(folder, tmp_path / "inter", ["intermediate.dense"], seed=6)
     make_adapter(folder, tmp_path / "big", ["query"], seed=7, r=16)
-    for name, why in [("head", "modules_to_save"), ("inter", "activation fused"), ("big", "--max-lora-rank 8"),
+    for name, why in [("head", "modules_to_save"), ("inter", "activation fused: .gelu"), ("big", "--max-lora-rank 8"),
                       ("missing", "adapter config")]:
         with pytest.raises(InvalidRequest, match=why):
             loras.load(name, tmp_path / name)
@@ -141,3 +142,14 @@ def test_a_model_without_slots_refuses_an_adapters_call(bert):
     assert served.runner.adapters is None and served.info.max_loras == 0
     with pytest.raises(ValueError, match="serves none"):
         pool_ids(served, SEQS, PoolingParams(lora="a0"))
+
+
+def test_bf16_adapters_on_prepacked_linears_stay_close_to_pefts_merged_model(bert):
+    """bf16 on the CPU prepacks every linear (oneDNN, GELU fused): the adapters wrap those, and a fused one is
+    still refused by name."""
+    folder, merged = bert
+    served = serve(folder, dtype="bfloat16")
+    assert served.info.dtype == "bfloat16"
+    served.runner.adapters.load("a1", folder / "a1")
+    got = pool_ids(served, SEQS, PoolingParams(lora="a1"))
+    _agree("bert a1 bf16 vs PEFT merged fp32", got, mean_vectors(merged["a1"], SEQS), cosine=0.999)
