@@ -80,13 +80,17 @@ class _TaskLora(nn.Module):
     def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def add_all(self, y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``y`` plus the delta on every row."""
+        return y + self.delta(x, a, b)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)  # (n, out)
         for t, rows in _plan():
             if t in self.tasks:
                 a, b = getattr(self, f"a{t}"), getattr(self, f"b{t}")
                 if rows is None:
-                    y = y + self.delta(x, a, b)
+                    y = self.add_all(y, x, a, b)
                 else:
                     y.index_add_(0, rows, self.delta(x[rows], a, b))  # (n_t, out) onto the task's rows
         return y
@@ -97,6 +101,9 @@ class LoraLinear(_TaskLora):
 
     def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (x @ a.T) @ b.T
+
+    def add_all(self, y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return y.addmm_(x @ a.T, b.T)  # in place: no (n, out) delta to allocate and add
 
 
 class LoraEmbedding(_TaskLora):
