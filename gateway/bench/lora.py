@@ -57,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
         f"{report['targets']} linears: {report['tokens']:,} tokens in {report['batches']} batches"
     )
     for way, rate in report["tokens_per_s"].items():
-        cost = report["overhead"].get(way)
-        print(f"  {way:<12} {rate:>12,.1f} tokens/s" + ("" if cost is None else f"  (overhead {cost:+.1%})"))
+        cost, cpu_cost = report["overhead"].get(way), report["cpu_overhead"].get(way)
+        line = f"  {way:<12} {rate:>10,.1f} tokens/s  {report['tokens_per_cpu_s'][way]:>10,.1f} tokens/CPU-s"
+        print(line + ("" if cost is None else f"  (overhead {cost:+.1%} wall, {cpu_cost:+.1%} CPU)"))
     print(json.dumps(report, sort_keys=True), flush=True)
     return 0
