@@ -17,7 +17,8 @@ tasks; a fused projection takes its parts stacked) in the model's dtype and
 device. A call names its adapter in ``PoolingParams.lora``; the runner's
 ``prepare`` asks ``plan_params`` for each slot's token rows in the batch (the
 base model's sequences take none), so one packed batch mixes adapters and the
-base (segment LoRA). Slot buffers are only replaced by a later load into a freed
+base (segment LoRA; with several adapters in a batch, each wrapper runs them all in one masked product).
+Slot buffers are only replaced by a later load into a freed
 slot; unloading takes the name out first, so no new call can plan for it.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.lora import read_adapter
 from poolgate.workers.load.weights import CheckpointError
-from poolgate.workers.models.task_adapters import LoraLinear, Plan, _stacked
+from poolgate.workers.models.task_adapters import ROW_SLOTS, LoraLinear, Plan, _stacked
 
 PEFT_REFUSED = {  # adapter_config key → why a run-time adapter cannot have it
     "modules_to_save": "whole modules saved beside the LoRA (a new head) are not a low-rank delta; "
@@ -165,5 +166,12 @@ class RunLoras:
             spans.setdefault(slot, []).append((cu[i], cu[i + 1]))
         if len(spans) == 1 and sum(b - a for a, b in next(iter(spans.values()))) == cu[-1]:
             return [(next(iter(spans)), None)]
-        return [(t, torch.from_numpy(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in s])))
-                for t, s in spans.items()]
+        plan: Plan = [(t, torch.from_numpy(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in s])))
+                      for t, s in spans.items()]
+        if len(spans) > 1:  # several adapters: each row's slot, for the wrappers' one masked product
+            row_slots = np.full(cu[-1], -1, dtype=np.int64)
+            for t, s in spans.items():
+                for a, b in s:
+                    row_slots[a:b] = t
+            plan.append((ROW_SLOTS, torch.from_numpy(row_slots)))
+        return plan
