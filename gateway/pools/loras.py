@@ -10,22 +10,26 @@ pools and ``serving.resolve`` puts the name in the call's ``PoolingParams.lora``
 ``/v1/models`` lists each adapter with ``root`` = its path and ``parent`` = its
 base model. Unloading takes the name out of routing first, then off the workers.
 
-Not kept across a worker's restart: a worker the supervisor starts again comes
-back with no adapters (its calls for one fail, never answer with the base
-model); load the adapter again. Each gateway process (``--gateway-processes``)
+A worker the supervisor starts again takes its pool's adapters before it takes
+calls (``restore``). Each gateway process (``--gateway-processes``)
 keeps its own list: load adapters at start (``--lora-modules``) there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound, PoolgateError
 
 if TYPE_CHECKING:
+    from poolgate.gateway.pools.member import Client
+    from poolgate.gateway.pools.pool import WorkerPool
     from poolgate.gateway.pools.router import Router
+
+log = logging.getLogger("poolgate.gateway.loras")
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ async def load(router: Router, name: str, path: str, parent: str | None = None) 
     finally:
         router.loading.discard(name)
     router.loras[name] = card
+    for pool in router.pools[card.parent].pools:
+        pool.loras[name] = path  # a worker that restarts gets it again (``restore``)
     return card
 
 
@@ -89,7 +95,19 @@ async def unload(router: Router, name: str) -> LoraCard:
     if card is None:
         raise ModelNotFound(f"The lora adapter '{name}' cannot be found.", param="lora_name")
     model = router.pools.get(card.parent)
-    for client in [c for pool in model.pools for c in pool.clients] if model is not None else []:
-        with contextlib.suppress(PoolgateError):  # a worker restarted since has it no more
-            await client.lora("unload", name)
+    for pool in model.pools if model is not None else []:
+        pool.loras.pop(name, None)
+        for client in pool.clients:
+            with contextlib.suppress(PoolgateError):  # a worker that failed to take it again has it no more
+                await client.lora("unload", name)
     return card
+
+
+async def restore(pool: WorkerPool, client: Client) -> None:
+    """Load ``pool``'s adapters on ``client`` (a worker the supervisor started again), before it takes calls;
+    one it refuses is logged (its calls for that adapter then fail on this worker, never answer with the base)."""
+    for name, path in list(pool.loras.items()):
+        try:
+            await client.lora("load", name, path)
+        except PoolgateError as exc:
+            log.error("worker %s of %s did not take LoRA adapter %r again: %s", client.address, pool.name, name, exc)

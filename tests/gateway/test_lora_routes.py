@@ -100,3 +100,21 @@ async def test_a_second_load_of_a_name_is_refused(gateway, tiny):
     assert (await client.post("/v1/load_lora_adapter", json=body, headers=AUTH)).status == 200
     r = await client.post("/v1/load_lora_adapter", json=body, headers=AUTH)
     assert r.status == 400 and "already been loaded" in await r.text()
+
+
+async def test_a_restarted_worker_takes_its_pools_adapters_again(gateway, tiny, tmp_path):
+    """``loras.restore`` (what the supervisor and discovery call for a new worker): the pool's adapters, loaded."""
+    from poolgate.gateway.pools import loras
+    from poolgate.gateway.http.state import ROUTER
+    from tests.fakes import worker_clients
+
+    base, root, merged = tiny
+    client = await gateway(config=GatewayConfig(api_key=KEY, model_roots=(str(root),)), models=[served(base)])
+    body = {"lora_name": "a0", "lora_path": "a0"}
+    assert (await client.post("/v1/load_lora_adapter", json=body, headers=AUTH)).status == 200
+    (pool,) = client.app[ROUTER].pools["base"].pools
+    assert pool.loras == {"a0": str((root / "a0").resolve())}
+    fresh = served(base)  # a worker started again: no adapters
+    async with worker_clients([fresh], tmp_path) as (new,):
+        await loras.restore(pool, new)
+    assert set(fresh.runner.adapters.slots) == {"a0"}
