@@ -202,7 +202,9 @@ async def serve(request: Scope, req: ServeRequest) -> Served:
         record.tokenize_s, record.tokenize_ns = result.timings.get("tokenize_s"), resolved.tokenize_ns
         record.queue_s = result.timings.get("queue_s")
         record.inference_s = result.timings.get("inference_s")
-    return Served(resolved.request_id, resolved.pools.info, result)
+    info, lora = resolved.pools.info, resolved.prepared.params.lora
+    # a LoRA adapter's call answers with the adapter's name as its model, as vLLM does
+    return Served(resolved.request_id, info if lora is None else replace(info, served_model_name=lora), result)
 
 
 async def resolve(request: Scope, req: ServeRequest) -> Resolved:
