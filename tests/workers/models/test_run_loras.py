@@ -153,3 +153,36 @@ def test_bf16_adapters_on_prepacked_linears_stay_close_to_pefts_merged_model(ber
     served.runner.adapters.load("a1", folder / "a1")
     got = pool_ids(served, SEQS, PoolingParams(lora="a1"))
     _agree("bert a1 bf16 vs PEFT merged fp32", got, mean_vectors(merged["a1"], SEQS), cosine=0.999)
+
+
+def test_a_classifiers_encoder_adapter_gives_pefts_merged_scores(tmp_path):
+    """A cross-encoder (BertForSequenceClassification): an adapter on its encoder (its head as served), the raw
+    scores of PEFT's merged model; PEFT's SEQ_CLS default (the head saved whole: modules_to_save) is refused."""
+    from transformers import AutoModelForSequenceClassification
+
+    from tests.fakes import make_tiny_cross_encoder
+
+    make_tiny_cross_encoder(tmp_path)
+    torch.manual_seed(8)
+    base = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=BERT_TARGETS))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(tmp_path / "ce")
+    merged = model.merge_and_unload().eval()
+    served = load_model(WorkerConfig(model=str(tmp_path), served_model_name="ce", dtype="float32", max_loras=2,
+                                     max_batch_tokens=512))
+    served.runner.adapters.load("ce", tmp_path / "ce")
+    got = pool_ids(served, SEQS, PoolingParams(task="classify", use_activation=False, lora="ce"))
+    with torch.no_grad():
+        want = np.stack([merged(input_ids=torch.tensor([s])).logits[0].numpy() for s in SEQS])
+    print(f"cross-encoder adapter vs PEFT merged max abs {max_abs(got, want):.2e}")
+    assert max_abs(got, want) < 1e-4
+    assert max_abs(pool_ids(served, SEQS, PoolingParams(task="classify", use_activation=False)), want) > 1e-3
+    seq_cls = peft.get_peft_model(AutoModelForSequenceClassification.from_pretrained(tmp_path),
+                                  peft.LoraConfig(r=4, target_modules=["query"], task_type="SEQ_CLS"))
+    seq_cls.save_pretrained(tmp_path / "seq_cls")
+    with pytest.raises(InvalidRequest, match="modules_to_save"):
+        served.runner.adapters.load("seq_cls", tmp_path / "seq_cls")
