@@ -18,8 +18,9 @@ device. A call names its adapter in ``PoolingParams.lora``; the runner's
 ``prepare`` asks ``plan_params`` for each slot's token rows in the batch (the
 base model's sequences take none), so one packed batch mixes adapters and the
 base (segment LoRA; with several adapters in a batch, each wrapper runs them all in one masked product).
-Slot buffers are only replaced by a later load into a freed
-slot; unloading takes the name out first, so no new call can plan for it.
+Unloading takes the name out of the loaded ones (a load may take its place at once) but keeps its slot's
+weights for the calls already queued for it (the gateway routes none after it asks for the unload), until a
+load needs the slot; a call whose adapter is gone fails, it never runs on the base weights.
 """
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ class RunLoras:
         self.prefixes, self.shape = prefixes, model.checkpoint_shapes.__getitem__
         self.slots: dict[str, int] = {}
         self.paths: dict[str, str] = {}
+        # unloaded, oldest first: their slots keep their weights for the calls already queued, until a load needs one
+        self.draining: dict[str, int] = {}
         self.lock = threading.Lock()
         model.task_adapters = self
 
@@ -73,26 +76,32 @@ class RunLoras:
         with self.lock:
             if name in self.slots:
                 raise InvalidRequest(f"The lora adapter '{name}' has already been loaded.", param="lora_name")
-            free = sorted(set(range(self.max_loras)) - set(self.slots.values()))
-            if not free:
+            if len(self.slots) >= self.max_loras:
                 raise InvalidRequest(f"{self.max_loras} LoRA adapters are loaded (--max-loras); unload one before "
                                      f"loading '{name}'", param="lora_name")
             per_module = self._read(folder)
-            slot = free[0]
+            self.draining.pop(name, None)  # loaded anew: its queued calls run the new one
+            free = sorted(set(range(self.max_loras)) - set(self.slots.values()) - set(self.draining.values()))
+            slot = free[0] if free else self.draining.pop(next(iter(self.draining)))  # the oldest unloaded one's
+            self._drop(slot)
             like = next(p for p in self.model.parameters() if p.is_floating_point())  # the model's dtype, device
             for path, (a, b) in per_module.items():
                 self._wrapped(path).put(slot, a.to(like.device, like.dtype), b.to(like.device, like.dtype))
             self.slots[name], self.paths[name] = slot, str(folder)
 
     def unload(self, name: str) -> None:
+        """Take ``name`` out; calls already queued for it still run it, until a load takes its slot."""
         with self.lock:
             slot = self.slots.pop(name, None)
             if slot is None:
                 raise ModelNotFound(f"The lora adapter '{name}' cannot be found.", param="lora_name")
             self.paths.pop(name)
-            for module in self.model.modules():
-                if isinstance(module, LoraLinear):
-                    module.drop(slot)
+            self.draining[name] = slot
+
+    def _drop(self, slot: int) -> None:
+        for module in self.model.modules():
+            if isinstance(module, LoraLinear):
+                module.drop(slot)
 
     def _read(self, folder: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Per module path of the model, the adapter's (A, s·B) in fp32, parts of a fused projection stacked."""
@@ -104,13 +113,18 @@ class RunLoras:
         for key, why in PEFT_REFUSED.items():
             if config.get(key) not in (ALLOWED[key], None, [], {}):
                 raise InvalidRequest(f"adapter {folder}: {key}={config[key]!r}: {why}")
-        rank = int(config.get("r", 0))
+        rank = config.get("r")
+        if not isinstance(rank, int) or rank < 1:
+            raise InvalidRequest(f"adapter {folder}: adapter_config.json's r={rank!r} is not a positive integer")
         if rank > self.max_rank:
             raise InvalidRequest(f"adapter {folder}: LoRA rank {rank} is greater than --max-lora-rank {self.max_rank}")
         try:
             adapter = read_adapter(folder)
-        except CheckpointError as exc:
-            raise InvalidRequest(str(exc)) from None
+        except (CheckpointError, KeyError, TypeError, ValueError) as exc:
+            raise InvalidRequest(f"adapter {folder}: {exc}") from None
+        odd = sorted(n for n, (a, b) in adapter.deltas.items() if not (a.is_floating_point() and b.is_floating_point()))
+        if odd:
+            raise InvalidRequest(f"adapter {folder}: LoRA tensors that are not floating point: {odd[:3]}")
         deltas = {self._base_name(n): ab for n, ab in adapter.deltas.items()}
         loras = {n: ("linear", a.float(), adapter.scale * b.float()) for n, (a, b) in deltas.items()}
         out, placed = {}, set()
@@ -160,7 +174,7 @@ class RunLoras:
         for i, p in enumerate(params):
             if p.lora is None:
                 continue
-            slot = self.slots.get(p.lora)
+            slot = self.slots.get(p.lora, self.draining.get(p.lora))
             if slot is None:
                 raise ModelNotFound(f"The lora adapter '{p.lora}' is not loaded on this worker.", param="model")
             spans.setdefault(slot, []).append((cu[i], cu[i + 1]))

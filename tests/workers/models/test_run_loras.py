@@ -127,14 +127,17 @@ def test_what_cannot_be_applied_is_refused_by_name(bert, tmp_path):
     loras.load("a1", folder / "a1")
     with pytest.raises(InvalidRequest, match="--max-loras"):
         loras.load("a2", folder / "a2")
-    a1 = pool_ids(served, SEQS, PoolingParams(lora="a1"))
+    a0, a1 = (pool_ids(served, SEQS, PoolingParams(lora=n)) for n in ("a0", "a1"))
     loras.unload("a0")
     with pytest.raises(ModelNotFound):
         loras.unload("a0")
+    # a call queued before the unload still runs the adapter, until a load takes its slot
+    _agree("a0 queued across its unload", pool_ids(served, SEQS, PoolingParams(lora="a0")), a0, tol=1e-6)
+    loras.load("a2", folder / "a2")  # into the unloaded one's slot
     with pytest.raises(ModelNotFound, match="not loaded"):
         pool_ids(served, SEQS, PoolingParams(lora="a0"))
-    loras.load("a2", folder / "a2")  # into the freed slot
     _agree("a1 after a slot changed hands", pool_ids(served, SEQS, PoolingParams(lora="a1")), a1, tol=1e-6)
+    assert max_abs(pool_ids(served, SEQS, PoolingParams(lora="a2")), a0) > 1e-3
 
 
 def test_a_model_without_slots_refuses_an_adapters_call(bert):
