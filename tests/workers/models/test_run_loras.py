@@ -19,6 +19,7 @@ from tests.fakes import make_tiny_checkpoint
 from tests.workers.models.test_decoder_golden import save_tiny
 from tests.workers.pooled import pool_ids
 from tests.workers.rope_encoders import max_abs, worst_cosine
+from tests.workers.rope_encoders import save as save_rope
 
 peft = pytest.importorskip("peft")
 
@@ -189,3 +190,24 @@ def test_a_classifiers_encoder_adapter_gives_pefts_merged_scores(tmp_path):
     seq_cls.save_pretrained(tmp_path / "seq_cls")
     with pytest.raises(InvalidRequest, match="modules_to_save"):
         served.runner.adapters.load("seq_cls", tmp_path / "seq_cls")
+
+
+FAMILIES = {  # family → (write a tiny random checkpoint into a folder, the PEFT targets)
+    "xlm-roberta": (lambda f: make_tiny_checkpoint(f, model_type="xlm-roberta"), BERT_TARGETS),
+    "modernbert": (lambda f: save_rope(f, "modernbert", AutoModel), ["Wqkv", "attn.Wo", "Wi", "mlp.Wo"]),
+    "llama": (lambda f: save_tiny(f, "llama", "LlamaModel"), QWEN_TARGETS),
+    "gemma3": (lambda f: save_tiny(f, "gemma3_text", "Gemma3TextModel", head_dim=16, sliding_window=8,
+                                   sliding_window_pattern=2, query_pre_attn_scalar=24), QWEN_TARGETS),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_other_packed_families_equal_pefts_merged_model(tmp_path, family):
+    write, targets = FAMILIES[family]
+    write(tmp_path)
+    ref = make_adapter(tmp_path, tmp_path / "ad", targets, seed=9)
+    served = serve(tmp_path)
+    served.runner.adapters.load("ad", tmp_path / "ad")
+    got = pool_ids(served, SEQS, PoolingParams(lora="ad"))
+    _agree(f"{family} adapter vs PEFT merged", got, mean_vectors(ref, SEQS))
+    assert max_abs(got, pool_ids(served, SEQS)) > 1e-3
