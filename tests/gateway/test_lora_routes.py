@@ -120,3 +120,11 @@ async def test_a_restarted_worker_takes_its_pools_adapters_again(gateway, tiny, 
     async with worker_clients([fresh], tmp_path) as (new,):
         await loras.restore(pool, new)
     assert set(fresh.runner.adapters.slots) == {"a0"}
+
+
+@pytest.mark.parametrize("path", ["a\x00b", "x" * 5000])
+async def test_a_path_no_folder_can_have_is_a_403(gateway, tiny, path):
+    base, root, _ = tiny
+    client = await gateway(config=GatewayConfig(api_key=KEY, model_roots=(str(root),)), models=[served(base)])
+    r = await client.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": path}, headers=AUTH)
+    assert r.status == 403, await r.text()
