@@ -63,8 +63,12 @@ def under_roots(model: object, roots: tuple[str, ...]) -> str:
     if not isinstance(model, str) or not model:
         raise InvalidRequest("model: a folder under a model root is required", param="model")
     for root in map(Path, roots):
-        candidate = (root / model).resolve()
-        if candidate.is_relative_to(root) and candidate.is_dir():
+        try:
+            candidate = (root / model).resolve()
+            found = candidate.is_relative_to(root) and candidate.is_dir()
+        except (OSError, ValueError):  # a name no folder can have (a NUL byte, too long): not under the roots
+            found = False
+        if found:
             return str(candidate)
     raise Forbidden(f"model {model!r} is not a folder under the server's model roots.", param="model")
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from poolgate.gateway import admin
+from poolgate.gateway import admin, lora_routes
 from poolgate.gateway.dialects import all_routes, register
 from poolgate.gateway.http import docs, openapi
 from poolgate.gateway.http import ops as routes_ops
@@ -48,7 +48,7 @@ def make_app(
     app[TELEMETRY] = telemetry or Telemetry()
     app[TENANTS] = tenants or Tenants(config)
     routes = [*all_routes(), *files_routes.ROUTES, *batches_routes.ROUTES]
-    routes += [*routes_ops.ROUTES, *admin.ROUTES, *openapi.ROUTES, *docs.ROUTES]
+    routes += [*routes_ops.ROUTES, *admin.ROUTES, *lora_routes.ROUTES, *openapi.ROUTES, *docs.ROUTES]
     app[openapi.ROUTES_KEY] = routes
     register(app, routes)
     app.cleanup_ctx.append(tokenizer_pool)

@@ -8,6 +8,7 @@ import sys
 from poolgate.gateway import serve
 from poolgate.gateway.bench import arch as bench_arch
 from poolgate.gateway.bench import cli as bench
+from poolgate.gateway.bench import lora as bench_lora
 from poolgate.gateway.bench import rerank as bench_rerank
 from poolgate.gateway.bench import runner as bench_runner
 from poolgate.gateway.config.given import GIVEN, given_flags
@@ -42,6 +43,7 @@ COMMANDS = {
     "bench-rerank": (bench_rerank, "latency of reranking one query against N documents on a running server"),
     "bench-arch": (bench_arch, "packed vs transformers-fallback throughput of one model shape, in-process"),
     "bench-runner": (bench_runner, "one model's runner alone (forward + pooling on packed batches), in-process"),
+    "bench-lora": (bench_lora, "run-time LoRA adapters' cost on one model's runner: base, one adapter, four mixed"),
     "build-kernels": (
         build_kernels,
         "build the CPU C kernels (packed attention per head dim, fused add + "

@@ -59,7 +59,7 @@ from poolgate.gateway.http.tenants import Tenants
 from poolgate.gateway.jobs.metrics import BATCH_METRICS, BatchMetrics
 from poolgate.gateway.jobs.runner import BatchRunner
 from poolgate.gateway.jobs.service import BATCH_API
-from poolgate.gateway.pools import health
+from poolgate.gateway.pools import health, loras
 from poolgate.gateway.pools.drain import Drain
 from poolgate.gateway.pools.fleet import Fleet
 from poolgate.gateway.pools.router import Router
@@ -233,6 +233,8 @@ class Lifecycle:
         await self.listening.wait()
         try:
             await self.fleet.start(self.config.pools)
+            for module in self.config.lora_modules:  # --lora-modules: on their base models' workers, then routed
+                await loras.load(self.router, module.name, module.path, module.base_model_name)
         except Exception as exc:  # a known failure gets one line, anything else its traceback too
             log.error("could not start: %s", exc, exc_info=not isinstance(exc, (PoolgateError, OSError)))
             self.failed = True

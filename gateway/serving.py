@@ -105,6 +105,13 @@ def with_policy(config: GatewayConfig, params: PoolingParams) -> PoolingParams:
     return params
 
 
+def with_lora(params: PoolingParams, lora: str | None) -> PoolingParams:
+    """``params`` (and each further output's) run with the LoRA adapter the request's ``model`` named."""
+    if lora is None:
+        return params
+    return replace(params, lora=lora, outputs=tuple(replace(o, lora=lora) for o in params.outputs))
+
+
 def deadline(config: GatewayConfig, now: float, timeout: str | None = None) -> float | None:
     """The call's deadline: ``now`` plus the request's ``X-Request-Timeout`` seconds when it sent one,
     else the server's ``--request-timeout`` (None: no deadline); a timeout that is not a positive
@@ -195,7 +202,9 @@ async def serve(request: Scope, req: ServeRequest) -> Served:
         record.tokenize_s, record.tokenize_ns = result.timings.get("tokenize_s"), resolved.tokenize_ns
         record.queue_s = result.timings.get("queue_s")
         record.inference_s = result.timings.get("inference_s")
-    return Served(resolved.request_id, resolved.pools.info, result)
+    info, lora = resolved.pools.info, resolved.prepared.params.lora
+    # a LoRA adapter's call answers with the adapter's name as its model, as vLLM does
+    return Served(resolved.request_id, info if lora is None else replace(info, served_model_name=lora), result)
 
 
 async def resolve(request: Scope, req: ServeRequest) -> Resolved:
@@ -216,7 +225,7 @@ async def resolve(request: Scope, req: ServeRequest) -> Resolved:
         request_id=request[REQUEST_ID],
         model=pools.name,
         inputs=req.inputs,
-        params=with_policy(request.app[CONFIG], req.params),
+        params=with_lora(with_policy(request.app[CONFIG], req.params), request.app[ROUTER].lora_of(req.model)),
         deadline=request_deadline(request),
         priority=priority(request, req.priority),
         trace_context=record.trace_context if record is not None else {},

@@ -343,6 +343,9 @@ class FakeWorkerClient:
     async def tokenizer(self) -> tuple[ModelInfo, TokenizerFiles]:
         return self.info_, FakeEncoder().files
 
+    async def lora(self, action: str, name: str, path: str | None = None) -> None:
+        raise InvalidRequest(f"model {self.info_.served_model_name!r} serves no LoRA adapters (--max-loras 0)")
+
     async def pool(self, call: TokenCall) -> PoolingResult:
         self.calls.append(call)
         if self.gate is not None:

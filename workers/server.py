@@ -103,11 +103,31 @@ async def _hello(conn: "_Connection", header: dict, arrays: list[np.ndarray]) ->
     return {}, []
 
 
+async def _lora(conn: "_Connection", header: dict, arrays: list[np.ndarray]) -> OpResult:
+    """Load (``path``: a PEFT folder, read off the loop) or unload a run-time LoRA adapter ``name``
+    (``workers.models.run_loras``); the embedding cache forgets the name's outputs either way."""
+    loras, name, action = conn.engine.loras, header.get("name"), header.get("action")
+    if loras is None:
+        raise InvalidRequest(f"model {conn.info.served_model_name!r} serves no LoRA adapters (--max-loras 0)")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("lora: a name is required")
+    if action == "load":
+        await asyncio.to_thread(loras.load, name, str(header.get("path") or ""))
+    elif action == "unload":
+        loras.unload(name)
+    else:
+        raise InvalidRequest(f"lora: action {action!r} is not load or unload")
+    if conn.engine.cache is not None:
+        conn.engine.cache.forget_lora(name)
+    return {"loaded": sorted(loras.slots)}, []
+
+
 OPS: dict[str, Callable[["_Connection", dict, list[np.ndarray]], Awaitable[OpResult]]] = {
     "pool": _pool,
     "info": _info,
     "health": _health,
     "hello": _hello,
+    "lora": _lora,
 }
 
 

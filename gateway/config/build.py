@@ -16,10 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from poolgate.gateway.config.lora_modules import lora_modules
 from poolgate.gateway.config.tenants import load_tenants
 from poolgate.gateway.pools.discovery import check_url
 from poolgate.shared.config.backends import place, placed
-from poolgate.shared.config.frozen import BatchConfig, GatewayConfig, GrpcConfig, PoolConfig, TracingConfig
+from poolgate.shared.config.frozen import (
+    BatchConfig,
+    GatewayConfig,
+    GrpcConfig,
+    LoraModule,
+    PoolConfig,
+    TracingConfig,
+)
 from poolgate.shared.config.model_flags import worker_config
 from poolgate.shared.config.model_settings import ModelSettings
 from poolgate.shared.config.security_flags import gateway_security_from_args
@@ -155,11 +163,20 @@ def gateway_processes(settings: argparse.Namespace, pools: tuple[PoolConfig, ...
         why = "needs Linux (SO_REUSEPORT spreads one port's connections only there; a process dies with its parent)"
     elif n > 1 and settings.transport == "tcp" and any(pool.workers for pool in pools):
         why = "needs transport = unix for local workers (a restarted worker's TCP port changes; the others lose it)"
+    elif n > 1 and getattr(settings, "lora_modules", None):
+        why = "cannot go with lora_modules (each process would load the adapters on the same workers)"
     elif n > 1 and settings.model_root:
         why = "cannot go with model_roots (the admin API would load or unload a model in one process only)"
     if why is not None:
         raise SettingError(("gateway_processes",), f"gateway_processes = {n} {why}")
     return n
+
+
+def _lora_modules(settings: argparse.Namespace) -> tuple[LoraModule, ...]:
+    try:
+        return lora_modules(list(getattr(settings, "lora_modules", None) or ()))
+    except ValueError as exc:
+        raise SettingError(("lora_modules",), str(exc)) from None
 
 
 MB = 1024 * 1024
@@ -229,6 +246,7 @@ def build_config(
         transport=settings.transport,
         pools=pools,
         model_roots=roots,
+        lora_modules=_lora_modules(settings),
         io_processor_plugin=plugin_name(settings),
         startup_timeout_s=settings.startup_timeout,
         max_inputs_per_request=settings.max_inputs_per_request,

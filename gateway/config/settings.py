@@ -62,6 +62,13 @@ class GatewaySettings:
         metavar="DIR",
         help="a folder the admin API may load models from (repeatable; none: no loading)",
     )
+    lora_modules: list[str] = setting(
+        factory=list,
+        metavar="NAME=PATH",
+        help="a LoRA adapter served from the start (repeatable): NAME=PATH, or vLLM's JSON "
+        '\'{"name": ..., "path": ..., "base_model_name": ...}\' (or a list of them); its base model needs '
+        "--max-loras (see docs/models.md)",
+    )
     io_processor_plugin: str | None = setting(
         metavar="NAME",
         help="serve /pooling requests whose body has 'data' through this installed IO-processor plugin "

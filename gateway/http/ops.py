@@ -40,9 +40,21 @@ def model_card(info: ModelInfo, created: int) -> dict:
 
 async def list_models(request: web.Request, _body: None = None) -> web.Response:
     created = int(time.time())
+    router = request.app[ROUTER]
     cards = [
         {**model_card(model.info, created), "backends": model.backends}  # its pools, in preference order
-        for model in list(request.app[ROUTER].pools.values())
+        for model in list(router.pools.values())
+    ]
+    cards += [  # each run-time LoRA adapter (gateway.pools.loras): vLLM's card, its folder and base model
+        {
+            **model_card(router.pools[card.parent].info, created),
+            "id": card.name,
+            "root": card.path,
+            "parent": card.parent,
+            "backends": router.pools[card.parent].backends,
+        }
+        for card in list(router.loras.values())
+        if card.parent in router.pools
     ]
     return web.json_response({"object": "list", "data": cards})
 

@@ -21,6 +21,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from poolgate.gateway.pools import loras
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.telemetry.log_limit import LogLimiter
 from poolgate.shared.wire.transport import WorkerClient, parse_address
@@ -169,6 +170,7 @@ class Discovery:
             added, gone = await self.sync(expected=pool.name, tokenizer=pool.info.tokenizer_sha256)
             for client in added:
                 log.info("worker %s joins %s (from %s)", client.address, pool.name, self.url)
+                await loras.restore(pool, client)  # the pool's run-time LoRA adapters, before it takes calls
                 pool.add(client)
             for client in gone:  # drained in the background: new pods do not wait behind departing ones
                 log.info("worker %s leaves %s (gone from %s)", client.address, pool.name, self.url)

@@ -79,6 +79,7 @@ class WorkerPool:
             limits = AdmissionLimits(max_calls_per_worker=max_in_flight)
         self.info = model_info
         self.front = front  # the model's tokenizer and input shaping (None: not known yet)
+        self.loras: dict[str, str] = {}  # run-time LoRA adapters its workers hold, name -> folder (pools.loras)
         self.admission = Admission(limits, model=model_info.served_model_name)
         self.draining = False  # set by ``drain``: the gateway is shutting down
         self._said_empty = False  # "no ready worker" is logged (once per outage, until one is back)

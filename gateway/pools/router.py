@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from poolgate.gateway.pools.loras import LoraCard
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound, NotSupported
@@ -28,6 +29,8 @@ class Router:
 
     def __init__(self, pools: Iterable[WorkerPool | ModelPools] = (), *, default: str | None = None):
         self.pools: dict[str, ModelPools] = {}
+        self.loras: dict[str, LoraCard] = {}  # run-time LoRA adapters by name (gateway.pools.loras)
+        self.loading: set[str] = set()  # adapters being loaded on their workers, not routed yet
         self.named_default = default
         self.default: str | None = None
         for pool in pools:
@@ -58,6 +61,8 @@ class Router:
         model = self.pools.pop(name, None)
         if model is None:
             raise ModelNotFound(f"The model `{name}` does not exist.", param="model")
+        for adapter in [n for n, card in self.loras.items() if card.parent == name]:
+            del self.loras[adapter]  # its workers go with the model
         self._set_default()
         return model
 
@@ -75,9 +80,15 @@ class Router:
     def lookup(self, model: str | None) -> ModelPools:
         """The pool for ``model`` (None or "" = the default), whatever its tasks."""
         pool = self.pools.get(model) if model else self._default_pool()
+        if pool is None and model in self.loras:  # a LoRA adapter's name: its base model's pools
+            pool = self.pools.get(self.loras[model].parent)
         if pool is None:
             raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
         return pool
+
+    def lora_of(self, model: str | None) -> str | None:
+        """The run-time LoRA adapter ``model`` names (its calls carry it: ``PoolingParams.lora``), else None."""
+        return model if model and model not in self.pools and model in self.loras else None
 
     def resolve(self, model: str | None, task: PoolingTask) -> ModelPools:
         """The pool for ``model`` (None or "" = the default) that serves ``task``."""

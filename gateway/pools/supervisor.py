@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from poolgate.gateway.pools import loras
 from poolgate.gateway.pools.local_worker import LocalWorker
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.config.frozen import WorkerConfig
@@ -176,6 +177,7 @@ class Supervisor:
         )
         if self.pool is None or new.client is None:
             return
+        await loras.restore(self.pool, new.client)  # its pool's run-time LoRA adapters, before it takes calls
         old, self.member = self.member, new.client
         if old is not None and old in self.pool.clients:
             self.pool.replace(old, new.client)

@@ -151,6 +151,15 @@ class GrpcConfig:
 
 
 @dataclass(frozen=True)
+class LoraModule:
+    """One ``--lora-modules`` adapter: its name (a request's ``model``), folder and base model (None: the only one)."""
+
+    name: str
+    path: str
+    base_model_name: str | None = None
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """The HTTP side: where to listen, auth, truncation policy, the workers."""
 
@@ -164,6 +173,7 @@ class GatewayConfig:
     transport: Literal["unix", "tcp"] = "unix"
     pools: tuple[PoolConfig, ...] = ()  # every served model's pools, in config order
     model_roots: tuple[str, ...] = ()  # folders the admin API may load models from; () = no loading
+    lora_modules: tuple[LoraModule, ...] = ()  # --lora-modules: adapters loaded once the workers are up
     io_processor_plugin: str | None = None  # --io-processor-plugin: /pooling's plugin (gateway.dialects.io_processor)
     startup_timeout_s: float = 600.0
     max_request_bytes: int = 32 * 1024 * 1024

@@ -115,6 +115,14 @@ class ModelSettings:
         help="tokens one request's inputs may have in all, counted by the model's tokenizer; more is a 400 "
         "before anything runs (default: no limit)",
     )
+    max_loras: int = setting(
+        0,
+        ge=0,
+        metavar="N",
+        help="run-time LoRA adapters resident at once on a packed model; "
+        "loading one more is refused until one is unloaded; 0 = adapters off",
+    )
+    max_lora_rank: int = setting(16, ge=1, metavar="RANK", help="the highest LoRA rank an adapter may have")
     batch_policy: BatchPolicy = setting(
         "fair",
         help="fair: priority lanes with aging, round robin over requests, short batches under mixed load; "

@@ -34,6 +34,9 @@ class PoolingParams:
     # the task LoRA adapter this call's forward runs with (Jina's request field ``task``; ModelInfo.adapters),
     # None = the model's default; only a model served with per-request adapters takes other than its merged one
     adapter: str | None = None
+    # the run-time LoRA adapter (``--lora-modules`` / ``/v1/load_lora_adapter``) the request's ``model`` named: the
+    # gateway sets it when it routes an adapter's name to its base model's pools; None = the base model
+    lora: str | None = None
     # further outputs of the same forward (a multi-output call): each its own params (task, dimensions,
     # sparse, ...) with this call's tokenizing params; the call answers one block per output, its own first
     outputs: tuple[PoolingParams, ...] = ()

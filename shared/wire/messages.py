@@ -134,6 +134,7 @@ class ModelInfo:
     kernels: dict[str, str] | None = None  # op -> the kernel it runs and why not a faster one (Backend.kernels)
     tokenizer_sha256: str | None = None  # its TokenizerFiles' hash (shared.inputs.tokenizer_files); None: a fake's
     max_tokens_per_request: int | None = None  # --max-tokens-per-request, counted where the call is tokenized
+    max_loras: int = 0  # run-time LoRA adapter slots (--max-loras; workers.models.run_loras); 0 = adapters off
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

@@ -113,6 +113,10 @@ class WorkerClient:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise InternalError(f"worker at {self.address} sent malformed tokenizer files: {exc}") from None
 
+    async def lora(self, action: str, name: str, path: str | None = None) -> None:
+        """Load (``path``: the adapter's folder on the worker's host) or unload run-time LoRA adapter ``name``."""
+        await self._request({"op": "lora", "action": action, "name": name, "path": path})
+
     async def pool(self, call: TokenCall) -> PoolingResult:
         """The worker's answer to a tokenized call: one row and one token count per sequence."""
         header, blocks = call.to_wire()

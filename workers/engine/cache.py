@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields
 from typing import Any
 
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.wire.rows import Rows
 from poolgate.workers.engine.runner_api import RunOutput, Runner, Step, join_outputs
 from poolgate.workers.engine.sequence import Sequence
@@ -85,6 +86,13 @@ class CachingRunner:
             while self.bytes > self.max_bytes:
                 _, (_, size) = self._table.popitem(last=False)
                 self.bytes -= size
+
+    def forget_lora(self, name: str) -> None:
+        """Drop the outputs of calls that ran LoRA adapter ``name`` (it was unloaded, or loaded anew)."""
+        at = [f.name for f in fields(PoolingParams)].index("lora")
+        with self._lock:
+            for key in [k for k in self._table if k[0][at] == name]:
+                self.bytes -= self._table.pop(key)[1]
 
     def stats(self) -> dict[str, int]:
         with self._lock:

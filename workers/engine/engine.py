@@ -58,6 +58,7 @@ from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
 from poolgate.workers.engine.policy import BatchPolicy
 from poolgate.workers.engine.runner_api import LoadedModel, RunOutput, Step, join_outputs
+from poolgate.workers.models.run_loras import RunLoras
 from poolgate.workers.engine.scheduler import TokenBudgetScheduler
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.engine.stats import PipelineStats
@@ -93,6 +94,8 @@ class Engine:
         self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
         self.runner = self.cache or model.runner
         self.prefix_cache = getattr(model.runner, "prefix_cache", None)  # causal decoders (engine.prefix_cache)
+        adapters = getattr(model.runner, "adapters", None)  # run-time LoRA slots (--max-loras): the ``lora`` op's
+        self.loras = adapters if isinstance(adapters, RunLoras) else None
         self._device_memory = model.device_memory
         self.front = Front(self.info, model.encoder)  # in-process calls only (``submit``)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens

@@ -17,7 +17,7 @@ first, so a prefix's head outlives its tail.
 Exact only where a token's hidden state never depends on later tokens, and
 useful only where the pooler reads no skipped row: causal attention, and tasks
 that pool LAST (embed, classify, score of vLLM's LAST-pooled decoders). Every other
-sequence (MEAN/CLS, ALL/STEP token tasks, a task adapter, a PyLate attention mask)
+sequence (MEAN/CLS, ALL/STEP token tasks, a task or LoRA adapter, a PyLate attention mask)
 runs whole and is neither read nor stored (vLLM's ``skip_reading_prefix_cache``);
 a bidirectional model gets no cache at all (``for_model``, which says so in the log).
 ``stats`` (tokens looked up, tokens read from the cache, tokens shared within a
@@ -66,7 +66,7 @@ class PrefixCache:
     def eligible(self, seq: Sequence) -> bool:
         """Whether a cache hit leaves this sequence's outputs as they are: every output pools LAST."""
         p = seq.params
-        if seq.attend is not None or p.adapter is not None or p.sparse:
+        if seq.attend is not None or p.adapter is not None or p.lora is not None or p.sparse:  # other weights' K/V
             return False
         for out in p.all_outputs():
             pooler = self.pooler.poolers.get(out.task)

@@ -68,7 +68,7 @@ class PoolingRunner:
         # (a relative bias, soft-capping: PackedModel.needs_groups) reads it
         self.group_attention = grouped or backend.uses_groups(dtype)
         self.core_threads = CoreThreads(backend.core_threads()) if backend.core_threads() > 1 else None
-        self.adapters = getattr(model, "task_adapters", None)  # per-request task LoRAs (models.task_adapters)
+        self.adapters = getattr(model, "task_adapters", None)  # per-request task LoRAs (models.task_adapters, run_loras)
         # a packed model runs its batches as the backend's token buckets (transformers' own forward: exact)
         self.bucketed = bool(getattr(model, "packed_rows", True))
 
@@ -96,7 +96,9 @@ class PoolingRunner:
                           attend=[s.attend for s in seqs], group_attention=self.group_attention)
         runs = self.pooler.plan(packed, param_runs(seqs))
         if self.adapters is not None:  # per task, the rows of its sequences' tokens
-            packed.adapter_rows = self.adapters.plan([s.params.adapter for s in seqs], packed.cu_seqlens)
+            packed.adapter_rows = self.adapters.plan_params([s.params for s in seqs], packed.cu_seqlens)
+        elif any(s.params.lora is not None for s in seqs):  # never the base model's answer for an adapter's call
+            raise ValueError("a call names a LoRA adapter, but this model serves none (--max-loras 0)")
         same_rows = packed.prefix is None or packed.prefix.full is None  # skipped prefixes: the rows are exact
         rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed and same_rows else packed.n_tokens
         model_input, ready = self.backend.upload(padded_rows(packed, rows))

@@ -60,6 +60,7 @@ class PackedLinear(nn.Module):
         fused = activation if activation in FUSED_ACTIVATIONS else "none"
         self.attr, self.algorithm = FUSED_ACTIVATIONS[fused]
         self.after = _identity if fused == activation else ACTIVATIONS[activation]
+        self.activation = activation  # as Linear says it: what runs after the matmul (run-time LoRA reads it)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.bias = None if linear.bias is None else linear.bias.detach()

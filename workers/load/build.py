@@ -31,6 +31,7 @@ from poolgate.workers.load.checkpoint import Tensors
 from poolgate.workers.load.lora import adapter_names
 from poolgate.workers.models import Architecture, architecture_for, build_model, open_weights
 from poolgate.workers.models.hf_auto import check_supported
+from poolgate.workers.models.run_loras import RunLoras
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.engine.prefix_cache import for_model as prefix_cache_for
 from poolgate.workers.engine.runner import PoolingRunner
@@ -188,6 +189,12 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
                                            dtype=runner.dtype, group_attention=runner.group_attention)
     if spec.pooler.enable_chunked_processing:
         _check_chunking(runner.pooler)
+    if cfg.max_loras:  # run-time LoRA adapters (workers.models.run_loras): slots on the packed model
+        if arch.family is None:
+            raise ValueError(f"--max-loras: {spec.architecture} runs through transformers (padded); run-time LoRA "
+                             "adapters apply only to packed families")
+        runner.adapters = RunLoras(runner.model, max_loras=cfg.max_loras, max_rank=cfg.max_lora_rank,
+                                   prefixes=arch.family.prefixes)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
     dim = out_dim or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
     if spec.pooler.dimensions is not None and (spec.kind != "embed" or out_dim):
@@ -207,7 +214,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
         prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.chat_template),
         input_roles=encoder.roles is not None, adapters=adapter_names(spec.architecture, spec.hf_config),
-        tokenizer_sha256=encoder.files.sha256,
+        tokenizer_sha256=encoder.files.sha256, max_loras=cfg.max_loras,
     )
     table = settled(plan(cfg, backend, spec), spec, backend, tasks=info.tasks, dtype=runner.dtype).table()
     for line in table.splitlines():  # the table `poolgate inspect` prints, as loading settled it

@@ -121,6 +121,8 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], name
             own[ours].copy_(parts[0] if len(parts) == 1 else torch.cat(parts, dim))
     # where each tensor came from, fused along dim (per-request task adapters wrap by it: workers.models.task_adapters)
     module.checkpoint_names, module.checkpoint_fused_dim = {ours: tuple(f) for ours, f in plan.items()}, dim
+    # and each one's shape (run-time LoRA adapters check theirs against it: workers.models.run_loras)
+    module.checkpoint_shapes = {f: tuple(tensors.shape(f)) for found in plan.values() for f in found}
 
 
 def _joined_shape(parts: list[tuple[int, ...]], dim: int) -> tuple[int, ...] | None:

@@ -30,9 +30,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.load.lora import Lora
 
 Plan = list[tuple[int, "torch.Tensor | None"]]  # (task index, its token rows (n_t,) int64, None = every row)
+ROW_SLOTS = -1  # a plan entry (ROW_SLOTS, (n_tokens,) int64 each row's slot, -1 = none): run_loras' mixed batches
 _ACTIVE = threading.local()
 
 
@@ -60,13 +62,28 @@ class _TaskLora(nn.Module):
 
     def __init__(self, base: nn.Module, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
         super().__init__()
-        self.base, self.tasks = base, frozenset(loras)
+        self.base, self.tasks = base, set[int]()
         for t, (a, b) in loras.items():
-            self.register_buffer(f"a{t}", a.contiguous())
-            self.register_buffer(f"b{t}", b.contiguous())
+            self.put(t, a, b)
+
+    def put(self, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        """Slot ``t`` runs ``a``/``b`` from now on (run-time adapters: ``workers.models.run_loras``)."""
+        self.register_buffer(f"a{t}", a.contiguous())
+        self.register_buffer(f"b{t}", b.contiguous())
+        self.tasks.add(t)
+
+    def drop(self, t: int) -> None:
+        """Slot ``t`` adds nothing from now on; its buffers go."""
+        self.tasks.discard(t)
+        for name in (f"a{t}", f"b{t}"):
+            self._buffers.pop(name, None)
 
     def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def add_all(self, y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``y`` plus the delta on every row."""
+        return y + self.delta(x, a, b)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)  # (n, out)
@@ -74,17 +91,60 @@ class _TaskLora(nn.Module):
             if t in self.tasks:
                 a, b = getattr(self, f"a{t}"), getattr(self, f"b{t}")
                 if rows is None:
-                    y = y + self.delta(x, a, b)
+                    y = self.add_all(y, x, a, b)
                 else:
                     y.index_add_(0, rows, self.delta(x[rows], a, b))  # (n_t, out) onto the task's rows
         return y
 
 
 class LoraLinear(_TaskLora):
-    """x: (n, in) → (n, out); A (r, in), B (out, r): ``(x @ A.T) @ B.T``."""
+    """x: (n, in) → (n, out); A (r, in), B (out, r): ``(x @ A.T) @ B.T``.
+
+    A plan with a ``ROW_SLOTS`` entry (run-time adapters mixed in one batch: ``workers.models.run_loras``)
+    runs every adapter of the batch at once, with no row gathers: ``((x @ A_all.T) ⊙ mask) @ B_all.T``, A's
+    rows and B's columns of the adapters concatenated, the mask keeping on each row its own adapter's columns.
+    """
+
+    def __init__(self, base: nn.Module, loras: dict[int, tuple[torch.Tensor, torch.Tensor]]):
+        super().__init__(base, loras)
+        self.joined: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def put(self, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        super().put(t, a, b)
+        self.joined = {}
+
+    def drop(self, t: int) -> None:
+        super().drop(t)
+        self.joined = {}
 
     def delta(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (x @ a.T) @ b.T
+
+    def add_all(self, y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return y.addmm_(x @ a.T, b.T)  # in place: no (n, out) delta to allocate and add
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        plan = _plan()
+        row_slots = next((rows for t, rows in plan if t == ROW_SLOTS), None)
+        mine = tuple(t for t, _ in plan if t in self.tasks)
+        if row_slots is None or len(mine) < 2:
+            return super().forward(x)
+        a, b, cols = self._joined(mine)  # (R, in), (out, R), (R,) the slot of each column
+        xa = x @ a.T  # (n, R); rows past the batch's tokens (a bucket's padding) take no adapter
+        n = row_slots.shape[0]
+        xa[:n].mul_(row_slots[:, None] == cols[None, :])
+        xa[n:].zero_()
+        return self.base(x).addmm_(xa, b.T)  # (n, out)
+
+    def _joined(self, slots: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        joined = self.joined.get(slots)
+        if joined is None:
+            a = [getattr(self, f"a{t}") for t in slots]
+            b = torch.cat([getattr(self, f"b{t}") for t in slots], 1)
+            cols = torch.cat([torch.full((p.shape[0],), t, dtype=torch.int64, device=b.device)
+                              for t, p in zip(slots, a)])
+            joined = self.joined[slots] = (torch.cat(a), b, cols)
+        return joined
 
 
 class LoraEmbedding(_TaskLora):
@@ -102,6 +162,12 @@ class TaskAdapters:
         if default not in self.index:
             raise ValueError(f"default task {default!r} is not one of the model's tasks {self.names}")
         self.default = default
+
+    def plan_params(self, params: list[PoolingParams], cu_seqlens: np.ndarray | torch.Tensor) -> Plan:
+        """``plan`` for the batch's sequences' params (each names its task in ``adapter``)."""
+        if any(p.lora is not None for p in params):
+            raise ValueError("a call names a run-time LoRA adapter; this model serves per-request task adapters")
+        return self.plan([p.adapter for p in params], cu_seqlens)
 
     def plan(self, adapters: list[str | None], cu_seqlens: np.ndarray | torch.Tensor) -> Plan:
         """Per task of the batch's sequences (``adapters``: each one's, None = default), its token rows."""
