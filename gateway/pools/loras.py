@@ -19,26 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from poolgate.gateway.pools.router import LoraCard, Router
 from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound, PoolgateError
 
 if TYPE_CHECKING:
     from poolgate.gateway.pools.member import Client
     from poolgate.gateway.pools.pool import WorkerPool
-    from poolgate.gateway.pools.router import Router
 
 log = logging.getLogger("poolgate.gateway.loras")
-
-
-@dataclass(frozen=True)
-class LoraCard:
-    """One served adapter: its name (a request's ``model``), its folder and its base model's name."""
-
-    name: str
-    path: str
-    parent: str
 
 
 def base_model(router: Router, name: str, parent: str | None) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-from poolgate.gateway.pools.loras import LoraCard
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.pools.pool import WorkerPool
 from poolgate.shared.domain.errors import InvalidRequest, ModelNotFound, NotSupported
@@ -18,6 +18,16 @@ TASK_APIS: dict[str, str] = {
     "classify": "Classification",
     "token_classify": "Pooling",
 }
+
+
+@dataclass(frozen=True)
+class LoraCard:
+    """One served run-time LoRA adapter (``gateway.pools.loras``): its name (a request's ``model``), its folder and
+    its base model's name."""
+
+    name: str
+    path: str
+    parent: str
 
 
 class Router:
