@@ -32,6 +32,7 @@ from poolgate.workers.load.lora import adapter_names
 from poolgate.workers.models import Architecture, architecture_for, build_model, open_weights
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.pooling.for_model import poolers_for
+from poolgate.workers.engine.chunked_prefill import for_model as chunked_prefill_for
 from poolgate.workers.engine.prefix_cache import for_model as prefix_cache_for
 from poolgate.workers.engine.runner import PoolingRunner
 from poolgate.workers.engine.runner_api import LoadedModel
@@ -186,6 +187,8 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         weights.close()
     runner.prefix_cache = prefix_cache_for(runner.model, runner.pooler, cfg.prefix_cache_mb << 20,
                                            dtype=runner.dtype, group_attention=runner.group_attention)
+    if hasattr(runner, "chunked_prefill"):
+        runner.chunked_prefill = chunked_prefill_for(runner.model, runner.pooler, group_attention=runner.group_attention)
     if spec.pooler.enable_chunked_processing:
         _check_chunking(runner.pooler)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim

@@ -1,0 +1,194 @@
+"""Chunked prefill: a causal input longer than the token budget runs in chunks whose K/V are kept between them.
+
+vLLM's ``enable_chunked_prefill`` for pooling models, on where vLLM turns it on
+by default: a packed causal decoder (``supports_prefix``) and a call whose every
+output pools LAST (embed, classify, the yes/no reranker's score), one output per
+call, no task adapter, no PyLate key mask (``eligible``). The engine cuts such an
+input longer than the worker's token budget into chunks of ``chunk_size`` tokens
+(half the budget: short requests still fit in every batch beside a chunk) and
+queues one ``Sequence`` for it whose ``token_ids`` are its current chunk and whose
+``prefill`` is a ``Prefill``: the whole input, where the chunk starts, and the
+keys and values (after RoPE, every layer, in the model's dtype) of every token
+before it, in one tensor per input that nothing else can evict. The chunk runs in
+whatever batch the scheduler forms, as a sequence whose known prefix is that
+store (``plan``: the prefix cache's layout, ``workers.batch.prefix``: its queries
+at their true positions attend to [stored K/V ; its own] causally through the
+backend's attention), and its rows' K/V are written into the store after the
+forward (``keep``). Only then does the engine queue the next chunk: chunks of one
+input run in order, one per batch. The last chunk pools (LAST: its last row, the
+input's last token) and its row is the input's; the earlier chunks' pooled rows
+are dropped. A call that fails, passes its deadline or is cancelled drops its
+remaining chunks and frees its store (``workers.engine.calls.Call.abandon``).
+
+Exact: a token's K/V depend only on the tokens up to it, so each chunk's rows
+equal the unchunked forward's (tests/workers/engine/test_chunked_prefill.py).
+Cost: each chunk's attention spans its whole prefix, so attention work grows with
+the number of chunks (the linear layers, most of a forward, do not); the store
+holds ``layers × 2 × tokens × kv_heads × head_dim`` values for the input's life.
+A batch holding a chunk does not read or fill the prefix cache (its layout is the
+chunk's). Pooling that reads every row (MEAN, CLS, ALL, STEP, SPLADE) is not served
+here: such inputs run whole (or, for MEAN embed with chunked processing, as
+averaged windows, ``workers.engine.chunking``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from poolgate.workers.batch.packing import pack
+from poolgate.workers.batch.prefix import PrefixPlan
+from poolgate.workers.engine.sequence import Sequence
+from poolgate.workers.pooling.dispatch import DispatchPooler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Prefill:
+    """One long input's progress: its tokens, the current chunk ``[start, end)`` and the K/V of ``[0, start)``."""
+
+    ids: list[int]
+    size: int  # tokens per chunk
+    start: int = 0
+    kv: torch.Tensor | None = None  # (layers, 2, len(ids), kv_heads, d); rows [0, start) are filled
+    dropped: bool = False  # its call failed or left: nothing more is kept
+    like: tuple | None = None  # the store's (shape, dtype, device), kept after it is freed
+
+    @property
+    def end(self) -> int:
+        return min(self.start + self.size, len(self.ids))
+
+    @property
+    def final(self) -> bool:
+        """Whether the current chunk is the input's last (the one that pools)."""
+        return self.end == len(self.ids)
+
+    def chunk(self) -> list[int]:
+        return self.ids[self.start:self.end]
+
+    def advance(self) -> list[int]:
+        """Move to the next chunk (the current one's K/V are kept); its token ids."""
+        self.start = self.end
+        return self.chunk()
+
+    def free(self) -> None:
+        self.kv, self.dropped = None, True
+
+    def known(self) -> torch.Tensor:
+        """The kept K/V of ``[0, start)``; zeros when the call was dropped meanwhile (the loop frees the store
+        while the prepare thread may be planning its chunk, whose rows then go nowhere)."""
+        kv = self.kv
+        if kv is not None:
+            return kv[:, :, :self.start]
+        assert self.like is not None
+        shape, dtype, device = self.like
+        return torch.zeros(shape[0], 2, self.start, *shape[3:], dtype=dtype, device=device)
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.kv is None else self.kv.nbytes
+
+
+class ChunkedPrefill:
+    """Which sequences run in chunks, and the layout of a batch that holds chunks."""
+
+    def __init__(self, pooler: DispatchPooler, *, group_attention: bool = True):
+        self.pooler, self.group_attention = pooler, group_attention
+
+    def eligible(self, seq: Sequence) -> bool:
+        """Whether the sequence's call pools only its last token (one output, causal-safe, no key mask)."""
+        p = seq.params
+        if seq.attend is not None or p.adapter is not None or p.sparse or p.outputs:
+            return False
+        pooler = self.pooler.poolers.get(p.task)
+        return pooler is not None and pooler.pool is None and pooler.method == "LAST"
+
+    def plan(self, seqs: list[Sequence]) -> tuple[list[int], PrefixPlan]:
+        """Each sequence's known prefix (a chunk's start, 0 for others) and the layout that runs the batch."""
+        skips = [0 if s.prefill is None else s.prefill.start for s in seqs]
+        whole = [s.token_ids if s.prefill is None else s.prefill.ids[:s.prefill.end] for s in seqs]
+        lengths = np.array([len(ids) for ids in whole], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        new_rows = np.concatenate([np.arange(st + sk, st + n) for st, sk, n in zip(starts, skips, lengths)])
+        cached_rows, cached, capture, chunks = [], [], [], []
+        new_at = 0
+        for seq, st, sk, n in zip(seqs, starts, skips, lengths):
+            pf = seq.prefill
+            if pf is not None and sk:
+                cached_rows.append(np.arange(st, st + sk))
+                cached.append(pf.known())
+            if pf is not None and not pf.final:  # the next chunk reads this one's K/V
+                capture.append(np.arange(new_at, new_at + n - sk))
+                chunks.append(pf)
+            new_at += n - sk
+        plan = PrefixPlan(
+            pack(whole, group_attention=self.group_attention) if any(skips) else None,
+            torch.from_numpy(new_rows) if any(skips) else None,
+            cached_rows=torch.from_numpy(np.concatenate(cached_rows)) if cached_rows else None,
+            cached=(cached[0] if len(cached) == 1 else torch.cat(cached, dim=2)) if cached else None,
+            capture=torch.from_numpy(np.concatenate(capture)) if capture else None)
+        plan.chunks = chunks
+        return skips, plan
+
+    @staticmethod
+    def keep(plan: PrefixPlan) -> None:
+        """Write each chunk's K/V (``plan.kept``, per layer, the captured rows in batch order) into its store."""
+        if not plan.chunks or not plan.kept:
+            return
+        k = torch.stack([pair[0] for pair in plan.kept])  # (layers, n_capture, kv_heads, d)
+        v = torch.stack([pair[1] for pair in plan.kept])
+        plan.kept.clear()
+        at = 0
+        for pf in plan.chunks:
+            n = pf.end - pf.start
+            if pf.kv is None and not pf.dropped:  # the first chunk: the store for the whole input, once
+                pf.kv = k.new_empty(k.shape[0], 2, len(pf.ids), *k.shape[2:])
+                pf.like = (tuple(pf.kv.shape), pf.kv.dtype, pf.kv.device)
+            if pf.kv is not None:
+                pf.kv[:, 0, pf.start:pf.end] = k[:, at:at + n]
+                pf.kv[:, 1, pf.start:pf.end] = v[:, at:at + n]
+            at += n
+
+
+def start_chunks(seqs: list[Sequence], chunked: ChunkedPrefill, budget: int) -> bool:
+    """Inputs over ``budget`` that may run in chunks start with their first chunk (of half the budget);
+    whether any does."""
+    any_chunked = False
+    for seq in seqs:
+        if seq.num_tokens > budget and seq.token_type_ids is None and chunked.eligible(seq):
+            seq.prefill = Prefill(seq.token_ids, max(1, budget // 2))
+            seq.token_ids = seq.prefill.chunk()
+            any_chunked = True
+    return any_chunked
+
+
+def next_chunks(seqs: list[Sequence]) -> tuple[set[int], list[Sequence]]:
+    """After a batch ran: the indexes of its chunks that do not pool, and those inputs, moved to their next
+    chunk (to queue again); a final or dropped input's store is freed."""
+    partial, more = set(), []
+    for i, seq in enumerate(seqs):
+        pf = seq.prefill
+        if pf is None:
+            continue
+        if not pf.final:
+            partial.add(i)
+        if pf.final or seq.cancelled or pf.dropped:
+            pf.free()
+            continue
+        seq.token_ids = pf.advance()
+        more.append(seq)
+    return partial, more
+
+
+def for_model(model: torch.nn.Module, pooler: DispatchPooler, *, group_attention: bool) -> ChunkedPrefill | None:
+    """Chunked prefill for a packed causal decoder with a LAST-pooled task; None for anything else."""
+    config = getattr(model, "config", None)
+    if not getattr(model, "supports_prefix", False) or config is None or not config.causal:
+        return None
+    if not any(p.method == "LAST" and p.pool is None for p in pooler.poolers.values()):
+        return None
+    log.info("chunked prefill: LAST-pooled inputs over the token budget run in chunks of half of it")
+    return ChunkedPrefill(pooler, group_attention=group_attention)
