@@ -42,12 +42,18 @@ class Call:
         rows = Rows.concat(self.pieces if self.order is None else [self.slots[i] for i in range(len(self.seqs))])
         return rows if self.chunks is None else fold(rows, self.chunks)
 
-    def take(self, rows: Rows, first: int, seqs: list[tuple[int, Sequence]]) -> bool:
-        """Keep the rows (batch index ``j`` is row ``j - first`` of ``rows``) of ``seqs`` by their input index;
-        whether the call is now complete (chunked prefill, ``order``)."""
+    def take(self, rows: Rows, first: int, seqs: list[tuple[int, Sequence, bool]]) -> bool:
+        """Keep the rows (batch index ``j`` is row ``j - first`` of ``rows``) of ``seqs`` by their input index,
+        of a chunk that does not pool (``partial``) only its token rows under ALL; whether the call is now
+        complete (chunked prefill, ``order``)."""
         assert self.order is not None
-        for j, seq in seqs:
-            self.slots[self.order[id(seq)]] = rows.slice(j - first, j - first + 1)
+        for j, seq, partial in seqs:
+            row, pf = rows.slice(j - first, j - first + 1), seq.prefill
+            if partial:
+                if pf.rows is not None:
+                    pf.rows.append(row)
+                continue
+            self.slots[self.order[id(seq)]] = row if pf is None else pf.joined(row)
         return len(self.slots) == len(self.seqs)
 
     def more_rows(self, count: int) -> list[Rows]:
@@ -61,8 +67,9 @@ class Call:
         self.failed = True
         for seq in self.seqs:
             seq.cancelled = True
-            if seq.prefill is not None:  # its remaining chunks never run: their kept K/V go now
+            if seq.prefill is not None:  # its remaining chunks never run: their kept K/V (and rows) go now
                 seq.prefill.free()
+                seq.prefill.rows = None
 
 
 def call_runs(seqs: list[Sequence]) -> list[tuple[int, int, Call]]:

@@ -1,34 +1,39 @@
 """Chunked prefill: a causal input longer than the token budget runs in chunks whose K/V are kept between them.
 
 vLLM's ``enable_chunked_prefill`` for pooling models, on where vLLM turns it on
-by default: a packed causal decoder (``supports_prefix``) and a call whose every
-output pools LAST (embed, classify, the yes/no reranker's score), one output per
-call, no task adapter, no PyLate key mask (``eligible``). The engine cuts such an
-input longer than the worker's token budget into chunks of ``chunk_size`` tokens
-(half the budget: short requests still fit in every batch beside a chunk) and
-queues one ``Sequence`` for it whose ``token_ids`` are its current chunk and whose
-``prefill`` is a ``Prefill``: the whole input, where the chunk starts, and the
-keys and values (after RoPE, every layer, in the model's dtype) of every token
-before it, in one tensor per input that nothing else can evict. The chunk runs in
-whatever batch the scheduler forms, as a sequence whose known prefix is that
-store (``plan``: the prefix cache's layout, ``workers.batch.prefix``: its queries
-at their true positions attend to [stored K/V ; its own] causally through the
-backend's attention), and its rows' K/V are written into the store after the
-forward (``keep``). Only then does the engine queue the next chunk: chunks of one
-input run in order, one per batch. The last chunk pools (LAST: its last row, the
-input's last token) and its row is the input's; the earlier chunks' pooled rows
-are dropped. A call that fails, passes its deadline or is cancelled drops its
+by default: a packed causal decoder (``supports_prefix``) and a call whose task
+pools LAST (embed, classify, the yes/no reranker's score) or ALL over every token
+(``token_embed``, ``token_classify``), one output per call, no task adapter, no
+PyLate key mask (``eligible``). The engine (``start_chunks``) cuts such an input
+longer than the worker's token budget into chunks of half the budget (short
+requests still fit in every batch beside a chunk) and queues one ``Sequence`` for
+it whose ``token_ids`` are its current chunk and whose ``prefill`` is a
+``Prefill``: the whole input, where the chunk starts, and the keys and values
+(after RoPE, every layer, in the model's dtype) of every token before it, in one
+tensor per input that nothing else can evict. The chunk runs in whatever batch
+the scheduler forms, as a sequence whose known prefix is that store (``plan``:
+the prefix cache's layout, ``workers.batch.prefix``: its queries at their true
+positions attend to [stored K/V ; its own] causally through the backend's
+attention), and its rows' K/V are written into the store after the forward
+(``keep``). Only then does the engine queue the next chunk (``next_chunks``):
+chunks of one input run in order, one per batch. The last chunk pools (LAST: its
+last row, the input's last token) and its row is the input's; the earlier chunks'
+pooled rows are dropped, or under ALL kept and joined in order before the last
+chunk's. A call that fails, passes its deadline or is cancelled drops its
 remaining chunks and frees its store (``workers.engine.calls.Call.abandon``).
 
 Exact: a token's K/V depend only on the tokens up to it, so each chunk's rows
 equal the unchunked forward's (tests/workers/engine/test_chunked_prefill.py).
-Cost: each chunk's attention spans its whole prefix, so attention work grows with
-the number of chunks (the linear layers, most of a forward, do not); the store
-holds ``layers × 2 × tokens × kv_heads × head_dim`` values for the input's life.
-A batch holding a chunk does not read or fill the prefix cache (its layout is the
-chunk's). Pooling that reads every row (MEAN, CLS, ALL, STEP, SPLADE) is not served
-here: such inputs run whole (or, for MEAN embed with chunked processing, as
-averaged windows, ``workers.engine.chunking``).
+Cost: the linear layers (most of a forward) do the same work; the attention runs
+over the whole layout (the prefix rows' queries are zeros, as for prefix-cache
+hits), so a chunk's attention costs that of its prefix and itself, and an input
+in ``n`` chunks does ``(n + 1)(2n + 1) / 6n`` times the causal attention of one
+forward (3.2× for 8 chunks).
+The store holds ``layers × 2 × tokens × kv_heads × head_dim`` values for the
+input's life. A batch holding a chunk neither reads nor fills the prefix cache
+(its layout is the chunk's). Pooling that reads other rows (MEAN, CLS, STEP,
+SPLADE, ALL with a row selector) is not served here: such inputs run whole (or,
+MEAN embed with chunked processing, as averaged windows: ``workers.engine.chunking``).
 """
 from __future__ import annotations
 
@@ -38,10 +43,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from poolgate.shared.wire.rows import Rows
 from poolgate.workers.batch.packing import pack
 from poolgate.workers.batch.prefix import PrefixPlan
 from poolgate.workers.engine.sequence import Sequence
 from poolgate.workers.pooling.dispatch import DispatchPooler
+from poolgate.workers.pooling.rows import all_rows
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,7 @@ class Prefill:
     kv: torch.Tensor | None = None  # (layers, 2, len(ids), kv_heads, d); rows [0, start) are filled
     dropped: bool = False  # its call failed or left: nothing more is kept
     like: tuple | None = None  # the store's (shape, dtype, device), kept after it is freed
+    rows: list[Rows] | None = None  # ALL pooling: the earlier chunks' token rows, in order (None: LAST)
 
     @property
     def end(self) -> int:
@@ -87,6 +95,14 @@ class Prefill:
         shape, dtype, device = self.like
         return torch.zeros(shape[0], 2, self.start, *shape[3:], dtype=dtype, device=device)
 
+    def joined(self, last: Rows) -> Rows:
+        """The input's row: ``last`` (the final chunk's), after the earlier chunks' token rows under ALL."""
+        if not self.rows:
+            return last
+        values = np.concatenate([r.values for r in (*self.rows, last)])
+        self.rows = []
+        return Rows(values, np.array([0, len(values)], dtype=np.int64))
+
     @property
     def nbytes(self) -> int:
         return 0 if self.kv is None else self.kv.nbytes
@@ -104,7 +120,13 @@ class ChunkedPrefill:
         if seq.attend is not None or p.adapter is not None or p.sparse or p.outputs:
             return False
         pooler = self.pooler.poolers.get(p.task)
-        return pooler is not None and pooler.pool is None and pooler.method == "LAST"
+        if pooler is None or pooler.pool is not None:
+            return False
+        return pooler.method == "LAST" or (pooler.method == "ALL" and pooler.rows is all_rows)
+
+    def per_token(self, seq: Sequence) -> bool:
+        """Whether the sequence's task keeps a row per token (ALL: every chunk's rows are the input's)."""
+        return self.pooler.poolers[seq.params.task].per_token
 
     def plan(self, seqs: list[Sequence]) -> tuple[list[int], PrefixPlan]:
         """Each sequence's known prefix (a chunk's start, 0 for others) and the layout that runs the batch."""
@@ -159,7 +181,7 @@ def start_chunks(seqs: list[Sequence], chunked: ChunkedPrefill, budget: int) -> 
     any_chunked = False
     for seq in seqs:
         if seq.num_tokens > budget and seq.token_type_ids is None and chunked.eligible(seq):
-            seq.prefill = Prefill(seq.token_ids, max(1, budget // 2))
+            seq.prefill = Prefill(seq.token_ids, max(1, budget // 2), rows=[] if chunked.per_token(seq) else None)
             seq.token_ids = seq.prefill.chunk()
             any_chunked = True
     return any_chunked

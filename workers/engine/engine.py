@@ -364,7 +364,7 @@ class Engine:
                 if a >= b or call.failed:
                     continue
                 if call.order is not None:  # chunked prefill: by input index, a row at a time
-                    if call.take(run.rows, run.start, [(j, seqs[j]) for j in range(a, b) if j not in partial]):
+                    if call.take(run.rows, run.start, [(j, seqs[j], j in partial) for j in range(a, b)]):
                         finished.append((call, call.rows()))
                     continue
                 call.pieces.append(run.rows.slice(a - run.start, b - run.start))

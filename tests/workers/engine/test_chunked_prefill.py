@@ -138,3 +138,35 @@ def test_cancelling_mid_input_drops_its_remaining_chunks_and_frees_its_store(tmp
         await engine.stop()
 
     asyncio.run(go())
+
+
+def test_all_pooled_token_embeddings_join_every_chunks_rows_in_order(tmp_path):
+    from poolgate.workers.offline import PoolingModel
+
+    save_tiny(tmp_path, "llama", "LlamaModel")
+    long = " ".join(f"w{(5 * i) % 90}" for i in range(100))
+    texts = [long, "w5 w6 w7", long[:150]]
+    with PoolingModel(str(tmp_path), dtype="float32", max_batch_tokens=1024) as plain:
+        want = plain.encode(texts, pooling_task="token_embed")
+    with PoolingModel(str(tmp_path), dtype="float32", max_batch_tokens=32) as chunked:
+        before = chunked._engine.stats.batches
+        got = chunked.encode(texts, pooling_task="token_embed")
+        assert chunked._engine.stats.batches - before >= 102 // 16 and chunked._engine.scheduler.queued == 0
+    assert [g.shape for g in got] == [w.shape for w in want] and got[0].shape[0] == 102
+    for g, w in zip(got, want):
+        _close(g, w)
+
+
+def test_a_next_chunk_is_queued_past_the_bound_and_refused_only_when_closed():
+    from poolgate.shared.domain.errors import Overloaded, Unavailable
+    from poolgate.workers.engine.scheduler import TokenBudgetScheduler
+
+    sched = TokenBudgetScheduler(32, max_queued_tokens=40)
+    sched.add_all([Sequence([1] * 30, PoolingParams())])
+    with pytest.raises(Overloaded):
+        sched.add_all([Sequence([1] * 16, PoolingParams())])
+    sched.requeue([Sequence([1] * 16, PoolingParams())])  # already admitted: never refused for room
+    assert sched.queued_tokens == 46
+    sched.close()
+    with pytest.raises(Unavailable):
+        sched.requeue([Sequence([1] * 16, PoolingParams())])
