@@ -170,3 +170,33 @@ def test_a_next_chunk_is_queued_past_the_bound_and_refused_only_when_closed():
     sched.close()
     with pytest.raises(Unavailable):
         sched.requeue([Sequence([1] * 16, PoolingParams())])
+
+
+def test_a_deadline_that_passes_mid_input_drops_its_remaining_chunks(tmp_path):
+    import time
+
+    from poolgate.shared.domain.errors import DeadlineExceeded
+    from poolgate.shared.wire.token_call import TokenCall
+    from poolgate.workers.engine.engine import Engine
+
+    save_tiny(tmp_path, "qwen3", "Qwen3Model", head_dim=32)
+    model = _load(tmp_path, max_batch_tokens=32)
+    gate = _Gate(model.runner, at=2)
+    engine = Engine(replace(model, runner=gate))
+    ids = LONG[1]
+
+    async def go():
+        await engine.start()
+        call = TokenCall("r", "t", np.asarray(ids, np.int32), np.asarray([0, len(ids)], np.int64),
+                         deadline=time.time() + 1.0)
+        task = asyncio.create_task(engine.submit_tokens(call))
+        assert await asyncio.to_thread(gate.reached.wait, 10)
+        seq = next(iter(engine._live)).seqs[0]
+        await asyncio.sleep(1.2)  # the deadline passes while the second chunk runs
+        gate.go.set()
+        with pytest.raises(DeadlineExceeded):
+            await task
+        assert seq.prefill.kv is None and gate.count == 2 and engine.scheduler.queued == 0
+        await engine.stop()
+
+    asyncio.run(go())
