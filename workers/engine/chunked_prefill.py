@@ -11,12 +11,13 @@ it whose ``token_ids`` are its current chunk and whose ``prefill`` is a
 ``Prefill``: the whole input, where the chunk starts, and the keys and values
 (after RoPE, every layer, in the model's dtype) of every token before it, in one
 tensor per input that nothing else can evict. The chunk runs in whatever batch
-the scheduler forms, as a sequence whose known prefix is that store (``plan``:
-the prefix cache's layout, ``workers.batch.prefix``: its queries at their true
-positions attend to [stored K/V ; its own] causally through the backend's
-attention), and its rows' K/V are written into the store after the forward
-(``keep``). Only then does the engine queue the next chunk (``next_chunks``):
-chunks of one input run in order, one per batch. The last chunk pools (LAST: its
+the scheduler forms: its queries, at their true positions, attend causally to
+[stored K/V ; its own] (``plan``, ``workers.batch.chunk_plan``: the chunk's rows
+only, against the whole prefix's keys, by SDPA with the mask's last rows; the
+batch's other sequences through the backend's attention as always), and its rows'
+K/V are written into the store after the forward (``keep``). Only then does the
+engine queue the next chunk (``next_chunks``): chunks of one input run in order,
+one per batch. The last chunk pools (LAST: its
 last row, the input's last token) and its row is the input's; the earlier chunks'
 pooled rows are dropped, or under ALL kept and joined in order before the last
 chunk's. A call that fails, passes its deadline or is cancelled drops its
@@ -24,16 +25,15 @@ remaining chunks and frees its store (``workers.engine.calls.Call.abandon``).
 
 Exact: a token's K/V depend only on the tokens up to it, so each chunk's rows
 equal the unchunked forward's (tests/workers/engine/test_chunked_prefill.py).
-Cost: the linear layers (most of a forward) do the same work; the attention runs
-over the whole layout (the prefix rows' queries are zeros, as for prefix-cache
-hits), so a chunk's attention costs that of its prefix and itself, and an input
-in ``n`` chunks does ``(n + 1)(2n + 1) / 6n`` times the causal attention of one
-forward (3.2× for 8 chunks).
-The store holds ``layers × 2 × tokens × kv_heads × head_dim`` values for the
-input's life. A batch holding a chunk neither reads nor fills the prefix cache
-(its layout is the chunk's). Pooling that reads other rows (MEAN, CLS, STEP,
-SPLADE, ALL with a row selector) is not served here: such inputs run whole (or,
-MEAN embed with chunked processing, as averaged windows: ``workers.engine.chunking``).
+Cost: a chunk computes only its own rows: the linear layers do the work of one
+forward over the whole input, and a chunk's attention that of its queries against
+its prefix's keys (a lower-right causal mask, dense ``n × (prefix + n)`` bool), so
+the input's attention adds up to one forward's. The store holds ``layers × 2 ×
+tokens × kv_heads × head_dim`` values for the input's life. A batch holding a
+chunk neither reads nor fills the prefix cache. Pooling that reads other rows
+(MEAN, CLS, STEP, SPLADE, ALL with a row selector) is not served here: such inputs
+run whole (or, MEAN embed with chunked processing, as averaged windows:
+``workers.engine.chunking``).
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from poolgate.shared.wire.rows import Rows
+from poolgate.workers.batch.chunk_plan import ChunkPlan, ChunkSpan
 from poolgate.workers.batch.packing import pack
 from poolgate.workers.batch.prefix import PrefixPlan
 from poolgate.workers.engine.sequence import Sequence
@@ -128,32 +129,28 @@ class ChunkedPrefill:
         """Whether the sequence's task keeps a row per token (ALL: every chunk's rows are the input's)."""
         return self.pooler.poolers[seq.params.task].per_token
 
-    def plan(self, seqs: list[Sequence]) -> tuple[list[int], PrefixPlan]:
+    def plan(self, seqs: list[Sequence]) -> tuple[list[int], ChunkPlan]:
         """Each sequence's known prefix (a chunk's start, 0 for others) and the layout that runs the batch."""
-        skips = [0 if s.prefill is None else s.prefill.start for s in seqs]
-        whole = [s.token_ids if s.prefill is None else s.prefill.ids[:s.prefill.end] for s in seqs]
-        lengths = np.array([len(ids) for ids in whole], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        new_rows = np.concatenate([np.arange(st + sk, st + n) for st, sk, n in zip(starts, skips, lengths)])
-        cached_rows, cached, capture, chunks = [], [], [], []
-        new_at = 0
-        for seq, st, sk, n in zip(seqs, starts, skips, lengths):
-            pf = seq.prefill
-            if pf is not None and sk:
-                cached_rows.append(np.arange(st, st + sk))
-                cached.append(pf.known())
-            if pf is not None and not pf.final:  # the next chunk reads this one's K/V
-                capture.append(np.arange(new_at, new_at + n - sk))
-                chunks.append(pf)
-            new_at += n - sk
-        plan = PrefixPlan(
-            pack(whole, group_attention=self.group_attention) if any(skips) else None,
-            torch.from_numpy(new_rows) if any(skips) else None,
-            cached_rows=torch.from_numpy(np.concatenate(cached_rows)) if cached_rows else None,
-            cached=(cached[0] if len(cached) == 1 else torch.cat(cached, dim=2)) if cached else None,
-            capture=torch.from_numpy(np.concatenate(capture)) if capture else None)
+        starts = [0 if s.prefill is None else s.prefill.start for s in seqs]
+        spans, rest, rest_rows, capture, chunks = [], [], [], [], []
+        at = 0
+        for seq in seqs:
+            pf, n = seq.prefill, seq.num_tokens
+            if pf is None:
+                rest.append(seq.token_ids)
+                rest_rows.append(np.arange(at, at + n))
+            else:
+                spans.append(ChunkSpan(at, n, pf.start, pf.known() if pf.start else None))
+                if not pf.final:  # the next chunk reads this one's K/V
+                    capture.append(np.arange(at, at + n))
+                    chunks.append(pf)
+            at += n
+        plan = ChunkPlan(
+            None, None, capture=torch.from_numpy(np.concatenate(capture)) if capture else None,
+            rest=pack(rest, group_attention=self.group_attention) if rest else None,
+            rest_rows=torch.from_numpy(np.concatenate(rest_rows)) if rest_rows else None, spans=spans)
         plan.chunks = chunks
-        return skips, plan
+        return starts, plan
 
     @staticmethod
     def keep(plan: PrefixPlan) -> None:

@@ -107,7 +107,7 @@ class PoolingRunner:
         runs = self.pooler.plan(packed, param_runs(seqs))
         if self.adapters is not None:  # per task, the rows of its sequences' tokens
             packed.adapter_rows = self.adapters.plan([s.params.adapter for s in seqs], packed.cu_seqlens)
-        same_rows = packed.prefix is None or packed.prefix.full is None  # skipped prefixes: the rows are exact
+        same_rows = packed.prefix is None or packed.prefix.exact_rows  # skipped prefixes: the rows are exact
         rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed and same_rows else packed.n_tokens
         model_input, ready = self.backend.upload(padded_rows(packed, rows))
         if rows == packed.n_tokens:
