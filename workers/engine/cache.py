@@ -39,6 +39,7 @@ class _Batch:
     hits: dict[int, Entry]  # sequence index -> its cached rows (and a multi-output call's further rows)
     misses: list[int]  # the sequence indexes the runner runs, in order
     inner: Any  # the runner's prepared batch of the misses (None: all hits)
+    chunks: set[int]  # sequences that are one chunk of a long input (engine.chunked_prefill): never stored
 
 
 class CachingRunner:
@@ -55,7 +56,7 @@ class CachingRunner:
         hits: dict[int, Entry] = {}
         with self._lock:
             for i, key in enumerate(keys):
-                entry = self._table.get(key)
+                entry = None if seqs[i].prefill is not None else self._table.get(key)  # a chunk: never a hit
                 if entry is not None:
                     self._table.move_to_end(key)
                     hits[i] = entry[0]
@@ -63,7 +64,7 @@ class CachingRunner:
             self.misses += len(seqs) - len(hits)
         misses = [i for i in range(len(seqs)) if i not in hits]
         inner = self.runner.prepare([seqs[i] for i in misses]) if misses else None
-        return _Batch(keys, hits, misses, inner)
+        return _Batch(keys, hits, misses, inner, {i for i, s in enumerate(seqs) if s.prefill is not None})
 
     def execute(self, batch: _Batch, steps: list[Step] | None = None) -> list[RunOutput]:
         rows = dict(batch.hits)
@@ -72,7 +73,7 @@ class CachingRunner:
                 for j in range(run.start, run.stop):
                     k = j - run.start
                     rows[batch.misses[j]] = (_copy(run.rows, k), tuple(_copy(more, k) for more in run.more))
-            self._store([(batch.keys[i], rows[i]) for i in batch.misses])
+            self._store([(batch.keys[i], rows[i]) for i in batch.misses if i not in batch.chunks])
         return [RunOutput(i, i + 1, *rows[i]) for i in range(len(batch.keys))]
 
     def _store(self, entries: list[tuple[Key, Entry]]) -> None:

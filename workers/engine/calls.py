@@ -21,6 +21,10 @@ class Call:
     pieces: list[Rows] = field(default_factory=list)  # touched by the execute thread only
     more: list[tuple[Rows, ...]] = field(default_factory=list)  # a multi-output call's further outputs, per piece
     chunks: Chunks | None = None  # how long inputs were split into sequences (None: one sequence each)
+    # chunked prefill (engine.chunked_prefill): each sequence's index (by id), and the rows delivered so far
+    # by index, since a long input's row comes after those of the short inputs queued behind it
+    order: dict[int, int] | None = None
+    slots: dict[int, Rows] = field(default_factory=dict)
     done: int = 0
     failed: bool = False
     queued_at: float = 0.0  # perf_counter when its sequences were queued
@@ -35,8 +39,22 @@ class Call:
 
     def rows(self) -> Rows:
         """The call's outputs, one row per input: its pieces joined, chunked inputs folded back."""
-        rows = Rows.concat(self.pieces)
+        rows = Rows.concat(self.pieces if self.order is None else [self.slots[i] for i in range(len(self.seqs))])
         return rows if self.chunks is None else fold(rows, self.chunks)
+
+    def take(self, rows: Rows, first: int, seqs: list[tuple[int, Sequence, bool]]) -> bool:
+        """Keep the rows (batch index ``j`` is row ``j - first`` of ``rows``) of ``seqs`` by their input index,
+        of a chunk that does not pool (``partial``) only its token rows under ALL; whether the call is now
+        complete (chunked prefill, ``order``)."""
+        assert self.order is not None
+        for j, seq, partial in seqs:
+            row, pf = rows.slice(j - first, j - first + 1), seq.prefill
+            if partial:
+                if pf.rows is not None:
+                    pf.rows.append(row)
+                continue
+            self.slots[self.order[id(seq)]] = row if pf is None else pf.joined(row)
+        return len(self.slots) == len(self.seqs)
 
     def more_rows(self, count: int) -> list[Rows]:
         """A multi-output call's ``count`` further outputs, each one row block over the inputs (never chunked)."""
@@ -49,6 +67,9 @@ class Call:
         self.failed = True
         for seq in self.seqs:
             seq.cancelled = True
+            if seq.prefill is not None:  # its remaining chunks never run: their kept K/V (and rows) go now
+                seq.prefill.free()
+                seq.prefill.rows = None
 
 
 def call_runs(seqs: list[Sequence]) -> list[tuple[int, int, Call]]:

@@ -6,11 +6,9 @@ and queues one ``Sequence`` per sequence (per chunk, for an embed input cut
 by chunked processing: ``workers.engine.chunking``), each carrying its call's
 priority, lane, deadline and arrival, all at once into the bounded scheduler (a
 full queue answers ``Overloaded``, 429, and the gateway tries elsewhere; the
-batch cut is the scheduler's policy object, by default ``fair``: priority
-levels with aging, bulk after every live level, round robin over calls,
-``workers.engine.fair_policy``). The worker
-never tokenizes on this path: the gateway did, in front of its queue
-(``shared.inputs``). ``submit`` is the in-process way in (the offline API):
+batch cut is the scheduler's policy object, by default ``fair``: priority levels with aging, bulk after every
+live level, round robin over calls, ``workers.engine.fair_policy``). The worker never tokenizes on this path: the
+gateway did, in front of its queue (``shared.inputs``). ``submit`` is the in-process way in (the offline API):
 a call of inputs tokenized by the same ``shared.inputs.front`` first, in the
 engine's tokenizer pool. Two threads then run batches as a two-stage pipeline:
 
@@ -31,7 +29,8 @@ and its future is resolved on the loop once. A multi-output call
 (``PoolingParams.outputs``) runs one forward per batch like any other; each of
 its runs carries every output's rows (``runner_api.join_outputs``), gathered
 per output, and the call answers one block per output (``PoolingResult.more``). A client that leaves cancels its
-sequences and the scheduler drops them.
+sequences and the scheduler drops them. An input over the token budget whose task pools LAST on a causal decoder
+runs as chunks (``workers.engine.chunked_prefill``): its next chunk is queued once the last one ran.
 """
 from __future__ import annotations
 
@@ -53,6 +52,7 @@ from poolgate.shared.wire.token_call import TokenCall
 from poolgate.shared.wire.messages import PoolingCall, PoolingResult
 from poolgate.workers.engine.cache import CachingRunner
 from poolgate.workers.engine.calls import Call, call_runs, calls_of, check_deadline, resolve, settle
+from poolgate.workers.engine.chunked_prefill import next_chunks, start_chunks
 from poolgate.workers.engine.chunking import split
 from poolgate.workers.engine.fair_policy import FairPolicy
 from poolgate.workers.engine.oom import is_out_of_memory, run_in_halves
@@ -96,6 +96,8 @@ class Engine:
         self.prefix_cache = getattr(model.runner, "prefix_cache", None)  # causal decoders (engine.prefix_cache)
         adapters = getattr(model.runner, "adapters", None)  # run-time LoRA slots (--max-loras): the ``lora`` op's
         self.loras = adapters if isinstance(adapters, RunLoras) else None
+        self.chunked_prefill = getattr(model.runner, "chunked_prefill", None)  # (engine.chunked_prefill)
+        self.max_batch_tokens = model.max_batch_tokens
         self._device_memory = model.device_memory
         self.front = Front(self.info, model.encoder)  # in-process calls only (``submit``)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
@@ -190,6 +192,8 @@ class Engine:
         state.seqs = [Sequence(ids, call.params, arrival=arrival, handle=state, token_type_ids=t,
                                priority=call.priority, deadline=call.deadline, attend=a, lane=call.lane)
                       for ids, t, a in zip(token_lists, types, attend)]
+        if self.chunked_prefill is not None and start_chunks(state.seqs, self.chunked_prefill, self.max_batch_tokens):
+            state.order = {id(seq): i for i, seq in enumerate(state.seqs)}  # rows by index (Call.order)
         state.queued_at = time.perf_counter()
         self._live.add(state)
         try:
@@ -312,7 +316,7 @@ class Engine:
             call.finished = end
             if steps:
                 call.steps += steps
-        self._deliver(prepared.segments, outputs)
+        self._deliver(prepared.segments, outputs, prepared.seqs, self._next_chunks(prepared.seqs))
 
     def _run(self, prepared: _Prepared, steps: list[Step] | None) -> list[RunOutput]:
         """The runner's outputs for the batch; on device out-of-memory, those of its halves
@@ -342,13 +346,27 @@ class Engine:
                 f"An input of {seq.num_tokens} tokens does not fit in the device's memory, even alone; "
                 "send a shorter input (or truncate it).", param="input"))
 
-    def _deliver(self, segments: list[tuple[int, int, Call]], outputs: list[RunOutput]) -> None:
-        """Give each call its slice of every run; resolve the calls that are now complete."""
+    def _next_chunks(self, seqs: list[Sequence]) -> set[int]:
+        """Queue the next chunk of each input whose chunk just ran; the batch indexes of chunks that do not pool."""
+        partial, more = next_chunks(seqs)
+        try:
+            self.scheduler.requeue(more)
+        except PoolgateError as exc:  # shutting down
+            self._fail(calls_of(more), exc)
+        return partial
+
+    def _deliver(self, segments: list[tuple[int, int, Call]], outputs: list[RunOutput], seqs: list[Sequence],
+                 partial: set[int]) -> None:
+        """Give each call its slice of every run (not a chunk's that does not pool); resolve the complete calls."""
         finished = []
         for run in outputs:
             for lo, hi, call in segments:
                 a, b = max(lo, run.start), min(hi, run.stop)
                 if a >= b or call.failed:
+                    continue
+                if call.order is not None:  # chunked prefill: by input index, a row at a time
+                    if call.take(run.rows, run.start, [(j, seqs[j], j in partial) for j in range(a, b)]):
+                        finished.append((call, call.rows()))
                     continue
                 call.pieces.append(run.rows.slice(a - run.start, b - run.start))
                 if run.more:

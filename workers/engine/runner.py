@@ -29,6 +29,7 @@ from torch import nn
 from poolgate.shared.wire.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.engine.core_threads import CoreThreads, cut
+from poolgate.workers.engine.chunked_prefill import ChunkedPrefill
 from poolgate.workers.engine.prefix_cache import PrefixCache
 from poolgate.workers.batch.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
@@ -64,6 +65,7 @@ class PoolingRunner:
                  grouped: bool = False, prefix_cache: PrefixCache | None = None):
         self.model, self.backend, self.dtype, self.pooler = model, backend, dtype, pooler
         self.prefix_cache = prefix_cache  # causal LAST-pooled sequences skip cached prefixes (engine.prefix_cache)
+        self.chunked_prefill: ChunkedPrefill | None = None  # long LAST-pooled inputs in chunks (engine.chunked_prefill)
         # the SDPA group plan is host work: made here in prepare when the backend's attention or the model
         # (a relative bias, soft-capping: PackedModel.needs_groups) reads it
         self.group_attention = grouped or backend.uses_groups(dtype)
@@ -84,8 +86,16 @@ class PoolingRunner:
         return LanedBatch([(a, self._prepare_part(seqs[a:b])) for a, b in parts])
 
     def _prepare_part(self, seqs: list[Sequence]) -> PreparedBatch:
-        skips = self.prefix_cache.plan(seqs) if self.prefix_cache is not None else None
-        if skips is not None and skips.plan is not None:  # only the rows after each skipped prefix run
+        chunked = any(s.prefill is not None for s in seqs)  # such a batch neither reads nor fills the prefix cache
+        skips = self.prefix_cache.plan(seqs) if self.prefix_cache is not None and not chunked else None
+        if chunked:  # a chunk's rows run at their true positions after its kept K/V (engine.chunked_prefill)
+            assert self.chunked_prefill is not None
+            starts, plan = self.chunked_prefill.plan(seqs)
+            packed = pack([s.token_ids for s in seqs], group_attention=self.group_attention,
+                          token_types=[s.token_type_ids for s in seqs])
+            packed.positions += torch.repeat_interleave(torch.tensor(starts), torch.tensor(packed.lengths))
+            packed.prefix = plan
+        elif skips is not None and skips.plan is not None:  # only the rows after each skipped prefix run
             packed = pack([s.token_ids[k:] for s, k in zip(seqs, skips.skips)], group_attention=self.group_attention,
                           token_types=[None if s.token_type_ids is None else s.token_type_ids[k:]
                                        for s, k in zip(seqs, skips.skips)])
@@ -99,7 +109,7 @@ class PoolingRunner:
             packed.adapter_rows = self.adapters.plan_params([s.params for s in seqs], packed.cu_seqlens)
         elif any(s.params.lora is not None for s in seqs):  # never the base model's answer for an adapter's call
             raise ValueError("a call names a LoRA adapter, but this model serves none (--max-loras 0)")
-        same_rows = packed.prefix is None or packed.prefix.full is None  # skipped prefixes: the rows are exact
+        same_rows = packed.prefix is None or packed.prefix.exact_rows  # skipped prefixes: the rows are exact
         rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed and same_rows else packed.n_tokens
         model_input, ready = self.backend.upload(padded_rows(packed, rows))
         if rows == packed.n_tokens:
@@ -131,7 +141,9 @@ class PoolingRunner:
         with active(batch.packed.adapter_rows) if self.adapters is not None else nullcontext():
             model_input = batch.packed if batch.model_input is None else batch.model_input
             hidden = self.model(model_input)[:batch.packed.n_tokens]  # (n_tokens, hidden); bucket rows dropped
-        if model_input.prefix is not None and self.prefix_cache is not None:
+        if model_input.prefix is not None and model_input.prefix.chunks:
+            ChunkedPrefill.keep(model_input.prefix)
+        elif model_input.prefix is not None and self.prefix_cache is not None:
             self.prefix_cache.store(model_input.prefix)
         if steps is not None:
             self.backend.synchronize()

@@ -103,6 +103,20 @@ class TokenBudgetScheduler:
             self._bulk_tokens += bulk
             self._cond.notify()
 
+    def requeue(self, items: list[Schedulable]) -> None:
+        """Queue the next pieces of work already admitted (long inputs' next chunks, ``engine.chunked_prefill``):
+        never refused by the bound, only when closed (``Unavailable``)."""
+        if not items:
+            return
+        with self._cond:
+            if self._closed:
+                raise Unavailable("worker is shutting down")
+            for item in items:
+                self._policy.add(item)
+            self._tokens += sum(item.num_tokens for item in items)
+            self._bulk_tokens += _bulk_tokens(items)
+            self._cond.notify()
+
     def _ahead(self, bulk: bool) -> int:
         """The queued tokens a new call counts against the bound: all for bulk, the live ones for live."""
         return self._tokens if bulk else self._tokens - self._bulk_tokens

@@ -19,7 +19,9 @@ class Sequence:
     time, None = none) and ``arrival`` (monotonic, when its call was queued) come from its call and are
     what a batch policy (``workers.engine.policy``) orders by.
     ``attend``: per token, whether it is a key other tokens attend (False: PyLate's [MASK] query expansion
-    without attention to it, ``shared.inputs.pylate_roles``), or None when every token is."""
+    without attention to it, ``shared.inputs.pylate_roles``), or None when every token is.
+    ``prefill``: for an input run in chunks (``workers.engine.chunked_prefill.Prefill``), the whole input and
+    the kept K/V of the tokens before ``token_ids`` (its current chunk); None for every other sequence."""
 
     token_ids: list[int]
     params: PoolingParams
@@ -31,6 +33,7 @@ class Sequence:
     deadline: float | None = None
     attend: list[bool] | None = None
     lane: Lane = LIVE
+    prefill: Any = None
 
     @property
     def num_tokens(self) -> int:

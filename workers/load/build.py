@@ -33,6 +33,7 @@ from poolgate.workers.models import Architecture, architecture_for, build_model,
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.models.run_loras import RunLoras
 from poolgate.workers.pooling.for_model import poolers_for
+from poolgate.workers.engine.chunked_prefill import for_model as chunked_prefill_for
 from poolgate.workers.engine.prefix_cache import for_model as prefix_cache_for
 from poolgate.workers.engine.runner import PoolingRunner
 from poolgate.workers.engine.runner_api import LoadedModel
@@ -187,6 +188,8 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         weights.close()
     runner.prefix_cache = prefix_cache_for(runner.model, runner.pooler, cfg.prefix_cache_mb << 20,
                                            dtype=runner.dtype, group_attention=runner.group_attention)
+    if hasattr(runner, "chunked_prefill"):
+        runner.chunked_prefill = chunked_prefill_for(runner.model, runner.pooler, group_attention=runner.group_attention)
     if spec.pooler.enable_chunked_processing:
         _check_chunking(runner.pooler)
     if cfg.max_loras:  # run-time LoRA adapters (workers.models.run_loras): slots on the packed model

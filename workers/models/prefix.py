@@ -37,6 +37,12 @@ class PrefixPlan:
     keys: list[bytes] = field(default_factory=list)  # the captured blocks' keys, in row order
     read: list[bytes] = field(default_factory=list)  # keys of the cached blocks the batch reads, in batch order
     kept: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per layer (k, v) of ``capture``
+    chunks: list[Any] = field(default_factory=list)  # chunked prefill: the inputs ``capture`` holds, in row order
+
+    @property
+    def exact_rows(self) -> bool:
+        """Whether the model's input rows are exactly the layout's (a token bucket may then add rows)."""
+        return self.full is None
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PrefixPlan:
         """A copy with ``fn`` applied to the host-made tensors (``cached`` lives on the device; ``kept`` is shared)."""
