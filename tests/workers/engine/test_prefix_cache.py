@@ -20,7 +20,8 @@ from tests.workers.models.test_decoder_golden import CASES, save_tiny
 
 PREFIX = [2] + [11, 12, 13, 14, 15, 16, 17] * 5  # 36 tokens: a "system + instruction + query" head
 DOCS = [[20 + i, 30 + i] * (3 + 2 * i) + [3] for i in range(6)]
-FAMILIES = ["qwen3", "llama", "gemma", "mistral-sliding", "gemma2-softcap", "gemma3"]
+FAMILIES = ["qwen3", "qwen2-sliding", "llama", "llama-bias-llama3-rope", "gemma", "mistral-sliding", "gemma2-softcap",
+            "gemma3"]  # every packed causal decoder family (test_decoder_golden.CASES)
 
 
 def _load(folder, **kw):
