@@ -51,10 +51,7 @@ class ChunkPlan(PrefixPlan):
     def attend(self, attention: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                batch: PackedBatch, layer: int, **kw: Any) -> torch.Tensor:
         """q (n_rows, heads, d), k/v (n_rows, kv_heads, d) → (n_rows, heads, d)."""
-        if self.capture is not None:
-            if layer == 0:  # a batch run again (after an out-of-memory split) starts over
-                self.kept.clear()
-            self.kept.append((k.index_select(0, self.capture), v.index_select(0, self.capture)))
+        self.keep(k, v, layer)
         out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
         if self.rest is not None and self.rest_rows is not None:
             r = self.rest_rows

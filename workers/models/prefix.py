@@ -54,13 +54,17 @@ class PrefixPlan:
                        shared_rows=opt(self.shared_rows),
                        shared_src=opt(self.shared_src), capture=opt(self.capture))
 
-    def attend(self, attention: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               batch: PackedBatch, layer: int, **kw: Any) -> torch.Tensor:
-        """The new rows' attention: q (n_new, heads, d), k/v (n_new, kv_heads, d) → (n_new, heads, d)."""
+    def keep(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
+        """Keep this layer's k/v of the ``capture`` rows (for the cache to store after the forward)."""
         if self.capture is not None:
             if layer == 0:  # a batch run again (after an out-of-memory split) starts over
                 self.kept.clear()
             self.kept.append((k.index_select(0, self.capture), v.index_select(0, self.capture)))
+
+    def attend(self, attention: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               batch: PackedBatch, layer: int, **kw: Any) -> torch.Tensor:
+        """The new rows' attention: q (n_new, heads, d), k/v (n_new, kv_heads, d) → (n_new, heads, d)."""
+        self.keep(k, v, layer)
         if self.full is None:
             return attention(q, k, v, batch, **kw)
         assert self.new_rows is not None
