@@ -1,0 +1,53 @@
+"""The Triton kernels run under Triton's interpreter here (CPU tensors): ``TRITON_INTERPRET=1`` for each test.
+
+The variable is set for the test only (no other test of the session sees it),
+and ``kernels.gpu.jit`` is dropped before and after it: ``triton.jit``
+decides at decoration whether a kernel is interpreted, so the test's first
+launch imports the kernels afresh as interpreted ones, and a GPU test after it
+gets compiled ones again. The kernels call no triton function jitted at
+triton's own import, so when triton was imported does not matter. Without
+triton every test here is skipped with the reason.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from poolgate.workers.kernels import gpu
+
+from poolgate.workers.kernels.gpu import INTERPRET_ENV
+
+REASON = None if importlib.util.find_spec("triton") else "triton is not installed (pip install 'poolgate[test]')"
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    if REASON is not None:
+        pytest.skip(REASON)
+    monkeypatch.setenv(INTERPRET_ENV, "1")
+    _drop_kernels()
+    yield
+    _drop_kernels()
+
+
+def _drop_kernels() -> None:
+    """Forget ``kernels.gpu.jit``: the next launch imports (decorates) it under the environment of then."""
+    sys.modules.pop("poolgate.workers.kernels.gpu.jit", None)
+    if hasattr(gpu, "jit"):
+        delattr(gpu, "jit")
+
+
+# tolerances per dtype, (atol, rtol): fp32 the reduction order and rsqrt; fp16 one rounding step (2^-10);
+# bf16 two steps (2^-8 each): the interpreter rounds fp32 to bf16 toward zero where a GPU rounds to nearest
+TOLERANCE = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (2e-2, 2 ** -6)}
+
+
+def close(got, want) -> None:
+    """``got`` equals ``want`` within the dtype's tolerance, in the same dtype and shape."""
+    import torch
+
+    assert got.dtype == want.dtype and got.shape == want.shape
+    atol, rtol = TOLERANCE[str(want.dtype).removeprefix("torch.")]
+    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
