@@ -1,4 +1,5 @@
-"""NVIDIA CUDA backend: fp16, varlen flash attention where torch has it, uploads on a copy stream.
+"""NVIDIA CUDA backend: fp16, varlen flash attention where torch has it, Triton norms, linear epilogues and
+RoPE (``kernels.gpu``), uploads on a copy stream.
 
 A batch is pinned and copied to the GPU on a side stream in the engine's
 prepare thread, so the copy of batch N+1 overlaps the forward of batch N;
@@ -13,6 +14,8 @@ import torch
 
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
+from poolgate.workers.kernels.gpu.ops import gpu_kernels, gpu_ops
+from poolgate.workers.kernels.ops import Ops
 from poolgate.workers.batch.packing import PackedBatch, map_tensors, tensors
 
 HALF = (torch.float16, torch.bfloat16)
@@ -46,6 +49,14 @@ class CudaBackend(Backend):
         a relative bias falls back to grouped SDPA inside it. Else grouped SDPA."""
         flash = dtype in HALF and has_varlen() and torch.cuda.get_device_capability(self.device())[0] >= 8
         return varlen_flash if flash else grouped_sdpa
+
+    def ops(self, dtype: torch.dtype) -> Ops:
+        """The library's attention (``attention``), the norms, linear epilogues and RoPE in Triton where it
+        runs (``kernels.gpu.ops``; ROCm too)."""
+        return gpu_ops(super().ops(dtype), dtype)
+
+    def kernels(self, dtype: torch.dtype) -> dict[str, str]:
+        return gpu_kernels(self.attention(dtype), dtype)
 
     def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
         device = self.device()

@@ -1,9 +1,12 @@
-"""Intel XPU backend (``torch.xpu``): bf16, grouped SDPA attention; the gateway picks the device with ZE_AFFINITY_MASK."""
+"""Intel XPU backend (``torch.xpu``): bf16, grouped SDPA attention, Triton norms, linear epilogues and RoPE
+(``kernels.gpu``; torch's XPU build brings pytorch-triton-xpu); the gateway picks the device with ZE_AFFINITY_MASK."""
 from __future__ import annotations
 
 import torch
 
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.kernels.gpu.ops import gpu_kernels, gpu_ops
+from poolgate.workers.kernels.ops import Ops
 
 
 class XpuBackend(Backend):
@@ -17,6 +20,12 @@ class XpuBackend(Backend):
 
     def fast_dtype(self) -> torch.dtype:
         return torch.bfloat16
+
+    def ops(self, dtype: torch.dtype) -> Ops:
+        return gpu_ops(super().ops(dtype), dtype)
+
+    def kernels(self, dtype: torch.dtype) -> dict[str, str]:
+        return gpu_kernels(self.attention(dtype), dtype)
 
     def memory(self) -> dict[str, int]:
         device = self.device()

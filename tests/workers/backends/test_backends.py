@@ -19,6 +19,9 @@ from poolgate.workers.backends.cpu import CpuBackend, cpu_class, cpu_model
 from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
 from poolgate.workers.backends.xpu import XpuBackend
 from poolgate.workers.kernels.attention import grouped_sdpa
+from poolgate.workers.kernels.gpu.ops import triton_kernels
+
+SDPA_LINE = "grouped_sdpa (torch SDPA per group of similar lengths)"  # the GPU backends' kernels report
 
 GIB = 1 << 30
 
@@ -60,7 +63,7 @@ def test_rocm_is_detected_from_the_torch_build(monkeypatch):
     report = get_backend("rocm").report(torch.float16, device="2")
     assert report == {"device": "rocm:2", "device_name": "AMD Instinct MI300X", "attention": "grouped_sdpa",
                       "device_memory": {"allocated": 3 * GIB, "reserved": 4 * GIB, "total": 141 * GIB},
-                      "kernels": {"attention": "grouped_sdpa"}}
+                      "kernels": {"attention": SDPA_LINE, **triton_kernels(torch.float16)}}
 
 
 def test_cuda_is_detected_when_the_build_is_not_hip(monkeypatch):
@@ -80,7 +83,7 @@ def test_xpu_is_detected_through_torch_xpu(monkeypatch):
     assert backend.report(torch.bfloat16, device="1") == {
         "device": "xpu:1", "device_name": "Intel Data Center GPU Max 1550", "attention": "grouped_sdpa",
         "device_memory": {"allocated": GIB, "reserved": 2 * GIB, "total": 64 * GIB},
-        "kernels": {"attention": "grouped_sdpa"}}
+        "kernels": {"attention": SDPA_LINE, **triton_kernels(torch.bfloat16)}}
     fake_xpu(monkeypatch, available=False)
     assert isinstance(get_backend("auto"), CpuBackend)
     with pytest.raises(RuntimeError, match="'xpu' is not available"):
