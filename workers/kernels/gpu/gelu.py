@@ -37,8 +37,9 @@ class TritonLinear(Linear):
 
         n = y.numel()
         if n:
-            jit.bias_act[(-(-n // BLOCK),)](y, y if b is None else b, n, y.shape[-1], ACT=jit.ACT_CODES[self.activation],
-                                            HAS_BIAS=b is not None, BLOCK=BLOCK, num_warps=4)
+            jit.bias_act[(-(-n // BLOCK),)](y, y if b is None else b, n, y.shape[-1],
+                                            ACT=jit.ACT_CODES[self.activation], HAS_BIAS=b is not None,
+                                            BLOCK=BLOCK, num_warps=4)
         return y
 
 

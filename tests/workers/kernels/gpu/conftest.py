@@ -16,7 +16,6 @@ import sys
 import pytest
 
 from poolgate.workers.kernels import gpu
-
 from poolgate.workers.kernels.gpu import INTERPRET_ENV
 
 REASON = None if importlib.util.find_spec("triton") else "triton is not installed (pip install 'poolgate[test]')"

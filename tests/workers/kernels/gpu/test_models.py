@@ -10,10 +10,10 @@ from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
 from poolgate.workers.backends.xpu import XpuBackend
 from poolgate.workers.batch.packing import pack
 from poolgate.workers.kernels import gpu
+from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.kernels.gpu import ops as gpu_ops
 from poolgate.workers.kernels.gpu.gelu import TritonLinear
 from poolgate.workers.kernels.gpu.norm import TritonLayerNorm, TritonRMSNorm
-from poolgate.workers.kernels.attention import grouped_sdpa
 from poolgate.workers.kernels.ops import REFERENCE, Ops
 from poolgate.workers.load.st_config import read_spec
 from poolgate.workers.models import build_model
