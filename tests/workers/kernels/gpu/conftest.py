@@ -10,6 +10,7 @@ triton every test here is skipped with the reason.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 
@@ -36,6 +37,32 @@ def _drop_kernels() -> None:
     sys.modules.pop("poolgate.workers.kernels.gpu.jit", None)
     if hasattr(gpu, "jit"):
         delattr(gpu, "jit")
+
+
+class Launches:
+    """A kernel of ``kernels.gpu.jit``, the real one, its launches counted."""
+
+    def __init__(self, kernel):
+        self.kernel, self.count = kernel, 0
+
+    def __getitem__(self, grid):
+        self.count += 1
+        return self.kernel[grid]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """``launches()`` imports ``kernels.gpu.jit`` (interpreted) and counts each kernel's launches from then:
+    {kernel name: Launches}."""
+
+    def count() -> dict[str, Launches]:
+        jit = importlib.import_module("poolgate.workers.kernels.gpu.jit")
+        seen = {name: Launches(getattr(jit, name)) for name in ("norm_rows", "bias_act", "rope")}
+        for name, spy in seen.items():
+            monkeypatch.setattr(jit, name, spy)
+        return seen
+
+    return count
 
 
 # tolerances per dtype, (atol, rtol): fp32 the reduction order and rsqrt; fp16 one rounding step (2^-10);

@@ -1,7 +1,5 @@
 """Tiny packed models built with ``triton_ops`` under the interpreter give the reference bundle's outputs, and
 the GPU backends put the kernels in their bundle or say why not."""
-import importlib
-
 import pytest
 import torch
 
@@ -23,25 +21,6 @@ from tests.workers.models.test_decoder_golden import save_tiny
 SEQS = [[2, 10, 11, 12, 3], [2, 40, 3], [7], [2, 9, 8, 7, 6, 9, 8, 7, 6, 3]]
 
 
-class Launches:
-    """The real kernel, its launches counted."""
-
-    def __init__(self, kernel):
-        self.kernel, self.count = kernel, 0
-
-    def __getitem__(self, grid):
-        self.count += 1
-        return self.kernel[grid]
-
-
-def _count(monkeypatch) -> dict[str, Launches]:
-    jit = importlib.import_module("poolgate.workers.kernels.gpu.jit")  # under the interpreter (conftest)
-    seen = {name: Launches(getattr(jit, name)) for name in ("norm_rows", "bias_act", "rope")}
-    for name, spy in seen.items():
-        monkeypatch.setattr(jit, name, spy)
-    return seen
-
-
 def _hidden(folder, ops: Ops) -> tuple[torch.nn.Module, torch.Tensor]:
     spec = read_spec(WorkerConfig(model=str(folder), served_model_name="t"))
     model, _ = build_model(spec, ops, allow_pickle=False)
@@ -49,10 +28,10 @@ def _hidden(folder, ops: Ops) -> tuple[torch.nn.Module, torch.Tensor]:
         return model, model(pack(SEQS))  # (n_tokens, hidden)
 
 
-def test_a_packed_bert_runs_the_kernels_and_matches_the_reference(tmp_path, monkeypatch):
+def test_a_packed_bert_runs_the_kernels_and_matches_the_reference(tmp_path, launches):
     make_tiny_checkpoint(tmp_path)  # hidden 32, 2 layers, GELU
     _, want = _hidden(tmp_path, REFERENCE)
-    seen = _count(monkeypatch)
+    seen = launches()
     model, got = _hidden(tmp_path, gpu_ops.triton_ops(REFERENCE, torch.float32))
     assert any(isinstance(m, TritonLayerNorm) for m in model.modules())
     assert sum(isinstance(m, TritonLinear) and m.activation == "gelu" for m in model.modules()) == 2
@@ -62,11 +41,11 @@ def test_a_packed_bert_runs_the_kernels_and_matches_the_reference(tmp_path, monk
 
 
 @pytest.mark.parametrize("case", ["llama", "qwen3"])  # qwen3: q/k norms over head views, head_dim 32
-def test_a_packed_decoder_runs_the_kernels_and_matches_the_reference(tmp_path, monkeypatch, case):
+def test_a_packed_decoder_runs_the_kernels_and_matches_the_reference(tmp_path, launches, case):
     extra = {"head_dim": 32} if case == "qwen3" else {}
     save_tiny(tmp_path, case, f"{case.capitalize()}Model", num_hidden_layers=2, **extra)
     _, want = _hidden(tmp_path, Ops(attention=grouped_sdpa))
-    seen = _count(monkeypatch)
+    seen = launches()
     model, got = _hidden(tmp_path, gpu_ops.triton_ops(Ops(attention=grouped_sdpa), torch.float32))
     assert any(isinstance(m, TritonRMSNorm) for m in model.modules())
     norms = 2 * (2 + (2 if case == "qwen3" else 0)) + 1  # two a layer (+ q and k norms), the final one
