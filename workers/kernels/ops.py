@@ -24,7 +24,8 @@ from torch import nn
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import Linear
 from poolgate.workers.kernels.norm import layer_norm, rms_norm
-from poolgate.workers.kernels.pooling import POOLING, KeptMean, KeptRows, L2Cut, PoolingMethod, kept_mean, kept_rows, l2_cut
+from poolgate.workers.kernels.pooling import (POOLING, KeptMean, KeptRows, L2Cut, PoolingMethod, kept_mean, kept_rows,
+                                              l2_cut)
 from poolgate.workers.kernels.rope import apply_rope
 
 
@@ -43,7 +44,7 @@ class Ops:
     rope: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = apply_rope  # (x, cos, sin) → x
     finalize: Callable[[nn.Module], None] = _nothing
     plans_groups: bool = True
-    pooling: Mapping[str, PoolingMethod] = field(default_factory=lambda: POOLING)  # method name → (hidden, batch) → pooled
+    pooling: Mapping[str, PoolingMethod] = field(default_factory=lambda: POOLING)  # name → (hidden, batch) → pooled
     kept_mean: KeptMean = kept_mean  # (tokens, seq, index | None, n) → (n, hidden) fp32
     kept_rows: KeptRows = kept_rows  # (tokens, index | None) → (kept, hidden) fp32
     l2_cut: L2Cut = l2_cut  # (x, dimensions | None, normalize) → x cut, then L2-normalized
