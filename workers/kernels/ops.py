@@ -24,8 +24,16 @@ from torch import nn
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import Linear
 from poolgate.workers.kernels.norm import layer_norm, rms_norm
-from poolgate.workers.kernels.pooling import (POOLING, KeptMean, KeptRows, L2Cut, PoolingMethod, kept_mean, kept_rows,
-                                              l2_cut)
+from poolgate.workers.kernels.pooling import (
+    POOLING,
+    KeptMean,
+    KeptRows,
+    L2Cut,
+    PoolingMethod,
+    kept_mean,
+    kept_rows,
+    l2_cut,
+)
 from poolgate.workers.kernels.rope import apply_rope
 
 

@@ -17,7 +17,9 @@ runner reports one output per plan (``runner_api.join_outputs`` groups them).
 range and, for token tasks, the rows kept and their offsets (the row index
 goes to the device with the batch, ``PackedBatch.run_rows``). The call is the
 device half: it pools first, in the model's dtype where the method allows,
-and casts only what is pooled to fp32 for the heads.
+and casts only what is pooled to fp32 for the heads. The pooling itself is
+the ops bundle's the pooler was built with (``Ops.pooling``, ``kept_mean``,
+``kept_rows``: the torch references, or a GPU backend's Triton kernels).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.kernels.ops import REFERENCE, Ops
-from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
+from poolgate.workers.pooling.methods import TOKEN_POOLING_TYPES
 from poolgate.workers.pooling.rows import RowSelector, all_rows
 
 TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
@@ -39,7 +41,7 @@ TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
 
 @dataclass(frozen=True)
 class Pooler:
-    """One task's pooling: ``method`` (a POOLING_TYPES name) then ``head`` (params-aware).
+    """One task's pooling: ``method`` (an ``Ops.pooling`` name: CLS, MEAN, ...) then ``head`` (params-aware).
 
     ``pool`` replaces the named method by a module of the model's own (SPLADE's MLM-head max)."""
 
@@ -87,7 +89,7 @@ class DispatchPooler:
         for task, pooler in poolers.items():
             if task not in POOLING_TASKS:
                 raise ValueError(f"unknown task {task!r}")
-            if pooler.pool is None and pooler.method not in POOLING_TYPES:
+            if pooler.pool is None and pooler.method not in ops.pooling:
                 raise ValueError(f"unknown pooling type {pooler.method!r} for task {task!r}")
             if pooler.per_token != (task in TOKEN_TASKS):
                 raise ValueError(f"task {task!r} cannot pool with {pooler.method}")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from poolgate.workers.kernels.gpu.normalize import l2_cut
 from poolgate.workers.kernels.pooling import l2_cut as reference
 
-TOL = {torch.float32: dict(rtol=1e-6, atol=1e-7), torch.float16: {}, torch.bfloat16: {}}
+TOL = {torch.float32: {"rtol": 1e-6, "atol": 1e-7}, torch.float16: {}, torch.bfloat16: {}}
 
 
 def _rows(k: int, dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -18,7 +18,7 @@ from poolgate.workers.pooling.head import EmbedHead, RawHead
 from poolgate.workers.pooling.rows import all_rows, drop_ends, step_rows
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-MEAN_TOL = dict(rtol=1e-5, atol=1e-6)
+MEAN_TOL = {"rtol": 1e-5, "atol": 1e-6}
 TAG = 7  # the step tag of the STEP-like selections
 HIDDEN = 300  # two column blocks of the kernels, the second one masked
 
@@ -130,7 +130,7 @@ def test_a_whole_pooler_run_with_the_triton_pooling_matches_the_references(dtype
         want = want_pooler(hidden, batch, want_pooler.plan(batch, task_runs))
         got = got_pooler(hidden, batch, got_pooler.plan(batch, task_runs))
         assert len(got) == len(want) == len(task_runs)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert g.values.shape == w.values.shape and g.values.dtype == w.values.dtype == torch.float32
             torch.testing.assert_close(g.values, w.values, **MEAN_TOL)
             assert (g.offsets is None and w.offsets is None) or np.array_equal(g.offsets, w.offsets)
