@@ -52,7 +52,7 @@ class Ops:
     rope: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = apply_rope  # (x, cos, sin) → x
     finalize: Callable[[nn.Module], None] = _nothing
     plans_groups: bool = True
-    pooling: Mapping[str, PoolingMethod] = field(default_factory=lambda: POOLING)  # name → (hidden, batch) → pooled
+    pooling: Mapping[str, PoolingMethod] = field(default_factory=lambda: POOLING, hash=False)  # name → pooling method
     kept_mean: KeptMean = kept_mean  # (tokens, seq, index | None, n) → (n, hidden) fp32
     kept_rows: KeptRows = kept_rows  # (tokens, index | None) → (kept, hidden) fp32
     l2_cut: L2Cut = l2_cut  # (x, dimensions | None, normalize) → x cut, then L2-normalized
