@@ -4,6 +4,8 @@ Row picks (CLS, LAST, kept rows) are copies and must match exactly; a mean
 sums in fp32 in another order than ``index_add_``, so it matches within fp32
 rounding (rtol 1e-5, atol 1e-6) whatever the input dtype.
 """
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ import torch
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.batch.packing import pack
 from poolgate.workers.kernels import pooling as ref
-from poolgate.workers.kernels.gpu import pool
+from poolgate.workers.kernels.gpu import INTERPRET_ENV, normalize, pool
 from poolgate.workers.kernels.ops import REFERENCE
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead, RawHead
@@ -141,3 +143,16 @@ def test_triton_pooling_puts_every_pooling_op_into_the_bundle():
     assert ops.pooling["MEAN"] is pool.mean_pool and ops.kept_mean is pool.kept_mean
     assert ops.kept_rows is pool.kept_rows and ops.l2_cut.__module__.endswith("gpu.normalize")
     assert ops.attention is REFERENCE.attention and set(ops.pooling) == set(REFERENCE.pooling)
+
+
+def test_cpu_tensors_outside_the_interpreter_take_the_references_without_triton(monkeypatch):
+    monkeypatch.delenv(INTERPRET_ENV)
+    batch = _batch([3, 1, 4])
+    hidden = _hidden(batch, torch.bfloat16)
+    seq, index = batch.seg_ids.long(), torch.tensor([0, 2, 4, 6])
+    for name in ("CLS", "LAST", "MEAN"):
+        assert torch.equal(pool.POOLING[name](hidden, batch), ref.POOLING[name](hidden, batch))
+    assert torch.equal(pool.kept_mean(hidden, seq, index, 3), ref.kept_mean(hidden, seq, index, 3))
+    assert torch.equal(pool.kept_rows(hidden, index), ref.kept_rows(hidden, index))
+    assert torch.equal(normalize.l2_cut(hidden.float(), 8, True), ref.l2_cut(hidden.float(), 8, True))
+    assert "poolgate.workers.kernels.gpu.pool_jit" not in sys.modules  # nothing was launched
