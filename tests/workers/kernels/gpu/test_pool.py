@@ -12,6 +12,7 @@ import torch
 
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.workers.batch.packing import pack
+from poolgate.workers.kernels import gpu
 from poolgate.workers.kernels import pooling as ref
 from poolgate.workers.kernels.gpu import INTERPRET_ENV, normalize, pool
 from poolgate.workers.kernels.ops import REFERENCE
@@ -147,6 +148,8 @@ def test_triton_pooling_puts_every_pooling_op_into_the_bundle():
 
 def test_cpu_tensors_outside_the_interpreter_take_the_references_without_triton(monkeypatch):
     monkeypatch.delenv(INTERPRET_ENV)
+    monkeypatch.delattr(gpu, "pool_jit", raising=False)
+    monkeypatch.setitem(sys.modules, "poolgate.workers.kernels.gpu.pool_jit", None)  # a launch would fail to import
     batch = _batch([3, 1, 4])
     hidden = _hidden(batch, torch.bfloat16)
     seq, index = batch.seg_ids.long(), torch.tensor([0, 2, 4, 6])
@@ -155,4 +158,3 @@ def test_cpu_tensors_outside_the_interpreter_take_the_references_without_triton(
     assert torch.equal(pool.kept_mean(hidden, seq, index, 3), ref.kept_mean(hidden, seq, index, 3))
     assert torch.equal(pool.kept_rows(hidden, index), ref.kept_rows(hidden, index))
     assert torch.equal(normalize.l2_cut(hidden.float(), 8, True), ref.l2_cut(hidden.float(), 8, True))
-    assert "poolgate.workers.kernels.gpu.pool_jit" not in sys.modules  # nothing was launched
