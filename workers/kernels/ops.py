@@ -8,12 +8,15 @@ included). Once the weights are loaded and cast, ``ops.finalize(model)`` makes
 the backend's last changes (the CPU's bf16 linear prepacking).
 ``plans_groups`` says whether ``ops.attention`` reads the SDPA group plan,
 which the runner then makes in ``prepare`` (host work, never in ``forward``).
+The pooling ops (``pooling`` by method name, ``kept_mean``, ``kept_rows``,
+``l2_cut``: ``workers.kernels.pooling``) are the poolers' and heads', which a
+model's pooler gets with the bundle it was loaded with (``PoolerSources.ops``).
 The defaults are the torch references every other kernel is tested against.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -21,6 +24,16 @@ from torch import nn
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import Linear
 from poolgate.workers.kernels.norm import layer_norm, rms_norm
+from poolgate.workers.kernels.pooling import (
+    POOLING,
+    KeptMean,
+    KeptRows,
+    L2Cut,
+    PoolingMethod,
+    kept_mean,
+    kept_rows,
+    l2_cut,
+)
 from poolgate.workers.kernels.rope import apply_rope
 
 
@@ -39,6 +52,10 @@ class Ops:
     rope: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = apply_rope  # (x, cos, sin) → x
     finalize: Callable[[nn.Module], None] = _nothing
     plans_groups: bool = True
+    pooling: Mapping[str, PoolingMethod] = field(default_factory=lambda: POOLING, hash=False)  # name → pooling method
+    kept_mean: KeptMean = kept_mean  # (tokens, seq, index | None, n) → (n, hidden) fp32
+    kept_rows: KeptRows = kept_rows  # (tokens, index | None) → (kept, hidden) fp32
+    l2_cut: L2Cut = l2_cut  # (x, dimensions | None, normalize) → x cut, then L2-normalized
 
     @property
     def name(self) -> str:

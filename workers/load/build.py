@@ -46,7 +46,8 @@ from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 log = logging.getLogger("poolgate.worker")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 AUTO_MIN_COSINE = 0.999
-AFTER_BUILD = ("finalize", "plans_groups")  # the Ops fields a built model does not hold
+# the Ops fields a built model does not hold: its last changes, the group plan, the poolers' pooling ops
+AFTER_BUILD = ("finalize", "plans_groups", "pooling", "kept_mean", "kept_rows", "l2_cut")
 PROBE_TEXTS = (
     "a", "Hello world!", "The quick brown fox jumps over the lazy dog.",
     "Pooling models turn the hidden states of a whole prompt into one vector. " * 6,
@@ -60,6 +61,12 @@ def _model(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights: Tensor
     model, arch = build_model(spec, backend.ops(dtype), weights=weights, allow_pickle=cfg.allow_pickle_weights,
                               trust_remote_code=cfg.trust_remote_code, allow_partial=cfg.allow_partial_weights)
     return model.to(device=backend.device(), dtype=dtype), arch
+
+
+def _pooling_dtype(cfg: WorkerConfig, backend: Backend) -> torch.dtype:
+    """The dtype whose ops bundle the poolers get: the one asked for, for ``auto`` the backend's fast one (the
+    pooling kernels take hidden states in any dtype, so the fp32 probe runner pools with the same ops)."""
+    return backend.fast_dtype() if cfg.dtype == "auto" else DTYPES[cfg.dtype]
 
 
 def _castable(backend: Backend, built: torch.dtype, dtype: torch.dtype) -> bool:
@@ -182,7 +189,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     weights = open_weights(spec, allow_pickle=cfg.allow_pickle_weights)  # the one read, shared by model and heads
     try:
         pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=tokenizer,
-                             allow_pickle=cfg.allow_pickle_weights)
+                             allow_pickle=cfg.allow_pickle_weights, ops=backend.ops(_pooling_dtype(cfg, backend)))
         runner = _choose_runner(spec, cfg, backend, weights, pooler, probes)
     finally:
         weights.close()

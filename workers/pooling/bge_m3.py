@@ -40,7 +40,7 @@ def bge_m3_poolers(src: PoolerSources) -> DispatchPooler:
     sparse = nn.Sequential(_linear(folder, "sparse_linear", allow_pickle=allow_pickle), nn.ReLU()).to(src.device)
     colbert = _linear(folder, "colbert_linear", allow_pickle=allow_pickle).to(src.device)
     return DispatchPooler({
-        "embed": Pooler("CLS", EmbedHead(None, True)),
-        "token_embed": Pooler("ALL", EmbedHead(colbert, True), rows=drop_ends(first=1)),
+        "embed": Pooler("CLS", EmbedHead(None, True, l2_cut=src.ops.l2_cut)),
+        "token_embed": Pooler("ALL", EmbedHead(colbert, True, l2_cut=src.ops.l2_cut), rows=drop_ends(first=1)),
         "token_classify": Pooler("ALL", RawHead(sparse), rows=drop_ends(first=1, last=1)),
-    }, active=src.spec.pooler.task)
+    }, active=src.spec.pooler.task, ops=src.ops)

@@ -21,6 +21,6 @@ PROJECTION = "linear.weight"
 def colbert_poolers(src: PoolerSources) -> DispatchPooler:
     """token_embed = normalize(linear(h)) for every token h (the packed BERT body's last hidden states)."""
     linear = linear_projection(src, PROJECTION, "an HF_ColBERT", "dim")
-    head = EmbedHead(linear, True)
+    head = EmbedHead(linear, True, l2_cut=src.ops.l2_cut)
     return DispatchPooler({"token_embed": Pooler("ALL", head)}, active=src.spec.pooler.task,
-                          out_dim=linear.out_features)
+                          out_dim=linear.out_features, ops=src.ops)

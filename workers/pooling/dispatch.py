@@ -17,7 +17,9 @@ runner reports one output per plan (``runner_api.join_outputs`` groups them).
 range and, for token tasks, the rows kept and their offsets (the row index
 goes to the device with the batch, ``PackedBatch.run_rows``). The call is the
 device half: it pools first, in the model's dtype where the method allows,
-and casts only what is pooled to fp32 for the heads.
+and casts only what is pooled to fp32 for the heads. The pooling itself is
+the ops bundle's the pooler was built with (``Ops.pooling``, ``kept_mean``,
+``kept_rows``: the torch references, or a GPU backend's Triton kernels).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from torch import nn
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.tasks import ACTIVE_TASK_ORDER, POOLING_TASKS
 from poolgate.workers.batch.packing import PackedBatch
-from poolgate.workers.pooling.methods import POOLING_TYPES, TOKEN_POOLING_TYPES
+from poolgate.workers.kernels.ops import REFERENCE, Ops
+from poolgate.workers.pooling.methods import TOKEN_POOLING_TYPES
 from poolgate.workers.pooling.rows import RowSelector, all_rows
 
 TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
@@ -38,7 +41,7 @@ TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
 
 @dataclass(frozen=True)
 class Pooler:
-    """One task's pooling: ``method`` (a POOLING_TYPES name) then ``head`` (params-aware).
+    """One task's pooling: ``method`` (an ``Ops.pooling`` name: CLS, MEAN, ...) then ``head`` (params-aware).
 
     ``pool`` replaces the named method by a module of the model's own (SPLADE's MLM-head max)."""
 
@@ -82,11 +85,11 @@ class DispatchPooler:
     """task → Pooler, checked when built."""
 
     def __init__(self, poolers: dict[str, Pooler], *, active: str | None = None,
-                 labels: tuple[str, ...] | None = None, out_dim: int | None = None):
+                 labels: tuple[str, ...] | None = None, out_dim: int | None = None, ops: Ops = REFERENCE):
         for task, pooler in poolers.items():
             if task not in POOLING_TASKS:
                 raise ValueError(f"unknown task {task!r}")
-            if pooler.pool is None and pooler.method not in POOLING_TYPES:
+            if pooler.pool is None and pooler.method not in ops.pooling:
                 raise ValueError(f"unknown pooling type {pooler.method!r} for task {task!r}")
             if pooler.per_token != (task in TOKEN_TASKS):
                 raise ValueError(f"task {task!r} cannot pool with {pooler.method}")
@@ -98,6 +101,7 @@ class DispatchPooler:
             raise ValueError(f"Unsupported task: {active!r} Supported tasks: {tuple(poolers)}")
         self.poolers, self.active = poolers, active
         self.labels, self.out_dim = labels, out_dim  # class names; output width when it is not the hidden size
+        self.ops = ops  # the backend's bundle: its pooling kernels (``Ops.pooling``, ``kept_mean``, ``kept_rows``)
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -130,29 +134,18 @@ class DispatchPooler:
         for plan, index in zip(plans, batch.run_rows or [None] * len(plans)):
             pooler = self.poolers[plan.params.task]
             if pooler.per_token:
-                tokens = hidden[plan.lo:plan.hi]  # the run's rows, (tokens, hidden)
-                if index is not None:
-                    tokens = tokens.index_select(0, index)
-                out.append(Pooled(pooler.head(tokens.float(), plan.params), plan.offsets))  # (kept tokens, dim)
+                tokens = self.ops.kept_rows(hidden[plan.lo:plan.hi], index)  # (kept tokens, hidden) fp32
+                out.append(Pooled(pooler.head(tokens, plan.params), plan.offsets))  # (kept tokens, dim)
                 continue
             if pooler.selects_rows:  # MEAN over the kept rows of each sequence of the run
-                out.append(Pooled(pooler.head(_kept_mean(hidden, batch, plan, index), plan.params)))
+                seq = batch.seg_ids[plan.lo:plan.hi].long() - plan.start  # (run tokens,) each row's sequence
+                mean = self.ops.kept_mean(hidden[plan.lo:plan.hi], seq, index, plan.stop - plan.start)
+                out.append(Pooled(pooler.head(mean, plan.params)))  # (b - a, dim)
                 continue
             if pooler.method not in cache:
-                method = pooler.pool or POOLING_TYPES[pooler.method]
+                method = pooler.pool or self.ops.pooling[pooler.method]
                 cache[pooler.method] = method(hidden, batch)  # (batch, hidden) or the method's own width
             pooled = cache[pooler.method][plan.start:plan.stop].float()  # (b - a, hidden)
             out.append(Pooled(pooler.head(pooled, plan.params)))  # (b - a, dim)
         return out
 
-
-def _kept_mean(hidden: torch.Tensor, batch: PackedBatch, plan: RunPlan, index: torch.Tensor | None) -> torch.Tensor:
-    """(n_tokens, hidden) → (b - a, hidden) fp32: each sequence's mean over its kept rows (zeros where none are)."""
-    tokens, seq = hidden[plan.lo:plan.hi], batch.seg_ids[plan.lo:plan.hi].long() - plan.start  # (run tokens,)
-    if index is not None:
-        tokens, seq = tokens.index_select(0, index), seq.index_select(0, index)  # (kept, hidden), (kept,)
-    n = plan.stop - plan.start
-    sums = tokens.new_zeros(n, tokens.shape[1], dtype=torch.float32).index_add_(0, seq, tokens.float())
-    ones = tokens.new_ones(seq.shape[0], dtype=torch.float32)  # (kept,)
-    counts = tokens.new_zeros(n, dtype=torch.float32).index_add_(0, seq, ones)  # (b - a,)
-    return sums / counts.clamp(min=1.0)[:, None]

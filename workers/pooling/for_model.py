@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from poolgate.workers.kernels.ops import REFERENCE, Ops
 from poolgate.workers.load.checkpoint import Tensors, strip_prefix
 from poolgate.workers.load.convert import KIND_TASKS
 from poolgate.workers.models import architecture_for, base_prefixes
@@ -43,9 +44,10 @@ def served_tasks(spec: ModelSpec) -> tuple[str, ...]:
 
 
 def poolers_for(spec: ModelSpec, device: torch.device, *, weights: Tensors, tokenizer,
-                allow_pickle: bool = False) -> DispatchPooler:
-    """The model's poolers; heads read their tensors from ``weights``, the load's one checkpoint handle."""
-    src = PoolerSources(spec, strip_prefix(weights, base_prefixes(spec)), tokenizer, device, allow_pickle)
+                allow_pickle: bool = False, ops: Ops = REFERENCE) -> DispatchPooler:
+    """The model's poolers; heads read their tensors from ``weights``, the load's one checkpoint handle, and pool
+    with ``ops`` (the backend's bundle: its pooling and L2 normalize kernels)."""
+    src = PoolerSources(spec, strip_prefix(weights, base_prefixes(spec)), tokenizer, device, allow_pickle, ops)
     special = SPECIAL_MODELS.get(spec.architecture)
     if special is not None:
         pooler = special.poolers(src)
@@ -86,10 +88,11 @@ def _embed(src: PoolerSources) -> DispatchPooler:
     dense = [load_dense(d, allow_pickle=src.allow_pickle) for d in spec.dense]
     projector = torch.nn.Sequential(*dense).to(src.device) if dense else None
     normalize = True if spec.normalize is None else spec.normalize
-    embed = EmbedHead(projector, normalize, spec.pooler.dimensions)
+    embed = EmbedHead(projector, normalize, spec.pooler.dimensions, l2_cut=src.ops.l2_cut)
     return DispatchPooler({"embed": Pooler(pooling, embed),
-                           "token_embed": Pooler(token_pooling, EmbedHead(projector, normalize), rows=rows)},
-                          active=spec.pooler.task)
+                           "token_embed": Pooler(token_pooling, EmbedHead(projector, normalize, l2_cut=src.ops.l2_cut),
+                                                          rows=rows)},
+                          active=spec.pooler.task, ops=src.ops)
 
 
 def _classify(src: PoolerSources) -> DispatchPooler:
@@ -105,7 +108,7 @@ def _classify(src: PoolerSources) -> DispatchPooler:
                              columns=columns, **calibration)
     poolers = {"classify": Pooler(pooling, classify), "token_classify": Pooler(token_pooling, per_token, rows=rows)}
     return DispatchPooler({task: poolers[task] for task in KIND_TASKS[spec.kind]}, active=spec.pooler.task,
-                          labels=score.labels, out_dim=score.num_labels)
+                          labels=score.labels, out_dim=score.num_labels, ops=src.ops)
 
 
 def _step_activation(columns: tuple[int, ...] | None) -> torch.nn.Module | None:

@@ -102,6 +102,6 @@ def gritlm_poolers(src: PoolerSources) -> DispatchPooler:
     rows = instruction_rows(tokenizer.bos_token_id, marker_patterns(tokenizer))
     normalize = True if src.spec.normalize is None else src.spec.normalize
     return DispatchPooler({
-        "embed": Pooler(POOLING, EmbedHead(None, normalize, pooler.dimensions), rows=rows),
-        "token_embed": Pooler(pooler.token_pooling or "ALL", EmbedHead(None, normalize)),
-    }, active=pooler.task)
+        "embed": Pooler(POOLING, EmbedHead(None, normalize, pooler.dimensions, l2_cut=src.ops.l2_cut), rows=rows),
+        "token_embed": Pooler(pooler.token_pooling or "ALL", EmbedHead(None, normalize, l2_cut=src.ops.l2_cut)),
+    }, active=pooler.task, ops=src.ops)

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from poolgate.shared.domain.params import PoolingParams
+from poolgate.workers.kernels.pooling import L2Cut, l2_cut
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.st_config import DenseSpec
 from poolgate.workers.load.weights import CheckpointError
@@ -40,8 +40,10 @@ def linear_projection(src: PoolerSources, name: str, checkpoint: str, config_key
 class EmbedHead(nn.Module):
     """(k, hidden) fp32 pooled states of sequences that share params → (k, dim) vectors."""
 
-    def __init__(self, projector: nn.Module | None, normalize_default: bool, dimensions: int | None = None):
+    def __init__(self, projector: nn.Module | None, normalize_default: bool, dimensions: int | None = None, *,
+                 l2_cut: L2Cut = l2_cut):
         super().__init__()
+        self.l2_cut = l2_cut  # the ops bundle's cut + normalize (``Ops.l2_cut``)
         self.projector = projector
         self.normalize_default = normalize_default
         self.dimensions = dimensions  # the pooler config's default size (matryoshka)
@@ -49,10 +51,8 @@ class EmbedHead(nn.Module):
     def forward(self, pooled: torch.Tensor, params: PoolingParams) -> torch.Tensor:
         x = self.projector(pooled) if self.projector is not None else pooled  # (k, dim)
         dimensions = params.dimensions if params.dimensions is not None else self.dimensions
-        if dimensions is not None:
-            x = x[:, :dimensions]  # matryoshka: slice, then normalize
         normalize = self.normalize_default if params.use_activation is None else params.use_activation
-        return F.normalize(x, p=2, dim=-1) if normalize else x
+        return self.l2_cut(x, dimensions, normalize)  # matryoshka: slice, then normalize
 
 
 class RawHead(nn.Module):

@@ -47,6 +47,6 @@ def pylate_poolers(src: PoolerSources) -> DispatchPooler:
     dense = [load_dense(d, allow_pickle=src.allow_pickle) for d in spec.dense]
     projector = torch.nn.Sequential(*dense).to(src.device) if dense else None
     out_dim = spec.dense[-1].out_features if spec.dense else None
-    head = EmbedHead(projector, True)
+    head = EmbedHead(projector, True, l2_cut=src.ops.l2_cut)
     return DispatchPooler({"token_embed": Pooler("ALL", head, rows=skiplist_rows(settings))}, active="token_embed",
-                          out_dim=out_dim)
+                          out_dim=out_dim, ops=src.ops)

@@ -85,4 +85,5 @@ def reward_poolers(src: PoolerSources) -> DispatchPooler:
                         logit_sigma=pooler.logit_sigma, use_activation=pooler.use_activation)
     method = pooler.token_pooling or model.pooling
     rows = step_rows(pooler.step_tag_id) if method == "STEP" else all_rows
-    return DispatchPooler({TASK: Pooler(method, head, rows=rows)}, active=pooler.task, out_dim=width)
+    return DispatchPooler({TASK: Pooler(method, head, rows=rows)}, active=pooler.task, out_dim=width,
+                          ops=src.ops)

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from poolgate.workers.kernels.ops import REFERENCE, Ops
 from poolgate.workers.load.checkpoint import Tensors
 from poolgate.workers.load.st_config import ModelSpec
 
@@ -22,6 +23,7 @@ class PoolerSources:
     tokenizer: Any
     device: torch.device
     allow_pickle: bool = False
+    ops: Ops = REFERENCE  # the backend's bundle: the poolers' pooling ops and the heads' L2 normalize
 
     def the_tokenizer(self, what: str) -> Any:
         """The tokenizer, for a head that needs token ids (``what`` names it in the error)."""

@@ -85,4 +85,4 @@ def splade_poolers(src: PoolerSources) -> DispatchPooler:
     head = MlmHead(src.weights, src.spec.hf_config.get("layer_norm_eps", 1e-12))
     pool = SpladePool(head, special).to(src.device)
     return DispatchPooler({"embed": Pooler("SPLADE", RawHead(), pool)}, active=src.spec.pooler.task,
-                          out_dim=int(head.decoder.shape[0]))
+                          out_dim=int(head.decoder.shape[0]), ops=src.ops)

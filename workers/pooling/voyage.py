@@ -27,6 +27,7 @@ def voyage_poolers(src: PoolerSources) -> DispatchPooler:
     pooler = src.spec.pooler
     normalize = True if src.spec.normalize is None else src.spec.normalize
     return DispatchPooler({
-        "embed": Pooler(pooler.sequence_pooling or POOLING, EmbedHead(linear, normalize, pooler.dimensions)),
-        "token_embed": Pooler(pooler.token_pooling or "ALL", EmbedHead(linear, normalize)),
-    }, active=pooler.task, out_dim=linear.out_features)
+        "embed": Pooler(pooler.sequence_pooling or POOLING, EmbedHead(linear, normalize, pooler.dimensions,
+                                                                           l2_cut=src.ops.l2_cut)),
+        "token_embed": Pooler(pooler.token_pooling or "ALL", EmbedHead(linear, normalize, l2_cut=src.ops.l2_cut)),
+    }, active=pooler.task, out_dim=linear.out_features, ops=src.ops)

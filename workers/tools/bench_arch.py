@@ -119,7 +119,8 @@ def _runner(folder: Path, dtype: torch.dtype, packed: bool, max_len: int):
     if packed:
         backend.optimize(model, dtype)
     weights = open_weights(spec, allow_pickle=False)
-    pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=None)  # embedders: no head reads one
+    # embedders: no head reads a tokenizer
+    pooler = poolers_for(spec, backend.device(), weights=weights, tokenizer=None, ops=backend.ops(dtype))
     weights.close()
     return PoolingRunner(model=model, backend=backend, dtype=dtype, pooler=pooler), name
 

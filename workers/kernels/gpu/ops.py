@@ -1,6 +1,6 @@
 """The GPU backends' ops bundle with the Triton kernels in, and the lines their kernels report says.
 
-``triton_ops`` swaps the norms, the linear and RoPE of a bundle for this
+``triton_ops`` swaps the norms, the linear, RoPE, the pooling methods and the L2 cut of a bundle for this
 package's (each hands what it does not take to its torch reference, so a
 model built for fp32 and cast later still runs); attention stays the
 library's kernel the backend chose (varlen flash on CUDA SM 8.0+, grouped
@@ -17,6 +17,7 @@ import torch
 from poolgate.workers.kernels.attention import AttentionFn
 from poolgate.workers.kernels.gpu import unavailable
 from poolgate.workers.kernels.gpu.gelu import triton_linear
+from poolgate.workers.kernels.gpu.pool import triton_pooling
 from poolgate.workers.kernels.gpu.norm import triton_layer_norm, triton_rms_norm
 from poolgate.workers.kernels.gpu.rope import triton_rope
 from poolgate.workers.kernels.gpu.rows import FLOATS, MAX_DIM
@@ -28,6 +29,8 @@ KERNELS = {
     "linear": "torch GEMM, then Triton bias_act (bias + GELU/ReLU/SiLU in one pass; no activation: the "
               "GEMM adds the bias)",
     "rope": "Triton rope (rotate halves, partial rotary)",
+    "pooling": "Triton pick_rows (CLS, LAST, kept token rows) and segment_mean (MEAN, fp32 sums, kept-row plans)",
+    "l2_cut": "Triton l2_cut (matryoshka cut + L2 normalize in one pass)",
 }
 # the attention the GPU backends pick, as their kernels report says it
 ATTENTION = {
@@ -37,11 +40,11 @@ ATTENTION = {
 
 
 def triton_ops(ops: Ops, dtype: torch.dtype) -> Ops:
-    """``ops`` with the Triton norms, linear and RoPE in (``dtype``: fp32, fp16 or bf16; else ``ops``)."""
+    """``ops`` with the Triton norms, linear, RoPE, pooling and L2 cut in (``dtype``: fp32, fp16 or bf16; else ``ops``)."""
     if dtype not in FLOATS:
         return ops
-    return replace(ops, layer_norm=triton_layer_norm, rms_norm=triton_rms_norm, linear=triton_linear,
-                   rope=triton_rope)
+    return triton_pooling(replace(ops, layer_norm=triton_layer_norm, rms_norm=triton_rms_norm,
+                                  linear=triton_linear, rope=triton_rope))
 
 
 def triton_kernels(dtype: torch.dtype) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The Triton kernels run under Triton's interpreter here (CPU tensors): ``TRITON_INTERPRET=1`` for each test.
 
 The variable is set for the test only (no other test of the session sees it),
-and ``kernels.gpu.jit`` is dropped before and after it: ``triton.jit``
+and the kernel modules (``kernels.gpu.jit``, ``pool_jit``) are dropped before and after it: ``triton.jit``
 decides at decoration whether a kernel is interpreted, so the test's first
 launch imports the kernels afresh as interpreted ones, and a GPU test after it
 gets compiled ones again. The kernels call no triton function jitted at
@@ -32,11 +32,15 @@ def interpreter(monkeypatch):
     _drop_kernels()
 
 
+KERNEL_MODULES = ("jit", "pool_jit")  # the modules of ``kernels.gpu`` that hold kernels
+
+
 def _drop_kernels() -> None:
-    """Forget ``kernels.gpu.jit``: the next launch imports (decorates) it under the environment of then."""
-    sys.modules.pop("poolgate.workers.kernels.gpu.jit", None)
-    if hasattr(gpu, "jit"):
-        delattr(gpu, "jit")
+    """Forget the kernel modules: the next launch imports (decorates) them under the environment of then."""
+    for name in KERNEL_MODULES:
+        sys.modules.pop(f"poolgate.workers.kernels.gpu.{name}", None)
+        if hasattr(gpu, name):
+            delattr(gpu, name)
 
 
 class Launches:
