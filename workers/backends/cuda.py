@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.backends.budget import token_budget
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
 from poolgate.workers.batch.packing import PackedBatch, map_tensors, tensors
 
@@ -86,6 +87,19 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    # -- the token budget from the GPU's memory (workers.backends.budget) --
+    def batch_tokens(self, model: torch.nn.Module, dtype: torch.dtype, hf_config: dict,
+                     replicas: int = 1) -> tuple[int, str]:
+        hidden = int(hf_config.get("hidden_size") or getattr(model, "hidden_size", 0) or 0)
+        if hidden < 1:
+            return self.default_batch_tokens, "the backend's default (the model names no hidden_size)"
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        budget = token_budget(total_bytes=torch.cuda.get_device_properties(self.device()).total_memory,
+                              weight_bytes=weights, hidden=hidden,
+                              intermediate=int(hf_config.get("intermediate_size") or 4 * hidden),
+                              dtype_bytes=torch.tensor([], dtype=dtype).element_size(), replicas=replicas)
+        return budget.tokens, f"{budget.line()}, {replicas} worker(s) on the device"
 
 
 class RocmBackend(CudaBackend):
