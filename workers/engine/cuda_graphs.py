@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from poolgate.workers.batch.graph_batch import GraphShape, bucket_of, graph_shape, token_buckets
+from poolgate.workers.engine.graph_batch import GraphShape, bucket_of, graph_shape, token_buckets
 from poolgate.workers.batch.packing import PackedBatch
 
 log = logging.getLogger("poolgate.worker")

@@ -32,7 +32,7 @@ from poolgate.workers.engine.core_threads import CoreThreads, cut
 from poolgate.workers.engine.chunked_prefill import ChunkedPrefill
 from poolgate.workers.engine.cuda_graphs import CudaGraphs
 from poolgate.workers.engine.prefix_cache import PrefixCache
-from poolgate.workers.batch.graph_batch import GraphShape, graph_batch
+from poolgate.workers.engine.graph_batch import GraphShape, graph_batch
 from poolgate.workers.batch.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step

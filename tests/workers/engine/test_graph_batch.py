@@ -1,7 +1,7 @@
 """CUDA graphs' fixed shapes on the CPU: buckets, the padded batch's layout, and exact pooling through it."""
 import pytest
 
-from poolgate.workers.batch.graph_batch import GraphShape, bucket_of, graph_batch, graph_shape, token_buckets
+from poolgate.workers.engine.graph_batch import GraphShape, bucket_of, graph_batch, graph_shape, token_buckets
 from poolgate.workers.batch.packing import pack
 
 
