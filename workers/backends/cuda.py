@@ -1,8 +1,9 @@
 """NVIDIA CUDA backend: fp16, varlen flash attention where torch has it, uploads on a copy stream.
 
-A batch is pinned and copied to the GPU on a side stream in the engine's
-prepare thread, so the copy of batch N+1 overlaps the forward of batch N;
-the compute stream waits on the copy's event before it reads the batch.
+A batch is laid into a reused pinned buffer and copied to the GPU in one copy
+on a side stream in the engine's prepare thread (``workers.backends.staging``),
+so the copy of batch N+1 overlaps the forward of batch N; the compute stream
+waits on the copy's event before it reads the batch.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import torch
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.backends.budget import token_budget
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
-from poolgate.workers.batch.packing import PackedBatch, map_tensors, tensors
+from poolgate.workers.backends.staging import Staging, read_back, upload
+from poolgate.workers.batch.packing import PackedBatch, tensors
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -25,6 +27,7 @@ class CudaBackend(Backend):
 
     def __init__(self) -> None:
         self._copy_stream: torch.cuda.Stream | None = None
+        self._staging = Staging(pin=True)  # reused pinned host buffers (workers.backends.staging)
 
     def available(self) -> bool:
         return torch.cuda.is_available() and torch.version.hip is None
@@ -49,15 +52,22 @@ class CudaBackend(Backend):
         return varlen_flash if flash else grouped_sdpa
 
     def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
+        """The batch's tensors into a reused pinned buffer, then one copy on the copy stream
+        (``workers.backends.staging``); the buffer goes back to the pool once the copy's event fires."""
         device = self.device()
         if self._copy_stream is None:
             self._copy_stream = torch.cuda.Stream(device)
-        pinned = map_tensors(batch, lambda t: t.pin_memory())
-        with torch.cuda.stream(self._copy_stream):
-            on_device = map_tensors(pinned, lambda t: t.to(device, non_blocking=True))
-            ready = torch.cuda.Event()
-            ready.record(self._copy_stream)
-        return on_device, (ready, pinned)  # the pinned source must live until the copy is done
+        ready = torch.cuda.Event()
+
+        def move(flat: torch.Tensor) -> torch.Tensor:
+            with torch.cuda.stream(self._copy_stream):
+                on_device = flat.to(device, non_blocking=True)
+                ready.record(self._copy_stream)
+            return on_device
+
+        on_device, buf = upload(batch, self._staging, move)
+        self._staging.give(buf, ready.query)  # reused once the copy has read it
+        return on_device, (ready, buf)
 
     def wait_upload(self, ready: Any, batch: PackedBatch) -> None:
         stream = torch.cuda.current_stream()
@@ -66,11 +76,10 @@ class CudaBackend(Backend):
             t.record_stream(stream)  # allocated on the copy stream, read on this one
 
     def to_host(self, outputs: list[torch.Tensor]) -> list[np.ndarray]:
-        host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs]
-        for h, t in zip(host, outputs):
-            h.copy_(t, non_blocking=True)
-        torch.cuda.current_stream().synchronize()
-        return [h.numpy() for h in host]
+        """One copy of every result's bytes into a reused pinned buffer, one wait, then numpy copies."""
+        stream = torch.cuda.current_stream()
+        return read_back(outputs, self._staging, lambda dst, src: dst.copy_(src, non_blocking=True),
+                         stream.synchronize)
 
     def memory(self) -> dict[str, int]:
         device = self.device()
