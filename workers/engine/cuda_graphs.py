@@ -88,7 +88,8 @@ class CudaGraphs:
                 self.model(static)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: the prepare thread's copies and event queries go on during a capture
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 out = self.model(static)
             self._pool = graph.pool()
         except Exception as exc:  # noqa: BLE001 - any op that cannot be captured: eager from now on
