@@ -37,7 +37,7 @@ def test_packed_family(tmp_path):
 
     gpu = WorkerConfig(model=str(tmp_path), served_model_name="m", backend="cuda")
     assert _budget(gpu, CudaBackend()).startswith("from the device's memory")  # chosen at load (backends.budget)
-    assert _budget(WorkerConfig(model=str(tmp_path), max_batch_tokens=4096), CudaBackend()) == "4096 tokens per batch"
+    assert _budget(WorkerConfig(model=str(tmp_path), served_model_name="m", max_batch_tokens=4096), CudaBackend()) == "4096 tokens per batch"
 
 
 def test_classifier_pooling_and_tasks(tmp_path):
