@@ -28,7 +28,7 @@ def test_dry_run_writes_every_row(tmp_path):
     graphs = steps["bert_runner_graphs"]["report"]  # the flag's path on the CPU: graphs off, and why
     assert graphs["cuda_graphs"].startswith("off: CUDA graphs are for the cuda backend") and graphs["graphs_captured"] == 0
     two = steps["bert_2_per_gpu"]["http"]
-    assert two["report"]["errors"] == 0
+    assert two["report"]["errors"] == 0 and steps["bert_graphs"]["http"]["report"]["errors"] == 0
     table = {r["row"]: r for r in result["rows"]}
     assert table["token_budget"]["measured"] == steps["bert_runner"]["report"]["max_batch_tokens"]
     latency = result["steps"]["bert"]["latency"]["report"]
