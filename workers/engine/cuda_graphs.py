@@ -95,7 +95,8 @@ class CudaGraphs:
         except Exception as exc:  # noqa: BLE001 - any op that cannot be captured: eager from now on
             self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.warning("CUDA graphs off for this model (%s); batches run eagerly", self.failed)
-            torch.cuda.synchronize()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             return None
         self.graphs[shape] = _Graph(graph, static, out)
         log.info("captured a CUDA graph for %d rows, %d sequences, longest %d (%d graphs)", shape.rows,

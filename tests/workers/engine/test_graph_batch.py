@@ -42,22 +42,29 @@ def test_shapes_fill_sequences_with_empty_ones():
         graph_batch(b, GraphShape(64, 4, 32))
 
 
-def test_a_graph_padded_batch_pools_what_the_exact_batch_pools():
-    """The padded batch through the real model on the CPU: the real sequences' pooled outputs are unchanged."""
-    import numpy as np
-    import torch
-
+@pytest.fixture(scope="module")
+def minilm():
     from poolgate.shared.config.frozen import WorkerConfig
     from poolgate.shared.config.models import bundled_model_path
     from poolgate.shared.domain.params import PoolingParams
-    from poolgate.workers.engine.sequence import Sequence, param_runs
+    from poolgate.workers.engine.sequence import Sequence
     from poolgate.workers.load.build import load_model
 
     model = load_model(WorkerConfig(model=str(bundled_model_path()), served_model_name="m", backend="cpu",
                                     dtype="float32", num_threads=1))
-    runner = model.runner
     ids = model.encoder.encode(["a", "Hello world!", "The quick brown fox " * 9, "two words", "x y z"])
-    seqs = [Sequence(s, PoolingParams(task="embed" if i != 2 else "token_embed")) for i, s in enumerate(ids)]
+    return model, [Sequence(s, PoolingParams(task="embed" if i != 2 else "token_embed")) for i, s in enumerate(ids)]
+
+
+def test_a_graph_padded_batch_pools_what_the_exact_batch_pools(minilm):
+    """The padded batch through the real model on the CPU: the real sequences' pooled outputs are unchanged."""
+    import numpy as np
+    import torch
+
+    from poolgate.workers.engine.sequence import param_runs
+
+    model, seqs = minilm
+    runner = model.runner
     for grouped in (True, False):  # the CPU's grouped SDPA and the plain packed path
         packed = pack([s.token_ids for s in seqs], group_attention=grouped)
         runs = runner.pooler.plan(packed, param_runs(seqs))
@@ -92,3 +99,32 @@ def test_which_models_and_batches_the_graphs_take():
     assert graphs.shape(pack([[1] * 500] * 9, group_attention=False)) is None  # over the largest bucket
     graphs.max_graphs = 0  # no room for another graph: eager
     assert graphs.shape(small) is None
+
+
+def test_the_runner_pads_to_the_graph_shape_and_falls_back_when_capture_fails(minilm):
+    """The runner's graph path up to capture on the CPU: prepare pads to the shape, the pooler sees the real
+    sequences; capture fails here (no CUDA), which turns graphs off and runs that batch eagerly, exactly."""
+    import numpy as np
+
+    from poolgate.workers.engine.cuda_graphs import CudaGraphs
+
+    model, seqs = minilm
+    runner = model.runner
+    exact = runner.run(seqs)
+    grouped = runner.group_attention
+    runner.group_attention = False  # as with varlen flash attention: no group plan in prepare
+    runner.graphs = CudaGraphs(runner.model, 1024, model.info.max_model_len)
+    try:
+        prepared = runner.prepare(seqs)
+        n = sum(s.num_tokens for s in seqs)
+        assert prepared.graph is not None and prepared.model_input.n_tokens == prepared.graph.rows > n
+        assert prepared.packed.n_tokens == n and prepared.packed.lengths == [s.num_tokens for s in seqs]
+        assert prepared.packed.cu_seqlens.tolist() == prepared.model_input.cu_seqlens[:len(seqs) + 1].tolist()
+        got = runner.execute(prepared)
+        assert runner.graphs.failed is not None and runner.graphs.reason().startswith("off: capture failed")
+        assert runner.prepare(seqs).graph is None  # eager from now on
+    finally:
+        runner.graphs, runner.group_attention = None, grouped
+    assert [(o.start, o.stop) for o in got] == [(o.start, o.stop) for o in exact]
+    for a, b in zip(got, exact):
+        np.testing.assert_allclose(a.rows.values, b.rows.values, atol=1e-5)
