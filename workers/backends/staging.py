@@ -15,6 +15,7 @@ tests use.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -50,16 +51,25 @@ def views(flat: torch.Tensor, like: list[torch.Tensor], offsets: list[int]) -> l
 
 
 class Staging:
-    """Host buffers by size class, pinned when ``pin``; at most ``keep`` kept free per class."""
+    """Host buffers by size class, pinned when ``pin``; at most ``keep`` kept free per class. Thread-safe:
+    the engine's prepare thread uploads while its execute thread reads results back."""
 
     def __init__(self, pin: bool, keep: int = 4):
         self.pin, self.keep = pin, keep
+        self._lock = threading.Lock()
         self._free: dict[int, list[torch.Tensor]] = {}
         self._busy: list[tuple[torch.Tensor, Callable[[], bool]]] = []
         self.allocated = 0  # buffers made so far (reuse keeps it flat)
 
     def take(self, nbytes: int) -> torch.Tensor:
         """A uint8 buffer of at least ``nbytes`` that no copy in flight reads."""
+        with self._lock:
+            buf = self._reuse(size_class(nbytes))
+            if buf is None:
+                self.allocated += 1
+        return torch.empty(size_class(nbytes), dtype=torch.uint8, pin_memory=self.pin) if buf is None else buf
+
+    def _reuse(self, size: int) -> torch.Tensor | None:
         still = []
         for buf, done in self._busy:
             if done():
@@ -69,16 +79,13 @@ class Staging:
             else:
                 still.append((buf, done))
         self._busy = still
-        size = size_class(nbytes)
         free = self._free.get(size)
-        if free:
-            return free.pop()
-        self.allocated += 1
-        return torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
+        return free.pop() if free else None
 
     def give(self, buf: torch.Tensor, done: Callable[[], bool]) -> None:
         """Take ``buf`` back; it is handed out again once ``done()`` says its copy finished."""
-        self._busy.append((buf, done))
+        with self._lock:
+            self._busy.append((buf, done))
 
 
 def upload(batch: PackedBatch, staging: Staging,

@@ -54,3 +54,30 @@ def test_read_back_copies_out_of_the_buffer():
     assert staging.allocated == 1 and got[0].shape == (3, 4) and again[0].tolist() == [1.0, 1.0]
     np.testing.assert_array_equal(got[0], outs[0].numpy())  # the reused buffer did not change earlier results
     assert read_back([], staging, lambda dst, src: None, lambda: None) == []
+
+
+def test_two_threads_never_hold_one_buffer_at_once():
+    import threading
+
+    staging = Staging(pin=False)
+    held: set[int] = set()
+    clashes = []
+    guard = threading.Lock()
+
+    def work():
+        for _ in range(300):
+            buf = staging.take(1000)
+            with guard:
+                if buf.data_ptr() in held:
+                    clashes.append(buf.data_ptr())
+                held.add(buf.data_ptr())
+            with guard:
+                held.discard(buf.data_ptr())
+            staging.give(buf, lambda: True)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert clashes == [] and staging.allocated <= 3 + 3  # reused: a few buffers, not one per take
