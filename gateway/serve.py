@@ -50,7 +50,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.e
         flags = {k: v for k, v in given(args).items() if k not in ("config", "log_level")}
         return load_config(args.config, parser, environ, flags)
     remote = tuple(args.worker_url)
-    entry = ModelEntry(settings_from_args(args), replicas=0 if remote else args.workers, remotes=remote)
+    # --workers counts worker processes; left at its default, the pool takes one device's --replicas-per-device
+    workers = args.workers if args.workers != 1 or "workers" in given(args) else None
+    entry = ModelEntry(settings_from_args(args), replicas=0 if remote else workers, remotes=remote)
     return config_from_entries(args, [entry], environ)
 
 

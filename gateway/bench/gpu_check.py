@@ -5,12 +5,19 @@ Qwen3-0.6B folders (``poolgate bench-arch --write-to``); the BERT runner alone o
 (``poolgate bench-runner``); ``poolgate serve`` + ``poolgate bench`` over HTTP
 (base64) for BERT-base in fp16 with sentence-transformers fp16 in the same run,
 then one 16-token request at a time (p50 latency); the same HTTP run for
-Qwen3-0.6B (LAST pooling). Each step runs as its own process under a time limit
+Qwen3-0.6B (LAST pooling). Then the serving levers (docs/operations.md, "GPU serving
+levers"): the runner again with ``--cuda-graphs`` (graphs against eager), the BERT
+HTTP and 16-token latency runs with ``--cuda-graphs``, the BERT HTTP run with two
+workers on the one GPU (``--replicas-per-device 2``) against one, the token budget
+the worker chose from the GPU's memory, ``pytest -m cuda tests/workers/kernels/gpu``
+(the Triton kernels, compiled), and the levers' CPU tests (graph padding, placement,
+budget, staging). Each step runs as its own process under a time limit
 and the run goes on after a failure, so one JSON holds every row: the figure,
 the target, whether it was met, the command, and the step's output tail on error.
 
 ``--dry-run`` runs the same steps on the CPU with tiny shapes and a few texts
-(the GPU tests then skip), so CI keeps the script from rotting; its figures mean
+(the GPU tests then skip; two CPU workers stand in for two per GPU, and graphs
+report why they are off), so CI keeps the script from rotting; its figures mean
 nothing. The pytest step runs only the test files that carry the ``cuda`` mark,
 so a bare machine needs no test tool beyond pytest and pytest-asyncio.
 """
@@ -47,10 +54,18 @@ class Plan:
     batch_size: int
     st_batch_size: int
     step_timeout_s: float
+    two_workers: tuple[str, ...] = ("--replicas-per-device", "2")  # two workers on the one device
 
 
 GPU = Plan(("bert", "base"), ("qwen3", "0.6b"), "cuda", "float16", 8192, 300, 64, 64, 256, 150.0)
-DRY = Plan(("bert", "tiny"), ("qwen3", "tiny"), "cpu", "float32", 48, 20, 4, 8, 16, 120.0)
+DRY = Plan(("bert", "tiny"), ("qwen3", "tiny"), "cpu", "float32", 48, 20, 4, 8, 16, 120.0, ("--workers", "2"))
+KERNEL_TESTS = "tests/workers/kernels/gpu"  # the Triton kernels' GPU tests: their own step
+LEVER_TESTS = (  # the levers' CPU tests: graph shapes and padding, placement, token budget, staging buffers
+    "tests/workers/engine/test_graph_batch.py",
+    "tests/shared/test_backends.py",
+    "tests/workers/backends/test_budget.py",
+    "tests/workers/backends/test_staging.py",
+)
 ROOT = Path(__file__).resolve().parents[2]  # the working tree (tests/ beside workers/)
 TARGETS = {  # row → (metric, target, unit)
     "bert_http": ("tokens_per_s", 2_000_000, "tokens/s"),
@@ -58,6 +73,17 @@ TARGETS = {  # row → (metric, target, unit)
     "bert_runner": ("execute_tokens_per_s", 3_000_000, "tokens/s"),
     "qwen_http": ("tokens_per_s", 400_000, "tokens/s"),
     "bert_latency_p50": ("p50_ms", 3.0, "ms (at most)"),
+    "bert_runner_graphs": ("execute_tokens_per_s", 3_000_000, "tokens/s"),
+    "graphs_vs_eager": ("execute_tokens_per_s", 1.0, "x"),
+    "bert_http_graphs": ("tokens_per_s", 2_000_000, "tokens/s"),
+    "bert_latency_p50_graphs": ("p50_ms", 3.0, "ms (at most)"),
+    "bert_http_2_per_gpu": ("tokens_per_s", 2_000_000, "tokens/s"),
+    "two_vs_one_per_gpu": ("tokens_per_s", 1.0, "x"),
+    "token_budget": ("max_batch_tokens", 16384, "tokens"),
+}
+RATIOS = {
+    "graphs_vs_eager": ("bert_runner_graphs", "bert_runner"),
+    "two_vs_one_per_gpu": ("bert_http_2_per_gpu", "bert_http"),
 }
 
 
@@ -95,11 +121,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(folder: Path, plan: Plan) -> Iterator[str | None]:
+def serving(folder: Path, plan: Plan, extra: tuple[str, ...] = ()) -> Iterator[str | None]:
     """``poolgate serve FOLDER`` on a free port until the block ends; yields the URL (None if it never came up)."""
     port = _free_port()
     proc = subprocess.Popen(
-        _cli("serve", str(folder), "--port", str(port), "--backend", plan.backend, "--dtype", plan.dtype),
+        _cli("serve", str(folder), "--port", str(port), "--backend", plan.backend, "--dtype", plan.dtype, *extra),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -123,9 +149,9 @@ def serving(folder: Path, plan: Plan) -> Iterator[str | None]:
             proc.kill()
 
 
-def _http_steps(folder: Path, plan: Plan, *, compare: bool, latency: bool) -> dict:
+def _http_steps(folder: Path, plan: Plan, *, compare: bool, latency: bool, extra: tuple[str, ...] = ()) -> dict:
     steps = {}
-    with serving(folder, plan) as url:
+    with serving(folder, plan, extra) as url:
         if url is None:
             return {
                 "serve": {
@@ -193,10 +219,20 @@ def rows(steps: dict) -> list[dict]:
         "bert_runner": steps.get("bert_runner"),
         "qwen_http": steps.get("qwen", {}).get("http"),
         "bert_latency_p50": steps.get("bert", {}).get("latency"),
+        "bert_runner_graphs": steps.get("bert_runner_graphs"),
+        "graphs_vs_eager": steps.get("bert_runner_graphs"),
+        "bert_http_graphs": steps.get("bert_graphs", {}).get("http"),
+        "bert_latency_p50_graphs": steps.get("bert_graphs", {}).get("latency"),
+        "bert_http_2_per_gpu": steps.get("bert_2_per_gpu", {}).get("http"),
+        "two_vs_one_per_gpu": steps.get("bert_2_per_gpu", {}).get("http"),
+        "token_budget": steps.get("bert_runner"),
     }
     out = []
     for name, (metric, target, unit) in TARGETS.items():
         value = _value(where[name], metric)
+        if name in RATIOS:  # this row's figure over the other row's
+            base = _value(where[RATIOS[name][1]], metric)
+            value = round(value / base, 3) if value is not None and base else None
         met = None if value is None else (value <= target if unit.startswith("ms") else value >= target)
         out.append(
             {
@@ -217,17 +253,27 @@ def cuda_test_files() -> list[str]:
     return sorted(
         str(p.relative_to(ROOT))
         for p in (ROOT / "tests").rglob("test_*.py")
-        if "pytest.mark.cuda" in p.read_text(encoding="utf-8")
+        if "pytest.mark.cuda" in p.read_text(encoding="utf-8") and not str(p.relative_to(ROOT)).startswith(KERNEL_TESTS)
     )
+
+
+def _pytest(*args: str, timeout_s: float = 240.0) -> dict:
+    return _step([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], timeout_s)
 
 
 def run(plan: Plan, work: Path) -> dict:
     started = time.perf_counter()
-    steps: dict = {
-        "pytest_cuda": _step(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *cuda_test_files()], 240.0
-        )
-    }
+    steps: dict = {"pytest_cuda": _pytest("-m", "cuda", *cuda_test_files())}
+    if (ROOT / KERNEL_TESTS).is_dir():
+        steps["pytest_kernels_gpu"] = _pytest("-m", "cuda", KERNEL_TESTS)
+    else:
+        steps["pytest_kernels_gpu"] = {
+            "command": f"pytest -m cuda {KERNEL_TESTS}",
+            "rc": 0,
+            "report": None,
+            "tail": f"{KERNEL_TESTS} is not in this tree: nothing to run",
+        }
+    steps["pytest_levers_cpu"] = _pytest("-m", "not cuda", *LEVER_TESTS)
     bert, qwen = work / "bert", work / "qwen"
     for folder, (family, shape) in ((bert, plan.bert), (qwen, plan.qwen)):
         steps[f"write_{folder.name}"] = _step(
@@ -239,7 +285,23 @@ def run(plan: Plan, work: Path) -> dict:
         ),
         plan.step_timeout_s,
     )
+    steps["bert_runner_graphs"] = _step(
+        _cli(
+            "bench-runner",
+            str(bert),
+            "--backend",
+            plan.backend,
+            "--dtype",
+            plan.dtype,
+            "--num-texts",
+            str(plan.texts),
+            "--cuda-graphs",
+        ),
+        plan.step_timeout_s,
+    )
     steps["bert"] = _http_steps(bert, plan, compare=True, latency=True)
+    steps["bert_graphs"] = _http_steps(bert, plan, compare=False, latency=True, extra=("--cuda-graphs",))
+    steps["bert_2_per_gpu"] = _http_steps(bert, plan, compare=False, latency=False, extra=plan.two_workers)
     steps["qwen"] = _http_steps(qwen, plan, compare=False, latency=False)
     return {
         "dry_run": plan is DRY,

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-batch-tokens", type=positive_int, default=None, help="token budget of one batch (default: the backend's)"
     )
     parser.add_argument("--max-model-len", type=positive_int, default=None, help="tokens per text at most")
+    parser.add_argument(
+        "--cuda-graphs", action="store_true", help="run batches as CUDA graphs (cuda; see poolgate serve --help)"
+    )
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
 
 
@@ -51,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
         max_batch_tokens=args.max_batch_tokens,
         max_model_len=args.max_model_len,
         passes=args.passes,
+        cuda_graphs=args.cuda_graphs,
     )
     try:
         report = run_runner_bench(cfg)
@@ -71,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
         f"{'-' if share is None else f'{share:.0%}'} of a measured {peak['dtype']} GEMM peak of "
         f"{peak.get('float_gflops') or 0:,.1f} GFLOP/s (int8 GEMM peak: {int8})"
     )
+    print(f"  cuda graphs: {report['cuda_graphs']} ({report['graphs_captured']} captured)")
     att = report["attention_share"]
     print(f"  attention: {'-' if att is None else f'{att:.1%}'} of a one-thread forward")
     line = json.dumps(report, sort_keys=True)

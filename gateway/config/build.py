@@ -58,13 +58,14 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
     settings, replicas = entry.settings, entry.replicas
     for url in entry.remotes:
         check_url(url)
-    if entry.devices and replicas is not None and replicas != len(entry.devices):
+    per_device = settings.replicas_per_device
+    if entry.devices and replicas is not None and replicas != len(entry.devices) * per_device:
         raise ValueError(
-            f"replicas = {replicas} but {len(entry.devices)} devices are listed "
-            "(one worker per device: drop replicas or make them agree)"
+            f"replicas = {replicas} but {len(entry.devices)} devices are listed with {per_device} worker(s) "
+            "per device: drop replicas or make them agree"
         )
     if replicas is None:
-        replicas = len(entry.devices) if entry.devices else 0 if entry.remotes else 1
+        replicas = len(entry.devices) * per_device if entry.devices else 0 if entry.remotes else per_device
     if replicas == 0 and not entry.remotes:
         raise ValueError("a model needs local replicas (replicas >= 1) or remote workers")
     if replicas == 0:
@@ -76,7 +77,7 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
             max_in_flight_per_worker=entry.max_in_flight_per_worker,
         )
     worker = with_worker_tracing(worker_config(settings), tracing)
-    placements = place(settings.backend, replicas, entry.devices)  # one device / core set per worker
+    placements = place(settings.backend, replicas, entry.devices, per_device=per_device)  # device / core set each
     return PoolConfig(
         model=worker.served_model_name,
         backend=settings.backend,

@@ -108,23 +108,35 @@ def place(
     *,
     cpus: Sequence[int] | None = None,
     siblings: Callable[[int], set[int]] | None = None,
+    per_device: int = 1,
 ) -> list[Placement]:
     """One Placement per local worker; ValueError for a combination that cannot be honoured.
 
-    GPU backends: ``devices`` lists one device per worker (default ``0 .. replicas-1``).
+    GPU backends: ``devices`` lists each device once (default ``0 .. replicas/per_device - 1``) and
+    ``per_device`` workers go on each (``--replicas-per-device``: worker processes sharing one GPU,
+    placed device by device), so ``replicas`` is ``len(devices) * per_device``.
     cpu: no devices; ``replicas`` > 1 splits ``cpus`` (default: ``available_cpus()``).
     """
     if backend not in DEVICE_ENV:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(DEVICE_ENV)}")
     if replicas < 1:
         raise ValueError(f"replicas must be at least 1, got {replicas}")
+    if per_device < 1:
+        raise ValueError(f"replicas per device must be at least 1, got {per_device}")
     if DEVICE_ENV[backend] is not None:
-        devices = tuple(devices) or tuple(str(i) for i in range(replicas))
-        if len(devices) != replicas:
-            raise ValueError(f"{replicas} replicas but {len(devices)} devices: one {backend} worker per device")
+        if replicas % per_device:
+            raise ValueError(f"{replicas} replicas do not split into {per_device} per device")
+        devices = tuple(devices) or tuple(str(i) for i in range(replicas // per_device))
+        if len(devices) * per_device != replicas:
+            raise ValueError(
+                f"{replicas} replicas but {len(devices)} devices: "
+                f"{'one' if per_device == 1 else per_device} {backend} worker per device"
+            )
         if len(set(devices)) != len(devices):
             raise ValueError(f"devices lists a device twice: {list(devices)}")
-        return [Placement(device=d) for d in devices]
+        return [Placement(device=d) for d in devices for _ in range(per_device)]
+    if per_device != 1:
+        raise ValueError(f"replicas per device is for cuda, rocm and xpu workers, not backend {backend!r}")
     if devices:
         raise ValueError(f"backend {backend!r} takes no devices (give backend = cuda, rocm or xpu)")
     if backend == "auto" or replicas == 1:

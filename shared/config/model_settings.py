@@ -42,7 +42,21 @@ class ModelSettings:
     dtype: DType = setting("auto", help="auto: fastest dtype whose vectors stay at cosine >= 0.999 to float32")
     max_model_len: int | None = setting(ge=1, help="longest input in tokens")
     max_batch_tokens: int | None = setting(
-        ge=1, help="token budget of one batch (default: 8192 on CPU, 32768 on CUDA/ROCm, 16384 on XPU)"
+        ge=1,
+        help="token budget of one batch (default: 8192 on CPU, 16384 on XPU; CUDA/ROCm: from the GPU's memory, "
+        "the model's size and --replicas-per-device, 2048 to 65536, logged at start)",
+    )
+    replicas_per_device: int = setting(
+        1,
+        ge=1,
+        metavar="N",
+        help="cuda/rocm/xpu: start N workers on each device (replicas = devices x N), each with its share of the "
+        "device's memory in its default token budget; several processes keep one GPU busier than one",
+    )
+    cuda_graphs: bool = setting(
+        False,
+        help="cuda with varlen flash attention: run batches as CUDA graphs captured per token bucket (few kernel "
+        "launches per forward); a batch or model the graphs cannot take runs eagerly (see poolgate inspect)",
     )
     pooler_config: PoolerConfig = setting(
         factory=PoolerConfig,

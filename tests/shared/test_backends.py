@@ -82,3 +82,17 @@ def test_placement_travels_to_the_worker():
     assert back == worker and back.device == "GPU-1234"
     pinned = placed(cfg(backend="cpu"), Placement(cpus=(0, 1), num_threads=1))
     assert WorkerConfig.from_wire(pinned.to_wire()).cpu_affinity == (0, 1)
+
+
+@pytest.mark.parametrize("backend, var", [("cuda", "CUDA_VISIBLE_DEVICES"), ("xpu", "ZE_AFFINITY_MASK")])
+def test_replicas_per_device_put_several_workers_on_each_device(backend, var):
+    assert place(backend, 2, per_device=2) == [Placement(device="0")] * 2
+    assert place(backend, 4, ["3", "5"], per_device=2) == [Placement(device=d) for d in ("3", "3", "5", "5")]
+    workers = [placed(cfg(backend=backend), p) for p in place(backend, 2, ["1"], per_device=2)]
+    assert [worker_env(w) for w in workers] == [{var: "1"}, {var: "1"}]
+    with pytest.raises(ValueError, match="do not split into 2 per device"):
+        place(backend, 3, per_device=2)
+    with pytest.raises(ValueError, match="2 cuda worker per device|2 xpu worker per device"):
+        place(backend, 2, ["0", "1"], per_device=2)
+    with pytest.raises(ValueError, match="not backend 'cpu'"):
+        place("cpu", 2, per_device=2)

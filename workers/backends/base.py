@@ -53,6 +53,12 @@ class Backend(ABC):
         """How many token rows a batch of ``n_tokens`` runs as (``packing.padded_rows``); ``n_tokens``: exactly."""
         return n_tokens
 
+    def batch_tokens(self, model: torch.nn.Module, dtype: torch.dtype, hf_config: dict,
+                     replicas: int = 1) -> tuple[int, str]:
+        """The default token budget for ``model`` here when --max-batch-tokens is not given, and why:
+        (tokens, one line for the log). A fixed number unless a backend knows its memory (``CudaBackend``)."""
+        return self.default_batch_tokens, "the backend's default"
+
     def core_threads(self) -> int:
         """How many parts the runner cuts a batch into, run at once on single-threaded core threads
         (``workers.engine.core_threads``; CPUs); 1 = the whole batch on the device as one."""

@@ -1,9 +1,10 @@
 """NVIDIA CUDA backend: fp16, varlen flash attention where torch has it, Triton norms, linear epilogues and
 RoPE (``kernels.gpu``), uploads on a copy stream.
 
-A batch is pinned and copied to the GPU on a side stream in the engine's
-prepare thread, so the copy of batch N+1 overlaps the forward of batch N;
-the compute stream waits on the copy's event before it reads the batch.
+A batch is laid into a reused pinned buffer and copied to the GPU in one copy
+on a side stream in the engine's prepare thread (``workers.backends.staging``),
+so the copy of batch N+1 overlaps the forward of batch N; the compute stream
+waits on the copy's event before it reads the batch.
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import numpy as np
 import torch
 
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.backends.budget import token_budget
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa, has_varlen, varlen_flash
+from poolgate.workers.backends.staging import Staging, read_back, upload
 from poolgate.workers.kernels.gpu.ops import gpu_kernels, gpu_ops
 from poolgate.workers.kernels.ops import Ops
-from poolgate.workers.batch.packing import PackedBatch, map_tensors, tensors
+from poolgate.workers.batch.packing import PackedBatch, tensors
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -27,6 +30,7 @@ class CudaBackend(Backend):
 
     def __init__(self) -> None:
         self._copy_stream: torch.cuda.Stream | None = None
+        self._staging = Staging(pin=True)  # reused pinned host buffers (workers.backends.staging)
 
     def available(self) -> bool:
         return torch.cuda.is_available() and torch.version.hip is None
@@ -59,15 +63,22 @@ class CudaBackend(Backend):
         return gpu_kernels(self.attention(dtype), dtype)
 
     def upload(self, batch: PackedBatch) -> tuple[PackedBatch, Any]:
+        """The batch's tensors into a reused pinned buffer, then one copy on the copy stream
+        (``workers.backends.staging``); the buffer goes back to the pool once the copy's event fires."""
         device = self.device()
         if self._copy_stream is None:
             self._copy_stream = torch.cuda.Stream(device)
-        pinned = map_tensors(batch, lambda t: t.pin_memory())
-        with torch.cuda.stream(self._copy_stream):
-            on_device = map_tensors(pinned, lambda t: t.to(device, non_blocking=True))
-            ready = torch.cuda.Event()
-            ready.record(self._copy_stream)
-        return on_device, (ready, pinned)  # the pinned source must live until the copy is done
+        ready = torch.cuda.Event()
+
+        def move(flat: torch.Tensor) -> torch.Tensor:
+            with torch.cuda.stream(self._copy_stream):
+                on_device = flat.to(device, non_blocking=True)
+                ready.record(self._copy_stream)
+            return on_device
+
+        on_device, buf = upload(batch, self._staging, move)
+        self._staging.give(buf, ready.query)  # reused once the copy has read it
+        return on_device, (ready, buf)
 
     def wait_upload(self, ready: Any, batch: PackedBatch) -> None:
         stream = torch.cuda.current_stream()
@@ -76,11 +87,10 @@ class CudaBackend(Backend):
             t.record_stream(stream)  # allocated on the copy stream, read on this one
 
     def to_host(self, outputs: list[torch.Tensor]) -> list[np.ndarray]:
-        host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs]
-        for h, t in zip(host, outputs):
-            h.copy_(t, non_blocking=True)
-        torch.cuda.current_stream().synchronize()
-        return [h.numpy() for h in host]
+        """One copy of every result's bytes into a reused pinned buffer, one wait, then numpy copies."""
+        stream = torch.cuda.current_stream()
+        return read_back(outputs, self._staging, lambda dst, src: dst.copy_(src, non_blocking=True),
+                         stream.synchronize)
 
     def memory(self) -> dict[str, int]:
         device = self.device()
@@ -97,6 +107,19 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    # -- the token budget from the GPU's memory (workers.backends.budget) --
+    def batch_tokens(self, model: torch.nn.Module, dtype: torch.dtype, hf_config: dict,
+                     replicas: int = 1) -> tuple[int, str]:
+        hidden = int(hf_config.get("hidden_size") or getattr(model, "hidden_size", 0) or 0)
+        if hidden < 1:
+            return self.default_batch_tokens, "the backend's default (the model names no hidden_size)"
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        budget = token_budget(total_bytes=torch.cuda.get_device_properties(self.device()).total_memory,
+                              weight_bytes=weights, hidden=hidden,
+                              intermediate=int(hf_config.get("intermediate_size") or 4 * hidden),
+                              dtype_bytes=torch.tensor([], dtype=dtype).element_size(), replicas=replicas)
+        return budget.tokens, f"{budget.line()}, {replicas} worker(s) on the device"
 
 
 class RocmBackend(CudaBackend):

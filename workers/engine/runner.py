@@ -30,7 +30,9 @@ from poolgate.shared.wire.rows import Rows
 from poolgate.workers.backends.base import Backend
 from poolgate.workers.engine.core_threads import CoreThreads, cut
 from poolgate.workers.engine.chunked_prefill import ChunkedPrefill
+from poolgate.workers.engine.cuda_graphs import CudaGraphs
 from poolgate.workers.engine.prefix_cache import PrefixCache
+from poolgate.workers.engine.graph_batch import GraphShape, graph_batch
 from poolgate.workers.batch.packing import PackedBatch, pack, padded_rows
 from poolgate.workers.pooling.dispatch import DispatchPooler, RunPlan
 from poolgate.workers.engine.runner_api import RunOutput, Step
@@ -46,6 +48,7 @@ class PreparedBatch:
     runs: list[RunPlan]
     ready: Any = None
     model_input: PackedBatch | None = None  # ``packed`` with the backend's token-bucket rows; None = ``packed``
+    graph: GraphShape | None = None  # the CUDA graph's shape ``model_input`` is padded to; None = eager
 
 
 @dataclass
@@ -73,6 +76,7 @@ class PoolingRunner:
         self.adapters = getattr(model, "task_adapters", None)  # per-request task LoRAs (models.task_adapters, run_loras)
         # a packed model runs its batches as the backend's token buckets (transformers' own forward: exact)
         self.bucketed = bool(getattr(model, "packed_rows", True))
+        self.graphs: CudaGraphs | None = None  # --cuda-graphs (engine.cuda_graphs): set by the loader
 
     def prepare(self, seqs: list[Sequence]) -> PreparedBatch | LanedBatch:
         """One batch, or with core threads a part per core thread; a batch that cannot be cut into parts of about equal
@@ -110,15 +114,21 @@ class PoolingRunner:
         elif any(s.params.lora is not None for s in seqs):  # never the base model's answer for an adapter's call
             raise ValueError("a call names a LoRA adapter, but this model serves none (--max-loras 0)")
         same_rows = packed.prefix is None or packed.prefix.exact_rows  # skipped prefixes: the rows are exact
+        graph = self.graphs.shape(packed) if self.graphs is not None and self.bucketed else None
         rows = self.backend.token_bucket(packed.n_tokens) if self.bucketed and same_rows else packed.n_tokens
-        model_input, ready = self.backend.upload(padded_rows(packed, rows))
-        if rows == packed.n_tokens:
+        host_input = graph_batch(packed, graph) if graph is not None else padded_rows(packed, rows)
+        model_input, ready = self.backend.upload(host_input)
+        if host_input is packed:
             return PreparedBatch(model_input, runs, ready)
         n = packed.n_tokens
         real = replace(model_input, input_ids=model_input.input_ids[:n], positions=model_input.positions[:n],
                        seg_ids=model_input.seg_ids[:n], token_type_ids=None if model_input.token_type_ids is None
                        else model_input.token_type_ids[:n])
-        return PreparedBatch(real, runs, ready, model_input)
+        if graph is not None:  # the real sequences' boundaries, as the pooler plans them
+            real = replace(real, cu_seqlens=model_input.cu_seqlens[:len(packed.lengths) + 1], lengths=packed.lengths,
+                           max_len=packed.max_len, groups=None if packed.groups is None else
+                           model_input.groups[:len(packed.groups)])
+        return PreparedBatch(real, runs, ready, model_input, graph)
 
     def execute(self, batch: PreparedBatch | LanedBatch, steps: list[Step] | None = None) -> list[RunOutput]:
         if isinstance(batch, PreparedBatch):
@@ -140,7 +150,10 @@ class PoolingRunner:
         self.backend.wait_upload(batch.ready, batch.packed)
         with active(batch.packed.adapter_rows) if self.adapters is not None else nullcontext():
             model_input = batch.packed if batch.model_input is None else batch.model_input
-            hidden = self.model(model_input)[:batch.packed.n_tokens]  # (n_tokens, hidden); bucket rows dropped
+            if batch.graph is not None and self.graphs is not None:
+                hidden = self.graphs.run(batch.graph, model_input)[:batch.packed.n_tokens]
+            else:
+                hidden = self.model(model_input)[:batch.packed.n_tokens]  # (n_tokens, hidden); bucket rows dropped
         if model_input.prefix is not None and model_input.prefix.chunks:
             ChunkedPrefill.keep(model_input.prefix)
         elif model_input.prefix is not None and self.prefix_cache is not None:

@@ -35,6 +35,7 @@ from poolgate.workers.models.run_loras import RunLoras
 from poolgate.workers.pooling.for_model import poolers_for
 from poolgate.workers.engine.chunked_prefill import for_model as chunked_prefill_for
 from poolgate.workers.engine.prefix_cache import for_model as prefix_cache_for
+from poolgate.workers.engine.cuda_graphs import graphs_for
 from poolgate.workers.engine.runner import PoolingRunner
 from poolgate.workers.engine.runner_api import LoadedModel
 from poolgate.shared.inputs.score_templates import template_for
@@ -170,13 +171,19 @@ def _warm_up(runner: PoolingRunner, encoder: TextEncoder, longest: int, budget: 
     runner.backend.synchronize()
 
 
+def _budget(backend: Backend, runner: PoolingRunner, hf_config: dict, replicas: int) -> int:
+    """The default token budget (``Backend.batch_tokens``: a GPU's from its memory), logged with its reason."""
+    tokens, why = backend.batch_tokens(runner.model, runner.dtype, hf_config, replicas)
+    log.info("token budget: %s (%s; --max-batch-tokens sets it)", tokens, why)
+    return tokens
+
+
 def load_model(cfg: WorkerConfig) -> LoadedModel:
     """Everything the worker needs before it reports ready; logs each step."""
     start = time.perf_counter()
     spec = read_spec(cfg)
     backend = get_backend(cfg.backend)
     backend.setup(cfg.num_threads, cfg.cpu_affinity)
-    budget = cfg.max_batch_tokens or backend.default_batch_tokens
     arch = architecture_for(spec)
     log.info("model %s: %s on %s (%s)", cfg.served_model_name, spec.architecture, backend.name, arch.implementation)
     tokenizer = read_tokenizer(spec.path, gguf_file=spec.gguf_file, trust_remote_code=cfg.trust_remote_code)
@@ -205,6 +212,7 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
                              "adapters apply only to packed families")
         runner.adapters = RunLoras(runner.model, max_loras=cfg.max_loras, max_rank=cfg.max_lora_rank,
                                    prefixes=arch.family.prefixes)
+    budget = cfg.max_batch_tokens or _budget(backend, runner, spec.hf_config, cfg.replicas_per_device)
     labels, out_dim = runner.pooler.labels, runner.pooler.out_dim
     dim = out_dim or (spec.dense[-1].out_features if spec.dense else int(runner.model.hidden_size))
     if spec.pooler.dimensions is not None and (spec.kind != "embed" or out_dim):
@@ -215,13 +223,19 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
             raise ValueError(f"pooler config dimensions={spec.pooler.dimensions} needs a Matryoshka model "
                              f"(is_matryoshka or matryoshka_dimensions) of at least that size")
         dim = spec.pooler.dimensions
+    report = backend.report(runner.dtype, cfg.device)
+    if cfg.cuda_graphs:  # --cuda-graphs (workers.engine.cuda_graphs): captured at warm-up and as shapes come
+        attention = getattr(backend.attention(runner.dtype), "__name__", "")
+        runner.graphs, why = graphs_for(runner.model, backend.name, attention, budget, spec.max_model_len,
+                                        packed=arch.packed, grouped=runner.group_attention)
+        report["kernels"] = {**report["kernels"], "cuda_graphs": why or runner.graphs.reason()}
     info = ModelInfo(
         served_model_name=cfg.served_model_name, architecture=spec.architecture, tasks=runner.pooler.tasks,
         max_model_len=spec.max_model_len, embedding_dim=dim, backend=backend.name,
         dtype=str(runner.dtype).removeprefix("torch."), is_matryoshka=spec.is_matryoshka,
         matryoshka_dimensions=spec.matryoshka_dimensions, vocab_size=spec.hf_config.get("vocab_size"),
         labels=labels, chunked_processing=spec.pooler.enable_chunked_processing,
-        max_embed_len=spec.pooler.max_embed_len, **backend.report(runner.dtype, cfg.device),
+        max_embed_len=spec.pooler.max_embed_len, **report,
         prompts=read_prompts(spec.path, spec.hf_config), chat_template=bool(encoder.chat_template),
         input_roles=encoder.roles is not None, adapters=adapter_names(spec.architecture, spec.hf_config),
         tokenizer_sha256=encoder.files.sha256, max_loras=cfg.max_loras,
@@ -233,6 +247,8 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
         log.info("chunked processing: embed inputs over %d tokens run in chunks (input cap: %s)",
                  info.max_model_len, info.max_embed_len or "none")
     _warm_up(runner, encoder, info.max_model_len, budget)
+    if runner.graphs is not None:
+        log.info("cuda graphs: %s", runner.graphs.reason())
     log.info("model ready in %.1f s", time.perf_counter() - start)
     memory = backend.memory if backend.memory() else None
     loaded = LoadedModel(info=info, encoder=encoder, runner=runner, max_batch_tokens=budget, device_memory=memory,

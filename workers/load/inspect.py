@@ -48,6 +48,7 @@ class Plan:
     attention: str
     kernels: str
     token_budget: str
+    cuda_graphs: str = "off"
 
     def table(self) -> str:
         width = max(len(f.name) for f in fields(self))
@@ -111,8 +112,26 @@ def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | No
         tasks=f"{', '.join(tasks)} (served as {spec.kind})", pooling=_pooling(spec),
         max_length=f"{spec.max_model_len} tokens", dtype=dtype, backend=backend.name,
         attention=_attention(arch, backend, torch_dtype, spec.hf_config), kernels=_kernels(arch, backend, torch_dtype),
-        token_budget=f"{cfg.max_batch_tokens or backend.default_batch_tokens} tokens per batch",
+        token_budget=_budget(cfg, backend), cuda_graphs=_graphs(cfg, arch, backend, torch_dtype),
     )
+
+
+def _budget(cfg: WorkerConfig, backend: Backend) -> str:
+    if cfg.max_batch_tokens is None and type(backend).batch_tokens is not Backend.batch_tokens:
+        return "from the device's memory and the model's size at start (workers.backends.budget; logged)"
+    return f"{cfg.max_batch_tokens or backend.default_batch_tokens} tokens per batch"
+
+
+def _graphs(cfg: WorkerConfig, arch: Architecture, backend: Backend, dtype: torch.dtype) -> str:
+    """--cuda-graphs as ``workers.engine.cuda_graphs.graphs_for`` will decide it (capture itself: at start)."""
+    if not cfg.cuda_graphs:
+        return "off (--cuda-graphs)"
+    if backend.name != "cuda" or not arch.packed:
+        return f"off: graphs are for packed models on the cuda backend, not {backend.name}"
+    attention = backend.attention(dtype).__name__
+    if attention != "varlen_flash":
+        return f"off: {attention} plans groups per batch (graphs need varlen flash attention)"
+    return "on: one graph per token bucket, captured at warm-up and as shapes come; other batches eager"
 
 
 def settled(p: Plan, spec: ModelSpec, backend: Backend, *, tasks: tuple[str, ...], dtype: torch.dtype) -> Plan:

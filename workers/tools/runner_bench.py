@@ -4,7 +4,8 @@ The synthetic corpus (``shared.domain.corpus``) is tokenized by the model's own
 tokenizer and cut into FIFO batches of the token budget, as the scheduler cuts
 them under load; after one untimed warm-up pass over the first batch, every
 batch is prepared up front and ``execute`` (forward, pooling, copy back) is
-timed over all of them, then ``prepare`` + ``execute`` together, one batch
+timed over all of them (with ``cuda_graphs``, the warm-up runs every batch once,
+so capture is not timed), then ``prepare`` + ``execute`` together, one batch
 after the other (what one engine thread pair does without overlap). A JSON-able
 report: tokens/s of each, the backend, dtype, attention and device; the linear
 layers' GFLOP/s over ``execute`` against the GEMM peak measured on the same
@@ -36,18 +37,20 @@ class RunnerBench:
     max_batch_tokens: int | None = None
     max_model_len: int | None = None
     passes: int = 1
+    cuda_graphs: bool = False
 
 
 def run_runner_bench(cfg: RunnerBench) -> dict:
     model = load_model(WorkerConfig(model=cfg.model_path, served_model_name="bench", backend=cfg.backend,
                                     dtype=cfg.dtype, max_batch_tokens=cfg.max_batch_tokens,
-                                    max_model_len=cfg.max_model_len))
+                                    max_model_len=cfg.max_model_len, cuda_graphs=cfg.cuda_graphs))
     runner, info = model.runner, model.info
     params = PoolingParams(task=info.tasks[0])
     ids = model.encoder.encode(synthetic_corpus(cfg.num_texts, cfg.seed), max_tokens=info.max_model_len)
     work = [[Sequence(s, params) for s in b] for b in batches(ids, model.max_batch_tokens)] * cfg.passes
     tokens = sum(len(s) for s in ids) * cfg.passes
-    runner.execute(runner.prepare(work[0]))  # warm-up (kernel choice, caches)
+    for b in work if runner.graphs is not None else work[:1]:  # warm-up (kernel choice, caches; graphs captured)
+        runner.execute(runner.prepare(b))
     prepared = [runner.prepare(b) for b in work]
     runner.backend.synchronize()
     start = time.perf_counter()
@@ -78,4 +81,6 @@ def run_runner_bench(cfg: RunnerBench) -> dict:
         "linear_flops_per_token": flops, "linear_gflops": round(linear_gflops, 1), "gemm_peak": peak,
         "gemm_peak_share": round(linear_gflops / peak["float_gflops"], 3) if peak.get("float_gflops") else None,
         "attention_share": None if share is None else round(share, 3),
+        "cuda_graphs": info.kernels.get("cuda_graphs", "off"),
+        "graphs_captured": 0 if runner.graphs is None else len(runner.graphs.graphs),
     }

@@ -319,3 +319,28 @@ def test_tokenizer_threads_size_the_gateways_pool_from_a_flag_or_the_file(tmp_pa
     assert flagged.workers[0].tokenizer_threads == 4 and configured_threads(flagged) == 4
     assert load("[[models]]\ntokenizer_threads = 3\n", tmp_path).workers[0].tokenizer_threads == 3
     assert "models[0].tokenizer_threads: must be >= 1" in error("[[models]]\ntokenizer_threads = 0\n", tmp_path)
+
+
+def test_replicas_per_device_from_the_command_line_and_the_file(tmp_path):
+    (tmp_path / "m").mkdir()
+    flags = [str(tmp_path / "m"), "--backend", "cuda", "--replicas-per-device", "2"]
+    pool = serve.config_from_args(parser().parse_args(flags), {}).pools[0]
+    assert pool.devices == ("0", "0") and [w.device for w in pool.workers] == ["0", "0"]
+    assert all(w.replicas_per_device == 2 for w in pool.workers)  # each worker sizes its budget by its share
+    file = load(f"""\
+        [[models]]
+        model = "{tmp_path / 'm'}"
+        backend = "cuda"
+        devices = [1, 2]
+        replicas_per_device = 2
+        """, tmp_path).pools[0]
+    assert file.devices == ("1", "1", "2", "2")
+    wrong = error(f"""\
+        [[models]]
+        model = "{tmp_path / 'm'}"
+        backend = "cuda"
+        devices = [1, 2]
+        replicas = 2
+        replicas_per_device = 2
+        """, tmp_path)
+    assert "2 devices are listed with 2 worker(s) per device" in wrong

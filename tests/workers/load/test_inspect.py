@@ -28,7 +28,16 @@ def test_packed_family(tmp_path):
     assert p.max_length == "128 tokens" and p.dtype == "float32" and p.backend == "cpu"
     assert p.attention.startswith("grouped_sdpa: ") and p.attention.endswith(
         "; bidirectional; sliding windows (left, right) (4, 4)")
-    assert p.token_budget == "1024 tokens per batch"
+    assert p.token_budget == "1024 tokens per batch" and p.cuda_graphs == "off (--cuda-graphs)"
+    asked = _plan(tmp_path, dtype="float32", cuda_graphs=True)
+    assert asked.cuda_graphs == "off: graphs are for packed models on the cuda backend, not cpu"
+    assert asked.token_budget == "8192 tokens per batch" and "cuda graphs" in asked.table()
+    from poolgate.workers.backends.cuda import CudaBackend
+    from poolgate.workers.load.inspect import _budget
+
+    gpu = WorkerConfig(model=str(tmp_path), served_model_name="m", backend="cuda")
+    assert _budget(gpu, CudaBackend()).startswith("from the device's memory")  # chosen at load (backends.budget)
+    assert _budget(WorkerConfig(model=str(tmp_path), served_model_name="m", max_batch_tokens=4096), CudaBackend()) == "4096 tokens per batch"
 
 
 def test_classifier_pooling_and_tasks(tmp_path):
