@@ -31,7 +31,7 @@
 #endif
 
 #define NV (HD / 8)  /* fp32 vectors over the head dim */
-#define QR 4         /* queries a block: QR x 2 score accumulators */
+#define QR 6         /* queries a block: QR x 2 score accumulators */
 #define KB 16        /* keys a step of the scores (two vectors) */
 
 /* 2^x for x <= 0 (below -127: 0): 2^n * p(f), n = round(x), f in [-0.5, 0.5] */
@@ -99,6 +99,12 @@ static void transpose_keys(const float* k, int64_t sk, int64_t L, int64_t Lp, fl
     }
 }
 
+/* Vc[j] = v_j for the item's values (L rows of HD, contiguous): the PV product then walks a dense block, not rows
+ * a token stride apart (measured: 1.3x faster at 512 tokens, where the strided rows spanned more pages than the TLB). */
+static void copy_values(const float* v, int64_t sv, int64_t L, float* Vc) {
+    for (int64_t j = 0; j < L; j++) memcpy(Vc + j * HD, v + j * sv, sizeof(float) * HD);
+}
+
 /* The keys query i of a sequence of L may attend: [*lo, *hi). */
 static inline void key_range(int64_t i, int64_t L, int causal, int64_t left, int64_t right, int64_t* lo, int64_t* hi) {
     *lo = left >= 0 && i - left > 0 ? i - left : 0;
@@ -150,33 +156,36 @@ static inline float softmax_row(float* s, int64_t a, int64_t b, int64_t blo, int
     return 1.0f / hsum(sum);
 }
 
-/* out rows r0, r1 = (P rows p0, p1 over keys [blo, bhi)) x V, times inv0, inv1; V rows read in place. */
-static inline void weigh_values(const float* p0, const float* p1, const float* v, int64_t sv, int64_t blo, int64_t bhi,
-                                float* o0, float* o1, float inv0, float inv1) {
+/* Output rows o[r] = (P rows p[r] over keys [blo, bhi)) x V times inv[r], for PR rows at once (o[r] NULL: a row past
+ * the block's, computed but not written); V is the item's contiguous copy (rows of HD). */
+#define PR 3
+static inline void weigh_values(const float* const p[PR], const float* V, int64_t blo, int64_t bhi, float* const o[PR],
+                                const float inv[PR]) {
     for (int c0 = 0; c0 < NV; c0 += 4) {
         const int nc = NV - c0 < 4 ? NV - c0 : 4;
-        __m256 a0[4], a1[4];
-        for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm256_setzero_ps();
+        __m256 acc[PR][4];
+        for (int r = 0; r < PR; r++)
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
         for (int64_t j = blo; j < bhi; j++) {
-            const float* vj = v + j * sv + c0 * 8;
-            const __m256 w0 = _mm256_broadcast_ss(p0 + j), w1 = _mm256_broadcast_ss(p1 + j);
+            const float* vj = V + j * HD + c0 * 8;
+            __m256 w[PR];
+            for (int r = 0; r < PR; r++) w[r] = _mm256_broadcast_ss(p[r] + j);
             for (int c = 0; c < nc; c++) {
                 const __m256 x = _mm256_loadu_ps(vj + c * 8);
-                a0[c] = _mm256_fmadd_ps(w0, x, a0[c]);
-                a1[c] = _mm256_fmadd_ps(w1, x, a1[c]);
+                for (int r = 0; r < PR; r++) acc[r][c] = _mm256_fmadd_ps(w[r], x, acc[r][c]);
             }
         }
-        for (int c = 0; c < nc; c++) {
-            _mm256_storeu_ps(o0 + (c0 + c) * 8, _mm256_mul_ps(a0[c], _mm256_set1_ps(inv0)));
-            if (o1) _mm256_storeu_ps(o1 + (c0 + c) * 8, _mm256_mul_ps(a1[c], _mm256_set1_ps(inv1)));
-        }
+        for (int r = 0; r < PR; r++)
+            if (o[r])
+                for (int c = 0; c < nc; c++) _mm256_storeu_ps(o[r] + (c0 + c) * 8, _mm256_mul_ps(acc[r][c], _mm256_set1_ps(inv[r])));
     }
 }
 
 static void attend_one(const float* q, const float* k, const float* v, int64_t sq, int64_t sk, int64_t sv, float* out,
                        int64_t so, int64_t L, int64_t Lp, float scale2, int causal, int64_t left, int64_t right,
-                       float* Kt, float* S) {
+                       float* Kt, float* Vc, float* S) {
     transpose_keys(k, sk, L, Lp, Kt);
+    copy_values(v, sv, L, Vc);
     for (int64_t i0 = 0; i0 < L; i0 += QR) {
         const int nq = L - i0 < QR ? (int)(L - i0) : QR;
         int64_t lo[QR], hi[QR], blo = L, bhi = 0;
@@ -195,9 +204,18 @@ static void attend_one(const float* q, const float* k, const float* v, int64_t s
         for (int qi = 0; qi < nq; qi++) inv[qi] = softmax_row(S + qi * Lp, lo[qi], hi[qi], blo, bhi, scale2);
         /* keys past L in [blo, bhi) have weight 0; V is read only to L */
         const int64_t vhi = bhi < L ? bhi : L;
-        for (int qi = 0; qi < nq; qi += 2)
-            weigh_values(S + qi * Lp, S + (qi + 1 < nq ? qi + 1 : qi) * Lp, v, sv, blo, vhi, out + (i0 + qi) * so,
-                         qi + 1 < nq ? out + (i0 + qi + 1) * so : NULL, inv[qi], qi + 1 < nq ? inv[qi + 1] : 0.0f);
+        for (int q0 = 0; q0 < nq; q0 += PR) {
+            const float* p[PR];
+            float* o[PR];
+            float w[PR];
+            for (int r = 0; r < PR; r++) {
+                const int qi = q0 + r < nq ? q0 + r : q0;
+                p[r] = S + qi * Lp;
+                o[r] = q0 + r < nq ? out + (i0 + qi) * so : NULL;
+                w[r] = inv[qi];
+            }
+            weigh_values(p, Vc, blo, vhi, o, w);
+        }
     }
 }
 
@@ -209,9 +227,10 @@ int poolgate_attend_f32(const float* q, const float* k, const float* v, int64_t 
     for (int64_t s = item0 / heads; s < nseq && s * heads < item1; s++)
         if (cu[s + 1] - cu[s] > lmax && cu[s + 1] - cu[s] <= max_len) lmax = cu[s + 1] - cu[s];
     const int64_t Lmax = (lmax + KB - 1) & ~(int64_t)(KB - 1);
-    void *Kt = NULL, *S = NULL;
-    if (posix_memalign(&Kt, 64, (size_t)(HD * Lmax + 8) * 4) || posix_memalign(&S, 64, (size_t)(QR * Lmax + 8) * 4)) {
-        free(Kt); free(S);
+    void *Kt = NULL, *Vc = NULL, *S = NULL;
+    if (posix_memalign(&Kt, 64, (size_t)(HD * Lmax + 8) * 4) || posix_memalign(&Vc, 64, (size_t)(HD * Lmax + 8) * 4)
+        || posix_memalign(&S, 64, (size_t)(QR * Lmax + 8) * 4)) {
+        free(Kt); free(Vc); free(S);
         return -1;
     }
     const unsigned int csr = _mm_getcsr();  /* flush tiny terms to zero: denormals cost a microcode assist each */
@@ -224,9 +243,9 @@ int poolgate_attend_f32(const float* q, const float* k, const float* v, int64_t 
         if (L <= 0 || L > max_len) continue;
         const int64_t Lp = (L + KB - 1) & ~(int64_t)(KB - 1);
         attend_one(q + t0 * sq + h * HD, k + t0 * sk + kvh * HD, v + t0 * sv + kvh * HD, sq, sk, sv,
-                   out + t0 * so + h * HD, so, L, Lp, scale2, causal, left, right, (float*)Kt, (float*)S);
+                   out + t0 * so + h * HD, so, L, Lp, scale2, causal, left, right, (float*)Kt, (float*)Vc, (float*)S);
     }
     _mm_setcsr(csr);
-    free(Kt); free(S);
+    free(Kt); free(Vc); free(S);
     return 0;
 }
