@@ -243,7 +243,7 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
             and cpu_attention_f32.loaded(head_dim)[0] is not None):  # fp32: the AVX2 kernel (cpu_attention_f32)
         return _run(cpu_attention_f32.ATTEND, q, k, v, batch, batch.max_len, scale=scale, causal=causal,
                     window=window)
-    if not _takes(q, k, v):
+    if not _takes(q, k, v) or unavailable() is not None:  # (bf16 on a CPU without AVX512-BF16: never the C code)
         if batch.groups is not None:
             return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window)
         _warn_slow(f"{q.dtype} q/k/v of head dim {head_dim} ({heads} heads over {kv_heads})")
@@ -283,8 +283,8 @@ HEAD_DIMS = tuple(range(16, 257, 16))  # every head dim the kernel takes
 
 
 def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
-    """Build every attention variant for ``head_dims`` (AVX512-BF16, and AMX for multiples of 32) and the fused
-    LayerNorm into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
+    """Build every attention variant for ``head_dims`` (AVX512-BF16, AMX for multiples of 32, fp32 AVX2) and
+    the fused LayerNorm into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
     (``poolgate build-kernels``, an image's build step; no CPU check: any x86 gcc). Raises RuntimeError for
     no compiler or a failed build, ValueError for a head dim the kernel does not take."""
     from poolgate.workers.kernels import fused_norm
@@ -293,6 +293,7 @@ def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
     if bad:
         raise ValueError(f"the kernel takes head dims of 16 to 256 in steps of 16, not {', '.join(map(str, bad))}")
     builds = [(SOURCE, *_variant(d, amx)) for d in head_dims for amx in ((False, True) if d % 32 == 0 else (False,))]
+    builds += [cpu_attention_f32.variant(d) for d in head_dims]
     builds.append((fused_norm.SOURCE, (), ""))
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return list(pool.map(lambda b: cbuild.build(*b), builds))
