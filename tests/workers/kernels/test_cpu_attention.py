@@ -236,6 +236,7 @@ def test_no_compiler_means_the_torch_paths_and_a_prebuilt_cache_means_none_is_ne
     assert built == "None | None | packed_cpu_attention | FusedLayerNorm", built
 
 
+@needs_kernel  # on a CPU without AVX512-BF16 bf16 never reaches the C code: nothing to build
 def test_a_head_dim_that_does_not_build_runs_sdpa_and_is_not_built_again(monkeypatch):
     calls = []
 
