@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
         print(path)
     missing = cbuild.AVX512_BF16_FLAGS - cpu_flags()
     if missing:
-        runs = "the fp32 attention and the torch paths" if cbuild.AVX2_FLAGS <= cpu_flags() else "the torch paths"
+        runs = "the fp32 attention and the torch paths" if cpu_flags() >= cbuild.AVX2_FLAGS else "the torch paths"
         print(f"poolgate build-kernels: built; this CPU lacks {', '.join(sorted(missing))}, so a worker here runs "
               f"{runs} (the builds serve another machine sharing this cache, or an image)", file=sys.stderr)
     return 0
