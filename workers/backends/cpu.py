@@ -3,7 +3,8 @@
 What runs for each dtype is decided here, once, from the CPU's flags as
 ``shared.config.cpu`` shows them (``POOLGATE_CPU_CLASS`` can show a smaller CPU),
 never by catching a kernel's error: ``--dtype auto`` tries bf16 only where the
-CPU has bf16 instructions; the C kernels need AVX512-BF16; oneDNN's prepacked
+CPU has bf16 instructions; the C kernels need AVX512-BF16 (the fp32 packed
+attention: AVX2 and FMA); oneDNN's prepacked
 bf16 linears need oneDNN's bf16 path (AVX512BW/VL/DQ or AVX-NE-CONVERT).
 An explicit dtype the CPU has no instructions for still runs, correctly, on
 torch's own kernels, and the worker says once at start how much slower that
