@@ -73,3 +73,4 @@ def test_wheel_holds_only_the_poolgate_namespace(tmp_path):
     assert sources <= set(names)
     assert "poolgate/shared/domain/words.txt" in names
     assert "poolgate/workers/kernels/packed_attention.c" in names  # built on the machine by cpu_attention.py
+    assert "poolgate/workers/kernels/packed_attention_f32.c" in names  # built by cpu_attention_f32.py

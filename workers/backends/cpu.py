@@ -3,7 +3,8 @@
 What runs for each dtype is decided here, once, from the CPU's flags as
 ``shared.config.cpu`` shows them (``POOLGATE_CPU_CLASS`` can show a smaller CPU),
 never by catching a kernel's error: ``--dtype auto`` tries bf16 only where the
-CPU has bf16 instructions; the C kernels need AVX512-BF16; oneDNN's prepacked
+CPU has bf16 instructions; the C kernels need AVX512-BF16 (the fp32 packed
+attention: AVX2 and FMA); oneDNN's prepacked
 bf16 linears need oneDNN's bf16 path (AVX512BW/VL/DQ or AVX-NE-CONVERT).
 An explicit dtype the CPU has no instructions for still runs, correctly, on
 torch's own kernels, and the worker says once at start how much slower that
@@ -26,7 +27,7 @@ import torch
 from poolgate.shared.config.backends import available_cpus, physical_cores
 from poolgate.shared.config.cpu import BF16_INSTRUCTIONS, cpu_class, cpu_flags, cpu_model, dtype_path
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.kernels import cpu_attention, fused_norm
+from poolgate.workers.kernels import cpu_attention, cpu_attention_f32, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 from poolgate.workers.kernels.ops import Ops
@@ -95,9 +96,10 @@ class CpuBackend(Backend):
         return report
 
     def attention(self, dtype: torch.dtype) -> AttentionFn:
-        """bf16 on a CPU the packed C kernel runs on (``kernels.cpu_attention``): it, with no group plan;
-        else grouped SDPA."""
-        if dtype == torch.bfloat16 and cpu_attention.unavailable() is None:
+        """bf16 on a CPU the packed C kernel runs on (``kernels.cpu_attention``), fp32 on one with AVX2 and FMA
+        (its fp32 kernel, ``kernels.cpu_attention_f32``): the packed attention, with no group plan; else
+        grouped SDPA."""
+        if _packed_off(dtype) is None:
             return cpu_attention.packed_cpu_attention
         return grouped_sdpa
 
@@ -108,11 +110,8 @@ class CpuBackend(Backend):
     def kernels(self, dtype: torch.dtype) -> dict[str, str]:
         """The CPU class, and per op the kernel and why not poolgate's own (``Backend.kernels``)."""
         bf16, name = dtype == torch.bfloat16, str(dtype).removeprefix("torch.")
-        attention_off, norm_off = cpu_attention.unavailable(), fused_norm.unavailable()
-        if bf16 and attention_off is None:
-            attention = self._packed_attention()
-        else:
-            attention = f"grouped_sdpa ({attention_off or 'the C kernel runs bf16 only'})"
+        attention_off, norm_off = _packed_off(dtype), fused_norm.unavailable()
+        attention = self._packed_attention(dtype) if attention_off is None else f"grouped_sdpa ({attention_off})"
         norm = "fused add + LayerNorm (C)" if bf16 and norm_off is None else \
             f"torch ({norm_off or 'the C kernel runs bf16 only'})"
         path = dtype_path(name, cpu_flags())
@@ -122,11 +121,12 @@ class CpuBackend(Backend):
             linear = "torch" + ("" if path == "native" else f" ({SLOW_DTYPES[(name, path)]})")
         return {"cpu_class": cpu_class().name, "attention": attention, "layer_norm": norm, "linear": linear}
 
-    def _packed_attention(self) -> str:
+    def _packed_attention(self, dtype: torch.dtype) -> str:
         """What the packed attention runs for each head dim of the model ``optimize`` saw (before one: the
         head-dim-32 build the CPU check made): its build, or SDPA per sequence and why."""
         dims = self._head_dims or {32: None}
-        builds = sorted({"AMX tiles" if cpu_attention.uses_amx(d) else "AVX512-BF16"
+        fp32 = dtype == torch.float32
+        builds = sorted({"fp32, AVX2+FMA" if fp32 else "AMX tiles" if cpu_attention.uses_amx(d) else "AVX512-BF16"
                          for d, why in dims.items() if why is None})
         lines = [f"packed_cpu_attention (C, {', '.join(builds)})"] if builds else []
         return " and ".join(lines + [f"SDPA per sequence for head dim {d} ({why})"
@@ -135,16 +135,19 @@ class CpuBackend(Backend):
     def optimize(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
         """Build (or load) the packed attention for each head dim ``model`` attends with, now, so no request
         builds one and a failed build is in the start-up table (``cpu_attention.prepare``); then ``finalize``."""
-        if dtype == torch.bfloat16:
+        if dtype in (torch.bfloat16, torch.float32):
             dims = {m.head_dim for m in model.modules()
                     if getattr(m, "attention", None) is cpu_attention.packed_cpu_attention}
-            self._head_dims = {d: cpu_attention.prepare(d) for d in sorted(dims)} or None
+            prepare = cpu_attention.prepare if dtype == torch.bfloat16 else cpu_attention_f32.prepare
+            self._head_dims = {d: prepare(d) for d in sorted(dims)} or None
         super().optimize(model, dtype)
 
     def ops(self, dtype: torch.dtype) -> Ops:
-        """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they
-        hand what is not bf16 to the references, so a model built in fp32 runs bf16 once cast: ``--dtype
-        auto`` builds once); bf16: every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""
+        """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype where the
+        bf16 kernels run (they hand fp32 to the fp32 attention kernel or the references, so a model built in
+        fp32 runs bf16 once cast: ``--dtype auto`` builds once); elsewhere the packed attention for fp32 where
+        the AVX2 kernel runs (``attention``); bf16: every linear prepacked for oneDNN with GELU fused
+        (``prepack_linears``)."""
         self.check_dtype(dtype)
         ops = super().ops(dtype)
         if cpu_attention.unavailable() is None:
@@ -154,6 +157,15 @@ class CpuBackend(Backend):
         if dtype == torch.bfloat16 and packed_linear_available():
             return replace(ops, finalize=prepack_linears)
         return ops
+
+
+def _packed_off(dtype: torch.dtype) -> str | None:
+    """Why the packed attention does not run ``dtype`` here (bf16: its kernel; fp32: the AVX2 one), or None."""
+    if dtype == torch.bfloat16:
+        return cpu_attention.unavailable()
+    if dtype == torch.float32:
+        return cpu_attention_f32.unavailable()
+    return "the C kernels run bf16 and fp32 only"
 
 
 @cache

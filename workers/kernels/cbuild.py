@@ -27,6 +27,9 @@ from pathlib import Path
 BASE_CFLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma",
                "-fPIC", "-shared")
 AVX512_BF16_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"})
+# the fp32 kernels for AVX2 CPUs (AMD Zen 2/3, Haswell): no AVX-512 instruction may reach their code
+AVX2_CFLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
+AVX2_FLAGS = frozenset({"avx2", "fma"})
 _lock = threading.Lock()
 # an exported C function's (restype, argtypes) in ctypes types: int64_t -> c_int64, int -> c_int, float -> c_float,
 # a pointer -> c_void_p
@@ -48,9 +51,10 @@ def cache_dir() -> Path:
     return Path(base) / "poolgate" / "kernels"
 
 
-def build(source: Path, flags: Sequence[str], tag: str = "") -> Path:
-    """The shared object of ``source`` built with ``flags`` (after ``BASE_CFLAGS``): made once, then reused."""
-    flags = (*BASE_CFLAGS, *flags)
+def build(source: Path, flags: Sequence[str], tag: str = "", base: Sequence[str] = BASE_CFLAGS) -> Path:
+    """The shared object of ``source`` built with ``flags`` (after ``base``, by default ``BASE_CFLAGS``): made
+    once, then reused."""
+    flags = (*base, *flags)
     key = hashlib.sha256(source.read_bytes() + repr(flags).encode()).hexdigest()[:16]
     target = cache_dir() / f"{source.stem}{tag}_{key}.so"
     if target.is_file():  # built before, here or into an image: no compiler needed
@@ -73,9 +77,9 @@ def build(source: Path, flags: Sequence[str], tag: str = "") -> Path:
     return target
 
 
-def load(source: Path, flags: Sequence[str], tag: str = "") -> ctypes.CDLL:
+def load(source: Path, flags: Sequence[str], tag: str = "", base: Sequence[str] = BASE_CFLAGS) -> ctypes.CDLL:
     with _lock:
-        return ctypes.CDLL(str(build(source, flags, tag)))
+        return ctypes.CDLL(str(build(source, flags, tag, base)))
 
 
 def bind(lib: ctypes.CDLL, name: str, signatures: dict[str, Signature]):

@@ -24,8 +24,9 @@ that build is the default, it is 2.5-3.6x SDPA at every length from 96 to
 with a head dimension that is a multiple of 16 (at most 256), causal or not,
 with windows and grouped-query heads. A relative bias, a soft cap or masked
 keys go to ``grouped_sdpa`` (such batches and models always carry the group
-plan); another dtype or head dimension runs SDPA per sequence (exact, slow,
-logged once). ``unavailable()`` says why the kernel cannot run here (no
+plan); fp32 q/k/v go to the fp32 kernel (``cpu_attention_f32``: AVX2 and FMA,
+head dims in steps of 8) where it runs; another dtype or head dimension runs
+SDPA per sequence (exact, slow, logged once). ``unavailable()`` says why the kernel cannot run here (no
 AVX512-BF16, no compiler, a failed build), or None; the CPU backend picks
 the kernel only when it is None, and ``prepare`` says why it cannot run one
 head dim.
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.shared.config.cpu import cpu_flags, cpu_vendor
-from poolgate.workers.kernels import cbuild, custom_ops
+from poolgate.workers.kernels import cbuild, cpu_attention_f32, custom_ops
 from poolgate.workers.kernels.attention import RelativeBias, grouped_sdpa
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,11 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
         return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window, bias=bias, softcap=softcap)
     n, heads, head_dim = q.shape
     kv_heads = k.shape[1]
-    if not _takes(q, k, v):
+    if (q.dtype == torch.float32 and cpu_attention_f32.unavailable() is None and cpu_attention_f32.takes(q, k, v)
+            and cpu_attention_f32.loaded(head_dim)[0] is not None):  # fp32: the AVX2 kernel (cpu_attention_f32)
+        return _run(cpu_attention_f32.ATTEND, q, k, v, batch, batch.max_len, scale=scale, causal=causal,
+                    window=window)
+    if not _takes(q, k, v) or unavailable() is not None:  # (bf16 on a CPU without AVX512-BF16: never the C code)
         if batch.groups is not None:
             return grouped_sdpa(q, k, v, batch, scale=scale, causal=causal, window=window)
         _warn_slow(f"{q.dtype} q/k/v of head dim {head_dim} ({heads} heads over {kv_heads})")
@@ -248,16 +253,24 @@ def packed_cpu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batc
     except (OSError, RuntimeError) as exc:  # built for head dim 32 here, but not for this one
         _warn_slow(f"no build for head dim {head_dim} ({exc})")
         return _per_sequence(q, k, v, batch, scale=scale, causal=causal, window=window)
+    max_len = batch.max_len if uses_amx(head_dim) else (avx512_max_len() or batch.max_len)
+    return _run(ATTEND, q, k, v, batch, max_len, scale=scale, causal=causal, window=window)
+
+
+def _run(op: custom_ops.KernelOp, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch,
+         max_len: int, *, scale: float, causal: bool, window: tuple[int, int] | None) -> torch.Tensor:
+    """One of the packed kernels (``op``: bf16 or fp32) over the batch, its items split between the threads,
+    SDPA for the sequences over ``max_len``, zeros for the rows past the last sequence."""
+    n, heads = q.shape[0], q.shape[1]
     cu = batch.cu_seqlens
     if cu.dtype != torch.int32 or not cu.is_contiguous():
         cu = cu.to(torch.int32).contiguous()
     nseq = cu.shape[0] - 1
     left, right = (-1, -1) if window is None else window
-    max_len = batch.max_len if uses_amx(head_dim) else (avx512_max_len() or batch.max_len)
     threads = torch.get_num_threads()  # a batch on a team of threads: its items split between them
     split = threads > 1 and sum(length * length for length in batch.lengths) * heads >= SPLIT_WORK
     bounds = [0] + [b for _, b in _splits(batch.lengths, heads, threads)] if split else [0, nseq * heads]
-    out = ATTEND(q, k, v, cu, scale, causal, left, right, max_len, bounds)  # (n, heads, head_dim)
+    out = op(q, k, v, cu, scale, causal, left, right, max_len, bounds)  # (n, heads, head_dim)
     if batch.max_len > max_len:  # the sequences the kernel left: SDPA each
         _long_sequences(q, k, v, batch, out, max_len, scale=scale, causal=causal, window=window)
     last = int(batch.cu_seqlens[-1])
@@ -270,8 +283,8 @@ HEAD_DIMS = tuple(range(16, 257, 16))  # every head dim the kernel takes
 
 
 def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
-    """Build every attention variant for ``head_dims`` (AVX512-BF16, and AMX for multiples of 32) and the fused
-    LayerNorm into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
+    """Build every attention variant for ``head_dims`` (AVX512-BF16, AMX for multiples of 32, fp32 AVX2) and
+    the fused LayerNorm into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
     (``poolgate build-kernels``, an image's build step; no CPU check: any x86 gcc). Raises RuntimeError for
     no compiler or a failed build, ValueError for a head dim the kernel does not take."""
     from poolgate.workers.kernels import fused_norm
@@ -280,6 +293,7 @@ def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
     if bad:
         raise ValueError(f"the kernel takes head dims of 16 to 256 in steps of 16, not {', '.join(map(str, bad))}")
     builds = [(SOURCE, *_variant(d, amx)) for d in head_dims for amx in ((False, True) if d % 32 == 0 else (False,))]
+    builds += [cpu_attention_f32.variant(d) for d in head_dims]
     builds.append((fused_norm.SOURCE, (), ""))
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return list(pool.map(lambda b: cbuild.build(*b), builds))

@@ -1,7 +1,8 @@
 """``poolgate build-kernels [HEAD_DIM ...]``: build the CPU C kernels into the kernel cache ahead of any worker.
 
 Builds the packed attention for each head dim given (default: every one it
-takes, multiples of 16 up to 256; AMX variants too for multiples of 32) and
+takes, multiples of 16 up to 256; AMX variants too for multiples of 32; the
+fp32 AVX2 kernel, ``cpu_attention_f32``, for each of them too) and
 the fused add + LayerNorm with the machine's C compiler into
 ``$POOLGATE_KERNEL_CACHE`` (``workers.kernels.cpu_attention.prebuild``), so
 workers, here or in an image built with this step, find them without a
@@ -42,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
         print(path)
     missing = cbuild.AVX512_BF16_FLAGS - cpu_flags()
     if missing:
+        runs = "the fp32 attention and the torch paths" if cpu_flags() >= cbuild.AVX2_FLAGS else "the torch paths"
         print(f"poolgate build-kernels: built; this CPU lacks {', '.join(sorted(missing))}, so a worker here runs "
-              "the torch paths (the builds serve another machine sharing this cache, or an image)", file=sys.stderr)
+              f"{runs} (the builds serve another machine sharing this cache, or an image)", file=sys.stderr)
     return 0

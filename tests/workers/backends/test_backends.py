@@ -93,7 +93,10 @@ def test_xpu_is_detected_through_torch_xpu(monkeypatch):
 def test_cpu_report_is_the_host():
     report = CpuBackend().report(torch.float32)
     assert report["device"] == "cpu" and report["device_name"] == cpu_model()
-    assert report["attention"] == grouped_sdpa.__name__
+    from poolgate.workers.kernels import cpu_attention_f32
+
+    assert report["attention"] == ("packed_cpu_attention" if cpu_attention_f32.unavailable() is None
+                                   else grouped_sdpa.__name__)  # fp32: the AVX2 kernel where it runs
     assert report["device_memory"]["total"] > report["device_memory"]["peak_rss"] > 0
 
 

@@ -16,7 +16,7 @@ from transformers import AutoModel, BertConfig
 
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.workers.backends.cpu import CpuBackend
-from poolgate.workers.kernels import cpu_attention
+from poolgate.workers.kernels import cpu_attention, cpu_attention_f32
 from poolgate.workers.load.st_config import read_spec
 from poolgate.workers.models import build_model
 from tests.fakes import save_random
@@ -41,22 +41,26 @@ def _built(cfg: WorkerConfig, backend: CpuBackend, dtype=torch.bfloat16):
 @pytest.fixture
 def loads(monkeypatch):
     """``seen``: the head dims ``cbuild.load`` is asked for (each once: ``_loaded`` starts empty); a head dim
-    in ``fail`` fails as a compiler would."""
-    loads = SimpleNamespace(seen=[], fail=set())
+    in ``fail`` fails as a compiler would. ``seen_f32``: the same for the fp32 kernel (``cpu_attention_f32``)."""
+    loads = SimpleNamespace(seen=[], seen_f32=[], fail=set())
     real = cpu_attention.cbuild.load
 
-    def spy(source, flags, tag=""):
+    def spy(source, flags, tag="", *rest):
+        if source == cpu_attention_f32.SOURCE:
+            loads.seen_f32.append(int(tag.removeprefix("_hd")))
         if source == cpu_attention.SOURCE:
             head_dim = int(tag.removeprefix("_hd").removesuffix("_amx"))
             loads.seen.append(head_dim)
             if head_dim in loads.fail:
                 raise RuntimeError(f"cc failed on packed_attention.c: (a test, head dim {head_dim})")
-        return real(source, flags, tag)
+        return real(source, flags, tag, *rest)
 
     monkeypatch.setattr(cpu_attention.cbuild, "load", spy)
     cpu_attention._loaded.cache_clear()
+    cpu_attention_f32.loaded.cache_clear()
     yield loads
     cpu_attention._loaded.cache_clear()
+    cpu_attention_f32.loaded.cache_clear()
 
 
 @needs_kernel
@@ -93,11 +97,16 @@ def test_a_head_dim_the_kernel_does_not_take_is_in_the_report(tmp_path, loads):
         "SDPA per sequence for head dim 24 (the kernel takes head dims of 16 to 256 in steps of 16, not 24)")
 
 
-def test_a_float32_model_builds_no_attention(tmp_path, loads):
+def test_a_float32_model_builds_the_fp32_attention_only(tmp_path, loads):
+    """fp32: no bf16 build; the fp32 kernel's for the model's head dim where AVX2 runs it, else grouped SDPA."""
     backend, cfg = CpuBackend(), _bert(tmp_path, 48)
     backend.optimize(_built(cfg, backend, torch.float32), torch.float32)
     assert loads.seen == []
-    assert backend.kernels(torch.float32)["attention"].startswith("grouped_sdpa (")
+    if cpu_attention_f32.unavailable() is None:
+        assert loads.seen_f32 == [48]
+        assert backend.kernels(torch.float32)["attention"] == "packed_cpu_attention (C, fp32, AVX2+FMA)"
+    else:
+        assert loads.seen_f32 == [] and backend.kernels(torch.float32)["attention"].startswith("grouped_sdpa (")
 
 
 @needs_kernel

@@ -171,7 +171,11 @@ def test_backends_hand_out_the_contract():
     from poolgate.workers.backends.cuda import CudaBackend, RocmBackend
     from poolgate.workers.backends.xpu import XpuBackend
 
-    assert CpuBackend().attention(torch.float32) is grouped_sdpa
+    from poolgate.workers.kernels import cpu_attention, cpu_attention_f32
+
+    packed = cpu_attention_f32.unavailable() is None  # fp32 on an AVX2 CPU: the packed kernel (test_cpu_attention_f32)
+    assert CpuBackend().attention(torch.float32) is (cpu_attention.packed_cpu_attention if packed else grouped_sdpa)
+    assert CpuBackend().attention(torch.float16) is grouped_sdpa
     assert RocmBackend().attention(torch.float16) is grouped_sdpa
     assert XpuBackend().attention(torch.bfloat16) is grouped_sdpa
     assert CudaBackend().attention(torch.float32) is grouped_sdpa

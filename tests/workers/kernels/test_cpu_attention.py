@@ -195,7 +195,9 @@ def test_the_cpu_backend_picks_the_kernel_for_bf16_where_it_runs():
     b = CpuBackend()
     want = grouped_sdpa if REASON else cpu_attention.packed_cpu_attention
     assert b.attention(torch.bfloat16) is want and b.uses_groups(torch.bfloat16) == (REASON is not None)
-    assert b.attention(torch.float32) is grouped_sdpa and b.uses_groups(torch.float32)
+    f32 = cpu_attention.cpu_attention_f32.unavailable() is None  # fp32: the AVX2 kernel (test_cpu_attention_f32)
+    assert b.attention(torch.float32) is (cpu_attention.packed_cpu_attention if f32 else grouped_sdpa)
+    assert b.uses_groups(torch.float32) == (not f32)
     code = ("import torch; from poolgate.workers.backends.cpu import CpuBackend; "
             "print(CpuBackend().attention(torch.bfloat16).__name__)")
     env = {**__import__("os").environ, cpu_attention.MODE_ENV: "sdpa"}
@@ -234,6 +236,7 @@ def test_no_compiler_means_the_torch_paths_and_a_prebuilt_cache_means_none_is_ne
     assert built == "None | None | packed_cpu_attention | FusedLayerNorm", built
 
 
+@needs_kernel  # on a CPU without AVX512-BF16 bf16 never reaches the C code: nothing to build
 def test_a_head_dim_that_does_not_build_runs_sdpa_and_is_not_built_again(monkeypatch):
     calls = []
 

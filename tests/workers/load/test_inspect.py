@@ -26,7 +26,10 @@ def test_packed_family(tmp_path):
     assert p.tasks == "embed, token_embed (served as embed)"
     assert p.pooling == "CLS (architecture default), normalized; token tasks ALL"
     assert p.max_length == "128 tokens" and p.dtype == "float32" and p.backend == "cpu"
-    assert p.attention.startswith("grouped_sdpa: ") and p.attention.endswith(
+    from poolgate.workers.kernels import cpu_attention_f32
+
+    fp32 = "packed_cpu_attention" if cpu_attention_f32.unavailable() is None else "grouped_sdpa"  # AVX2: the kernel
+    assert p.attention.startswith(f"{fp32}: ") and p.attention.endswith(
         "; bidirectional; sliding windows (left, right) (4, 4)")
     assert p.token_budget == "1024 tokens per batch" and p.cuda_graphs == "off (--cuda-graphs)"
     asked = _plan(tmp_path, dtype="float32", cuda_graphs=True)
