@@ -6,7 +6,8 @@ decides at decoration whether a kernel is interpreted, so the test's first
 launch imports the kernels afresh as interpreted ones, and a GPU test after it
 gets compiled ones again. The kernels call no triton function jitted at
 triton's own import, so when triton was imported does not matter. Without
-triton every test here is skipped with the reason.
+triton every test here is skipped with the reason. Tests marked ``cuda`` (``test_compiled.py``) run
+the kernels compiled, on a GPU, with the interpreter off.
 """
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ REASON = None if importlib.util.find_spec("triton") else "triton is not installe
 
 
 @pytest.fixture(autouse=True)
-def interpreter(monkeypatch):
+def interpreter(request, monkeypatch):
     if REASON is not None:
         pytest.skip(REASON)
-    monkeypatch.setenv(INTERPRET_ENV, "1")
+    if request.node.get_closest_marker("cuda"):  # compiled for the GPU (test_compiled.py): no interpreter
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a GPU")
+        monkeypatch.delenv(INTERPRET_ENV, raising=False)
+    else:
+        monkeypatch.setenv(INTERPRET_ENV, "1")
     _drop_kernels()
     yield
     _drop_kernels()
