@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from functools import cache
 
 INTERPRET_ENV = "TRITON_INTERPRET"
@@ -27,4 +28,6 @@ def unavailable() -> str | None:
         return f"{OFF_ENV}=off"
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed (pip install 'poolgate[gpu]')"
+    if not interpreting() and not any(shutil.which(c) for c in (os.environ.get("CC") or "", "cc", "gcc", "clang") if c):
+        return "no C compiler for Triton's kernel launcher (install gcc, or set CC)"
     return None
