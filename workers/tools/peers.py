@@ -7,7 +7,9 @@
   ``compile_model(model, "CPU", {INFERENCE_PRECISION_HINT: f32 | bf16,
   INFERENCE_NUM_THREADS: threads, PERFORMANCE_HINT: LATENCY})``; the dtype
   reported is the precision the compiled model says it runs (bf16 falls back to
-  f32 on a CPU without bf16 instructions).
+  f32 on a CPU without bf16 instructions). Under ``ONEDNN_MAX_CPU_ISA`` (set by
+  ``POOLGATE_CPU_CLASS``) ``OV_CPU_MAX_ISA`` is set to the same, so OpenVINO's
+  oneDNN kernels take the smaller class's paths (``isa_cap`` in the report).
 - ``st-onnx`` / ``st-openvino``: sentence-transformers' own ``backend="onnx"`` /
   ``"openvino"``, which need optimum's ONNX Runtime or Intel packages.
 
@@ -21,6 +23,7 @@ included, as in the baseline). Tokens are counted as the baseline counts them.
 from __future__ import annotations
 
 import importlib.util
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -66,7 +69,18 @@ def _onnxruntime(folder: Folder, threads: int) -> tuple[Run, str, str]:
     return (lambda feed: session.run(None, feed)[0]), "float32", f"onnxruntime {ort.__version__}"
 
 
+def isa_cap(peer: str) -> str | None:
+    """The most instructions ``peer`` may use here: OpenVINO's ``OV_CPU_MAX_ISA``; None (no cap) for ONNX
+    Runtime, whose MLAS picks its kernels from CPUID with no run-time switch."""
+    return os.environ.get("OV_CPU_MAX_ISA") if "openvino" in peer else None
+
+
 def _openvino(folder: Folder, threads: int, precision: str) -> tuple[Run, str, str]:
+    # OpenVINO's CPU plugin caps its own kernels by OV_CPU_MAX_ISA and its oneDNN by ONEDNN_MAX_CPU_ISA (which
+    # POOLGATE_CPU_CLASS sets); with the second alone (2026.4) it fails to compile (no Softmax primitive), so the
+    # first follows it, set before the plugin loads.
+    if "ONEDNN_MAX_CPU_ISA" in os.environ:
+        os.environ.setdefault("OV_CPU_MAX_ISA", os.environ["ONEDNN_MAX_CPU_ISA"])
     import openvino as ov
 
     core = ov.Core()
@@ -160,8 +174,8 @@ def run_peers(
             tokens = count_tokens(tokenizer, texts, max_len) * passes
             vectors[peer] = got
             results[peer] = {
-                "runtime": runtime, "dtype": dtype, "threads": threads, "batch_size": batch_size,
-                "max_seq_length": max_len, "passes": passes, "inputs": len(texts) * passes,
+                "runtime": runtime, "dtype": dtype, "threads": threads, "isa_cap": isa_cap(peer),
+                "batch_size": batch_size, "max_seq_length": max_len, "passes": passes, "inputs": len(texts) * passes,
                 "prompt_tokens": tokens, "embedding_dim": int(got.shape[1]), "wall_s": wall,
                 "tokens_per_s": tokens / wall if wall > 0 else 0.0,
                 "inputs_per_s": len(texts) * passes / wall if wall > 0 else 0.0,

@@ -133,3 +133,27 @@ def test_an_inaccurate_peer_is_not_the_fastest_accurate_one():
     none = bench_peers.score({"tokens_per_s": 100.0}, {"openvino": {"tokens_per_s": 400.0}},
                              {"openvino": fp32[::-1].copy()}, fp32)
     assert none["fastest_accurate_peer"] is None and none["ratio_vs_fastest_accurate_peer"] is None
+
+
+def test_openvino_follows_the_onednn_cap(tmp_path):
+    """Under a class cap (ONEDNN_MAX_CPU_ISA, as POOLGATE_CPU_CLASS sets it) OpenVINO gets the same cap for its own
+    kernels (alone, the oneDNN cap makes it fail to compile) and bf16 falls back to float32 on AVX2."""
+    import os
+    import subprocess
+    import sys
+
+    from poolgate.shared.config.cpu import machine_flags
+
+    if worker_peers.missing("openvino"):
+        pytest.skip(worker_peers.missing("openvino"))
+    if not {"avx512_bf16", "amx_bf16"} & machine_flags():
+        pytest.skip("the bf16 fallback shows only on a CPU with bf16 instructions")
+    folder = str(st_folder(tmp_path / "st", "mean", True))
+    code = ("import json, sys; from poolgate.workers.tools.peers import run_peers; "
+            "r, _ = run_peers(['a b c', 'd e'] * 4, model_path=sys.argv[1], peers=['openvino-bf16'], threads=1); "
+            "print(json.dumps(r['openvino-bf16']))")
+    env = {k: v for k, v in os.environ.items() if k != "OV_CPU_MAX_ISA"} | {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code, folder], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["isa_cap"] == "AVX2" and got["dtype"] == "float32", got
