@@ -146,6 +146,8 @@ def format_peers(report: dict) -> str:
         cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  " + "  ".join(cells))
     lines += skipped
+    if report["errors"]:
+        lines.append(f"  poolgate's run had {report['errors']:,} failed requests: its tokens/s and ratios omit them")
     fastest = report["fastest_accurate_peer"]
     if fastest:
         lines.append(

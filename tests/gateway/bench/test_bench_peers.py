@@ -117,6 +117,7 @@ async def test_bench_reports_the_peers_beside_poolgate(serve, tmp_path, capsys):
     assert any(line.startswith("  fastest accurate peer: " + fastest) for line in out)
     assert any(line.startswith(f"CPU peers on {report['cpu']['model']} (class {report['cpu']['class']})")
                for line in out)
+    assert not any("failed requests" in line for line in out)
     for name, p in report["peers"].items():
         if "skipped" in p:
             assert any(line.startswith(f"  {name}: skipped, ") for line in out)
@@ -157,3 +158,14 @@ def test_openvino_follows_the_onednn_cap(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["isa_cap"] == "AVX2" and got["dtype"] == "float32", got
+
+
+def test_the_table_says_when_poolgate_had_failed_requests():
+    fp32 = np.eye(4, dtype=np.float32)
+    report = bench_peers.score({"tokens_per_s": 100.0, "errors": 3}, {"openvino": {"tokens_per_s": 50.0, "dtype": "f"}},
+                               {"openvino": fp32}, fp32)
+    report.update(cpu={"class": "avx2", "model": "x"}, peer_threads=2)
+    table = bench_peers.format_peers(report)
+    assert "poolgate's run had 3 failed requests" in table and "poolgate / it: 2.00x" in table
+    report["errors"] = 0
+    assert "failed requests" not in bench_peers.format_peers(report)
