@@ -22,24 +22,23 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import numpy as np
 
+from poolgate.gateway.bench.accuracy import Fp32, check_cosine, reference
 from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
 from poolgate.gateway.bench.grpc import add_grpc_arguments, format_grpc, grpc_report
 from poolgate.gateway.bench.jobs import add_jobs_arguments, format_beside, format_jobs, run_beside_job, run_jobs_compare
-from poolgate.gateway.bench.load import BadResponse, LoadConfig, LoadResult, first_model_id, make_payloads, run_load
+from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
+from poolgate.gateway.bench.peers import add_peer_arguments, format_peers, run_peers
 from poolgate.gateway.bench.report import add_reference, format_table, summarize, to_json
 from poolgate.gateway.bench.tokenizing import format_tokenizer_only, run_tokenizer_only
 from poolgate.shared.config.flags import positive_int as _positive_int
 from poolgate.shared.config.frozen import GatewayConfig
 from poolgate.shared.config.model_settings import DTYPE_CHOICES
-from poolgate.shared.config.models import bundled_model_path
 from poolgate.shared.domain.corpus import fixed_length_corpus, read_corpus, synthetic_corpus
 
 
@@ -167,6 +166,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after the run, encode the corpus with sentence-transformers in float32 and report the "
         "worst and mean cosine of every poolgate vector (and of the --st-dtype baseline's) to it",
     )
+    add_peer_arguments(parser)
 
 
 def load_texts(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -193,71 +193,6 @@ def load_config(args: argparse.Namespace, model: str) -> LoadConfig:
         truncate=args.truncate,
         keep_vectors=getattr(args, "check_cosine", False),
     )
-
-
-def reference(args: argparse.Namespace, texts: list[str], vectors_out: list | None = None) -> dict:
-    """The sentence-transformers run; torch is imported only on this path."""
-    from poolgate.workers.tools.st_reference import run_reference
-
-    return run_reference(
-        texts,
-        model_path=args.st_model or str(bundled_model_path()),
-        passes=args.passes,
-        batch_size=args.st_batch_size,
-        device=args.st_device,
-        dtype=args.st_dtype,
-        vectors_out=vectors_out,
-    )
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return (a * b).sum(axis=1)
-
-
-def check_cosine(
-    args: argparse.Namespace, cfg: LoadConfig, texts: list[str], result: LoadResult, st_vectors: list[np.ndarray]
-) -> dict[str, Any]:
-    """poolgate's vectors (and the baseline's) against sentence-transformers in float32 on the same texts."""
-    from poolgate.workers.tools.st_reference import run_reference
-
-    bodies = [body for body, _ in make_payloads(texts, cfg)]
-    missing = sum(body not in result.vectors for body in bodies)
-    if missing:
-        return {"error": f"{missing} requests gave no vectors"}
-    ours = np.concatenate([result.vectors[body] for body in bodies])
-    fp32: list = []
-    run_reference(
-        texts,
-        model_path=args.st_model or str(bundled_model_path()),
-        batch_size=args.st_batch_size,
-        device=args.st_device,
-        dtype="float32",
-        vectors_out=fp32,
-    )
-    if ours.shape != fp32[0].shape:
-        return {
-            "error": f"the served model's vectors {ours.shape} are not the reference's {fp32[0].shape} "
-            "(--st-model names the served model's folder)"
-        }
-    cos = _cosines(ours, fp32[0])
-    out = {
-        "reference": "sentence-transformers float32",
-        "vectors": int(cos.shape[0]),
-        "poolgate_worst": float(cos.min()),
-        "poolgate_mean": float(cos.mean()),
-        "poolgate_below_0.999": int((cos < 0.999).sum()),
-    }
-    if st_vectors:
-        st = _cosines(st_vectors[0], fp32[0])
-        out.update(
-            st_dtype=args.st_dtype,
-            st_worst=float(st.min()),
-            st_mean=float(st.mean()),
-            **{"st_below_0.999": int((st < 0.999).sum())},
-        )
-    return out
 
 
 def kill_plan(args: argparse.Namespace) -> KillPlan | None:
@@ -364,9 +299,11 @@ def main(args: argparse.Namespace) -> int:
         texts, corpus = load_texts(args)
         kill_plan(args)
         models = args.model or [asyncio.run(first_model_id(args.url, args.api_key, args.timeout))]
-        if len(models) > 1 and (args.kill_worker_after is not None or args.compare_sentence_transformers):
+        if len(models) > 1 and (
+            args.kill_worker_after is not None or args.compare_sentence_transformers or args.compare_peers
+        ):
             raise ValueError(
-                "several --model runs take neither --kill-worker-after nor a sentence-transformers baseline"
+                "several --model runs take neither --kill-worker-after nor a sentence-transformers baseline or peers"
             )
     except (TimeoutError, OSError, ValueError, BadResponse, aiohttp.ClientError) as exc:
         print(f"poolgate bench: cannot start: {exc}", file=sys.stderr)
@@ -386,13 +323,19 @@ def main(args: argparse.Namespace) -> int:
     if failover is not None:
         report["failover"] = failover
     st_vectors: list = []
+    fp32 = Fp32(args, texts)
     if args.compare_sentence_transformers:
         print("poolgate bench: running the sentence-transformers baseline", file=sys.stderr)
         report = add_reference(report, reference(args, texts, st_vectors))
+        fp32.baseline(st_vectors)
     if args.check_cosine:
         print("poolgate bench: encoding the corpus in float32 for --check-cosine", file=sys.stderr)
-        report["cosine_to_fp32"] = check_cosine(args, cfg, texts, result, st_vectors)
+        report["cosine_to_fp32"] = check_cosine(args, cfg, texts, result, st_vectors, fp32)
+    if args.compare_peers:
+        print(f"poolgate bench: running the CPU peers {','.join(args.compare_peers)}", file=sys.stderr)
+        report = run_peers(args, texts, report, fp32)
     table = format_table(report) + (f"\n{format_failover(failover)}" if failover is not None else "")
+    table += f"\n{format_peers(report)}" if args.compare_peers else ""
     code = _emit(report, table, args)
     cos = report.get("cosine_to_fp32")
     return 1 if cos is not None and ("error" in cos or cos["poolgate_below_0.999"] > 0) else code
