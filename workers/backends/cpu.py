@@ -29,9 +29,12 @@ from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels import cpu_attention, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
+from poolgate.workers.kernels.linear_fp32 import dnn_linear_available, dnn_linears
 from poolgate.workers.kernels.ops import Ops
 
 log = logging.getLogger("poolgate.worker")
+
+KERNELS_ENV = "POOLGATE_CPU_KERNELS"  # "off": torch's reference paths for every op (ARM64 and no-compiler CPUs' path)
 
 BF16_FLAGS = BF16_INSTRUCTIONS  # where ``--dtype auto`` tries bf16 (x86 only: ARM64 bf16 is unmeasured)
 # (dtype, shared.config.cpu.dtype_path) -> what the worker logs once at start; the factors per class, measured with
@@ -97,7 +100,7 @@ class CpuBackend(Backend):
     def attention(self, dtype: torch.dtype) -> AttentionFn:
         """bf16 on a CPU the packed C kernel runs on (``kernels.cpu_attention``): it, with no group plan;
         else grouped SDPA."""
-        if dtype == torch.bfloat16 and cpu_attention.unavailable() is None:
+        if dtype == torch.bfloat16 and cpu_attention.unavailable() is None and not kernels_off():
             return cpu_attention.packed_cpu_attention
         return grouped_sdpa
 
@@ -108,6 +111,10 @@ class CpuBackend(Backend):
     def kernels(self, dtype: torch.dtype) -> dict[str, str]:
         """The CPU class, and per op the kernel and why not poolgate's own (``Backend.kernels``)."""
         bf16, name = dtype == torch.bfloat16, str(dtype).removeprefix("torch.")
+        if kernels_off():
+            off = f"torch ({KERNELS_ENV}=off)"
+            return {"cpu_class": cpu_class().name, "attention": f"grouped_sdpa ({KERNELS_ENV}=off)",
+                    "layer_norm": off, "linear": off}
         attention_off, norm_off = cpu_attention.unavailable(), fused_norm.unavailable()
         if bf16 and attention_off is None:
             attention = self._packed_attention()
@@ -118,6 +125,11 @@ class CpuBackend(Backend):
         path = dtype_path(name, cpu_flags())
         if bf16 and packed_linear_available():
             linear = "oneDNN, bf16 weights prepacked, GELU/ReLU fused"
+        elif dtype == torch.float32 and dnn_linear_available():
+            linear = ("oneDNN, fp32 weights prepacked, bias fused, activation in place after (oneDNN's fused GELU "
+                      "and MKL's packed sgemm measured slower in fp32)")
+        elif dtype == torch.float32:
+            linear = "torch (MKL sgemm; the oneDNN fp32 prepacking is measured on AVX2 and larger classes only)"
         else:
             linear = "torch" + ("" if path == "native" else f" ({SLOW_DTYPES[(name, path)]})")
         return {"cpu_class": cpu_class().name, "attention": attention, "layer_norm": norm, "linear": linear}
@@ -144,16 +156,28 @@ class CpuBackend(Backend):
     def ops(self, dtype: torch.dtype) -> Ops:
         """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they
         hand what is not bf16 to the references, so a model built in fp32 runs bf16 once cast: ``--dtype
-        auto`` builds once); bf16: every linear prepacked for oneDNN with GELU fused (``prepack_linears``)."""
+        auto`` builds once); bf16: every linear prepacked for oneDNN with GELU fused (``prepack_linears``); fp32
+        on AVX2 and larger classes: every linear prepacked for oneDNN, bias fused (``dnn_linears``). Nothing
+        of it with ``POOLGATE_CPU_KERNELS=off``."""
         self.check_dtype(dtype)
         ops = super().ops(dtype)
+        if kernels_off():
+            return ops
         if cpu_attention.unavailable() is None:
             ops = replace(ops, attention=cpu_attention.packed_cpu_attention)
         if fused_norm.unavailable() is None:
             ops = replace(ops, layer_norm=fused_norm.fused_layer_norm)
         if dtype == torch.bfloat16 and packed_linear_available():
             return replace(ops, finalize=prepack_linears)
+        if dtype == torch.float32 and dnn_linear_available():
+            return replace(ops, finalize=dnn_linears)
         return ops
+
+
+def kernels_off() -> bool:
+    """Whether ``POOLGATE_CPU_KERNELS=off`` asks for torch's reference path for every op (no C kernel, no
+    prepacking): what a CPU without the kernels' instructions or a compiler runs, on any machine."""
+    return os.environ.get(KERNELS_ENV, "").lower() == "off"
 
 
 @cache
