@@ -30,6 +30,7 @@ from poolgate.workers.kernels import cpu_attention, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 from poolgate.workers.kernels.linear_fp32 import dnn_linear_available, dnn_linears
+from poolgate.workers.kernels.norm import add_in_place_layer_norm
 from poolgate.workers.kernels.ops import Ops
 
 log = logging.getLogger("poolgate.worker")
@@ -122,6 +123,9 @@ class CpuBackend(Backend):
             attention = f"grouped_sdpa ({attention_off or 'the C kernel runs bf16 only'})"
         norm = "fused add + LayerNorm (C)" if bf16 and norm_off is None else \
             f"torch ({norm_off or 'the C kernel runs bf16 only'})"
+        if dtype == torch.float32:
+            norm = (f"torch, the residual added in place ({norm_off or 'the C kernel runs bf16 only'}; an fp32 C "
+                    "add + LayerNorm was not built: torch's add and LayerNorm are ~3% of the forward)")
         path = dtype_path(name, cpu_flags())
         if bf16 and packed_linear_available():
             linear = "oneDNN, bf16 weights prepacked, GELU/ReLU fused"
@@ -157,16 +161,19 @@ class CpuBackend(Backend):
         """Where the C kernels run: the packed attention and the fused add + LayerNorm for every dtype (they
         hand what is not bf16 to the references, so a model built in fp32 runs bf16 once cast: ``--dtype
         auto`` builds once); bf16: every linear prepacked for oneDNN with GELU fused (``prepack_linears``); fp32
-        on AVX2 and larger classes: every linear prepacked for oneDNN, bias fused (``dnn_linears``). Nothing
-        of it with ``POOLGATE_CPU_KERNELS=off``."""
+        on AVX2 and larger classes: every linear prepacked for oneDNN, bias fused (``dnn_linears``), and the
+        LayerNorm's residual added in place (``AddInPlaceLayerNorm``). Nothing of it with
+        ``POOLGATE_CPU_KERNELS=off``."""
         self.check_dtype(dtype)
         ops = super().ops(dtype)
         if kernels_off():
             return ops
         if cpu_attention.unavailable() is None:
             ops = replace(ops, attention=cpu_attention.packed_cpu_attention)
-        if fused_norm.unavailable() is None:
+        if fused_norm.unavailable() is None:  # its fp32 rows add the residual in place, as below
             ops = replace(ops, layer_norm=fused_norm.fused_layer_norm)
+        elif dtype == torch.float32:
+            ops = replace(ops, layer_norm=add_in_place_layer_norm)
         if dtype == torch.bfloat16 and packed_linear_available():
             return replace(ops, finalize=prepack_linears)
         if dtype == torch.float32 and dnn_linear_available():
