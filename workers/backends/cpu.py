@@ -124,8 +124,7 @@ class CpuBackend(Backend):
         norm = "fused add + LayerNorm (C)" if bf16 and norm_off is None else \
             f"torch ({norm_off or 'the C kernel runs bf16 only'})"
         if dtype == torch.float32:
-            norm = (f"torch, the residual added in place ({norm_off or 'the C kernel runs bf16 only'}; an fp32 C "
-                    "add + LayerNorm was not built: torch's add and LayerNorm are ~3% of the forward)")
+            norm = "torch, the residual added in place (no fp32 C kernel: add + LayerNorm are ~3% of the forward)"
         path = dtype_path(name, cpu_flags())
         if bf16 and packed_linear_available():
             linear = "oneDNN, bf16 weights prepacked, GELU/ReLU fused"
