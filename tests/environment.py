@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 LEFT_OUT = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "MKL_NUM_THREADS"})
 LEFT_OUT_PREFIXES = ("POOLGATE_", "OTEL_")
-KEPT = frozenset({"POOLGATE_CPU_CLASS", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "POOLGATE_KERNEL_CACHE"})
+KEPT = frozenset({"POOLGATE_CPU_CLASS", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS",
+                  "POOLGATE_KERNEL_CACHE"})
 
 
 def left_out(environ: Mapping[str, str]) -> list[str]:

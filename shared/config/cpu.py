@@ -3,11 +3,11 @@
 poolgate sorts x86 CPUs into classes, each a superset of the one before
 (the ``/proc/cpuinfo`` flags it adds; the oneDNN and ATen caps that show it):
 
-- ``generic``: none (ARM64, pre-2013 x86); ``SSE41``, ``default``.
-- ``avx2``: avx2, fma (AMD Zen 2/3, Haswell); ``AVX2``, ``avx2``.
-- ``avx512``: avx512f/bw/vl/dq (Skylake-SP, Ice Lake); ``AVX512_CORE``, ``avx512``.
-- ``avx512_bf16``: avx512_bf16 (AMD Zen 4/5, Cooper Lake); ``AVX512_CORE_BF16``, ``avx512``.
-- ``amx``: amx_tile, amx_bf16 (Sapphire Rapids and later); ``AVX512_CORE_AMX``, ``avx512``.
+- ``generic``: none (ARM64, pre-2013 x86); ``SSE41``, ``default``, ``SSE4_2``.
+- ``avx2``: avx2, fma (AMD Zen 2/3, Haswell); ``AVX2``, ``avx2``, ``AVX2``.
+- ``avx512``: avx512f/bw/vl/dq (Skylake-SP, Ice Lake); ``AVX512_CORE``, ``avx512``, ``AVX512``.
+- ``avx512_bf16``: avx512_bf16 (AMD Zen 4/5, Cooper Lake); ``AVX512_CORE_BF16``, ``avx512``, ``AVX512``.
+- ``amx``: amx_tile, amx_bf16 (Sapphire Rapids and later); ``AVX512_CORE_AMX``, ``avx512``, none.
 
 ``POOLGATE_CPU_CLASS`` (one of those names) makes poolgate's own detection
 see a smaller CPU than the machine's: the flags of every class above it are
@@ -15,11 +15,14 @@ hidden from ``cpu_flags()``. An ``ONEDNN_MAX_CPU_ISA`` set on its own below the
 machine's class does the same (``seen_class``): oneDNN then lacks the bigger
 class's paths (its bf16 path below AVX512), so poolgate must not choose them.
 ``apply_cpu_class`` (called at each process's edge: the ``poolgate`` command,
-the worker, the test suite) also caps oneDNN
-and ATen to the same class through their own variables
-(``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) unless those are set, so
-torch's kernels take the smaller CPU's paths too. Both caps are read lazily
-by torch (at its first kernel), so they work while nothing has run yet. An
+the worker, the test suite) also caps oneDNN,
+ATen and MKL to the same class through their own variables
+(``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``)
+unless those are set, so torch's kernels take the smaller CPU's paths too
+(MKL runs torch's fp32 matmuls: without its cap, an AMX Xeon shown as
+``avx2`` still ran them with AVX512, at twice an AVX2 core's peak).
+All three caps are read lazily (at the first kernel), so they work while
+nothing has run yet. An
 override above the machine's class is refused: it cannot add instructions.
 
 ``dtype_path`` says how a CPU of these flags computes a dtype's matmuls:
@@ -50,21 +53,22 @@ class CpuClass:
     needs: frozenset[str]
     onednn_isa: str  # ONEDNN_MAX_CPU_ISA
     aten: str  # ATEN_CPU_CAPABILITY
+    mkl: str  # MKL_ENABLE_INSTRUCTIONS ("" for the class no machine is capped to)
 
 
 def _classes() -> tuple[CpuClass, ...]:
-    steps = [
-        ("generic", (), "SSE41", "default"),
-        ("avx2", ("avx2", "fma"), "AVX2", "avx2"),
-        ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq"), "AVX512_CORE", "avx512"),
-        ("avx512_bf16", ("avx512_bf16",), "AVX512_CORE_BF16", "avx512"),
-        ("amx", ("amx_tile", "amx_bf16"), "AVX512_CORE_AMX", "avx512"),
+    steps: list[tuple[str, tuple[str, ...], str, str, str]] = [
+        ("generic", (), "SSE41", "default", "SSE4_2"),
+        ("avx2", ("avx2", "fma"), "AVX2", "avx2", "AVX2"),
+        ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq"), "AVX512_CORE", "avx512", "AVX512"),
+        ("avx512_bf16", ("avx512_bf16",), "AVX512_CORE_BF16", "avx512", "AVX512"),
+        ("amx", ("amx_tile", "amx_bf16"), "AVX512_CORE_AMX", "avx512", ""),
     ]
     out: list[CpuClass] = []
     needs: frozenset[str] = frozenset()
-    for name, adds, isa, aten in steps:
+    for name, adds, isa, aten, mkl in steps:
         needs = needs | set(adds)
-        out.append(CpuClass(name, needs, isa, aten))
+        out.append(CpuClass(name, needs, isa, aten, mkl))
     return tuple(out)
 
 
@@ -183,7 +187,7 @@ def cpu_class() -> CpuClass:
 
 def apply_cpu_class(environ: MutableMapping[str, str] | None = None, flags: set[str] | None = None) -> CpuClass | None:
     """At a process's edge: check ``POOLGATE_CPU_CLASS`` against the machine (ValueError: not a class, or above
-    it) and cap oneDNN and ATen to that class where the environment has not capped them. The class, or None."""
+    it) and cap oneDNN, ATen and MKL to that class where the environment has not capped them. The class, or None."""
     environ = os.environ if environ is None else environ
     name = override(environ)
     if name is None:
@@ -193,6 +197,7 @@ def apply_cpu_class(environ: MutableMapping[str, str] | None = None, flags: set[
     if shown != class_of(flags):  # a smaller class than the machine's (the machine's own needs no cap)
         environ.setdefault("ONEDNN_MAX_CPU_ISA", shown.onednn_isa)
         environ.setdefault("ATEN_CPU_CAPABILITY", shown.aten)
+        environ.setdefault("MKL_ENABLE_INSTRUCTIONS", shown.mkl)
     return shown
 
 

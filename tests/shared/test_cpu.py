@@ -56,10 +56,11 @@ def test_an_override_above_the_machine_or_not_a_class_is_refused():
         cpu.shown_flags(ZEN3, "zen3")
 
 
-def test_applying_the_override_caps_onednn_and_aten_unless_the_environment_did():
+def test_applying_the_override_caps_onednn_aten_and_mkl_unless_the_environment_did():
     env = {cpu.CPU_CLASS_ENV: "avx2"}
     assert cpu.apply_cpu_class(env, SPR).name == "avx2"
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"  # MKL runs torch's fp32 matmuls
     env = {cpu.CPU_CLASS_ENV: "avx512", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     cpu.apply_cpu_class(env, SPR)
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx512"

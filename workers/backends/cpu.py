@@ -30,9 +30,13 @@ from poolgate.workers.backends.base import Backend
 from poolgate.workers.kernels import cpu_attention, cpu_attention_f32, fused_norm
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
+from poolgate.workers.kernels.linear_fp32 import dnn_linear_available, dnn_linears
+from poolgate.workers.kernels.norm import add_in_place_layer_norm
 from poolgate.workers.kernels.ops import Ops
 
 log = logging.getLogger("poolgate.worker")
+
+KERNELS_ENV = "POOLGATE_CPU_KERNELS"  # "off": torch's reference paths for every op (ARM64 and no-compiler CPUs' path)
 
 BF16_FLAGS = BF16_INSTRUCTIONS  # where ``--dtype auto`` tries bf16 (x86 only: ARM64 bf16 is unmeasured)
 # (dtype, shared.config.cpu.dtype_path) -> what the worker logs once at start; the factors per class, measured with
@@ -98,8 +102,8 @@ class CpuBackend(Backend):
     def attention(self, dtype: torch.dtype) -> AttentionFn:
         """bf16 on a CPU the packed C kernel runs on (``kernels.cpu_attention``), fp32 on one with AVX2 and FMA
         (its fp32 kernel, ``kernels.cpu_attention_f32``): the packed attention, with no group plan; else
-        grouped SDPA."""
-        if _packed_off(dtype) is None:
+        grouped SDPA (always with ``POOLGATE_CPU_KERNELS=off``)."""
+        if not kernels_off() and _packed_off(dtype) is None:
             return cpu_attention.packed_cpu_attention
         return grouped_sdpa
 
@@ -110,13 +114,24 @@ class CpuBackend(Backend):
     def kernels(self, dtype: torch.dtype) -> dict[str, str]:
         """The CPU class, and per op the kernel and why not poolgate's own (``Backend.kernels``)."""
         bf16, name = dtype == torch.bfloat16, str(dtype).removeprefix("torch.")
+        if kernels_off():
+            off = f"torch ({KERNELS_ENV}=off)"
+            return {"cpu_class": cpu_class().name, "attention": f"grouped_sdpa ({KERNELS_ENV}=off)",
+                    "layer_norm": off, "linear": off}
         attention_off, norm_off = _packed_off(dtype), fused_norm.unavailable()
         attention = self._packed_attention(dtype) if attention_off is None else f"grouped_sdpa ({attention_off})"
         norm = "fused add + LayerNorm (C)" if bf16 and norm_off is None else \
             f"torch ({norm_off or 'the C kernel runs bf16 only'})"
+        if dtype == torch.float32:
+            norm = "torch, the residual added in place (no fp32 C kernel: add + LayerNorm are ~3% of the forward)"
         path = dtype_path(name, cpu_flags())
         if bf16 and packed_linear_available():
             linear = "oneDNN, bf16 weights prepacked, GELU/ReLU fused"
+        elif dtype == torch.float32 and dnn_linear_available():
+            linear = ("oneDNN, fp32 weights prepacked, bias fused, activation in place after (oneDNN's fused GELU "
+                      "and MKL's packed sgemm measured slower in fp32)")
+        elif dtype == torch.float32:
+            linear = "torch (MKL sgemm; the oneDNN fp32 prepacking is measured on AVX2 and larger classes only)"
         else:
             linear = "torch" + ("" if path == "native" else f" ({SLOW_DTYPES[(name, path)]})")
         return {"cpu_class": cpu_class().name, "attention": attention, "layer_norm": norm, "linear": linear}
@@ -147,15 +162,23 @@ class CpuBackend(Backend):
         bf16 kernels run (they hand fp32 to the fp32 attention kernel or the references, so a model built in
         fp32 runs bf16 once cast: ``--dtype auto`` builds once); elsewhere the packed attention for fp32 where
         the AVX2 kernel runs (``attention``); bf16: every linear prepacked for oneDNN with GELU fused
-        (``prepack_linears``)."""
+        (``prepack_linears``); fp32 on AVX2 and larger classes: every linear prepacked for oneDNN, bias fused
+        (``dnn_linears``), and the LayerNorm's residual added in place (``AddInPlaceLayerNorm``). Nothing of it
+        with ``POOLGATE_CPU_KERNELS=off``."""
         self.check_dtype(dtype)
         ops = super().ops(dtype)
+        if kernels_off():
+            return ops
         if cpu_attention.unavailable() is None:
             ops = replace(ops, attention=cpu_attention.packed_cpu_attention)
-        if fused_norm.unavailable() is None:
+        if fused_norm.unavailable() is None:  # its fp32 rows add the residual in place, as below
             ops = replace(ops, layer_norm=fused_norm.fused_layer_norm)
+        elif dtype == torch.float32:
+            ops = replace(ops, layer_norm=add_in_place_layer_norm)
         if dtype == torch.bfloat16 and packed_linear_available():
             return replace(ops, finalize=prepack_linears)
+        if dtype == torch.float32 and dnn_linear_available():
+            return replace(ops, finalize=dnn_linears)
         return ops
 
 
@@ -166,6 +189,12 @@ def _packed_off(dtype: torch.dtype) -> str | None:
     if dtype == torch.float32:
         return cpu_attention_f32.unavailable()
     return "the C kernels run bf16 and fp32 only"
+
+
+def kernels_off() -> bool:
+    """Whether ``POOLGATE_CPU_KERNELS=off`` asks for torch's reference path for every op (no C kernel, no
+    prepacking): what a CPU without the kernels' instructions or a compiler runs, on any machine."""
+    return os.environ.get(KERNELS_ENV, "").lower() == "off"
 
 
 @cache

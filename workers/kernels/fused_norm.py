@@ -26,7 +26,7 @@ import torch
 
 from poolgate.shared.config.cpu import cpu_flags
 from poolgate.workers.kernels import cbuild, custom_ops
-from poolgate.workers.kernels.norm import LayerNorm
+from poolgate.workers.kernels.norm import AddInPlaceLayerNorm, LayerNorm
 
 SOURCE = Path(__file__).with_name("fused_norm.c")
 MAX_DIM = 16384  # fused_norm.c's row buffer
@@ -94,8 +94,9 @@ ADD_LAYER_NORM = custom_ops.define("add_layer_norm(Tensor x, Tensor? residual, T
                                    _add_layer_norm_fake)
 
 
-class FusedLayerNorm(LayerNorm):
-    """``LayerNorm`` on the C kernel where it applies (see the module docstring)."""
+class FusedLayerNorm(AddInPlaceLayerNorm):
+    """``LayerNorm`` on the C kernel where it applies (see the module docstring); fp32 rows add the residual
+    in place (``AddInPlaceLayerNorm``)."""
 
     def _affine(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """fp32 copies of the weight and bias, made again whenever either changes (a load, a cast)."""
@@ -112,7 +113,7 @@ class FusedLayerNorm(LayerNorm):
         if not (_rows(x) and (residual is None or (_rows(residual) and residual.shape == x.shape))
                 and dim % 16 == 0 and dim <= MAX_DIM and self.weight is not None
                 and tuple(self.normalized_shape) == (dim,) and unavailable() is None):
-            return super().forward(x, residual)
+            return super().forward(x, residual, overwrite_x=overwrite_x)
         w, b = self._affine()
         # over x where the caller allows it and x's rows are its own (not a broadcast): each row is read whole
         # before it is written, and a fresh buffer's lines need not be fetched to be written

@@ -132,7 +132,10 @@ def test_a_loaded_model_reports_where_it_runs():
     info = load_model(cfg).info
     assert (info.backend, info.device, info.dtype) == ("cpu", "cpu", "float32")
     assert info.attention and info.device_name == cpu_model()
-    assert info.kernels["cpu_class"] == cpu_class().name and info.kernels["linear"].startswith("torch")
+    from poolgate.workers.kernels.linear_fp32 import dnn_linear_available
+
+    assert info.kernels["cpu_class"] == cpu_class().name
+    assert info.kernels["linear"].startswith("oneDNN, fp32" if dnn_linear_available() else "torch")
     assert info.device_memory["peak_rss"] > 10_000_000  # the weights are in memory
     assert type(info).from_wire(json.loads(json.dumps(info.to_wire()))) == info
 
@@ -202,7 +205,7 @@ def test_the_kernels_report_says_what_each_op_runs_and_why_not_faster(monkeypatc
     prepacked linears are named where they run, and where they do not, the reason is."""
     from poolgate.shared.config.cpu import class_of
     from poolgate.workers.backends import cpu
-    from poolgate.workers.kernels import cpu_attention, fused_norm, linear
+    from poolgate.workers.kernels import cpu_attention, fused_norm, linear, linear_fp32
 
     here = CpuBackend().kernels(torch.bfloat16)
     assert here["cpu_class"] == cpu_class().name
@@ -212,11 +215,48 @@ def test_the_kernels_report_says_what_each_op_runs_and_why_not_faster(monkeypatc
     avx2 = frozenset({"fpu", "avx", "avx2", "fma"})
     for module in (cpu, linear):
         monkeypatch.setattr(module, "cpu_flags", lambda: avx2)
-    monkeypatch.setattr(cpu, "cpu_class", lambda: class_of(avx2))
+    for module in (cpu, linear_fp32):
+        monkeypatch.setattr(module, "cpu_class", lambda: class_of(avx2))
     for kernel in (cpu_attention, fused_norm):
         monkeypatch.setattr(kernel, "unavailable", lambda: "the CPU lacks avx512_bf16")
     seen = CpuBackend().kernels(torch.bfloat16)
     assert seen == {"cpu_class": "avx2", "attention": "grouped_sdpa (the CPU lacks avx512_bf16)",
                     "layer_norm": "torch (the CPU lacks avx512_bf16)",
                     "linear": f"torch ({cpu.SLOW_DTYPES[('bfloat16', 'fallback')]})"}
-    assert CpuBackend().kernels(torch.float32)["linear"] == "torch"
+    fp32 = CpuBackend().kernels(torch.float32)["linear"]
+    assert fp32.startswith("oneDNN, fp32 weights prepacked" if torch.backends.mkldnn.is_available() else "torch (")
+    monkeypatch.setattr(linear_fp32, "cpu_class", lambda: class_of(frozenset({"fpu"})))
+    assert CpuBackend().kernels(torch.float32)["linear"].startswith("torch (MKL sgemm; ")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernels_off_runs_the_reference_ops_and_says_so(monkeypatch, tiny_bert, dtype):
+    """``POOLGATE_CPU_KERNELS=off``: the ops, and so the model's output, are the torch references', bit for bit
+    (the path of a CPU without the kernels' instructions or a compiler), and the report names the switch."""
+    from poolgate.workers.backends import cpu
+    from poolgate.workers.batch.packing import pack
+    from poolgate.workers.kernels.ops import REFERENCE
+    from poolgate.workers.load.st_config import read_spec
+    from poolgate.workers.models import build_model
+
+    monkeypatch.setenv(cpu.KERNELS_ENV, "off")
+    backend = CpuBackend()
+    ops = backend.ops(dtype)
+    assert ops == REFERENCE and backend.attention(dtype) is grouped_sdpa
+    report = backend.kernels(dtype)
+    assert all(report[op].endswith("(POOLGATE_CPU_KERNELS=off)") for op in ("attention", "layer_norm", "linear"))
+    spec = read_spec(WorkerConfig(model=str(tiny_bert[0]), served_model_name="t"))
+    batch = pack([[2, 10, 11, 12, 3], [2, 40, 3], [2] + list(range(5, 60)) + [3]])
+    outs = []
+    for bundle in (ops, REFERENCE):
+        torch.manual_seed(0)
+        model, _ = build_model(spec, bundle, allow_pickle=False)
+        model = model.to(dtype)
+        bundle.finalize(model)
+        with torch.no_grad():
+            outs.append(model(batch))
+    assert torch.equal(*outs)
+    monkeypatch.delenv(cpu.KERNELS_ENV)
+    if dtype == torch.float32 and cpu.dnn_linear_available() or dtype == torch.bfloat16 and (
+            cpu.packed_linear_available()):
+        assert backend.ops(dtype) != REFERENCE  # the switch is what held the kernels back
