@@ -21,6 +21,9 @@ class Backend(ABC):
 
     name: str = ""
     default_batch_tokens: int = 16384  # token budget when --max-batch-tokens is not given
+    # whether ``--dtype auto`` times the fast dtype against fp32 at load (``workers.load.auto_speed``): where the
+    # same instructions run at very different speeds from one CPU to the next
+    times_auto_dtype: bool = False
 
     @abstractmethod
     def available(self) -> bool:

@@ -5,8 +5,9 @@ budget, then the dtype. The checkpoint is opened once (``workers.load.checkpoint
 and read by the model and its heads alike, with the worker's one tokenizer.
 ``--dtype auto`` runs the probe texts through the model in fp32, casts that same
 model to the backend's fast dtype (with its final kernels) and keeps it only
-if every probe vector stays at cosine ≥ 0.999; the runner that is kept is used
-as it was built.
+if every probe vector stays at cosine ≥ 0.999 and, on a CPU, it is not slower
+than fp32 on one timed batch (``workers.load.auto_speed``); the runner that is
+kept is used as it was built.
 Chunked processing of long embed inputs (``--pooler-config``) is checked
 against the built poolers: it needs the embed task pooled with MEAN.
 """
@@ -25,6 +26,7 @@ from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.wire.messages import ModelInfo
 from poolgate.workers.backends import get_backend
 from poolgate.workers.backends.base import Backend
+from poolgate.workers.load.auto_speed import keeps_fast, timing_batch, tokens_per_s
 from poolgate.workers.load.inspect import plan, settled
 from poolgate.workers.load.pylate import pylate_config, read_settings
 from poolgate.workers.load.checkpoint import Tensors
@@ -120,7 +122,10 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights
     fast = backend.fast_dtype()
     if fast == torch.float32:
         return _runner(model, arch, backend, fast, pooler)
-    want = _vectors(_runner(model, arch, backend, torch.float32, pooler, final=False), probes)
+    reference = _runner(model, arch, backend, torch.float32, pooler, final=False)
+    want = _vectors(reference, probes)
+    timed = timing_batch(probes, spec.max_model_len) if backend.times_auto_dtype else None
+    fp32_tps = tokens_per_s(reference, timed) if timed else None
     if want.size == 0:
         log.warning("dtype auto: the start-up probes give no %s rows to compare; staying in float32",
                     pooler.tasks[0])
@@ -134,10 +139,19 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights
     candidate = _runner(model, arch, backend, fast, pooler)
     worst = _worst_cosine(_vectors(candidate, probes), want) or 0.0
     name = str(fast).removeprefix("torch.")
-    if worst >= AUTO_MIN_COSINE:
+    if worst < AUTO_MIN_COSINE:
+        log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", name, worst)
+    elif timed is None or fp32_tps is None:
         log.info("dtype auto: %s (worst probe cosine to float32 %.6f)", name, worst)
         return candidate
-    log.warning("dtype auto: %s drifts to cosine %.5f; staying in float32", name, worst)
+    else:
+        fast_tps = tokens_per_s(candidate, timed)
+        speeds = f"{name} {fast_tps:,.0f} tokens/s, float32 {fp32_tps:,.0f} (before its prepacking)"
+        if keeps_fast(fast_tps, fp32_tps, sum(map(len, timed))):
+            log.info("dtype auto: %s (worst probe cosine to float32 %.6f; timed here: %s)", name, worst, speeds)
+            return candidate
+        log.warning("dtype auto: float32: %s runs slower than float32 on this CPU (timed here: %s; "
+                    "docs/operations.md#cpu-classes)", name, speeds)
     del candidate, model  # never two copies of the model on the device at once
     backend.release_memory()
     return _runner(*_model(spec, cfg, backend, weights, torch.float32), backend, torch.float32, pooler)

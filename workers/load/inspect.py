@@ -75,7 +75,8 @@ def _dtype(cfg: WorkerConfig, backend: Backend) -> tuple[str, torch.dtype]:
     name = str(fast).removeprefix("torch.")
     if fast == torch.float32:
         return "float32 (auto: no faster dtype on this hardware)", fast
-    return f"auto: {name} if the start-up probes stay at cosine >= 0.999 to float32, else float32", fast
+    timed = " and it runs no slower than float32 on one batch timed at load" if backend.times_auto_dtype else ""
+    return f"auto: {name} if the start-up probes stay at cosine >= 0.999 to float32{timed}, else float32", fast
 
 
 def _attention(arch: Architecture, backend: Backend, dtype: torch.dtype, hf: dict) -> str:
