@@ -3,19 +3,17 @@
  * Built and loaded by gelu_f32.py (gcc -mavx2 -mfma, cached). x is n contiguous floats; a call does elements
  * [start, stop), so a caller can split one tensor over threads (start a multiple of 8 but for the last range).
  *
- * Exact: gelu(x) = x/2 * w with w = 1 + erf(z), z = x / sqrt 2, w taken in one of two pieces so that w keeps
- * its relative accuracy where it is small (x < 0, no 1 - erf cancellation):
- *   |z| < 0.875:         w = 1 + z * P(z^2), P of degree 5 (erf(z)/z, relative error 1.2e-7 in fp32);
- *   0.875 <= |z| < 3.92: erfc(|z|) = exp(-z^2 + R(|z| - 2.25)), R of degree 8 (log erfcx, the exp's absolute
- *                        error 3.3e-8 over the piece); w = erfc(|z|) for z < 0, 2 - erfc(|z|) for z > 0;
- *   |z| >= 3.92:         w = 2 for z > 0 (erfc rounds off 2), and the result 0 for z < 0.
- * The coefficients are weighted least-squares (Lawson) fits against mpmath's erf and erfc, each coefficient
- * rounded to fp32 in turn and the rest refitted around it. NaN stays NaN (x/2 is NaN), +inf gives +inf and
- * -inf gives 0 (torch's erf GELU gives NaN for both infinities).
+ * Exact: gelu(x) = x/2 * w with w = 1 + erf(z), z = x / sqrt 2, taken as erfc(|z|) for z < 0 and 2 - erfc(|z|)
+ * for z >= 0, so w keeps its relative accuracy where it is small (x < 0: no 1 - erf cancellation), and near
+ * z = 0, where w is about 1, erf's own cancellation weighs nothing. erfc(a) = 2^S(a), S of degree 10 on
+ * [0, 3.92] (a weighted least-squares (Lawson) fit of log2 erfc against mpmath, each coefficient rounded to
+ * fp32 in turn and the rest refitted around it; erfc's absolute error 1.4e-7 in fp32, with the exp2's). For
+ * |z| >= 3.92: w = 2 for z > 0 (erfc rounds off 2), the result 0 for z < 0. NaN stays NaN (x/2 is NaN), +inf
+ * gives +inf and -inf gives 0 (torch's erf GELU gives NaN for both infinities).
  * Tanh: gelu(x) = x/2 * (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) * (x + 0.044715 x^3); 0 below
  * u = -40 (where the division would read inf / huge), x itself where exp(-2u) is below fp32's range.
- * exp: 2^n * e^r, n = round(x log2 e), r = x - n ln 2 in two parts, e^r by its Taylor series to r^7
- * (|r| <= ln2 / 2: truncation 5e-9 relative). Denormal results are flushed for the call (MXCSR restored after).
+ * The tanh form's exp: 2^n * e^r, n = round(x log2 e), r = x - n ln 2 in two parts, e^r by its Taylor series
+ * to r^7 (|r| <= ln2 / 2: truncation 5e-9 relative). Denormal results are flushed for the call (MXCSR restored after).
  */
 #include <immintrin.h>
 #include <stdint.h>
