@@ -40,12 +40,11 @@ static inline __m256 exp_ps(__m256 x) {
 static inline __m256 exp2_ps(__m256 x) {
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(0.0013400432653725147f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.009676037356257439f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.05550327152013779f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.2402210682630539f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.6931471824645996f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001192092896f));
+    const __m256 f2 = _mm256_mul_ps(f, f);  /* Estrin's scheme, as S's below */
+    const __m256 p01 = _mm256_fmadd_ps(_mm256_set1_ps(0.6931471824645996f), f, _mm256_set1_ps(1.0000001192092896f));
+    const __m256 p23 = _mm256_fmadd_ps(_mm256_set1_ps(0.05550327152013779f), f, _mm256_set1_ps(0.2402210682630539f));
+    const __m256 p45 = _mm256_fmadd_ps(_mm256_set1_ps(0.0013400432653725147f), f, _mm256_set1_ps(0.009676037356257439f));
+    const __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(p45, f2, p23), f2, p01);
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
@@ -55,17 +54,16 @@ static inline __m256 gelu_erf(__m256 x) {
     const __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
     /* a = min(|z|, 3.92) (NaN gives 3.92, its result NaN all the same via x/2) */
     const __m256 a = _mm256_min_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), z), _mm256_set1_ps(3.92f));
-    __m256 s = _mm256_set1_ps(-5.509020866156789e-07f);
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(1.2387079550535418e-05f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(-0.00011940341937588528f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(0.0006214035674929619f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(-0.0016081173671409488f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(-0.0009869412751868367f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(0.02871023491024971f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(-0.14881078898906708f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(-0.9183152914047241f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(-1.6279196739196777f));
-    s = _mm256_fmadd_ps(s, a, _mm256_set1_ps(1.9833538544844487e-07f));
+    /* S(a) by Estrin's scheme: a chain of 4 FMAs deep, not 10, so more vectors are in flight at once */
+    const __m256 a2 = _mm256_mul_ps(a, a), a4 = _mm256_mul_ps(a2, a2), a8 = _mm256_mul_ps(a4, a4);
+    const __m256 p01 = _mm256_fmadd_ps(_mm256_set1_ps(-1.6279196739196777f), a, _mm256_set1_ps(1.9833538544844487e-07f));
+    const __m256 p23 = _mm256_fmadd_ps(_mm256_set1_ps(-0.14881078898906708f), a, _mm256_set1_ps(-0.9183152914047241f));
+    const __m256 p45 = _mm256_fmadd_ps(_mm256_set1_ps(-0.0009869412751868367f), a, _mm256_set1_ps(0.02871023491024971f));
+    const __m256 p67 = _mm256_fmadd_ps(_mm256_set1_ps(0.0006214035674929619f), a, _mm256_set1_ps(-0.0016081173671409488f));
+    const __m256 p89 = _mm256_fmadd_ps(_mm256_set1_ps(1.2387079550535418e-05f), a, _mm256_set1_ps(-0.00011940341937588528f));
+    const __m256 q0 = _mm256_fmadd_ps(p23, a2, p01), q1 = _mm256_fmadd_ps(p67, a2, p45);
+    const __m256 q2 = _mm256_fmadd_ps(_mm256_set1_ps(-5.509020866156789e-07f), a2, p89);
+    const __m256 s = _mm256_fmadd_ps(q2, a8, _mm256_fmadd_ps(q1, a4, q0));
     const __m256 erfc = exp2_ps(s);
     /* w = 1 + erf(z): erfc(|z|) where z's sign bit is set, 2 - erfc(|z|) elsewhere */
     const __m256 w = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), erfc), erfc, z);
