@@ -27,7 +27,7 @@ import torch
 from poolgate.shared.config.backends import available_cpus, physical_cores
 from poolgate.shared.config.cpu import BF16_INSTRUCTIONS, cpu_class, cpu_flags, cpu_model, dtype_path
 from poolgate.workers.backends.base import Backend
-from poolgate.workers.kernels import cpu_attention, cpu_attention_f32, fused_norm
+from poolgate.workers.kernels import cpu_attention, cpu_attention_f32, fused_norm, gelu_f32
 from poolgate.workers.kernels.attention import AttentionFn, grouped_sdpa
 from poolgate.workers.kernels.linear import packed_linear_available, prepack_linears
 from poolgate.workers.kernels.linear_fp32 import dnn_linear_available, dnn_linears
@@ -129,8 +129,10 @@ class CpuBackend(Backend):
         if bf16 and packed_linear_available():
             linear = "oneDNN, bf16 weights prepacked, GELU/ReLU fused"
         elif dtype == torch.float32 and dnn_linear_available():
+            gelu_off = gelu_f32.unavailable()
+            gelu = "tanh GELU: C, AVX2+FMA" if gelu_off is None else f"tanh GELU: torch ({gelu_off})"
             linear = ("oneDNN, fp32 weights prepacked, bias fused, activation in place after (oneDNN's fused GELU "
-                      "and MKL's packed sgemm measured slower in fp32)")
+                      f"and MKL's packed sgemm measured slower in fp32; {gelu}; erf GELU: torch, measured faster)")
         elif dtype == torch.float32:
             linear = "torch (MKL sgemm; the oneDNN fp32 prepacking is measured on AVX2 and larger classes only)"
         else:

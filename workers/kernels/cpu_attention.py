@@ -284,10 +284,10 @@ HEAD_DIMS = tuple(range(16, 257, 16))  # every head dim the kernel takes
 
 def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
     """Build every attention variant for ``head_dims`` (AVX512-BF16, AMX for multiples of 32, fp32 AVX2) and
-    the fused LayerNorm into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
+    the fused LayerNorm and the fp32 GELU into the cache, ``jobs`` compilers at once (default: one per CPU); the paths, in order
     (``poolgate build-kernels``, an image's build step; no CPU check: any x86 gcc). Raises RuntimeError for
     no compiler or a failed build, ValueError for a head dim the kernel does not take."""
-    from poolgate.workers.kernels import fused_norm
+    from poolgate.workers.kernels import fused_norm, gelu_f32
 
     bad = [d for d in head_dims if not supported_head_dim(d)]
     if bad:
@@ -295,5 +295,6 @@ def prebuild(head_dims: list[int], jobs: int | None = None) -> list[Path]:
     builds = [(SOURCE, *_variant(d, amx)) for d in head_dims for amx in ((False, True) if d % 32 == 0 else (False,))]
     builds += [cpu_attention_f32.variant(d) for d in head_dims]
     builds.append((fused_norm.SOURCE, (), ""))
+    builds.append((gelu_f32.SOURCE, (), "", cbuild.AVX2_CFLAGS))
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return list(pool.map(lambda b: cbuild.build(*b), builds))

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poolgate.shared.config.cpu import cpu_class
+from poolgate.workers.kernels import gelu_f32
 from poolgate.workers.kernels.activations import ACTIVATIONS
 from poolgate.workers.kernels.linear import Linear
 
@@ -40,6 +41,14 @@ INPLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def _after(activation: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The in-place activation after the matmul: the AVX2 GELU kernel (``kernels.gelu_f32``) for the tanh GELU
+    where it runs, else ``INPLACE``'s torch op (``ACTIVATIONS``' for the rest)."""
+    if activation in gelu_f32.KERNEL_ACTIVATIONS and gelu_f32.unavailable() is None:
+        return lambda y: gelu_f32.gelu_(y, tanh=True)
+    return INPLACE.get(activation, ACTIVATIONS[activation])
+
+
 def dnn_linear_available() -> bool:
     """Whether fp32 linears are prepacked here: this torch build has oneDNN's prepacked linear ops and this CPU
     (as ``shared.config.cpu`` shows it) is of a class it measured faster on."""
@@ -55,7 +64,7 @@ class DnnLinear(nn.Module):
     def __init__(self, linear: nn.Linear, activation: str = "none"):
         super().__init__()
         self.activation = activation  # as Linear says it (run-time LoRA reads it)
-        self.after = None if activation == "none" else INPLACE.get(activation, ACTIVATIONS[activation])
+        self.after = None if activation == "none" else _after(activation)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.bias = None if linear.bias is None else linear.bias.detach()

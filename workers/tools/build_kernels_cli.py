@@ -2,8 +2,8 @@
 
 Builds the packed attention for each head dim given (default: every one it
 takes, multiples of 16 up to 256; AMX variants too for multiples of 32; the
-fp32 AVX2 kernel, ``cpu_attention_f32``, for each of them too) and
-the fused add + LayerNorm with the machine's C compiler into
+fp32 AVX2 kernel, ``cpu_attention_f32``, for each of them too),
+the fused add + LayerNorm and the fp32 GELU (``gelu_f32``) with the machine's C compiler into
 ``$POOLGATE_KERNEL_CACHE`` (``workers.kernels.cpu_attention.prebuild``), so
 workers, here or in an image built with this step, find them without a
 compiler and build nothing at start. Prints each shared object's path; exit 0,

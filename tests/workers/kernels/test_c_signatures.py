@@ -11,12 +11,12 @@ import re
 
 import pytest
 
-from poolgate.workers.kernels import cpu_attention, fused_norm
+from poolgate.workers.kernels import cpu_attention, fused_norm, gelu_f32
 
 C_TYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "int": ctypes.c_int, "float": ctypes.c_float,
            "double": ctypes.c_double, "void": None}
 DEFINITION = re.compile(r"^(?!static\b)([A-Za-z_][\w \t*]*?)\b(\w+)\s*\(([^)]*)\)\s*\{", re.M)
-MODULES = [cpu_attention, fused_norm]
+MODULES = [cpu_attention, fused_norm, gelu_f32]
 
 
 def _ctype(decl: str):
