@@ -75,7 +75,12 @@ def test_peaked_scores_rows_past_the_last_sequence_and_contiguous_inputs():
     q, k, v = (torch.randn(n, 2, 16, generator=g) * 9 for _ in range(3))
     got = cpu_attention.packed_cpu_attention(q, k, v, b, scale=1.0)
     want = _exact(q, k, v, b, scale=1.0)
-    assert torch.isfinite(got).all() and (got - want).abs().max().item() < 2e-5 * 9
+    # scores reach ~1,400, whose fp32 rounding alone moves the weights by ~1e-4: the bound is torch's own fp32
+    # SDPA's error on the same inputs where that is larger (as the AVX2-capped ATen computes it, 3.8e-4)
+    grouped = pack([[1] * n for n in lengths])
+    sdpa = grouped_sdpa(q[:b.n_tokens], k[:b.n_tokens], v[:b.n_tokens], grouped, scale=1.0)
+    bound = max(2e-5 * 9, 1.5 * (sdpa - want[:b.n_tokens]).abs().max().item())
+    assert torch.isfinite(got).all() and (got - want).abs().max().item() < bound
     assert torch.equal(got[b.n_tokens:], torch.zeros(5, 2, 16))
 
 
