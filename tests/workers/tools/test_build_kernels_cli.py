@@ -19,7 +19,7 @@ def test_builds_each_variant_into_the_cache_and_prints_its_path(cache, capsys):
     assert poolgate(["build-kernels", "32", "48"]) == 0
     printed = capsys.readouterr().out.split()
     names = sorted(p.rsplit("/", 1)[1].rsplit("_", 1)[0] for p in printed)
-    assert names == ["fused_norm", "packed_attention_f32_hd32", "packed_attention_f32_hd48", "packed_attention_hd32",
+    assert names == ["fused_norm", "gelu_f32", "packed_attention_f32_hd32", "packed_attention_f32_hd48", "packed_attention_hd32",
                      "packed_attention_hd32_amx", "packed_attention_hd48"]
     assert sorted(printed) == sorted(str(p) for p in cache.iterdir())  # all of them, and nothing else
     assert poolgate(["build-kernels", "32", "48"]) == 0  # built once: found again
