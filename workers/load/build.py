@@ -124,12 +124,12 @@ def _choose_runner(spec: ModelSpec, cfg: WorkerConfig, backend: Backend, weights
         return _runner(model, arch, backend, fast, pooler)
     reference = _runner(model, arch, backend, torch.float32, pooler, final=False)
     want = _vectors(reference, probes)
-    timed = timing_batch(probes, spec.max_model_len) if backend.times_auto_dtype else None
-    fp32_tps = tokens_per_s(reference, timed) if timed else None
     if want.size == 0:
         log.warning("dtype auto: the start-up probes give no %s rows to compare; staying in float32",
                     pooler.tasks[0])
         return _runner(model, arch, backend, torch.float32, pooler)
+    timed = timing_batch(probes, spec.max_model_len) if backend.times_auto_dtype else None
+    fp32_tps = tokens_per_s(reference, timed) if timed else None
     if _castable(backend, torch.float32, fast):
         model = model.to(dtype=fast)  # one parameter at a time: never the model twice in memory
     else:
