@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from poolgate.shared.domain.windows import Windows
+from poolgate.shared.wire.media import SequenceMedia
 from poolgate.shared.wire.messages import ChatInput, TextPair
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class Encoded:
     windows: Windows | None = None
     late: LatePlan | None = None  # a late-chunking call's chunks (shared.inputs.late_plan)
     attend: list[list[bool] | None] | None = None  # per sequence, the keys attended (shared.inputs.pylate_roles)
+    media: list[SequenceMedia] | None = None  # per sequence, its processed images/clips (shared.inputs.media)
 
     def prompt_tokens(self) -> list[int]:
         """Each input's token count (a windowed document: all its windows' tokens)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolgate.shared.domain.limits import check_tokens
+from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
 from poolgate.shared.inputs.sparse_output import SparseOutput
@@ -47,9 +48,9 @@ class Prepared:
 class Front:
     """``prepare`` and ``finish`` for one model (module doc)."""
 
-    def __init__(self, info: ModelInfo, encoder: TextEncoder):
+    def __init__(self, info: ModelInfo, encoder: TextEncoder, limits: MediaLimits | None = None):
         self.info, self.encoder = info, encoder
-        self.stage = InputStage(info, encoder)
+        self.stage = InputStage(info, encoder, limits)  # limits: the model's on images and audio
         self.sparse = SparseOutput(info, encoder)
 
     def prepare(self, call: PoolingCall) -> Prepared:
@@ -65,6 +66,7 @@ class Front:
             plan.ids,
             type_ids=plan.type_ids,
             attend=plan.attend,
+            media=plan.media,
             params=call.params if plan.late is None else plan.late.params,
             deadline=call.deadline,
             priority=call.priority,

@@ -22,9 +22,12 @@ from dataclasses import replace
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.late_chunks import TOKEN_TASK, LateChunkText
 from poolgate.shared.domain.limits import cap_task, check_call, check_length, check_token_ids, truncation_length
+from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs import late_plan as late_chunking
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
+from poolgate.shared.inputs.media.plans import plan_for
+from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.inputs.window_cuts import Expanded, expand, shrink, window_input
 from poolgate.shared.wire.messages import (
     CappedText,
@@ -41,8 +44,10 @@ from poolgate.shared.wire.messages import (
 class InputStage:
     """Turns a call's inputs into checked token-id lists for one model."""
 
-    def __init__(self, info: ModelInfo, encoder: TextEncoder):
+    def __init__(self, info: ModelInfo, encoder: TextEncoder, limits: MediaLimits | None = None):
         self.info, self.encoder = info, encoder
+        self.media = plan_for(info, encoder)  # a media model's plan (shared.inputs.media); None for text models
+        self.limits = limits or MediaLimits()
 
     def check(self, call: PoolingCall) -> None:
         """Task, params and input types: raises the 4xx before any tokenizing."""
@@ -55,6 +60,16 @@ class InputStage:
     def encode(self, call: PoolingCall) -> Encoded:
         """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs); a
         ``WindowedText`` becomes one sequence per window (``shared.inputs.window_cuts``), named in ``windows``."""
+        if self.media is not None:  # a media model: its plan shapes every call (shared.inputs.media)
+            return self.media.encode(call, self.limits)
+        media = next((x for x in call.inputs if isinstance(x, MediaInput) and x.media), None)
+        if media is not None:
+            kinds = sorted(media.kinds - {"text"})
+            raise InvalidRequest(
+                f"model {self.info.served_model_name!r} reads text only; an input holds {' and '.join(kinds)}",
+                param="input",
+            )
+        call = _as_texts(call)
         k = truncation_length(self.info, call.params)
         if (
             getattr(self.encoder, "roles", None) is not None
@@ -176,6 +191,13 @@ class InputStage:
             return ids
         # k below a tokenizer's special-token count still keeps k
         return [x[-k:] if side == "left" else x[:k] for x in ids]
+
+
+def _as_texts(call: PoolingCall) -> PoolingCall:
+    """A call whose ``MediaInput``s hold only text (a content list of text parts) with each as its text."""
+    if not any(isinstance(x, MediaInput) for x in call.inputs):
+        return call
+    return replace(call, inputs=[x.text if isinstance(x, MediaInput) else x for x in call.inputs])
 
 
 def render_chats(encoder: TextEncoder, inputs: list[Input]) -> list[Input]:

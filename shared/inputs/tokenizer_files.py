@@ -37,6 +37,7 @@ class TokenizerFiles:
     score_template: str | None = None  # a name in shared.inputs.score_templates.SCORE_TEMPLATES
     roles: PyLateSettings | None = None  # a PyLate model's query/document settings
     kind: str = "tokenizers"  # which encoder reads them: a key of shared.inputs.encoders.ENCODERS
+    media: dict[str, Any] | None = None  # a media model's plan and processor settings (shared.inputs.media)
 
     @property
     def sha256(self) -> str:

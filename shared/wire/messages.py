@@ -20,6 +20,7 @@ from poolgate.shared.domain.late_chunks import LateChunkText
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.tasks import PoolingTask
 from poolgate.shared.domain.windows import WindowedText, Windows
+from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.wire.rows import Rows
 
 PREFIX = struct.Struct("!II")
@@ -60,7 +61,7 @@ class ChatInput:
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-ObjectInput = TextPair | CappedText | ChatInput | WindowedText | LateChunkText
+ObjectInput = TextPair | CappedText | ChatInput | WindowedText | LateChunkText | MediaInput
 Input = str | list[int] | ObjectInput
 
 
@@ -135,6 +136,8 @@ class ModelInfo:
     tokenizer_sha256: str | None = None  # its TokenizerFiles' hash (shared.inputs.tokenizer_files); None: a fake's
     max_tokens_per_request: int | None = None  # --max-tokens-per-request, counted where the call is tokenized
     max_loras: int = 0  # run-time LoRA adapter slots (--max-loras; workers.models.run_loras); 0 = adapters off
+    # what its inputs may hold (shared.wire.media): text, image, audio; a dual encoder's towers take one each
+    modalities: tuple[str, ...] = ("text",)
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,7 +146,7 @@ class ModelInfo:
     def from_wire(cls, body: dict[str, Any]) -> ModelInfo:
         body = dict(body)
         body["tasks"] = tuple(body["tasks"])
-        for key in ("matryoshka_dimensions", "labels", "adapters"):
+        for key in ("matryoshka_dimensions", "labels", "adapters", "modalities"):
             if body.get(key) is not None:
                 body[key] = tuple(body[key])
         return cls(**body)

@@ -21,6 +21,7 @@ import numpy as np
 
 from poolgate.shared.domain.lanes import LIVE, Lane, lane_of
 from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.media import SequenceMedia, media_from_wire, media_to_wire
 
 IDS = np.dtype(np.int32)
 
@@ -40,6 +41,7 @@ class TokenCall:
     priority: int = 0
     trace_context: dict[str, str] = field(default_factory=dict)
     lane: Lane = LIVE  # bulk: below every live call (shared.domain.lanes)
+    media: list[SequenceMedia] | None = None  # per sequence its images/clips (shared.wire.media); None: text only
 
     @classmethod
     def pack(
@@ -50,6 +52,7 @@ class TokenCall:
         *,
         type_ids: list[list[int] | None] | None = None,
         attend: list[list[bool] | None] | None = None,
+        media: list[SequenceMedia] | None = None,
         **rest: Any,
     ) -> TokenCall:
         """The call of ``sequences`` (ids lists) and, per sequence, its type ids and keys (None: the default)."""
@@ -60,7 +63,11 @@ class TokenCall:
         ids = np.fromiter(itertools.chain.from_iterable(sequences), dtype=IDS, count=total)
         types = _block(type_ids, lengths, np.int8, 0)
         keys = _block(attend, lengths, np.bool_, True)
-        return cls(request_id, model, ids, offsets, type_ids=types, attend=keys, **rest)
+        if media is not None and all(m is None for m in media):
+            media = None
+        if media is not None and len(media) != len(sequences):
+            raise ValueError("media must name each sequence's items (None for a sequence without)")
+        return cls(request_id, model, ids, offsets, type_ids=types, attend=keys, media=media, **rest)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -81,6 +88,10 @@ class TokenCall:
         """Each sequence's attended keys (None where every token is one)."""
         return _lists(self.attend, self.offsets, True)
 
+    def media_lists(self) -> list[SequenceMedia]:
+        """Each sequence's media items (None where it holds none)."""
+        return list(self.media) if self.media is not None else [None] * len(self)
+
     def to_wire(self) -> tuple[dict[str, Any], list[np.ndarray]]:
         """The header fields and the blocks (ids, offsets, then type ids and keys where present)."""
         header = {
@@ -95,6 +106,9 @@ class TokenCall:
             "attend": self.attend is not None,
         }
         arrays = [self.ids, self.offsets, *(a for a in (self.type_ids, self.attend) if a is not None)]
+        if self.media is not None:
+            header["media"], blocks = media_to_wire(self.media)
+            arrays += blocks
         return header, arrays
 
     @classmethod
@@ -110,6 +124,9 @@ class TokenCall:
             raise ValueError("the offsets do not cover the token ids")
         if any(a is not None and a.shape != ids.shape for a in (types, attend)):
             raise ValueError("token type ids and keys must be as long as the token ids")
+        media = media_from_wire(header["media"], list(blocks)) if header.get("media") is not None else None
+        if media is not None and len(media) != len(offsets) - 1:
+            raise ValueError("the call's media do not name one entry per sequence")
         return cls(
             header["request_id"],
             header["model"],
@@ -122,6 +139,7 @@ class TokenCall:
             int(header.get("priority") or 0),
             dict(header.get("trace_context") or {}),
             lane_of(header.get("lane")),  # absent (an older gateway): live
+            media,
         )
 
 

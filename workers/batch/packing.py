@@ -45,6 +45,9 @@ class PackedBatch:
     adapter_rows: list[tuple[int, torch.Tensor | None]] | None = None
     # causal sequences that start from K/V computed elsewhere (workers.models.prefix); None = every row computed
     prefix: Any = None  # a workers.models.prefix.PrefixPlan (Any: that module builds on this one, not the reverse)
+    # per sequence its processed images/clips (shared.wire.media.MediaItem; numpy, on the host), for a media model
+    # (workers.models.media); None: a text batch
+    media: list[Any] | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -181,7 +184,8 @@ def map_tensors(batch: PackedBatch, fn) -> PackedBatch:
                                                         for t, r in batch.adapter_rows]
     prefix = None if batch.prefix is None else batch.prefix.map(fn)
     return PackedBatch(fn(batch.input_ids), fn(batch.positions), fn(batch.cu_seqlens), fn(batch.seg_ids),
-                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters, prefix)
+                       batch.lengths, batch.max_len, groups, types, rows, batch.key_masked, adapters, prefix,
+                       batch.media)  # media stay numpy on the host: the media model moves what it reads
 
 
 def tensors(batch: PackedBatch) -> list[torch.Tensor]:

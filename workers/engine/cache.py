@@ -30,7 +30,8 @@ Entry = tuple[Rows, tuple[Rows, ...]]  # one sequence's rows, and its further ou
 def key_of(seq: Sequence) -> Key:
     types = tuple(seq.token_type_ids) if seq.token_type_ids is not None else None
     attend = tuple(seq.attend) if seq.attend is not None else None
-    return astuple(seq.params), tuple(seq.token_ids), types, attend
+    media = tuple(m.digest for m in seq.media) if seq.media is not None else None  # the decoded pixels' hashes
+    return astuple(seq.params), tuple(seq.token_ids), types, attend, media
 
 
 @dataclass

@@ -182,16 +182,17 @@ class Engine:
         check_token_call(self.info, call)
         check_deadline(call.deadline)
         token_lists, types, attend = call.sequences(), call.type_lists(), call.attend_lists()
+        media = call.media_lists()
         prompt_tokens = call.lengths()
         check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
         state = Call(self._loop.create_future())
-        if chunks_inputs(self.info, cap_task(call.params)):  # embed: no text pairs, so no token types
+        if chunks_inputs(self.info, cap_task(call.params)) and call.media is None:  # embed: no pairs, no token types
             token_lists, state.chunks = split(token_lists, self.info.max_model_len, call.params)
-            types = attend = [None] * len(token_lists)
+            types = attend = media = [None] * len(token_lists)
         arrival = time.monotonic()
         state.seqs = [Sequence(ids, call.params, arrival=arrival, handle=state, token_type_ids=t,
-                               priority=call.priority, deadline=call.deadline, attend=a, lane=call.lane)
-                      for ids, t, a in zip(token_lists, types, attend)]
+                               priority=call.priority, deadline=call.deadline, attend=a, lane=call.lane, media=m)
+                      for ids, t, a, m in zip(token_lists, types, attend, media)]
         if self.chunked_prefill is not None and start_chunks(state.seqs, self.chunked_prefill, self.max_batch_tokens):
             state.order = {id(seq): i for i, seq in enumerate(state.seqs)}  # rows by index (Call.order)
         state.queued_at = time.perf_counter()

@@ -108,6 +108,10 @@ class PoolingRunner:
         else:
             packed = pack([s.token_ids for s in seqs], token_types=[s.token_type_ids for s in seqs],
                           attend=[s.attend for s in seqs], group_attention=self.group_attention)
+        if any(s.media is not None for s in seqs):  # a media model reads them beside the ids (workers.models.media)
+            if not getattr(self.model, "takes_media", False):
+                raise ValueError("a call holds images or audio, but this model reads text only")
+            packed.media = [s.media for s in seqs]
         runs = self.pooler.plan(packed, param_runs(seqs))
         if self.adapters is not None:  # per task, the rows of its sequences' tokens
             packed.adapter_rows = self.adapters.plan_params([s.params for s in seqs], packed.cu_seqlens)

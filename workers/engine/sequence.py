@@ -21,7 +21,9 @@ class Sequence:
     ``attend``: per token, whether it is a key other tokens attend (False: PyLate's [MASK] query expansion
     without attention to it, ``shared.inputs.pylate_roles``), or None when every token is.
     ``prefill``: for an input run in chunks (``workers.engine.chunked_prefill.Prefill``), the whole input and
-    the kept K/V of the tokens before ``token_ids`` (its current chunk); None for every other sequence."""
+    the kept K/V of the tokens before ``token_ids`` (its current chunk); None for every other sequence.
+    ``media``: the images/clips its placeholder tokens stand for (``shared.wire.media.MediaItem``, processed in
+    the gateway), which a media model (``workers.models.media``) reads beside the ids; None for text."""
 
     token_ids: list[int]
     params: PoolingParams
@@ -34,6 +36,7 @@ class Sequence:
     attend: list[bool] | None = None
     lane: Lane = LIVE
     prefill: Any = None
+    media: list[Any] | None = None
 
     @property
     def num_tokens(self) -> int:

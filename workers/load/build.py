@@ -31,6 +31,7 @@ from poolgate.workers.load.inspect import plan, settled
 from poolgate.workers.load.pylate import pylate_config, read_settings
 from poolgate.workers.load.checkpoint import Tensors
 from poolgate.workers.load.lora import adapter_names
+from poolgate.workers.load.media_build import load_media, media_family_of
 from poolgate.workers.models import Architecture, architecture_for, build_model, open_weights
 from poolgate.workers.models.hf_auto import check_supported
 from poolgate.workers.models.run_loras import RunLoras
@@ -194,6 +195,9 @@ def _budget(backend: Backend, runner: PoolingRunner, hf_config: dict, replicas: 
 
 def load_model(cfg: WorkerConfig) -> LoadedModel:
     """Everything the worker needs before it reports ready; logs each step."""
+    family = media_family_of(cfg)
+    if family is not None:  # images or audio in (workers.models.media)
+        return load_media(cfg, family)
     start = time.perf_counter()
     spec = read_spec(cfg)
     backend = get_backend(cfg.backend)

@@ -1,0 +1,24 @@
+"""The media plans by name (``TokenizerFiles.media["plan"]``): one line per plan module; ``plan_for``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
+
+if TYPE_CHECKING:
+    from poolgate.shared.inputs.encoded import TextEncoder
+    from poolgate.shared.wire.messages import ModelInfo
+
+PLANS: dict[str, PlanFactory] = {}
+
+
+def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:
+    """The plan the encoder's files name (None for a text model); ValueError for a plan this gateway lacks."""
+    settings = getattr(encoder.files, "media", None)
+    if not settings:
+        return None
+    make = PLANS.get(settings.get("plan", ""))
+    if make is None:
+        raise ValueError(f"media plan {settings.get('plan')!r}: this gateway has {sorted(PLANS)}")
+    return make(info, encoder, settings)
