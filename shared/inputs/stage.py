@@ -27,8 +27,8 @@ from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs import late_plan as late_chunking
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
 from poolgate.shared.inputs.media.plans import plan_for
-from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.inputs.window_cuts import Expanded, expand, shrink, window_input
+from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.wire.messages import (
     CappedText,
     ChatInput,

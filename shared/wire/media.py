@@ -110,8 +110,12 @@ def media_to_wire(media: list[SequenceMedia]) -> tuple[list[Any], list[np.ndarra
         if items is None:
             header.append(None)
             continue
-        header.append([{"kind": m.kind, "digest": m.digest, "tokens": m.tokens, "meta": m.meta,
-                        "arrays": list(m.arrays)} for m in items])
+        header.append(
+            [
+                {"kind": m.kind, "digest": m.digest, "tokens": m.tokens, "meta": m.meta, "arrays": list(m.arrays)}
+                for m in items
+            ]
+        )
         for m in items:
             arrays += [np.ascontiguousarray(a) for a in m.arrays.values()]
     return header, arrays
@@ -126,8 +130,18 @@ def media_from_wire(header: list[Any], arrays: list[np.ndarray]) -> list[Sequenc
             if items is None:
                 media.append(None)
                 continue
-            media.append([MediaItem(h["kind"], {name: next(blocks) for name in h["arrays"]}, str(h["digest"]),
-                                    int(h["tokens"]), dict(h.get("meta") or {})) for h in items])
+            media.append(
+                [
+                    MediaItem(
+                        h["kind"],
+                        {name: next(blocks) for name in h["arrays"]},
+                        str(h["digest"]),
+                        int(h["tokens"]),
+                        dict(h.get("meta") or {}),
+                    )
+                    for h in items
+                ]
+            )
     except (StopIteration, KeyError, TypeError) as exc:
         raise ValueError(f"malformed media in the call: {exc!r}") from None
     if next(blocks, None) is not None:

@@ -94,7 +94,7 @@ class TokenCall:
 
     def to_wire(self) -> tuple[dict[str, Any], list[np.ndarray]]:
         """The header fields and the blocks (ids, offsets, then type ids and keys where present)."""
-        header = {
+        header: dict[str, Any] = {
             "request_id": self.request_id,
             "model": self.model,
             "params": self.params.to_wire(),
