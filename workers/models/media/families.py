@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media.colpali import COLPALI, COLQWEN2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI
+MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:

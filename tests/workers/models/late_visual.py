@@ -1,0 +1,95 @@
+"""Tiny random ColPali and ColQwen2 checkpoints with their processors, and test images, for the late-interaction tests.
+
+Each folder holds what a published checkpoint holds: transformers' model saved
+whole (safetensors), and its processor (the tokenizer with the special tokens
+the processor needs, and the image processor's settings). The tokenizers are
+built here from a small vocabulary (transformers' Gemma and Qwen2 tokenizer
+classes over it), so the tests need no download.
+"""
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+
+WORDS = "the a of is what which image describe question query page chart table revenue figure show in".split()
+
+
+def _vocab(specials: list[str], space: str, newline: str) -> dict[str, int]:
+    chars = [chr(c) for c in range(33, 127)] + [space, newline]
+    words = [space + w for w in WORDS] + WORDS
+    return {w: i for i, w in enumerate(dict.fromkeys(specials + chars + words))}
+
+
+def colpali_folder(folder: Path, *, image_size: int = 28, patch: int = 14, seed: int = 0) -> Path:
+    """A ColPaliForRetrieval over a 2-layer PaliGemma (SigLIP 2 layers, Gemma 2 layers, hidden 32), dim 16."""
+    from transformers import (ColPaliConfig, ColPaliForRetrieval, ColPaliProcessor, GemmaTokenizer,
+                              PaliGemmaConfig, SiglipImageProcessorPil)
+
+    tokenizer = GemmaTokenizer(vocab=_vocab(["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"], "▁", "\n"), merges=[])
+    images = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
+    images.image_seq_length = (image_size // patch) ** 2
+    processor = ColPaliProcessor(image_processor=images, tokenizer=tokenizer)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, image_size=image_size, patch_size=patch, projection_dim=32)
+    text = dict(model_type="gemma", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8, vocab_size=len(tokenizer), max_position_embeddings=512)
+    vlm = PaliGemmaConfig(vision_config=vision, text_config=text, image_token_id=processor.image_token_id,
+                          projection_dim=32)
+    torch.manual_seed(seed)
+    model = ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=16)).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def colqwen2_folder(folder: Path, *, hidden: int = 32, layers: int = 2, vision_dim: int = 32, vision_depth: int = 2,
+                    heads: int = 4, kv_heads: int = 2, max_pixels: int = 28 * 28 * 16, dim: int = 16,
+                    seed: int = 0) -> Path:
+    """A ColQwen2ForRetrieval over a small Qwen2-VL (patch 14, merge 2, temporal patch 2, as the real one)."""
+    from transformers import (ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2Tokenizer,
+                              Qwen2VLConfig, Qwen2VLImageProcessorPil)
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+    vocab = _vocab(specials, "Ġ", "Ċ")  # byte-level: space and newline as Ġ and Ċ
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, bos_token=None, eos_token="<|im_end|>",
+                               pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": specials[1:]})
+    images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
+    processor = ColQwen2Processor(image_processor=images, tokenizer=tokenizer)
+    head_dim = hidden // heads
+    text = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=len(tokenizer),
+                max_position_embeddings=4096, bos_token_id=None, eos_token_id=vocab["<|im_end|>"],
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                 "mrope_section": [head_dim // 8, head_dim // 8, head_dim // 4]})
+    vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden, num_heads=heads, mlp_ratio=2,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    vlm = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=processor.image_token_id,
+                        vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"))
+    torch.manual_seed(seed)
+    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=dim)).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def sample_image(height: int, width: int, seed: int = 0):
+    """A PIL image of smooth colour ramps and noise (resampling does something to it)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255 / max(width - 1, 1), y * 255 / max(height - 1, 1), (x + y) % 256], -1)
+    pixels = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+    return Image.fromarray(pixels)
+
+
+def data_url(image) -> str:
+    """The image as a PNG ``data:`` URL (lossless: the server decodes the same pixels)."""
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()

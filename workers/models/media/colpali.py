@@ -1,0 +1,152 @@
+"""Visual late interaction: ColPali and ColQwen2 through transformers' own ``*ForRetrieval`` (padded).
+
+transformers' model projects every token's last hidden state to
+``embedding_dim`` (128), L2-normalises each row and zeroes the padding rows; here
+each sequence is padded on the right (ColPali's positions count from 1 whatever
+the padding, and Qwen2-VL's come from the attention mask, so a sequence's rows
+do not depend on its batch) and only its own rows come back, one per token.
+The served task is ``token_embed`` (pooling ALL: the page's image tokens and
+prompt, the query's text and its augmentation tokens), scored with MaxSim on
+the score routes; there is no single-vector ``embed`` (these models have none:
+a mean of the token vectors is not what they were trained for).
+
+The processor (transformers' ``ColPaliProcessor`` / ``ColQwen2Processor``, read
+from the folder) gives the gateway's plan its strings and image settings
+(``shared.inputs.media.colpali``); its tokenizer (the image token and, for
+ColPali, the location tokens added as the processor adds them) is the one the
+gateway tokenizes with.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from poolgate.shared.inputs.media.pixels import PixelSettings
+from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
+from poolgate.workers.batch.packing import PackedBatch
+from poolgate.workers.load.checkpoint import InMemory
+from poolgate.workers.load.hf_tokenizer import files_of
+from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
+from poolgate.workers.models.hf_auto import load_problems
+from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
+from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
+from poolgate.workers.pooling.head import EmbedHead
+
+log = logging.getLogger("poolgate.worker")
+
+
+class LateVisualModel(nn.Module):
+    """transformers' ColPali / ColQwen2 over a packed batch: padded on the right, one row per real token."""
+
+    takes_media = True
+    packed_rows = False
+    needs_groups = False
+
+    def __init__(self, model: nn.Module, pad_id: int, qwen: bool):
+        super().__init__()
+        self.model, self.pad_id, self.qwen = model, pad_id, qwen
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        n, width = len(batch.lengths), batch.max_len
+        device = batch.input_ids.device
+        lengths = torch.tensor(batch.lengths, device=device)
+        mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
+        ids[mask] = batch.input_ids
+        items = [m for seq in (batch.media or []) if seq is not None for m in seq]  # in sequence order
+        kwargs: dict[str, Any] = {}
+        if items and self.qwen:  # the processor's layout: each image's patches padded to the longest, and the grids
+            patches = [torch.from_numpy(m.arrays["pixel_values"]) for m in items]
+            padded = nn.utils.rnn.pad_sequence(patches, batch_first=True)  # (images, max patches, C*T*P*P)
+            kwargs["pixel_values"] = padded.to(device)
+            kwargs["image_grid_thw"] = torch.from_numpy(np.concatenate([m.arrays["image_grid_thw"] for m in items]))
+            kwargs["image_grid_thw"] = kwargs["image_grid_thw"].to(device)
+        elif items:
+            kwargs["pixel_values"] = torch.from_numpy(np.stack([m.arrays["pixel_values"] for m in items])).to(device)
+        if not self.qwen:  # ColPali's processor always sends them, all 0 (no suffix): the prefix attends both ways
+            kwargs["token_type_ids"] = torch.zeros_like(ids)  # (PaliGemma's mask is causal without them when padded)
+        out = self.model(input_ids=ids, attention_mask=mask.long(), **kwargs).embeddings  # (batch, width, dim)
+        return out[mask]  # (n_tokens, dim), in packed order
+
+
+def _load(source: MediaSource, cls: Any) -> nn.Module:
+    """transformers' model from the folder, whole or refused (``workers.models.hf_auto.load_problems``)."""
+    allow_pickle = bool(getattr(source.settings, "allow_pickle_weights", False))
+    weight_files(source.path, allow_pickle=allow_pickle)
+    model, info = cls.from_pretrained(str(source.path), dtype=torch.float32, output_loading_info=True,
+                                      ignore_mismatched_sizes=True, use_safetensors=None if allow_pickle else True)
+    where = weights_source(source.path)
+    problems = load_problems(info, InMemory({}, str(where)))
+    if problems and not getattr(source.settings, "allow_partial_weights", False):
+        raise CheckpointError(where, "; ".join(problems) + f" (for {cls.__name__}; --allow-partial-weights serves "
+                              "it anyway)")
+    if problems:
+        log.warning("%s: serving a partial load (--allow-partial-weights): %s", where, "; ".join(problems))
+    return model.eval()
+
+
+def _augmentation(processor: Any) -> str:
+    """The query suffix: the processor's query-augmentation token ten times, then the newline it ends with."""
+    return processor.query_augmentation_token * 10 + "\n"
+
+
+def colpali_settings(processor: Any) -> dict[str, Any]:
+    """What the gateway's plan reads (``shared.inputs.media.colpali``) of a ``ColPaliProcessor``."""
+    bos = processor.tokenizer.bos_token
+    pixels = PixelSettings.from_config(processor.image_processor.to_dict())
+    return {"plan": "colpali", "processor": "siglip", "pixels": pixels.to_dict(),
+            "image_token": processor.image_token, "image_token_id": int(processor.image_token_id),
+            "image_tokens": int(processor.image_seq_length), "image_before": "",
+            "image_after": f"{bos}{processor.visual_prompt_prefix}\n",
+            "query_prefix": f"{bos}{processor.query_prefix}", "query_suffix": _augmentation(processor),
+            "add_special_tokens": False}
+
+
+def colqwen2_settings(processor: Any) -> dict[str, Any]:
+    """What the gateway's plan reads of a ``ColQwen2Processor``: its visual prompt cut at its one image token."""
+    token = processor.image_token
+    before, sep, after = processor.visual_prompt_prefix.partition(token)
+    if not sep:
+        raise ValueError(f"the ColQwen2 visual prompt {processor.visual_prompt_prefix!r} holds no {token!r}")
+    pixels = QwenImageSettings.from_config(processor.image_processor.to_dict())
+    return {"plan": "colqwen2", "processor": "qwen2_vl", "pixels": pixels.to_dict(), "image_token": token,
+            "image_token_id": int(processor.image_token_id), "image_tokens": None, "image_before": before,
+            "image_after": after, "query_prefix": processor.query_prefix, "query_suffix": _augmentation(processor),
+            "add_special_tokens": True}
+
+
+def _build(source: MediaSource, qwen: bool) -> MediaBuilt:
+    from transformers import AutoProcessor, ColPaliForRetrieval, ColQwen2ForRetrieval
+
+    processor = AutoProcessor.from_pretrained(str(source.path))
+    settings = colqwen2_settings(processor) if qwen else colpali_settings(processor)
+    model = _load(source, ColQwen2ForRetrieval if qwen else ColPaliForRetrieval)
+    text = model.config.vlm_config.get_text_config()
+    pad = processor.tokenizer.pad_token_id
+    files = files_of(processor.tokenizer)
+    files = type(files)(**{**files.__dict__, "media": settings})
+    head = EmbedHead(None, True, l2_cut=source.ops.l2_cut)  # rows come normalised; normalising again keeps them
+    pooler = DispatchPooler({"token_embed": Pooler("ALL", head)}, active="token_embed", ops=source.ops)
+    dim = int(model.config.embedding_dim)
+    return MediaBuilt(model=LateVisualModel(model, int(pad or 0), qwen), pooler=pooler, files=files,
+                      modalities=("text", "image"), embedding_dim=dim,
+                      max_model_len=int(text.max_position_embeddings),
+                      extra={"query_prefix": settings["query_prefix"], "image_tokens": settings["image_tokens"]})
+
+
+def build_colpali(source: MediaSource) -> MediaBuilt:
+    return _build(source, qwen=False)
+
+
+def build_colqwen2(source: MediaSource) -> MediaBuilt:
+    return _build(source, qwen=True)
+
+
+COLPALI = MediaFamily("colpali", build_colpali, "transformers ColPaliForRetrieval (padded), a vector per token",
+                      tasks=("token_embed",), modalities=("text", "image"))
+COLQWEN2 = MediaFamily("colqwen2", build_colqwen2, "transformers ColQwen2ForRetrieval (padded), a vector per token",
+                       tasks=("token_embed",), modalities=("text", "image"))
