@@ -116,10 +116,11 @@ class LateVisualPlan:
                 return x.text
             if any(m.kind != IMAGE for m in media):
                 raise InvalidRequest(f"model {name!r} reads text and images, not audio", param=f"input[{i}]")
-            if len(media) > 1 or any(isinstance(p, str) and p.strip() for p in x.parts):
-                raise InvalidRequest(
-                    f"model {name!r} {MIXED}; input {i} holds {len(media)} image(s) and text", param=f"input[{i}]"
-                )
+            text = any(isinstance(p, str) and p.strip() for p in x.parts)
+            if len(media) > 1 or text:
+                which = f"a {x.role}" if x.role in ("query", "document") else f"input {i}"
+                held = f"{len(media)} image{'s' if len(media) > 1 else ''}{' and text' if text else ''}"
+                raise InvalidRequest(f"model {name!r} {MIXED}; {which} holds {held}", param=f"input[{i}]")
             return Page(media[0], f"input[{i}]")
         raise InvalidRequest(f"model {name!r} {MIXED}; input {i} is neither", param=f"input[{i}]")
 
