@@ -46,10 +46,13 @@ def colpali_folder(folder: Path, *, image_size: int = 28, patch: int = 14, seed:
     return folder
 
 
-def colqwen2_folder(folder: Path, *, hidden: int = 32, layers: int = 2, vision_dim: int = 32, vision_depth: int = 2,
-                    heads: int = 4, kv_heads: int = 2, max_pixels: int = 28 * 28 * 16, dim: int = 16,
+def colqwen2_folder(folder: Path, *, hidden: int = 32, intermediate: int = 64, layers: int = 2, vision_dim: int = 32,
+                    vision_depth: int = 2, vision_heads: int = 4, mlp_ratio: int = 2, heads: int = 4, kv_heads: int = 2,
+                    max_pixels: int = 28 * 28 * 16, dim: int = 16, mrope: list[int] | None = None,
                     seed: int = 0) -> Path:
-    """A ColQwen2ForRetrieval over a small Qwen2-VL (patch 14, merge 2, temporal patch 2, as the real one)."""
+    """A ColQwen2ForRetrieval over a small Qwen2-VL (patch 14, merge 2, temporal patch 2, as the real one); the
+    widths, depths and heads as given (ColQwen2-v1.0's Qwen2-VL-2B: hidden 1536, intermediate 8960, 28 layers,
+    12 heads, 2 KV heads; vision 1280 wide, 32 deep, 16 heads, MLP ratio 4; dim 128)."""
     from transformers import (ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2Tokenizer,
                               Qwen2VLConfig, Qwen2VLImageProcessorPil)
 
@@ -61,13 +64,13 @@ def colqwen2_folder(folder: Path, *, hidden: int = 32, layers: int = 2, vision_d
     images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
     processor = ColQwen2Processor(image_processor=images, tokenizer=tokenizer)
     head_dim = hidden // heads
-    text = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+    text = dict(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
                 num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=len(tokenizer),
                 max_position_embeddings=4096, bos_token_id=None, eos_token_id=vocab["<|im_end|>"],
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                 "mrope_section": [head_dim // 8, head_dim // 8, head_dim // 4]})
-    vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden, num_heads=heads, mlp_ratio=2,
-                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+                                 "mrope_section": mrope or [head_dim // 8, head_dim // 8, head_dim // 4]})
+    vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden, num_heads=vision_heads,
+                  mlp_ratio=mlp_ratio, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
     vlm = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=processor.image_token_id,
                         vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"))
     torch.manual_seed(seed)
