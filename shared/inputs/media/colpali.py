@@ -1,6 +1,7 @@
-"""Visual late interaction (ColPali, ColQwen2): queries are texts, documents are page images.
+"""Visual late interaction (ColPali, ColQwen2, ColModernVBERT): queries are texts, documents are page images.
 
-The plan reproduces transformers' ``ColPaliProcessor`` and ``ColQwen2Processor``:
+The plan reproduces transformers' ``ColPaliProcessor``, ``ColQwen2Processor`` and
+``ColModernVBertProcessor``:
 
 - a query (a text, or an input of text parts only) is read as
   ``query_prefix + text + query_suffix``: ColPali's ``"<bos>Question: "`` and ten
@@ -13,7 +14,10 @@ The plan reproduces transformers' ``ColPaliProcessor`` and ``ColQwen2Processor``
   ``"<|im_start|>user\\n<|vision_start|>" + "<|image_pad|>" * tokens +
   "<|vision_end|>Describe the image.<|im_end|><|endoftext|>"`` with the Qwen2-VL
   patches and grid (``shared.inputs.media.qwen2_vl``), ``tokens`` set by the
-  image's size.
+  image's size; ColModernVBERT's ``"<|begin_of_text|>User:"`` + the Idefics3
+  tiles' placeholder (``shared.inputs.media.idefics3``) + ``"Describe the
+  image.<end_of_utterance>\\nAssistant:"``, its queries ``text`` and ten
+  ``<end_of_utterance>``.
 
 The whole string goes through the tokenizer in one call, special tokens added
 as the processor adds them (``add_special_tokens``: ColPali turns its tokenizer's
@@ -23,9 +27,10 @@ query longer than ``truncate_prompt_tokens`` is cut as the tokenizer cuts; a
 page never is (its image tokens must all be there).
 
 Settings (``TokenizerFiles.media``, written by ``workers.models.media.colpali``):
-``plan``, ``processor`` (``siglip`` or ``qwen2_vl``), ``pixels`` (that
-processor's settings), ``image_token``, ``image_token_id``, ``image_tokens``
-(ColPali's fixed count; None where the image's size decides it),
+``plan``, ``processor`` (``siglip``, ``qwen2_vl`` or ``idefics3``), ``pixels``
+(that processor's settings), ``image_token``, ``image_token_id``,
+``image_tokens`` (ColPali's fixed count, ColModernVBERT's per tile; None where
+the image's size decides it),
 ``image_before``/``image_after``, ``query_prefix``/``query_suffix``,
 ``add_special_tokens``.
 """
@@ -38,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import cap_task, check_length, truncation_length
 from poolgate.shared.inputs.encoded import Encoded
+from poolgate.shared.inputs.media.idefics3 import TileSettings, placeholder, tiles
 from poolgate.shared.inputs.media.images import decode_image
 from poolgate.shared.inputs.media.pixels import PixelSettings, pixel_values
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings, image_item
@@ -68,9 +74,11 @@ class LateVisualPlan:
         self.processor = settings["processor"]
         if self.processor == "siglip":
             fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings["pixels"].items()}
-            self.pixels: PixelSettings | QwenImageSettings = PixelSettings(**fields)
+            self.pixels: PixelSettings | QwenImageSettings | TileSettings = PixelSettings(**fields)
         elif self.processor == "qwen2_vl":
             self.pixels = QwenImageSettings.from_dict(settings["pixels"])
+        elif self.processor == "idefics3":
+            self.pixels = TileSettings.from_dict(settings["pixels"])
         else:
             raise ValueError(f"late-interaction plan: unknown image processor {self.processor!r}")
         self.image_token_id = int(settings["image_token_id"])
@@ -128,17 +136,25 @@ class LateVisualPlan:
         """A page's ids (its visual prompt, the image token once per image token) and its processed image."""
         decoded = decode_image(page.ref, limits, page.where)
         meta = {"width": decoded.width, "height": decoded.height, "format": decoded.format}
-        if isinstance(self.pixels, QwenImageSettings):
+        s, pixels = self.settings, self.pixels
+        if isinstance(pixels, QwenImageSettings):  # ColQwen2: the image's size decides its tokens
             try:
-                item = image_item(decoded.pixels, self.pixels, meta)
+                item = image_item(decoded.pixels, pixels, meta)
             except ValueError as exc:  # an aspect ratio or size the Qwen2-VL processor cannot resize
                 raise InvalidRequest(f"{page.where}: {exc}", param=page.where) from None
-        else:
-            values = pixel_values(decoded.pixels, self.pixels)
-            digest = digest_of(IMAGE, decoded.pixels, self.pixels.key())
-            item = MediaItem(IMAGE, {"pixel_values": values}, digest, int(self.settings["image_tokens"]), meta)
-        s = self.settings
-        text = s["image_before"] + s["image_token"] * item.tokens + s["image_after"]
+            middle = s["image_token"] * item.tokens
+        elif isinstance(pixels, TileSettings):  # ColModernVBERT: tiles and a global view, image_tokens each
+            frames, rows, cols = tiles(decoded.pixels, pixels)
+            each = int(s["image_tokens"])
+            digest = digest_of(IMAGE, decoded.pixels, pixels.key())
+            item = MediaItem(IMAGE, {"pixel_values": frames}, digest, each * len(frames), meta)
+            middle = placeholder(rows, cols, s["image_token"], each)
+        else:  # ColPali: one fixed-size image, image_tokens
+            values = pixel_values(decoded.pixels, pixels)
+            digest = digest_of(IMAGE, decoded.pixels, pixels.key())
+            item = MediaItem(IMAGE, {"pixel_values": values}, digest, int(s["image_tokens"]), meta)
+            middle = s["image_token"] * item.tokens
+        text = s["image_before"] + middle + s["image_after"]
         ids = self.encoder.encode([text], add_special_tokens=self.special)[0]
         if sum(1 for t in ids if t == self.image_token_id) != item.tokens:
             raise ValueError(

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from poolgate.shared.wire.messages import ModelInfo
 
 PLANS: dict[str, PlanFactory] = {}
-PLANS["colpali"] = PLANS["colqwen2"] = late_visual_plan  # shared.inputs.media.colpali
+PLANS["colpali"] = PLANS["colqwen2"] = PLANS["colmodernvbert"] = late_visual_plan  # shared.inputs.media.colpali
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

@@ -1,10 +1,10 @@
-"""Tiny random ColPali and ColQwen2 checkpoints with their processors, and test images, for the late-interaction tests.
+"""Tiny random ColPali, ColQwen2 and ColModernVBERT checkpoints with their processors, and test images, for the late-interaction tests.
 
 Each folder holds what a published checkpoint holds: transformers' model saved
 whole (safetensors), and its processor (the tokenizer with the special tokens
 the processor needs, and the image processor's settings). The tokenizers are
 built here from a small vocabulary (transformers' Gemma and Qwen2 tokenizer
-classes over it), so the tests need no download.
+classes over it, with the special tokens each processor reads), so the tests need no download.
 """
 from __future__ import annotations
 
@@ -75,6 +75,36 @@ def colqwen2_folder(folder: Path, *, hidden: int = 32, intermediate: int = 64, l
                         vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"))
     torch.manual_seed(seed)
     model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=dim)).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def colmodernvbert_folder(folder: Path, *, tile: int = 56, longest_edge: int = 112, seed: int = 0) -> Path:
+    """A ColModernVBertForRetrieval over a small ModernVBERT (SigLIP 2 layers on 56 px tiles, patch 14, pixel
+    shuffle 2: 4 tokens a tile; ModernBERT 3 layers with local and global attention), Idefics3 tiles, dim 16."""
+    from transformers import (ColModernVBertConfig, ColModernVBertForRetrieval, ColModernVBertProcessor,
+                              Idefics3ImageProcessorPil, ModernVBertConfig, Qwen2Tokenizer)
+
+    grid = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
+    specials = ["<|endoftext|>", "<|begin_of_text|>", "<end_of_utterance>", "<fake_token_around_image>", "<image>",
+                "<global-img>", *grid]
+    vocab = _vocab(specials, "Ġ", "Ċ")
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, bos_token="<|begin_of_text|>",
+                               eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": specials[1:]})
+    images = Idefics3ImageProcessorPil(size={"longest_edge": longest_edge}, max_image_size={"longest_edge": tile})
+    processor = ColModernVBertProcessor(image_processor=images, tokenizer=tokenizer, image_seq_len=4)
+    text = dict(model_type="modernbert", hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                num_attention_heads=4, vocab_size=len(tokenizer), max_position_embeddings=512, local_attention=16,
+                global_attn_every_n_layers=2, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+                eos_token_id=None, cls_token_id=None, sep_token_id=None)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, image_size=tile, patch_size=14)
+    vlm = ModernVBertConfig(text_config=text, vision_config=vision, image_token_id=processor.image_token_id,
+                            pixel_shuffle_factor=2)
+    torch.manual_seed(seed)
+    model = ColModernVBertForRetrieval(ColModernVBertConfig(vlm_config=vlm, embedding_dim=16)).eval()
     model.save_pretrained(folder, safe_serialization=True)
     processor.save_pretrained(folder)
     return folder

@@ -1,4 +1,4 @@
-"""ColPali and ColQwen2 (visual late interaction) against transformers' own processor and forward.
+"""ColPali, ColQwen2 and ColModernVBERT (visual late interaction) against transformers' own processor and forward.
 
 Tiny random checkpoints (``tests.workers.models.late_visual``): the ids and
 pixel arrays the gateway's plan makes equal the processor's, every token's
@@ -20,20 +20,29 @@ from poolgate.shared.wire.media import MediaInput, MediaRef
 from poolgate.shared.wire.messages import PoolingCall
 from poolgate.workers.load.build import load_model
 from poolgate.workers.offline import PoolingModel, offline_config
-from tests.workers.models.late_visual import colpali_folder, colqwen2_folder, data_url, sample_image
+from tests.workers.models.late_visual import (colmodernvbert_folder, colpali_folder, colqwen2_folder, data_url,
+                                              sample_image)
 
 QUERIES = ["what is the revenue chart", "a", "which figure show the table of image"]
-SIZES = {"colpali": [(28, 28), (60, 45), (33, 80)], "colqwen2": [(56, 84), (60, 90), (40, 40), (120, 50)]}
+SIZES = {"colpali": [(28, 28), (60, 45), (33, 80)], "colqwen2": [(56, 84), (60, 90), (40, 40), (120, 50)],
+         "colmodernvbert": [(60, 45), (30, 90), (50, 50), (200, 40)]}
+FOLDERS = {"colpali": colpali_folder, "colqwen2": colqwen2_folder, "colmodernvbert": colmodernvbert_folder}
 
 
-@pytest.fixture(scope="module", params=["colpali", "colqwen2"])
+def retrieval_class(name: str):
+    import transformers
+
+    return {"colpali": transformers.ColPaliForRetrieval, "colqwen2": transformers.ColQwen2ForRetrieval,
+            "colmodernvbert": transformers.ColModernVBertForRetrieval}[name]
+
+
+@pytest.fixture(scope="module", params=list(FOLDERS))
 def family(request, tmp_path_factory):
     name = request.param
-    folder = tmp_path_factory.mktemp(name)
-    (colpali_folder if name == "colpali" else colqwen2_folder)(folder)
-    from transformers import AutoProcessor, ColPaliForRetrieval, ColQwen2ForRetrieval
+    folder = FOLDERS[name](tmp_path_factory.mktemp(name))
+    from transformers import AutoProcessor
 
-    cls = ColPaliForRetrieval if name == "colpali" else ColQwen2ForRetrieval
+    cls = retrieval_class(name)
     images = [sample_image(h, w, seed=i) for i, (h, w) in enumerate(SIZES[name])]
     return name, folder, AutoProcessor.from_pretrained(folder), cls.from_pretrained(folder).eval(), images
 
@@ -74,11 +83,11 @@ def test_ids_and_pixels_equal_the_processor(family):
         assert encoded.media is not None and encoded.media[i] is not None
         (item,) = encoded.media[i]
         assert item.tokens == sum(t == processor.image_token_id for t in encoded.ids[i])
-        pixels = theirs["pixel_values"][0].numpy()  # ColQwen2: one image's patches (no padding in a batch of one)
+        pixels = theirs["pixel_values"][0].numpy()  # one image's (no padding in a batch of one)
         np.testing.assert_allclose(item.arrays["pixel_values"], pixels, atol=2e-6, rtol=0)
         if name == "colqwen2":
             np.testing.assert_array_equal(item.arrays["image_grid_thw"], theirs["image_grid_thw"].numpy())
-    if name == "colqwen2":  # the image's size decides its token count
+    if name != "colpali":  # the image's size decides its token count
         assert len({m.tokens for x in encoded.media[len(QUERIES):] for m in x}) > 1
 
 

@@ -1,4 +1,4 @@
-"""ColPali and ColQwen2 over HTTP: a text query against page images on /score and /rerank (MaxSim), a page's token
+"""ColPali, ColQwen2 and ColModernVBERT over HTTP: a text query against page images on /score and /rerank (MaxSim), a page's token
 vectors on /pooling, against transformers' processor, forward and ``score_retrieval`` (tiny random checkpoints
 served by ``poolgate serve``)."""
 from __future__ import annotations
@@ -8,18 +8,17 @@ import pytest
 import requests
 
 from tests.live_server import served_url
-from tests.workers.models.late_visual import colpali_folder, colqwen2_folder, data_url, sample_image
-from tests.workers.models.test_late_visual import QUERIES, SIZES, reference, worst_cosine
+from tests.workers.models.late_visual import data_url, sample_image
+from tests.workers.models.test_late_visual import FOLDERS, QUERIES, SIZES, reference, retrieval_class, worst_cosine
 
 
-@pytest.fixture(scope="module", params=["colpali", "colqwen2"])
+@pytest.fixture(scope="module", params=list(FOLDERS))
 def served(request, tmp_path_factory):
     name = request.param
-    folder = tmp_path_factory.mktemp(name)
-    (colpali_folder if name == "colpali" else colqwen2_folder)(folder)
-    from transformers import AutoProcessor, ColPaliForRetrieval, ColQwen2ForRetrieval
+    folder = FOLDERS[name](tmp_path_factory.mktemp(name))
+    from transformers import AutoProcessor
 
-    cls = ColPaliForRetrieval if name == "colpali" else ColQwen2ForRetrieval
+    cls = retrieval_class(name)
     images = [sample_image(h, w, seed=i) for i, (h, w) in enumerate(SIZES[name])]
     state = (name, AutoProcessor.from_pretrained(folder), cls.from_pretrained(folder).eval(), images)
     for url in served_url(folder, str(folder), "--served-model-name", name, "--dtype", "float32"):

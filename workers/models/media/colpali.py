@@ -1,16 +1,18 @@
-"""Visual late interaction: ColPali and ColQwen2 through transformers' own ``*ForRetrieval`` (padded).
+"""Visual late interaction: ColPali, ColQwen2, ColModernVBERT through transformers' ``*ForRetrieval`` (padded).
 
 transformers' model projects every token's last hidden state to
 ``embedding_dim`` (128), L2-normalises each row and zeroes the padding rows; here
 each sequence is padded on the right (ColPali's positions count from 1 whatever
-the padding, and Qwen2-VL's come from the attention mask, so a sequence's rows
-do not depend on its batch) and only its own rows come back, one per token.
+the padding, Qwen2-VL's come from the attention mask, ModernBERT attends both
+ways under the mask, so a sequence's rows do not depend on its batch) and only
+its own rows come back, one per token.
 The served task is ``token_embed`` (pooling ALL: the page's image tokens and
 prompt, the query's text and its augmentation tokens), scored with MaxSim on
 the score routes; there is no single-vector ``embed`` (these models have none:
 a mean of the token vectors is not what they were trained for).
 
-The processor (transformers' ``ColPaliProcessor`` / ``ColQwen2Processor``, read
+The processor (transformers' ``ColPaliProcessor`` / ``ColQwen2Processor`` /
+``ColModernVBertProcessor``, read
 from the folder) gives the gateway's plan its strings and image settings
 (``shared.inputs.media.colpali``); its tokenizer (the image token and, for
 ColPali, the location tokens added as the processor adds them) is the one the
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from poolgate.shared.inputs.media.idefics3 import TileSettings
 from poolgate.shared.inputs.media.pixels import PixelSettings
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
 from poolgate.workers.batch.packing import PackedBatch
@@ -46,9 +49,9 @@ class LateVisualModel(nn.Module):
     packed_rows = False
     needs_groups = False
 
-    def __init__(self, model: nn.Module, pad_id: int, qwen: bool):
+    def __init__(self, model: nn.Module, pad_id: int, kind: str):
         super().__init__()
-        self.model, self.pad_id, self.qwen = model, pad_id, qwen
+        self.model, self.pad_id, self.kind = model, pad_id, kind
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         n, width = len(batch.lengths), batch.max_len
@@ -59,15 +62,21 @@ class LateVisualModel(nn.Module):
         ids[mask] = batch.input_ids
         items = [m for seq in (batch.media or []) if seq is not None for m in seq]  # in sequence order
         kwargs: dict[str, Any] = {}
-        if items and self.qwen:  # the processor's layout: each image's patches padded to the longest, and the grids
+        if items and self.kind == "colqwen2":  # the processor's layout: each image's patches padded, and the grids
             patches = [torch.from_numpy(m.arrays["pixel_values"]) for m in items]
             padded = nn.utils.rnn.pad_sequence(patches, batch_first=True)  # (images, max patches, C*T*P*P)
             kwargs["pixel_values"] = padded.to(device)
             kwargs["image_grid_thw"] = torch.from_numpy(np.concatenate([m.arrays["image_grid_thw"] for m in items]))
             kwargs["image_grid_thw"] = kwargs["image_grid_thw"].to(device)
+        elif items and self.kind == "colmodernvbert":  # per image its frames, padded with all-zero frames (skipped)
+            frames = [torch.from_numpy(m.arrays["pixel_values"]) for m in items]  # (frames, 3, tile, tile) each
+            padded = nn.utils.rnn.pad_sequence(frames, batch_first=True)  # (images, max frames, 3, tile, tile)
+            real = torch.arange(padded.shape[1])[None, :] < torch.tensor([len(f) for f in frames])[:, None]
+            pixel_mask = real[:, :, None, None].expand(-1, -1, *padded.shape[-2:]).long()  # 0: a padding frame
+            kwargs["pixel_values"], kwargs["pixel_attention_mask"] = padded.to(device), pixel_mask.to(device)
         elif items:
             kwargs["pixel_values"] = torch.from_numpy(np.stack([m.arrays["pixel_values"] for m in items])).to(device)
-        if not self.qwen:  # ColPali's processor always sends them, all 0 (no suffix): the prefix attends both ways
+        if self.kind == "colpali":  # its processor always sends them, all 0 (no suffix): the prefix attends both ways
             kwargs["token_type_ids"] = torch.zeros_like(ids)  # (PaliGemma's mask is causal without them when padded)
         out = self.model(input_ids=ids, attention_mask=mask.long(), **kwargs).embeddings  # (batch, width, dim)
         return out[mask]  # (n_tokens, dim), in packed order
@@ -119,12 +128,30 @@ def colqwen2_settings(processor: Any) -> dict[str, Any]:
             "add_special_tokens": True}
 
 
-def _build(source: MediaSource, qwen: bool) -> MediaBuilt:
-    from transformers import AutoProcessor, ColPaliForRetrieval, ColQwen2ForRetrieval
+def colmodernvbert_settings(processor: Any) -> dict[str, Any]:
+    """What the gateway's plan reads of a ``ColModernVBertProcessor``: its visual prompt cut at its image token,
+    the Idefics3 tiles and the image tokens per tile; queries without a newline after the augmentation."""
+    token = processor.image_token
+    before, sep, after = processor.visual_prompt_prefix.partition(token)
+    if not sep:
+        raise ValueError(f"the ColModernVBERT visual prompt {processor.visual_prompt_prefix!r} holds no {token!r}")
+    pixels = TileSettings.from_config(processor.image_processor.to_dict())
+    return {"plan": "colmodernvbert", "processor": "idefics3", "pixels": pixels.to_dict(), "image_token": token,
+            "image_token_id": int(processor.image_token_id), "image_tokens": int(processor.image_seq_len),
+            "image_before": before, "image_after": after, "query_prefix": processor.query_prefix,
+            "query_suffix": processor.query_augmentation_token * 10, "add_special_tokens": True}
+
+
+SETTINGS = {"colpali": colpali_settings, "colqwen2": colqwen2_settings, "colmodernvbert": colmodernvbert_settings}
+
+
+def _build(source: MediaSource, kind: str) -> MediaBuilt:
+    import transformers
+    from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(str(source.path))
-    settings = colqwen2_settings(processor) if qwen else colpali_settings(processor)
-    model = _load(source, ColQwen2ForRetrieval if qwen else ColPaliForRetrieval)
+    settings = SETTINGS[kind](processor)
+    model = _load(source, getattr(transformers, source.architecture))
     text = model.config.vlm_config.get_text_config()
     pad = processor.tokenizer.pad_token_id
     files = files_of(processor.tokenizer)
@@ -132,21 +159,27 @@ def _build(source: MediaSource, qwen: bool) -> MediaBuilt:
     head = EmbedHead(None, True, l2_cut=source.ops.l2_cut)  # rows come normalised; normalising again keeps them
     pooler = DispatchPooler({"token_embed": Pooler("ALL", head)}, active="token_embed", ops=source.ops)
     dim = int(model.config.embedding_dim)
-    return MediaBuilt(model=LateVisualModel(model, int(pad or 0), qwen), pooler=pooler, files=files,
+    return MediaBuilt(model=LateVisualModel(model, int(pad or 0), kind), pooler=pooler, files=files,
                       modalities=("text", "image"), embedding_dim=dim,
                       max_model_len=int(text.max_position_embeddings),
                       extra={"query_prefix": settings["query_prefix"], "image_tokens": settings["image_tokens"]})
 
 
 def build_colpali(source: MediaSource) -> MediaBuilt:
-    return _build(source, qwen=False)
+    return _build(source, "colpali")
 
 
 def build_colqwen2(source: MediaSource) -> MediaBuilt:
-    return _build(source, qwen=True)
+    return _build(source, "colqwen2")
+
+
+def build_colmodernvbert(source: MediaSource) -> MediaBuilt:
+    return _build(source, "colmodernvbert")
 
 
 COLPALI = MediaFamily("colpali", build_colpali, "transformers ColPaliForRetrieval (padded), a vector per token",
                       tasks=("token_embed",), modalities=("text", "image"))
 COLQWEN2 = MediaFamily("colqwen2", build_colqwen2, "transformers ColQwen2ForRetrieval (padded), a vector per token",
                        tasks=("token_embed",), modalities=("text", "image"))
+COLMODERNVBERT = MediaFamily("colmodernvbert", build_colmodernvbert, "transformers ColModernVBertForRetrieval "
+                             "(padded), a vector per token", tasks=("token_embed",), modalities=("text", "image"))

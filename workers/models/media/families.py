@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
-from poolgate.workers.models.media.colpali import COLPALI, COLQWEN2
+from poolgate.workers.models.media.colpali import COLMODERNVBERT, COLPALI, COLQWEN2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
 MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI
 MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
+MEDIA_ARCHITECTURES["ColModernVBertForRetrieval"] = COLMODERNVBERT
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
