@@ -63,13 +63,13 @@ class LateVisualModel(nn.Module):
         items = [m for seq in (batch.media or []) if seq is not None for m in seq]  # in sequence order
         kwargs: dict[str, Any] = {}
         if items and self.kind == "colqwen2":  # the processor's layout: each image's patches padded, and the grids
-            patches = [torch.from_numpy(m.arrays["pixel_values"]) for m in items]
+            patches = [torch.tensor(m.arrays["pixel_values"]) for m in items]  # (the wire's arrays are read-only)
             padded = nn.utils.rnn.pad_sequence(patches, batch_first=True)  # (images, max patches, C*T*P*P)
             kwargs["pixel_values"] = padded.to(device)
             kwargs["image_grid_thw"] = torch.from_numpy(np.concatenate([m.arrays["image_grid_thw"] for m in items]))
             kwargs["image_grid_thw"] = kwargs["image_grid_thw"].to(device)
         elif items and self.kind == "colmodernvbert":  # per image its frames, padded with all-zero frames (skipped)
-            frames = [torch.from_numpy(m.arrays["pixel_values"]) for m in items]  # (frames, 3, tile, tile) each
+            frames = [torch.tensor(m.arrays["pixel_values"]) for m in items]  # (frames, 3, tile, tile) each
             padded = nn.utils.rnn.pad_sequence(frames, batch_first=True)  # (images, max frames, 3, tile, tile)
             real = torch.arange(padded.shape[1])[None, :] < torch.tensor([len(f) for f in frames])[:, None]
             pixel_mask = real[:, :, None, None].expand(-1, -1, *padded.shape[-2:]).long()  # 0: a padding frame
