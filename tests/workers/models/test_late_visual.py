@@ -119,7 +119,7 @@ def test_maxsim_equals_score_retrieval(family):
 
 
 def test_what_these_models_cannot_read_is_a_400(family):
-    _, folder, _, _, images = family
+    name, folder, _, _, images = family
     loaded = load_model(offline_config(str(folder), {"dtype": "float32"}))
     stage = InputStage(loaded.info, loaded.encoder, MediaLimits(max_images_per_request=2))
     url = data_url(images[0])
@@ -130,13 +130,16 @@ def test_what_these_models_cannot_read_is_a_400(family):
         "token ids": [5, 6, 7],
     }
     for what, x in bad.items():
-        with pytest.raises(InvalidRequest):
-            stage.encode(PoolingCall("t", "m", [x], PoolingParams(task="token_embed")))
-        assert what
+        with pytest.raises(InvalidRequest) as caught:
+            stage.encode(PoolingCall("t", "m", ["a query", x], PoolingParams(task="token_embed")))
+        assert caught.value.param == "input[1]", what  # the 400 names the input
     with pytest.raises(InvalidRequest, match="max-images-per-request"):
         stage.encode(PoolingCall("t", "m", [page(images[0])] * 3, PoolingParams(task="token_embed")))
     with pytest.raises(InvalidRequest, match="cannot be truncated"):
         stage.encode(PoolingCall("t", "m", [page(images[0])], PoolingParams(task="token_embed",
                                                                              truncate_prompt_tokens=3)))
+    if name == "colqwen2":  # Qwen2-VL's resize refuses sides more than 200 times apart
+        with pytest.raises(InvalidRequest, match="200 times"):
+            stage.encode(PoolingCall("t", "m", [page(sample_image(3, 700))], PoolingParams(task="token_embed")))
     text_only = stage.encode(PoolingCall("t", "m", [MediaInput(("a",))], PoolingParams(task="token_embed")))
     assert text_only.ids == stage.encode(PoolingCall("t", "m", ["a"], PoolingParams(task="token_embed"))).ids
