@@ -1,4 +1,4 @@
-"""ColPali, ColQwen2 and ColModernVBERT (visual late interaction) against transformers' own processor and forward.
+"""ColPali, ColQwen2 (over Qwen2-VL and Qwen2.5-VL) and ColModernVBERT (visual late interaction) against transformers' own processor and forward.
 
 Tiny random checkpoints (``tests.workers.models.late_visual``): the ids and
 pixel arrays the gateway's plan makes equal the processor's, every token's
@@ -7,6 +7,8 @@ vector equals transformers' ``*ForRetrieval`` forward on the processor's output
 and MaxSim through the score plan equals ``processor.score_retrieval``.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -25,14 +27,18 @@ from tests.workers.models.late_visual import (colmodernvbert_folder, colpali_fol
 
 QUERIES = ["what is the revenue chart", "a", "which figure show the table of image"]
 SIZES = {"colpali": [(28, 28), (60, 45), (33, 80)], "colqwen2": [(56, 84), (60, 90), (40, 40), (120, 50)],
-         "colmodernvbert": [(60, 45), (30, 90), (50, 50), (200, 40)]}
-FOLDERS = {"colpali": colpali_folder, "colqwen2": colqwen2_folder, "colmodernvbert": colmodernvbert_folder}
+         "colqwen2.5": [(56, 84), (112, 112), (40, 40), (120, 50)], "colmodernvbert": [(60, 45), (30, 90), (50, 50),
+                                                                                      (200, 40)]}
+FOLDERS = {"colpali": colpali_folder, "colqwen2": colqwen2_folder,
+           "colqwen2.5": functools.partial(colqwen2_folder, backbone="qwen2_5_vl", max_pixels=28 * 28 * 64),
+           "colmodernvbert": colmodernvbert_folder}
 
 
 def retrieval_class(name: str):
     import transformers
 
     return {"colpali": transformers.ColPaliForRetrieval, "colqwen2": transformers.ColQwen2ForRetrieval,
+            "colqwen2.5": transformers.ColQwen2ForRetrieval,
             "colmodernvbert": transformers.ColModernVBertForRetrieval}[name]
 
 
@@ -85,7 +91,7 @@ def test_ids_and_pixels_equal_the_processor(family):
         assert item.tokens == sum(t == processor.image_token_id for t in encoded.ids[i])
         pixels = theirs["pixel_values"][0].numpy()  # one image's (no padding in a batch of one)
         np.testing.assert_allclose(item.arrays["pixel_values"], pixels, atol=2e-6, rtol=0)
-        if name == "colqwen2":
+        if name.startswith("colqwen2"):
             np.testing.assert_array_equal(item.arrays["image_grid_thw"], theirs["image_grid_thw"].numpy())
     if name != "colpali":  # the image's size decides its token count
         assert len({m.tokens for x in encoded.media[len(QUERIES):] for m in x}) > 1
@@ -138,7 +144,7 @@ def test_what_these_models_cannot_read_is_a_400(family):
     with pytest.raises(InvalidRequest, match="cannot be truncated"):
         stage.encode(PoolingCall("t", "m", [page(images[0])], PoolingParams(task="token_embed",
                                                                              truncate_prompt_tokens=3)))
-    if name == "colqwen2":  # Qwen2-VL's resize refuses sides more than 200 times apart
+    if name.startswith("colqwen2"):  # Qwen2-VL's resize refuses sides more than 200 times apart
         with pytest.raises(InvalidRequest, match="200 times"):
             stage.encode(PoolingCall("t", "m", [page(sample_image(3, 700))], PoolingParams(task="token_embed")))
     text_only = stage.encode(PoolingCall("t", "m", [MediaInput(("a",))], PoolingParams(task="token_embed")))
