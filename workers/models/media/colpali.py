@@ -21,6 +21,7 @@ gateway tokenizes with.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from torch import nn
 from poolgate.shared.inputs.media.idefics3 import TileSettings
 from poolgate.shared.inputs.media.pixels import PixelSettings
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
-from poolgate.workers.batch.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch, pack, to_device
 from poolgate.workers.load.checkpoint import InMemory
 from poolgate.workers.load.hf_tokenizer import files_of
 from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
@@ -145,6 +146,33 @@ def colmodernvbert_settings(processor: Any) -> dict[str, Any]:
 SETTINGS = {"colpali": colpali_settings, "colqwen2": colqwen2_settings, "colmodernvbert": colmodernvbert_settings}
 
 
+def _warm_up(files: Any, architecture: str, max_len: int, dim: int) -> Any:
+    """A warm-up that runs a query and a synthetic page (``shared.inputs.media.synthetic``), laid out by the
+    gateway's own plan, through the runner's model once: kernels are chosen before the first request."""
+
+    def warm_up(runner: Any) -> None:
+        from poolgate.shared.domain.media_limits import MediaLimits
+        from poolgate.shared.domain.params import PoolingParams
+        from poolgate.shared.inputs.encoders import encoder_for
+        from poolgate.shared.inputs.media.colpali import LateVisualPlan
+        from poolgate.shared.inputs.media.synthetic import probe_images
+        from poolgate.shared.wire.media import MediaInput, MediaRef
+        from poolgate.shared.wire.messages import ModelInfo, PoolingCall
+
+        info = ModelInfo("warm-up", architecture, ("token_embed",), max_len, dim, "", "")
+        plan = LateVisualPlan(info, encoder_for(files), files.media)
+        params = PoolingParams(task="token_embed")
+        page = MediaInput((MediaRef("image", data=probe_images()[0][1]),))
+        encoded = plan.encode(PoolingCall("warm-up", "warm-up", ["warm up", page], params), MediaLimits())
+        batch = pack(encoded.ids, group_attention=False)
+        batch.media = encoded.media
+        log.info("warming up: a query and a page (%d tokens)", len(encoded.ids[1]))
+        with torch.inference_mode():
+            runner.model(to_device(batch, runner.backend.device()))
+
+    return warm_up
+
+
 def _build(source: MediaSource, kind: str) -> MediaBuilt:
     import transformers
     from transformers import AutoProcessor
@@ -154,14 +182,13 @@ def _build(source: MediaSource, kind: str) -> MediaBuilt:
     model = _load(source, getattr(transformers, source.architecture))
     text = model.config.vlm_config.get_text_config()
     pad = processor.tokenizer.pad_token_id
-    files = files_of(processor.tokenizer)
-    files = type(files)(**{**files.__dict__, "media": settings})
+    files = replace(files_of(processor.tokenizer), media=settings)
     head = EmbedHead(None, True, l2_cut=source.ops.l2_cut)  # rows come normalised; normalising again keeps them
     pooler = DispatchPooler({"token_embed": Pooler("ALL", head)}, active="token_embed", ops=source.ops)
-    dim = int(model.config.embedding_dim)
+    dim, max_len = int(model.config.embedding_dim), int(text.max_position_embeddings)
     return MediaBuilt(model=LateVisualModel(model, int(pad or 0), kind), pooler=pooler, files=files,
-                      modalities=("text", "image"), embedding_dim=dim,
-                      max_model_len=int(text.max_position_embeddings),
+                      modalities=("text", "image"), embedding_dim=dim, max_model_len=max_len,
+                      warm_up=_warm_up(files, source.architecture, max_len, dim),
                       extra={"query_prefix": settings["query_prefix"], "image_tokens": settings["image_tokens"]})
 
 
