@@ -25,9 +25,10 @@ bytes in place (``MediaRef.data``); ``data:`` URLs and base64 stay as they are
    reach that address;
 4. redirects are followed by hand, at most ``max_redirects``, each hop's URL
    checked by 1 to 3 again (a redirect to a host not listed is refused);
-5. the answer must be 200; its body is read in chunks and refused once it
-   passes ``--max-media-bytes`` (a ``Content-Length`` over it: before
-   reading); the whole fetch, hops included, must end within
+5. the answer must be 200 and not compressed (``Accept-Encoding: identity``
+   is asked: nothing is inflated here); its body is read in chunks and
+   refused once it passes ``--max-media-bytes`` (a ``Content-Length`` over
+   it: before reading); the whole fetch, hops included, must end within
    ``fetch_timeout_s``.
 
 Every refusal is a 400 naming the input, the URL's host and the flag or rule;
@@ -185,6 +186,9 @@ async def fetch_one(session: aiohttp.ClientSession, ref: MediaRef, limits: Media
 async def _read(response: aiohttp.ClientResponse, host: str, cap: int) -> bytes:
     """The body, refused past ``cap`` bytes (rule 5)."""
     too_big = f"URL host {host} sent more than this server's --max-media-bytes {cap:,}"
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise Refused(f"URL host {host} sent a compressed body (Content-Encoding {encoding[:20]}), asked for none")
     if response.content_length is not None and response.content_length > cap:
         raise Refused(too_big)
     chunks, size = [], 0
@@ -214,10 +218,10 @@ def session(limits: MediaLimits) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=connector,
         cookie_jar=aiohttp.DummyCookieJar(),
-        headers={"User-Agent": USER_AGENT},
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
         timeout=aiohttp.ClientTimeout(total=limits.fetch_timeout_s),
         trust_env=False,
-        auto_decompress=True,
+        auto_decompress=False,  # asked for identity: a compressed body is refused, never inflated here
     )
 
 

@@ -66,6 +66,12 @@ class Images:
                 await response.write(b"y" * 500)
             await response.write_eof()
             return response
+        if name == "gzipped":
+            import gzip
+
+            return web.Response(body=gzip.compress(bytes(100_000)), headers={"Content-Encoding": "gzip"})
+        if name == "ua":
+            return web.Response(body=request.headers.get("Accept-Encoding", "").encode())
         if name == "slow":
             await asyncio.sleep(5)
             return web.Response(body=PNG)
@@ -176,6 +182,14 @@ async def test_the_size_cap_holds_with_and_without_a_content_length(images, path
     limits = MediaLimits(allowed_media_domains=("127.0.0.1",), max_media_bytes=1000)
     error = await refused(call_of(image(images.url(path))), limits)
     assert error.message == "input[0]: image URL host 127.0.0.1 sent more than this server's --max-media-bytes 1,000"
+
+
+async def test_a_compressed_body_is_refused_never_inflated(images):
+    error = await refused(call_of(image(images.url("gzipped"))), LOCAL)
+    assert error.message == "input[0]: image URL host 127.0.0.1 sent a compressed body (Content-Encoding gzip), " \
+                            "asked for none"
+    fetched = await fetch_media(call_of(image(images.url("ua"))), LOCAL)
+    assert fetched.inputs[0].media[0].data == b"identity"
 
 
 async def test_a_slow_host_times_out(images):
