@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media.clip import CLIP, SIGLIP
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+MEDIA_ARCHITECTURES["CLIPModel"] = CLIP  # workers.models.media.clip
+MEDIA_ARCHITECTURES["SiglipModel"] = SIGLIP
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
