@@ -1,12 +1,14 @@
-"""The dual encoders' plan (CLIP, SigLIP): each input is a text or one image, for the text or the image tower.
+"""The dual encoders' plan (CLIP, SigLIP, SigLIP 2): each input is a text or one image, for its tower.
 
 The worker's family (``workers.models.media.clip``) sends its settings in
-``TokenizerFiles.media``: ``text`` (``max_tokens``, the longest text; ``pad_to``,
-the length SigLIP's texts are padded to as it was trained; ``pad_id``) and
-``image`` (``pixels``: the fixed-size processor's ``PixelSettings``; ``tokens``:
-the vision tower's tokens, patches plus CLIP's class token; ``placeholder``:
-the id that fills an image's sequence), either None for a tower the model
-lacks; ``logit_scale`` and ``logit_bias`` (None for CLIP), which
+``TokenizerFiles.media``: ``text`` (``max_tokens``, the longest text;
+``pad_to`` and ``pad_side``, how SigLIP's texts are padded as it was trained;
+``pad_id``) and ``image`` (``pixels``: the processor's ``PixelSettings``;
+``tokens``: the vision tower's tokens, patches plus CLIP's class token;
+``placeholder``: the id that fills an image's sequence; ``naflex``: SigLIP 2's
+``patch_size`` and ``max_num_patches``, its images cut into patches at their
+own aspect ratio by ``shared.inputs.media.naflex``), either None for a tower
+the model lacks; ``logit_scale`` and ``logit_bias`` (None for CLIP), which
 ``dual_logit`` applies to a cosine. A text is tokenized with the model's
 tokenizer, always cut to ``max_tokens`` (the text tower has no more
 positions; ``truncate_prompt_tokens`` cuts shorter); an image is decoded
@@ -25,6 +27,7 @@ from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import check_length, truncation_length
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.media.images import decode_image
+from poolgate.shared.inputs.media.naflex import naflex_arrays
 from poolgate.shared.inputs.media.pixels import PixelSettings, pixel_values
 from poolgate.shared.wire.media import IMAGE, MediaInput, MediaItem, SequenceMedia, digest_of
 from poolgate.shared.wire.messages import CappedText
@@ -127,7 +130,10 @@ class DualEncoderPlan:
         """SigLIP's texts padded to the length it was trained at (``pad_to``); others as they are."""
         assert self.text is not None
         pad_to = self.text.get("pad_to")
-        return ids + [int(self.text["pad_id"])] * (pad_to - len(ids)) if pad_to and len(ids) < pad_to else ids
+        if not pad_to or len(ids) >= pad_to:
+            return ids
+        pad = [int(self.text["pad_id"])] * (pad_to - len(ids))
+        return pad + ids if self.text.get("pad_side") == "left" else ids + pad
 
     def _image(self, x: MediaInput, where: str, limits: MediaLimits) -> tuple[list[int], list[MediaItem]]:
         if x.text.strip() or len(x.media) > 1:
@@ -142,11 +148,15 @@ class DualEncoderPlan:
         if self.image is None or self.pixels is None:
             raise InvalidRequest(f"{where}: {self._name} embeds text only; this input holds an image", param="input")
         image = decode_image(ref, limits, where)
-        values = pixel_values(image.pixels, self.pixels)
+        naflex = self.image.get("naflex")
+        if naflex:  # SigLIP 2: patches at the image's own aspect ratio (shared.inputs.media.naflex)
+            arrays = naflex_arrays(image.pixels, self.pixels, int(naflex["patch_size"]), int(naflex["max_num_patches"]))
+        else:
+            arrays = {"pixel_values": pixel_values(image.pixels, self.pixels)}
         tokens = int(self.image["tokens"])
         item = MediaItem(
             IMAGE,
-            {"pixel_values": values},
+            arrays,
             digest_of(IMAGE, image.pixels, self.key),
             tokens,
             {"width": image.width, "height": image.height, "format": image.format},

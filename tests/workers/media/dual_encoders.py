@@ -8,8 +8,9 @@ import torch
 
 from tests.fakes import make_tiny_tokenizer
 
-TEXT_LEN = {"clip": 20, "siglip": 16}  # the text towers' positions (CLIP cuts to it, SigLIP pads to it)
+TEXT_LEN = {"clip": 20, "siglip": 16, "siglip2": 16}  # the text towers' positions (CLIP cuts to it, SigLIP pads to it)
 IMAGE_SIZE, PATCH = 32, 8
+MAX_PATCHES = 20  # SigLIP 2: an image is resized to at most this many patches, at its aspect ratio
 
 
 def tower(**extra):
@@ -17,12 +18,16 @@ def tower(**extra):
 
 
 def make_dual(folder, kind: str, *, seed: int = 0):
-    """A tiny random ``CLIPModel`` or ``SiglipModel`` saved (safetensors) with the word-level tokenizer and its
-    ``*ImageProcessorPil`` settings into ``folder``; returns the transformers model (eval, fp32)."""
+    """A tiny random ``CLIPModel``, ``SiglipModel`` or ``Siglip2Model`` saved (safetensors) with the word-level
+    tokenizer and its ``*ImageProcessorPil`` settings into ``folder``; returns the transformers model (eval, fp32)."""
     from transformers import (
+        AutoTokenizer,
         CLIPConfig,
         CLIPImageProcessorPil,
         CLIPModel,
+        Siglip2Config,
+        Siglip2ImageProcessorPil,
+        Siglip2Model,
         SiglipConfig,
         SiglipImageProcessorPil,
         SiglipModel,
@@ -36,15 +41,23 @@ def make_dual(folder, kind: str, *, seed: int = 0):
         model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=24))
         processor = CLIPImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
                                           crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
-    else:
+    elif kind == "siglip":
         model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision))
         processor = SiglipImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    else:  # position embeddings for a 4 x 4 grid, resized to each image's patch grid
+        vision = {k: v for k, v in vision.items() if k != "image_size"} | {"num_patches": 16}
+        model = Siglip2Model(Siglip2Config(text_config=text, vision_config=vision))
+        processor = Siglip2ImageProcessorPil(patch_size=PATCH, max_num_patches=MAX_PATCHES)
     with torch.no_grad():  # a scale and bias that are not their init, so reading them is checked
         model.logit_scale.fill_(2.5)
-        if kind == "siglip":
+        if kind != "clip":
             model.logit_bias.fill_(-3.0)
     model.eval().save_pretrained(folder, safe_serialization=True)
     make_tiny_tokenizer(folder)
+    if kind == "siglip2":  # padded on the left, as Siglip2Tokenizer is by default
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer.padding_side = "left"
+        tokenizer.save_pretrained(folder)
     processor.save_pretrained(folder)
     return model
 
@@ -74,8 +87,7 @@ def reference(folder, model, kind: str, texts: list[str], images: list[bytes]) -
             t = tokenizer(texts, padding="max_length", truncation=True, max_length=TEXT_LEN[kind],
                           return_tensors="pt")
             text = model.get_text_features(input_ids=t["input_ids"])
-        pixels = processor([Image.open(io.BytesIO(b)).convert("RGB") for b in images],
-                           return_tensors="pt")["pixel_values"]
-        image = model.get_image_features(pixel_values=pixels)
+        pixels = processor([Image.open(io.BytesIO(b)).convert("RGB") for b in images], return_tensors="pt")
+        image = model.get_image_features(**pixels)  # SigLIP 2: with its patch mask and grid
     unit = [torch.nn.functional.normalize(x.pooler_output.float(), dim=-1).numpy() for x in (text, image)]
     return unit[0], unit[1]

@@ -1,6 +1,6 @@
-"""Dual encoders (CLIP, SigLIP): a text tower and an image tower into one space, each sequence to its tower.
+"""Dual encoders (CLIP, SigLIP, SigLIP 2): a text and an image tower into one space, each sequence to its tower.
 
-transformers' own ``CLIPModel`` / ``SiglipModel`` is loaded from the folder,
+transformers' own ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` is loaded from the folder,
 whole or refused (``workers.models.hf_auto.load_problems``;
 ``--allow-partial-weights`` serves a partial load and logs it). A batch holds
 text sequences and image sequences (one image each, its ids the placeholder
@@ -11,7 +11,10 @@ projection (``get_text_features``); each sequence's vector is written into
 its LAST row, which the pooler reads (then L2-normalizes, as vLLM does).
 CLIP's texts run with their attention mask (its causal text tower pools the
 end-of-text token); SigLIP's are padded to 64 by the plan and attend every
-token, padding included, as the model was trained (``padding="max_length"``).
+token, padding included, as the model was trained (``padding="max_length"``;
+big_vision and open_clip use no mask there). SigLIP 2's images come as NaFlex
+patches with their mask and patch grid (``shared.inputs.media.naflex``), the
+arrays ``get_image_features`` reads.
 The model's ``logit_scale`` (and SigLIP's ``logit_bias``) ride in the plan's
 settings, for a route that reports logits (``shared.inputs.media.clip.dual_logit``).
 """
@@ -78,9 +81,11 @@ class DualEncoder(nn.Module):
         for group in by_shape.values():
             for k in range(0, len(group), IMAGE_CHUNK):
                 part = group[k : k + IMAGE_CHUNK]
-                pixels = np.stack([items[j].arrays["pixel_values"] for j in part])  # (k, 3, H, W)
-                x = torch.from_numpy(pixels).to(device=device, dtype=dtype)
-                vectors = self.model.get_image_features(pixel_values=x).pooler_output  # (k, dim)
+                # pixel_values (k, 3, H, W), SigLIP 2's (k, patches, 3 * p * p) with its mask and patch grid
+                arrays = {name: torch.from_numpy(np.stack([items[j].arrays[name] for j in part])).to(device)
+                          for name in items[part[0]].arrays}
+                arrays["pixel_values"] = arrays["pixel_values"].to(dtype)
+                vectors = self.model.get_image_features(**arrays).pooler_output  # (k, dim)
                 for j, v in zip(part, vectors, strict=True):
                     out[j] = v
         return torch.stack(out)  # type: ignore[arg-type]
@@ -135,44 +140,58 @@ def text_settings(tokenizer: Any, text_config: Any, *, pad_to_max: bool) -> dict
     longest = int(getattr(tokenizer, "model_max_length", positions) or positions)
     longest = positions if longest <= 0 or longest > positions else longest
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return {"max_tokens": longest, "pad_to": longest if pad_to_max else None, "pad_id": int(pad_id or 0)}
+    return {"max_tokens": longest, "pad_to": longest if pad_to_max else None, "pad_id": int(pad_id or 0),
+            "pad_side": "left" if getattr(tokenizer, "padding_side", "right") == "left" else "right"}
 
 
-def build_fixed(source: MediaSource, *, class_token: bool, pad_to_max: bool, text_mask: bool,
-                model_class: Any) -> MediaBuilt:
-    """A fixed-size dual encoder (CLIP: class token, masked texts; SigLIP: no class token, texts padded to
-    ``model_max_length`` and attending every token)."""
+def image_settings(source: MediaSource, vision: Any, kind: str) -> dict[str, Any]:
+    """The plan's image settings from ``preprocessor_config.json``: fixed-size pixels (CLIP, SigLIP; refused where
+    they are not the size the vision tower reads) or SigLIP 2's NaFlex patches; the tower's tokens per image."""
+    config = preprocessor_config(source)
+    pixels = PixelSettings.from_config(config)
+    patch = int(vision.patch_size)
+    if kind == "siglip2":
+        if int(config.get("patch_size", patch)) != patch:
+            raise CheckpointError(source.path, f"preprocessor_config.json cuts {config['patch_size']} px patches, "
+                                               f"but the vision tower reads {patch} px ones")
+        most = int(config.get("max_num_patches", 256))
+        return {"pixels": pixels.to_dict(), "tokens": most, "naflex": {"patch_size": patch, "max_num_patches": most}}
+    size = int(vision.image_size)
+    if pixels.out_size(size, size) != (size, size) or (pixels.crop_height or pixels.height or size) != size:
+        raise CheckpointError(source.path, f"preprocessor_config.json makes {pixels.out_size(size, size)} images, "
+                                           f"but the vision tower reads {size} x {size}")
+    return {"pixels": pixels.to_dict(), "tokens": (size // patch) ** 2 + (1 if kind == "clip" else 0)}
+
+
+def build_dual(source: MediaSource, model_class: Any, kind: str) -> MediaBuilt:
+    """A dual encoder of ``kind``: ``clip`` (class token, masked texts), ``siglip`` (no class token, texts padded
+    to ``model_max_length`` attending every token), ``siglip2`` (as SigLIP, NaFlex images)."""
     model = load_whole(source, model_class)
     config = model.config
     vision = config.vision_config
     if getattr(vision, "vision_use_head", True) is False:
         raise CheckpointError(source.path, "vision_use_head is false: this SigLIP has no pooling head to embed with")
-    pixels = PixelSettings.from_config(preprocessor_config(source))
-    size = int(vision.image_size)
-    if pixels.out_size(size, size) != (size, size) or (pixels.crop_height or pixels.height or size) != size:
-        raise CheckpointError(source.path, f"preprocessor_config.json makes {pixels.out_size(size, size)} images, "
-                                           f"but the vision tower reads {size} x {size}")
-    tokens = (size // int(vision.patch_size)) ** 2 + (1 if class_token else 0)
+    image = image_settings(source, vision, kind)
     tokenizer = read_tokenizer(source.path)
-    text = text_settings(tokenizer, config.text_config, pad_to_max=pad_to_max)
+    text = text_settings(tokenizer, config.text_config, pad_to_max=kind != "clip")
+    image["placeholder"] = text["pad_id"]
     dim = int(getattr(config, "projection_dim", None) or getattr(config.text_config, "projection_size", None)
               or config.text_config.hidden_size)  # CLIP: projection_dim; SigLIP: the text head's size
+    bias = getattr(model, "logit_bias", None)
     settings = {
         "plan": "clip",
         "family": source.architecture,
         "text": text,
-        "image": {"pixels": pixels.to_dict(), "tokens": tokens, "placeholder": text["pad_id"]},
+        "image": image,
         "logit_scale": float(model.logit_scale.detach().float().reshape(-1)[0]),
-        "logit_bias": float(model.logit_bias.detach().float().reshape(-1)[0]) if hasattr(model, "logit_bias")
-        else None,
+        "logit_bias": None if bias is None else float(bias.detach().float().reshape(-1)[0]),
     }
     files = replace(files_of(tokenizer), media=settings)
-    pooler = _pooler(source)
-    wrapped = DualEncoder(model, dim=dim, pad_id=text["pad_id"], text_mask=text_mask)
-    return MediaBuilt(model=wrapped, pooler=pooler, files=files, modalities=("text", "image"), embedding_dim=dim,
-                      max_model_len=max(text["max_tokens"], tokens),
+    wrapped = DualEncoder(model, dim=dim, pad_id=text["pad_id"], text_mask=kind == "clip")
+    return MediaBuilt(model=wrapped, pooler=_pooler(source), files=files, modalities=("text", "image"),
+                      embedding_dim=dim, max_model_len=max(text["max_tokens"], image["tokens"]),
                       extra={"logit_scale": settings["logit_scale"], "logit_bias": settings["logit_bias"],
-                             "image_tokens": tokens, "text_tokens": text["max_tokens"]})
+                             "image_tokens": image["tokens"], "text_tokens": text["max_tokens"]})
 
 
 def _pooler(source: MediaSource) -> DispatchPooler:
@@ -189,16 +208,24 @@ def _pooler(source: MediaSource) -> DispatchPooler:
 def build_clip(source: MediaSource) -> MediaBuilt:
     from transformers import CLIPModel
 
-    return build_fixed(source, class_token=True, pad_to_max=False, text_mask=True, model_class=CLIPModel)
+    return build_dual(source, CLIPModel, "clip")
 
 
 def build_siglip(source: MediaSource) -> MediaBuilt:
     from transformers import SiglipModel
 
-    return build_fixed(source, class_token=False, pad_to_max=True, text_mask=False, model_class=SiglipModel)
+    return build_dual(source, SiglipModel, "siglip")
+
+
+def build_siglip2(source: MediaSource) -> MediaBuilt:
+    from transformers import Siglip2Model
+
+    return build_dual(source, Siglip2Model, "siglip2")
 
 
 CLIP = MediaFamily("clip", build_clip, "transformers CLIPModel (padded), text and image towers by input",
                    tasks=("embed",), modalities=("text", "image"))
 SIGLIP = MediaFamily("siglip", build_siglip, "transformers SiglipModel (padded), text and image towers by input",
                      tasks=("embed",), modalities=("text", "image"))
+SIGLIP2 = MediaFamily("siglip2", build_siglip2, "transformers Siglip2Model (padded; NaFlex image patches), text and "
+                      "image towers by input", tasks=("embed",), modalities=("text", "image"))
