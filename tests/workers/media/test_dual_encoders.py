@@ -119,3 +119,18 @@ async def test_bi_encoder_score_of_a_text_query_and_image_documents(dual):
     want_text, want_image = reference(folder, ref, kind, TEXTS[:2], [IMAGES[0], IMAGES[2]])
     want = [want_text[0] @ want_image[0], want_text[0] @ want_text[1], want_text[0] @ want_image[1]]
     np.testing.assert_allclose(scores, want, atol=1e-5)
+
+
+async def test_bench_shape_folder_serves(tmp_path, capsys):
+    """``poolgate bench-arch --family clip --write-to DIR`` writes a folder ``poolgate serve`` loads."""
+    import argparse
+
+    from poolgate.gateway.bench.arch import add_arguments, main
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert main(parser.parse_args(["--family", "clip", "--shape", "tiny", "--write-to", str(tmp_path)])) == 0
+    assert main(parser.parse_args(["--family", "clip", "--shape", "nope", "--write-to", str(tmp_path)])) == 2
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32"))
+    result = await embed(model, ["a photo of a cat", image(IMAGES[0])])
+    assert result.prompt_tokens[1] == (32 // 8) ** 2 + 1 and result.outputs.values.shape == (2, 16)
