@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
+from poolgate.shared.inputs.media.clip import DualEncoderPlan
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.encoded import TextEncoder
     from poolgate.shared.wire.messages import ModelInfo
 
 PLANS: dict[str, PlanFactory] = {}
+PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

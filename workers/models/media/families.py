@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media.clip import CLIP, SIGLIP, SIGLIP2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+MEDIA_ARCHITECTURES["CLIPModel"] = CLIP  # workers.models.media.clip
+MEDIA_ARCHITECTURES["SiglipModel"] = SIGLIP
+MEDIA_ARCHITECTURES["Siglip2Model"] = SIGLIP2
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
