@@ -194,7 +194,9 @@ def _unreadable(data: bytes, where: str) -> InvalidRequest:
     """The 400 for bytes no parser of ``FORMATS`` took: a format named, a corrupt header, or not an image."""
     name, sent = sniff(data), ", ".join(FORMATS)
     if name is None:
-        return InvalidRequest(f"{where}: not an image this server can read (send one of {sent})", param=where)
+        return InvalidRequest(
+            f"{where}: not an image this server can read (corrupt, or not one of {sent})", param=where
+        )
     if name in FORMATS:
         return InvalidRequest(f"{where}: the {name} image is corrupt (its header cannot be read)", param=where)
     return InvalidRequest(f"{where}: image format {name} is not supported (send one of {sent})", param=where)

@@ -165,7 +165,7 @@ BAD = {
     "ppm (Pillow reads it; not served)": (encoded(Image.fromarray(PHOTO), "PPM"),
                                           "input[0]: not an image this server can read"),
     "wav audio as an image": (b"RIFF\x24\x00\x00\x00WAVEfmt ", "input[0]: image format WAV audio is not supported"),
-    "text": (b"hello, I am not a picture", "input[0]: not an image this server can read (send one of PNG, JPEG"),
+    "text": (b"hello, I am not a picture", "input[0]: not an image this server can read (corrupt, or not one of PNG, JPEG"),
 }
 
 
