@@ -132,7 +132,7 @@ def _capped(text: str, ref: MediaRef, limits: MediaLimits, where: str) -> str:
 def _too_many_bytes(ref: MediaRef, n: int, limits: MediaLimits, where: str, about: bool = False) -> InvalidRequest:
     return InvalidRequest(
         f"{where}: the {ref.kind} has {'about ' if about else ''}{n:,} bytes, over this server's "
-        f"--max-media-bytes {limits.max_media_bytes:,}",
+        f"{limits.max_media_bytes:,} (--max-media-bytes)",
         param=where,
     )
 
