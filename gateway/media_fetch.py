@@ -49,7 +49,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from poolgate.shared.domain.errors import InvalidRequest
-from poolgate.shared.domain.media_limits import MediaLimits, media_host
+from poolgate.shared.domain.media_limits import MediaLimits, check_media_count, media_host
 from poolgate.shared.wire.media import MediaInput, MediaRef
 from poolgate.shared.wire.messages import PoolingCall
 
@@ -66,18 +66,6 @@ class Refused(Exception):
 def media_count(call: PoolingCall) -> int:
     """The call's images and audio clips, every input together."""
     return sum(len(x.media) for x in call.inputs if isinstance(x, MediaInput))
-
-
-def check_count(call: PoolingCall, limits: MediaLimits) -> int:
-    """The call's media count, or a 400 naming ``--max-images-per-request`` when it is over."""
-    n = media_count(call)
-    if n > limits.max_images_per_request:
-        raise InvalidRequest(
-            f"the request holds {n} images and audio clips, over this server's --max-images-per-request "
-            f"{limits.max_images_per_request}",
-            param="input",
-        )
-    return n
 
 
 def not_global(ip: Address) -> str | None:
@@ -228,7 +216,7 @@ def session(limits: MediaLimits) -> aiohttp.ClientSession:
 async def fetch_media(call: PoolingCall, limits: MediaLimits) -> PoolingCall:
     """``call`` counted against ``--max-images-per-request`` and its ``http(s)`` references fetched (module
     doc); the call itself when it has none to fetch. Raises the 400 of the first input that failed."""
-    check_count(call, limits)
+    check_media_count(call.inputs, limits)
     remote = [(i, ref) for i, x in enumerate(call.inputs) if isinstance(x, MediaInput) for ref in x.media if ref.remote]
     if not remote:
         return call
