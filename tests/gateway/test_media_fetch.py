@@ -131,6 +131,9 @@ async def test_a_host_not_listed_is_refused_before_anything_is_fetched(images):
         MediaInput((image(images.url("img.png")),)), MediaInput((image("https://example.com/cat.png"),))])
     error = await refused(call, LOCAL)
     assert error.message == "input[1]: image URL host example.com is not in --allowed-media-domains"
+    clip = MediaRef("audio", url="https://sounds.example/a.wav", format="wav")
+    error = await refused(call_of("listen", clip), LOCAL)
+    assert error.message == "input[0]: audio URL host sounds.example is not in --allowed-media-domains"
     assert images.hits == {}
 
 
@@ -172,6 +175,9 @@ async def test_a_redirect_to_a_host_not_listed_is_refused(images):
 async def test_redirects_are_followed_up_to_the_limit(images):
     fetched = await fetch_media(call_of(image(images.url("redirect?to=/img.png"))), LOCAL)
     assert fetched.inputs[0].media[0].data == PNG
+    clip = MediaRef("audio", url=images.url("redirect?to=/img.png"), format="wav")
+    assert (await fetch_media(call_of(clip), LOCAL)).inputs[0].media[0] == MediaRef(
+        "audio", url=clip.url, data=PNG, format="wav")  # an audio clip fetched alike, its format kept
     error = await refused(call_of(image(images.url("loop"))), LOCAL)
     assert "image URL host 127.0.0.1 redirected more than 3 times" in error.message
     assert images.hits["loop"] == 4
