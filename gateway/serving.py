@@ -18,8 +18,11 @@ reads:
    live call, ``shared.domain.lanes``); any other value is a 400. Any client
    may send ``bulk``: it only lowers its own requests, so it needs no
    permission (a tenant's quotas count bulk requests as any other);
-3. the request's own size limits (inputs per request, characters per input)
-   are checked before any tokenizing;
+3. the request's own size limits (inputs per request, characters per input,
+   images and audio clips per request) are checked before any tokenizing, and
+   its ``http(s)`` image and audio URLs are fetched (``gateway.media_fetch``:
+   only from ``--allowed-media-domains``, with its address, size, time and
+   redirect rules); the record gets the input's modalities and media count;
 4. the model's ``Front`` (``shared.inputs.front``) checks the call against the
    model (task, params, inputs: ``shared.domain.limits``), shapes and tokenizes its
    inputs with the model's own tokenizer in the gateway's tokenizer pool
@@ -56,6 +59,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from aiohttp import web
 
 from poolgate.gateway.http.state import CONFIG, PACED, RECORD, REQUEST_ID, ROUTER, TENANT
+from poolgate.gateway.media_fetch import fetch_media
 from poolgate.gateway.pools.model_pools import ModelPools
 from poolgate.gateway.scope import CallScope
 from poolgate.gateway.tokenizing import run_tokenizer
@@ -64,6 +68,7 @@ from poolgate.shared.domain.errors import InvalidRequest, Overloaded
 from poolgate.shared.domain.lanes import LANES, LIVE, Lane, lane_of
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.front import Prepared
+from poolgate.shared.wire.media import MEDIA_KINDS, MediaInput
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, PoolingResult
 from poolgate.shared.wire.rows import Rows
 
@@ -231,6 +236,9 @@ async def resolve(request: Scope, req: ServeRequest) -> Resolved:
         trace_context=record.trace_context if record is not None else {},
         lane=call_lane,
     )
+    if record is not None:
+        record.modalities, record.media = modalities(req.inputs)
+    call = await fetch_media(call, pools.front.stage.limits)  # its images' count checked, their URLs fetched
     started = time.time_ns()
     prepared = await run_tokenizer(request.app, pools.front.prepare, call)
     return Resolved(call.request_id, pools, prepared, (started, time.time_ns()))
@@ -245,8 +253,25 @@ def chars(x: Input) -> int:
         return 0
     if isinstance(x, ChatInput):
         return sum(len(str(m.get("content") or "")) for m in x.messages)
+    if isinstance(x, MediaInput):
+        return sum(len(p) for p in x.parts if isinstance(p, str))
     values = (getattr(x, f.name) for f in fields(x)) if is_dataclass(x) else ()
     return sum(len(v) for v in values if isinstance(v, str))
+
+
+def modalities(inputs: Sequence[Input]) -> tuple[tuple[str, ...], dict[str, int]]:
+    """What the inputs hold (``text``, ``image``, ``audio``, in that order; a token-id list counts as text)
+    and how many images and audio clips."""
+    kinds: set[str] = set()
+    media = dict.fromkeys(MEDIA_KINDS, 0)
+    for x in inputs:
+        if isinstance(x, MediaInput):
+            kinds |= x.kinds
+            for ref in x.media:
+                media[ref.kind] += 1
+        else:
+            kinds.add("text")
+    return tuple(k for k in ("text", *MEDIA_KINDS) if k in kinds), {k: n for k, n in media.items() if n}
 
 
 def lookup(request: Scope, model: str | None) -> ModelPools:

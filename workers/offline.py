@@ -51,7 +51,8 @@ import numpy as np
 
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.domain.errors import InvalidRequest, Unavailable
-from poolgate.shared.config.model_flags import worker_config
+from poolgate.shared.domain.media_limits import MediaLimits, check_media_count
+from poolgate.shared.config.model_flags import media_limits, worker_config
 from poolgate.shared.config.model_settings import ModelSettings
 from poolgate.shared.config.declare import declared
 from poolgate.shared.domain.params import PoolingParams
@@ -150,7 +151,8 @@ class PoolingModel:
         from poolgate.workers.load.build import load_model  # torch loads here, not when this module is imported
 
         cfg = offline_config(model, flags)
-        self._start(load_model(cfg), cfg.tokenizer_threads)
+        limits = media_limits(cfg)  # ValueError for an allowed_media_domains entry that is no host, before loading
+        self._start(load_model(cfg), cfg.tokenizer_threads, limits)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, tokenizer_threads: int = 1) -> "PoolingModel":
@@ -159,10 +161,12 @@ class PoolingModel:
         self._start(loaded, tokenizer_threads)
         return self
 
-    def _start(self, loaded: LoadedModel, tokenizer_threads: int | None) -> None:
+    def _start(self, loaded: LoadedModel, tokenizer_threads: int | None,
+               limits: MediaLimits | None = None) -> None:
         self.info = loaded.info
+        self._limits = limits or MediaLimits()
         self._ids = itertools.count()
-        loop, engine = _LoopThread(), Engine(loaded, tokenizer_threads)
+        loop, engine = _LoopThread(), Engine(loaded, tokenizer_threads, media_limits=limits)
         try:
             loop.run(engine.start())
         except BaseException:
@@ -252,6 +256,7 @@ class PoolingModel:
             raise Unavailable("this PoolingModel is closed")
         call = PoolingCall(request_id=f"offline-{next(self._ids)}", model=self.info.served_model_name,
                            inputs=_as_inputs(inputs), params=params)
+        check_media_count(call.inputs, self._limits)  # images and clips (MediaInput), as the gateway counts them
         return self._loop.run(self._engine.submit(call))
 
 

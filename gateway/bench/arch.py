@@ -2,7 +2,9 @@
 
 With ``--write-to DIR`` it instead writes the shape as a servable random-weight
 folder (``workers.tools.shape_folder``: the checkpoint plus the bundled
-tokenizer) for ``poolgate serve DIR`` and ``poolgate bench``, and exits.
+tokenizer) for ``poolgate serve DIR`` and ``poolgate bench``, and exits; the
+dual encoders' shapes (``--family clip --shape vit-b32``, ``siglip/base-224``:
+``workers.tools.media_shapes``) are written only so, for ``poolgate bench --images``.
 
 No server: ``workers.tools.bench_arch`` builds a random-weight checkpoint of the
 named shape, runs the synthetic corpus through poolgate's packed family and
@@ -81,7 +83,36 @@ def write_folder(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_dual_folder(args: argparse.Namespace) -> int:
+    """A dual encoder's random-weight folder (``workers.tools.media_shapes``), for ``poolgate bench --images``."""
+    from pathlib import Path
+
+    from poolgate.workers.tools.media_shapes import write_dual
+
+    try:
+        architecture = write_dual(Path(args.write_to), args.family, args.shape, seed=args.seed)
+    except KeyError as exc:
+        print(f"poolgate bench-arch: {exc.args[0]}", file=sys.stderr)
+        return 2
+    print(
+        json.dumps({"folder": args.write_to, "family": args.family, "shape": args.shape, "architecture": architecture}),
+        flush=True,
+    )
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    from poolgate.workers.tools.media_shapes import is_dual_shape
+
+    if is_dual_shape(args.family):  # images in: written for serving only (no packed family to compare)
+        if args.write_to is None:
+            print(
+                f"poolgate bench-arch: {args.family} shapes are written with --write-to DIR and measured with "
+                "poolgate bench --images",
+                file=sys.stderr,
+            )
+            return 2
+        return write_dual_folder(args)
     from poolgate.workers.memory import bound_memory
 
     bound_memory()  # the worker's allocator bounds, before torch loads: measured as the worker runs

@@ -14,6 +14,8 @@ alone against a zero-cost worker it starts itself (``bench.gateway_only``).
 admission takes and refuses (``bench.burst``). ``--jobs`` runs the same requests live, as
 a job through the gateway and as an in-process ``run-batch``; ``--beside-job
 LINES`` measures live latency beside a Batch API job (``bench.jobs``).
+``--images N`` sends N synthetic images, one per request in vLLM's chat form,
+and reports images/s and tokens/s (``bench.images``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -30,6 +33,7 @@ from poolgate.gateway.bench.burst import format_burst, run_burst
 from poolgate.gateway.bench.failover import KillPlan, format_failover, run_with_kill
 from poolgate.gateway.bench.gateway_only import format_gateway_only, run_gateway_only
 from poolgate.gateway.bench.grpc import add_grpc_arguments, format_grpc, grpc_report
+from poolgate.gateway.bench.images import add_image_arguments, image_corpus, image_payloads, image_urls
 from poolgate.gateway.bench.jobs import add_jobs_arguments, format_beside, format_jobs, run_beside_job, run_jobs_compare
 from poolgate.gateway.bench.load import BadResponse, LoadConfig, first_model_id, run_load
 from poolgate.gateway.bench.mixed import alone_then_together, format_mixed, mixed_report, per_model
@@ -131,6 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and refused (429) and the admitted latency against the admission limit (bench.burst)",
     )
     mode.add_argument("--burst-requests", type=_positive_int, default=200, metavar="N", help="requests in the burst")
+    add_image_arguments(mode)
     mode.add_argument(
         "--max-queued-s",
         type=float,
@@ -281,7 +286,22 @@ def jobs_main(args: argparse.Namespace) -> int:
     return _emit(report, format_jobs(report), args)
 
 
+def images_main(args: argparse.Namespace) -> int:
+    """``--images N``: one image per request (``bench.images``); the text bench's table and report."""
+    if (model := _served_model(args)) is None:
+        return 2
+    cfg = replace(load_config(args, model), batch_size=1, truncate=False)
+    urls = image_urls(args.images, args.image_size, args.seed)
+    print(f"poolgate bench --images: {len(urls):,} images -> {cfg.url} model={model}", file=sys.stderr)
+    result = asyncio.run(run_load(cfg, [], image_payloads(urls, cfg)))
+    report = summarize(result, cfg, corpus=image_corpus(args), num_texts=len(urls))
+    report.update(mode="images", image_size=args.image_size, images_per_s=report["inputs_per_s"])
+    return _emit(report, format_table(report) + f"\n  images/s: {report['images_per_s']:,.2f}", args)
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.images is not None:
+        return images_main(args)
     if args.grpc is not None:
         if (model := _served_model(args)) is None:
             return 2

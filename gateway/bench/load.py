@@ -184,9 +184,10 @@ async def drive(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def run_load(cfg: LoadConfig, texts: list[str]) -> LoadResult:
-    """Warm up, then time the whole run from the first send to the last response."""
-    payloads = make_payloads(texts, cfg)
+async def run_load(cfg: LoadConfig, texts: list[str], payloads: list[tuple[bytes, int]] | None = None) -> LoadResult:
+    """Warm up, then time the whole run from the first send to the last response; ``payloads`` (bodies made
+    elsewhere, each with its input count: ``bench.images``) instead of the texts' when given."""
+    payloads = make_payloads(texts, cfg) if payloads is None else payloads
     url = f"{cfg.url.rstrip('/')}/v1/embeddings"
     headers = {"Content-Type": "application/json", **auth_headers(cfg.api_key)}
     connector = aiohttp.TCPConnector(limit=cfg.concurrency)

@@ -28,7 +28,7 @@ from poolgate.shared.config.frozen import (
     PoolConfig,
     TracingConfig,
 )
-from poolgate.shared.config.model_flags import worker_config
+from poolgate.shared.config.model_flags import media_limits, worker_config
 from poolgate.shared.config.model_settings import ModelSettings
 from poolgate.shared.config.security_flags import gateway_security_from_args
 from poolgate.shared.config.tracing_flags import tracing_config_from_args, with_worker_tracing
@@ -75,6 +75,7 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
             backend=settings.backend,
             remotes=entry.remotes,
             max_in_flight_per_worker=entry.max_in_flight_per_worker,
+            media=media_limits(settings),
         )
     worker = with_worker_tracing(worker_config(settings), tracing)
     placements = place(settings.backend, replicas, entry.devices, per_device=per_device)  # device / core set each
@@ -85,6 +86,7 @@ def pool_config(entry: ModelEntry, tracing: TracingConfig | None = None) -> Pool
         devices=tuple(p.device for p in placements if p.device is not None),
         remotes=entry.remotes,
         max_in_flight_per_worker=entry.max_in_flight_per_worker,
+        media=media_limits(settings),
     )
 
 

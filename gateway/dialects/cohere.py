@@ -9,7 +9,7 @@ input with an image is a ``MediaInput`` (``search_query`` / ``search_document``
 name its role); a model that reads text only answers it 400. An input of
 text items only is their text joined by spaces, as before. The answer to
 ``images`` lists each image's ``{width, height, format, bit_depth}`` read
-from its header. ``input_type`` picks the model's prompt
+from its header (``images`` is empty otherwise). ``input_type`` picks the model's prompt
 (``dialects.prompts``: a prompt name, or one of Cohere's four standard types
 mapped onto the usual names, which a model without such a prompt accepts and
 applies no prompt for), which is a system turn when the tokenizer has a chat
@@ -75,7 +75,7 @@ class CohereEmbedResponse(BaseModel):
     id: str
     embeddings: dict[str, list] | list
     texts: list[str]
-    images: list[dict] | None = None  # with images: each one's width, height, format, bit_depth
+    images: list[dict]  # with images: each one's width, height, format, bit_depth; else empty
     meta: dict
     response_type: str
 
@@ -167,8 +167,8 @@ async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) ->
         served = await serve(request, call)
     check_max_tokens(req, served.result.prompt_tokens)
     body = to_response(served, texts, types, version=version, sparse=sparse)
-    if req.images and None not in (meta := [image_meta(x) for x in req.images]):
-        body["images"] = meta
+    meta = [image_meta(x) for x in req.images or ()]
+    body["images"] = meta if None not in meta else []  # (none for an http(s) image: its bytes are not kept)
     record_answer(request, body["id"], served.result.outputs if dense else None)
     return web.Response(body=dumps(body), content_type="application/json")
 

@@ -38,6 +38,7 @@ from poolgate.gateway.pools.supervisor import Supervisor, start_all
 from poolgate.shared.config.backends import worker_env
 from poolgate.shared.config.frozen import GatewayConfig, PoolConfig
 from poolgate.shared.domain.errors import Conflict, Unavailable
+from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.inputs.encoders import encoder_for
 from poolgate.shared.inputs.front import Front
 from poolgate.shared.wire.messages import ModelInfo
@@ -266,7 +267,7 @@ class Fleet:
         started: list[Started] = []
         try:
             for members in by_name.values():
-                front = await self._front(members)
+                front = await self._front(members, pc.media)
                 keeper = run if not started else RunningPool(pc)
                 pool = WorkerPool(members[0][1], [c for c, _ in members], limits=limits, front=front)
                 started.append((keeper, pool))
@@ -275,9 +276,10 @@ class Fleet:
             raise
         return started
 
-    async def _front(self, members: list[tuple[WorkerClient, ModelInfo]]) -> Front:
+    async def _front(self, members: list[tuple[WorkerClient, ModelInfo]], media: MediaLimits) -> Front:
         """The model's tokenizer, from its first worker's files (``shared.inputs.tokenizer_files``); every
-        worker of it must have the same ones, and so must its pools on other backends (one per hash)."""
+        worker of it must have the same ones, and so must its pools on other backends (one per hash). ``media``:
+        the limits on its images and audio (its first pool's, as its tokenizer)."""
         (first, info), *others = members
         for client, other in others:
             if other.tokenizer_sha256 != info.tokenizer_sha256:
@@ -292,7 +294,7 @@ class Fleet:
         _, files = await first.tokenizer()
         if info.tokenizer_sha256 is not None and files.sha256 != info.tokenizer_sha256:
             raise Unavailable(f"worker {first.address} sent tokenizer files that do not match its sha256")
-        front = self._fronts[info.served_model_name] = Front(info, await asyncio.to_thread(encoder_for, files))
+        front = self._fronts[info.served_model_name] = Front(info, await asyncio.to_thread(encoder_for, files), media)
         return front
 
     def _watch(self, run: RunningPool, pool: WorkerPool) -> None:

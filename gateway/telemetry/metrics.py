@@ -311,6 +311,9 @@ class GatewayMetrics:
         self.tenant_tokens = Counter(
             names.TENANT_PROMPT_TOKENS, "Prompt tokens pooled per tenant.", [names.TENANT, names.MODEL], registry=r
         )
+        self.media = Counter(
+            names.MEDIA_ITEMS, "Images and audio clips in requests, by kind.", [names.MODEL, names.KIND], registry=r
+        )
         self.in_flight = Gauge(
             names.REQUESTS_IN_FLIGHT, IN_FLIGHT_HELP, [names.MODEL], registry=None, multiprocess_mode="livesum"
         )
@@ -336,6 +339,8 @@ class GatewayMetrics:
             self.tenant_requests.labels(record.tenant, model, str(record.status)).inc()
             if record.prompt_tokens is not None:
                 self.tenant_tokens.labels(record.tenant, model).inc(record.prompt_tokens)
+        for kind, n in record.media.items():
+            self.media.labels(model, kind).inc(n)
         if record.prompt_tokens is not None and record.task is not None:
             self.prompt_tokens.labels(model, record.task).inc(record.prompt_tokens)
             self.request_tokens.labels(model, record.task).observe(record.prompt_tokens)

@@ -3,7 +3,8 @@
 The middleware calls ``Telemetry.begin`` when a request arrives and
 ``Telemetry.end`` after its response is written. In between, the serving path
 and the dialect fill the record (model, task, lane, backend, tokens, the
-worker's queue and inference times, encoding formats, dimensions). ``end`` hands the
+input's modalities and media count, the worker's queue and inference times,
+encoding formats, dimensions). ``end`` hands the
 record to the metrics (``gateway.telemetry.metrics``) and to the tracer
 (``gateway.telemetry.tracing``); either may be off, and with both off a request costs
 one small object. The middleware begins a record only for a route marked
@@ -38,6 +39,8 @@ class RequestRecord:
     backend: str | None = None
     prompt_tokens: int | None = None
     characters: int | None = None  # of the inputs the serving path ran (``x-compute-characters``)
+    modalities: tuple[str, ...] = ()  # what its inputs hold: text, image, audio (``gateway.serving.modalities``)
+    media: dict[str, int] = field(default_factory=dict)  # its images and audio clips by kind (none: empty)
     tokenize_s: float | None = None
     tokenize_ns: tuple[int, int] | None = None  # wall clock: its inputs waited for and ran in the tokenizer pool
     queue_s: float | None = None

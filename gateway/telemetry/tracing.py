@@ -13,7 +13,9 @@ inference latency) and the GenAI semantic conventions for embeddings
 formats, dimensions) plus ``http.route`` and ``http.response.status_code`` (a gRPC
 call: ``rpc.system``, ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``), and
 poolgate's own ``poolgate.lane`` (``live`` or ``bulk``, once the serving path
-read the request's ``X-Poolgate-Lane``). A request
+read the request's ``X-Poolgate-Lane``), ``poolgate.input.modalities`` (what
+its inputs hold: ``text``, ``image``, ``text,image``, ``audio``...) and
+``poolgate.input.media_count`` (its images and audio clips). A request
 that failed gets ``error.type`` (the error's code, e.g.
 ``context_length_exceeded``); only a 5xx sets the span's status to ERROR, as
 the HTTP server convention says. A request that failed before it was routed
@@ -106,6 +108,8 @@ def span_attributes(record: RequestRecord) -> dict[str, object]:
         names.ATTR_DIMENSION_COUNT: record.dimension_count,
         names.ATTR_ERROR_TYPE: record.error_type,
         names.ATTR_LANE: record.lane,
+        names.ATTR_MODALITIES: ",".join(record.modalities) or None,
+        names.ATTR_MEDIA_COUNT: sum(record.media.values()) if record.modalities else None,
     }
     attrs.update((k, v) for k, v in optional.items() if v is not None)
     return attrs

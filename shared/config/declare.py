@@ -36,6 +36,7 @@ class Setting:
     group: str | None = None  # the title of the --help group its flag is listed in (None: the declaration's)
     models_key: str | None = None  # a serve flag that sets this key of every [[models]] table (no top-level key)
     aliases: tuple[str, ...] = ()  # more flag names (vLLM's, e.g. --api-server-count)
+    several: bool = False  # a list setting whose flag takes one or more values each time (H [H ...]), as vLLM's
 
 
 def setting(default: Any = None, *, factory: Callable[[], Any] | None = None, **about: Any) -> Any:

@@ -64,6 +64,8 @@ def flag_of(item: Declared) -> tuple[tuple[str, ...], dict[str, Any]]:
         return (about.negative,), {**options, "dest": item.name, "action": "store_false"}
     if item.kind is bool:
         return (f"--{item.name.replace('_', '-')}",), {**options, "action": "store_true"}
+    if get_origin(item.kind) is list and about.several:  # --flag A B, repeatable: every value is added
+        return (f"--{item.name.replace('_', '-')}",), {**options, "action": "extend", "nargs": "+"}
     if get_origin(item.kind) is list:  # repeatable: each flag adds a value
         return (f"--{item.name.replace('_', '-')}",), {**options, "action": "append"}
     if about.table is not None:

@@ -7,6 +7,7 @@ from typing import Any, Literal, get_args
 
 from poolgate.shared.config.declare import declared
 from poolgate.shared.config.model_settings import ModelSettings
+from poolgate.shared.domain.media_limits import MediaLimits
 
 OtlpProtocol = Literal[
     "http/protobuf", "grpc"
@@ -114,6 +115,8 @@ class PoolConfig:
     devices: tuple[str, ...] = ()  # the device of each local worker (same length as workers), or () for none
     remotes: tuple[str, ...] = ()  # worker URLs: tcp://host:port, unix:/path, dns+tcp://name:port
     max_in_flight_per_worker: int | None = None  # this pool's admission cap; None: the gateway's
+    # its images and audio (--allowed-media-domains, ...): the gateway fetches and decodes them, so it holds them
+    media: MediaLimits = field(default_factory=MediaLimits)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.config.model_settings import ModelSettings
 from poolgate.shared.config.models import resolve_model
 from poolgate.shared.config.pooler_config import PoolerConfig
+from poolgate.shared.domain.media_limits import MediaLimits, media_host
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, declaration: type = ModelSettings) -> None:
@@ -47,6 +48,23 @@ def folded_pooler(settings: ModelSettings) -> PoolerConfig:
             raise ValueError("--no-normalize and --pooler-config's use_activation are both given")
         changes["use_activation"] = settings.normalize
     return replace(pooler, **changes) if changes else pooler
+
+
+def media_limits(settings: ModelSettings) -> MediaLimits:
+    """The limits on the model's images and audio (``shared.domain.media_limits``); ValueError naming the flag
+    for an ``--allowed-media-domains`` value that is not a host name or IP address."""
+    hosts = []
+    for text in settings.allowed_media_domains:
+        try:
+            hosts.append(media_host(text))
+        except ValueError as exc:
+            raise ValueError(f"--allowed-media-domains: {exc}") from None
+    return MediaLimits(
+        max_images_per_request=settings.max_images_per_request,
+        max_image_pixels=settings.max_image_pixels,
+        max_media_bytes=settings.max_media_bytes,
+        allowed_media_domains=tuple(dict.fromkeys(hosts)),
+    )
 
 
 def worker_config(settings: ModelSettings) -> WorkerConfig:

@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 
 from poolgate.shared.config.declare import setting
 from poolgate.shared.config.pooler_config import PoolerConfig
+from poolgate.shared.domain.media_limits import MediaLimits
 
 Backend = Literal["auto", "cpu", "cuda", "rocm", "xpu"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
@@ -26,6 +27,8 @@ SeqPoolingType = Literal["CLS", "MEAN", "LAST"]  # --pooling-type: the sequence 
 BACKEND_CHOICES: tuple[Backend, ...] = get_args(Backend)
 DTYPE_CHOICES: tuple[DType, ...] = get_args(DType)
 SEQ_POOLING_TYPES: tuple[SeqPoolingType, ...] = get_args(SeqPoolingType)
+MEDIA = "media inputs (images and audio)"  # their --help group (shared.domain.media_limits)
+_MEDIA = MediaLimits()  # the limits' defaults are the flags'
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,37 @@ class ModelSettings:
         metavar="TOKENS",
         help="tokens one request's inputs may have in all, counted by the model's tokenizer; more is a 400 "
         "before anything runs (default: no limit)",
+    )
+    allowed_media_domains: list[str] = setting(
+        factory=list,
+        several=True,
+        metavar="HOST",
+        group=MEDIA,
+        help="fetch http(s) image and audio URLs from these exact host names (no wildcards); a host that "
+        "resolves to a private, loopback, link-local or other non-global address is refused unless that "
+        "address is listed too (e.g. images.internal 10.0.0.7); default: none, only data: URLs and base64",
+    )
+    max_images_per_request: int = setting(
+        _MEDIA.max_images_per_request,
+        ge=1,
+        metavar="N",
+        group=MEDIA,
+        help="images and audio clips one request may hold in all; more is a 400 before any is fetched or decoded",
+    )
+    max_image_pixels: int = setting(
+        _MEDIA.max_image_pixels,
+        ge=1,
+        metavar="PIXELS",
+        group=MEDIA,
+        help="width x height one image may have, read from its header before it is decoded (a decompression "
+        "bomb is a 400, never decoded)",
+    )
+    max_media_bytes: int = setting(
+        _MEDIA.max_media_bytes,
+        ge=1,
+        metavar="BYTES",
+        group=MEDIA,
+        help="encoded bytes one image or audio clip may have, sent inline or fetched (a fetch stops there)",
     )
     max_loras: int = setting(
         0,

@@ -7,7 +7,7 @@ OpenTelemetry GenAI ×2 series extended down to 1 ms, so they compare with
 ``gen_ai.server.request.duration``. The span is vLLM's: one ``llm_request``
 (kind SERVER) per request, with vLLM's ``gen_ai.*`` latency attributes plus
 the GenAI semantic conventions for embeddings, and poolgate's own attributes
-under ``poolgate.`` (the request's lane).
+under ``poolgate.`` (the request's lane, its inputs' modalities and media count).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ LANE = "lane"  # a job's lane: live | bulk (shared.domain.lanes)
 ERROR_TYPE = "error_type"
 OUTCOME = "outcome"  # a batch line's: completed | failed
 BATCH_ID = "batch_id"  # a Batch API batch's id (only while it runs: its series go when it ends)
+KIND = "kind"  # a media item's: image | audio (shared.wire.media)
 
 # --- gateway-side metrics (recorded per HTTP request) --------------------------
 REQUESTS = f"{PREFIX}_requests"  # counter {route, model, status, protocol}; exposed as ..._total
@@ -41,6 +42,7 @@ REQUESTS_IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge {model}
 ADMISSION_REJECTIONS = f"{PREFIX}_admission_rejections"  # counter {model, reason}
 TENANT_REQUESTS = f"{PREFIX}_tenant_requests"  # counter {tenant, model, status}
 TENANT_PROMPT_TOKENS = f"{PREFIX}_tenant_prompt_tokens"  # counter {tenant, model}
+MEDIA_ITEMS = f"{PREFIX}_media_items"  # counter {model, kind}: images and audio clips in requests
 
 # --- gateway-side pool series (each pool's admission, published before each scrape) ---
 # The autoscaling signals (gateway.telemetry.pool_series); a pool is a model's pool of one backend.
@@ -131,6 +133,8 @@ ATTR_RPC_METHOD = "rpc.method"
 ATTR_RPC_GRPC_STATUS = "rpc.grpc.status_code"
 # poolgate's own (its prefix, as OpenTelemetry asks of attributes outside the conventions)
 ATTR_LANE = "poolgate.lane"  # "live" or "bulk" (shared.domain.lanes)
+ATTR_MODALITIES = "poolgate.input.modalities"  # what the inputs hold: "text", "image", "text,image", "audio", ...
+ATTR_MEDIA_COUNT = "poolgate.input.media_count"  # images and audio clips in the request
 PROVIDER = "poolgate"
 
 # gen_ai.operation.name per pooling task (custom values where GenAI has none)

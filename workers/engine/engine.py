@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from poolgate.shared.domain.errors import DeadlineExceeded, InternalError, InvalidRequest, PoolgateError, Unavailable
 from poolgate.shared.domain.limits import cap_task, chunks_inputs
+from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.telemetry.log_limit import LogLimiter
 from poolgate.shared.inputs.front import Front
 from poolgate.shared.domain.limits import check_tokens, check_token_call
@@ -88,7 +89,7 @@ class Engine:
 
     def __init__(self, model: LoadedModel, tokenizer_threads: int | None = 1, *, tracer: CallTracer | None = None,
                  policy: BatchPolicy | None = None, max_queued_tokens: int | None = None,
-                 max_tokens_per_request: int | None = None):
+                 max_tokens_per_request: int | None = None, media_limits: MediaLimits | None = None):
         # the limit travels in the info the gateway reads, which counts it where it tokenizes (and so does ``front``)
         self.info = replace(model.info, max_tokens_per_request=max_tokens_per_request)
         self.cache = CachingRunner(model.runner, model.cache_bytes) if model.cache_bytes else None  # engine.cache
@@ -99,7 +100,7 @@ class Engine:
         self.chunked_prefill = getattr(model.runner, "chunked_prefill", None)  # (engine.chunked_prefill)
         self.max_batch_tokens = model.max_batch_tokens
         self._device_memory = model.device_memory
-        self.front = Front(self.info, model.encoder)  # in-process calls only (``submit``)
+        self.front = Front(self.info, model.encoder, media_limits)  # in-process calls only (``submit``)
         bound = max_queued_tokens or QUEUE_BUDGETS * model.max_batch_tokens
         self.scheduler = TokenBudgetScheduler(model.max_batch_tokens, padded=model.padded,
                                               policy=policy if policy is not None else FairPolicy(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
+from poolgate.shared.inputs.media.clip import DualEncoderPlan
 from poolgate.shared.inputs.media.colpali import late_visual_plan
 
 if TYPE_CHECKING:
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from poolgate.shared.wire.messages import ModelInfo
 
 PLANS: dict[str, PlanFactory] = {}
+PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
 PLANS["colpali"] = PLANS["colqwen2"] = PLANS["colmodernvbert"] = late_visual_plan  # shared.inputs.media.colpali
 
 

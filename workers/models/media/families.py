@@ -5,10 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media.clip import CLIP, SIGLIP, SIGLIP2
 from poolgate.workers.models.media.colpali import COLMODERNVBERT, COLPALI, COLQWEN2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
-MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI
+MEDIA_ARCHITECTURES["CLIPModel"] = CLIP  # workers.models.media.clip
+MEDIA_ARCHITECTURES["SiglipModel"] = SIGLIP
+MEDIA_ARCHITECTURES["Siglip2Model"] = SIGLIP2
+MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI  # workers.models.media.colpali
 MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
 MEDIA_ARCHITECTURES["ColModernVBertForRetrieval"] = COLMODERNVBERT
 
