@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import cap_task, check_length, truncation_length
+from poolgate.shared.domain.media_limits import check_media_count
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.media.idefics3 import TileSettings, placeholder, tiles
 from poolgate.shared.inputs.media.images import decode_image
@@ -86,14 +87,8 @@ class LateVisualPlan:
 
     def encode(self, call: PoolingCall, limits: MediaLimits) -> Encoded:
         """Each input as a query or a page (module doc), checked against the model's input cap."""
+        check_media_count(call.inputs, limits)  # as the gateway and the offline API count them
         read = [self._read(i, x) for i, x in enumerate(call.inputs)]
-        pages = [r for r in read if isinstance(r, Page)]
-        if len(pages) > limits.max_images_per_request:
-            raise InvalidRequest(
-                f"the request holds {len(pages)} images, over this server's --max-images-per-request "
-                f"{limits.max_images_per_request}",
-                param="input",
-            )
         task = cap_task(call.params)
         k = truncation_length(self.info, call.params)
         queries = [(i, r) for i, r in enumerate(read) if isinstance(r, str)]
