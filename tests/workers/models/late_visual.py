@@ -15,13 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-WORDS = "the a of is what which image describe question query page chart table revenue figure show in".split()
+from poolgate.workers.tools.late_shapes import small_vocab as _vocab
+from poolgate.workers.tools.late_shapes import write_colqwen2 as colqwen2_folder
 
-
-def _vocab(specials: list[str], space: str, newline: str) -> dict[str, int]:
-    chars = [chr(c) for c in range(33, 127)] + [space, newline]
-    words = [space + w for w in WORDS] + WORDS
-    return {w: i for i, w in enumerate(dict.fromkeys(specials + chars + words))}
+__all__ = ["colqwen2_folder"]  # the ColQwen2 builder is the servable one (workers.tools.late_shapes)
 
 
 def colpali_folder(folder: Path, *, image_size: int = 28, patch: int = 14, seed: int = 0) -> Path:
@@ -41,47 +38,6 @@ def colpali_folder(folder: Path, *, image_size: int = 28, patch: int = 14, seed:
                           projection_dim=32)
     torch.manual_seed(seed)
     model = ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=16)).eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    processor.save_pretrained(folder)
-    return folder
-
-
-def colqwen2_folder(folder: Path, *, hidden: int = 32, intermediate: int = 64, layers: int = 2, vision_dim: int = 32,
-                    vision_depth: int = 2, vision_heads: int = 4, mlp_ratio: int = 2, heads: int = 4, kv_heads: int = 2,
-                    max_pixels: int = 28 * 28 * 16, dim: int = 16, mrope: list[int] | None = None,
-                    backbone: str = "qwen2_vl", seed: int = 0) -> Path:
-    """A ColQwen2ForRetrieval over a small Qwen2-VL (patch 14, merge 2, temporal patch 2, as the real one); the
-    widths, depths and heads as given (ColQwen2-v1.0's Qwen2-VL-2B: hidden 1536, intermediate 8960, 28 layers,
-    12 heads, 2 KV heads; vision 1280 wide, 32 deep, 16 heads, MLP ratio 4; dim 128). ``backbone="qwen2_5_vl"``:
-    the same over Qwen2.5-VL (windowed vision attention, its last block full), as ColQwen2.5 checkpoints are."""
-    from transformers import (ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2Tokenizer,
-                              Qwen2_5_VLConfig, Qwen2VLConfig, Qwen2VLImageProcessorPil)
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
-    vocab = _vocab(specials, "Ġ", "Ċ")  # byte-level: space and newline as Ġ and Ċ
-    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, bos_token=None, eos_token="<|im_end|>",
-                               pad_token="<|endoftext|>")
-    tokenizer.add_special_tokens({"additional_special_tokens": specials[1:]})
-    images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
-    processor = ColQwen2Processor(image_processor=images, tokenizer=tokenizer)
-    head_dim = hidden // heads
-    text = dict(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=len(tokenizer),
-                max_position_embeddings=4096, bos_token_id=None, eos_token_id=vocab["<|im_end|>"],
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                 "mrope_section": mrope or [head_dim // 8, head_dim // 8, head_dim // 4]})
-    vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden, num_heads=vision_heads,
-                  mlp_ratio=mlp_ratio, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
-    config = Qwen2VLConfig
-    if backbone == "qwen2_5_vl":
-        vision = dict(depth=vision_depth, hidden_size=vision_dim, out_hidden_size=hidden, num_heads=vision_heads,
-                      intermediate_size=mlp_ratio * vision_dim, window_size=56, fullatt_block_indexes=[vision_depth - 1],
-                      patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
-        config = Qwen2_5_VLConfig
-    vlm = config(text_config=text, vision_config=vision, image_token_id=processor.image_token_id,
-                 vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"))
-    torch.manual_seed(seed)
-    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=dim)).eval()
     model.save_pretrained(folder, safe_serialization=True)
     processor.save_pretrained(folder)
     return folder
