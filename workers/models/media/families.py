@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
-from poolgate.workers.models.media.clip import CLIP, SIGLIP, SIGLIP2
+from poolgate.workers.models.media.clip import FAMILIES as DUAL_ENCODERS
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
-MEDIA_ARCHITECTURES["CLIPModel"] = CLIP  # workers.models.media.clip
-MEDIA_ARCHITECTURES["SiglipModel"] = SIGLIP
-MEDIA_ARCHITECTURES["Siglip2Model"] = SIGLIP2
+MEDIA_ARCHITECTURES.update(DUAL_ENCODERS)  # CLIP, SigLIP, SigLIP 2 and their one-tower models (media.clip)
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
