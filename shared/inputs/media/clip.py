@@ -3,7 +3,8 @@
 The worker's family (``workers.models.media.clip``) sends its settings in
 ``TokenizerFiles.media``: ``text`` (``max_tokens``, the longest text;
 ``pad_to`` and ``pad_side``, how SigLIP's texts are padded as it was trained;
-``pad_id``) and ``image`` (``pixels``: the processor's ``PixelSettings``;
+``pad_id``; ``vocab_size``, the bound of token ids sent as such) and ``image``
+(``pixels``: the processor's ``PixelSettings``;
 ``tokens``: the vision tower's tokens, patches plus CLIP's class token;
 ``placeholder``: the id that fills an image's sequence; ``naflex``: SigLIP 2's
 ``patch_size`` and ``max_num_patches``, its images cut into patches at their
@@ -119,6 +120,12 @@ class DualEncoderPlan:
     def _text_ids(self, ids: list[int], where: str) -> list[int]:
         if self.text is None:
             raise InvalidRequest(f"{self._name} embeds images only; {where} holds token ids", param="input")
+        vocab = self.text.get("vocab_size")
+        if vocab is not None and ids and max(ids) >= int(vocab):
+            raise InvalidRequest(
+                f"{where}: token id {max(ids)} is out of vocabulary (the text tower has {vocab} tokens)",
+                param="input",
+            )
         if len(ids) > int(self.text["max_tokens"]):
             raise InvalidRequest(
                 f"{where}: {len(ids)} token ids, over the text tower's {self.text['max_tokens']} positions",

@@ -104,6 +104,13 @@ async def test_text_and_image_in_one_input_is_a_400(dual):
     two = MediaInput((MediaRef("image", data_url(IMAGES[0])), MediaRef("image", data_url(IMAGES[1]))))
     with pytest.raises(InvalidRequest, match="2 images"):
         await embed(model, [two])
+    ids = model.encoder.encode([TEXTS[0]])[0]  # token ids sent as such: the text's vector (SigLIP's padded too)
+    as_ids, as_text = (await embed(model, [ids])).outputs.values, (await embed(model, [TEXTS[0]])).outputs.values
+    np.testing.assert_allclose(as_ids, as_text, atol=1e-6)
+    with pytest.raises(InvalidRequest, match="token id 100 is out of vocabulary"):  # never a 500 in a batch
+        await embed(model, [[2, 5, 100, 3]])
+    with pytest.raises(InvalidRequest, match="over the text tower's"):
+        await embed(model, [[5] * (TEXT_LEN[kind] + 1)])
     with pytest.raises(InvalidRequest, match="not valid base64|corrupt"):
         await embed(model, [MediaInput((MediaRef("image", "data:image/png;base64,AAAA"),))])
 

@@ -171,12 +171,14 @@ def preprocessor_config(source: MediaSource) -> dict[str, Any]:
 
 def text_settings(tokenizer: Any, text_config: Any, *, pad_to_max: bool) -> dict[str, Any]:
     """The plan's text settings: the longest text (the tokenizer's ``model_max_length`` within the text
-    tower's positions), whether texts are padded to it (SigLIP), and the pad id."""
+    tower's positions), whether texts are padded to it (SigLIP) and on which side, the pad id, and the
+    text tower's vocabulary (token ids sent as such are checked against it)."""
     positions = int(text_config.max_position_embeddings)
     longest = int(getattr(tokenizer, "model_max_length", positions) or positions)
     longest = positions if longest <= 0 or longest > positions else longest
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return {"max_tokens": longest, "pad_to": longest if pad_to_max else None, "pad_id": int(pad_id or 0),
+            "vocab_size": int(text_config.vocab_size),
             "pad_side": "left" if getattr(tokenizer, "padding_side", "right") == "left" else "right"}
 
 
