@@ -159,6 +159,16 @@ class DualEncoderPlan:
         if naflex:  # SigLIP 2: patches at the image's own aspect ratio (shared.inputs.media.naflex)
             arrays = naflex_arrays(image.pixels, self.pixels, int(naflex["patch_size"]), int(naflex["max_num_patches"]))
         else:
+            # CLIP resizes the short side and keeps the aspect ratio: a 1 x 20,000 image would be resized to
+            # 224 x 4,480,000 before its crop (seconds and gigabytes), so its resized size is held to the limit too
+            height, width = self.pixels._resized(image.height, image.width)
+            if height * width > limits.max_image_pixels:
+                raise InvalidRequest(
+                    f"{where}: the image is {image.width} x {image.height}; this model's processor would resize it "
+                    f"to {width} x {height} = {height * width:,} pixels, over this server's --max-image-pixels "
+                    f"{limits.max_image_pixels:,} (too extreme an aspect ratio)",
+                    param=where,
+                )
             arrays = {"pixel_values": pixel_values(image.pixels, self.pixels)}
         tokens = int(self.image["tokens"])
         item = MediaItem(
