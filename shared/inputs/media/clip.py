@@ -51,8 +51,10 @@ def pixel_settings(settings: dict[str, Any]) -> PixelSettings:
 def dual_logit(settings: dict[str, Any], cosine: float) -> float:
     """The model's logit for a text-image cosine: ``exp(logit_scale) * cosine (+ logit_bias)``, as
     ``CLIPModel``/``SiglipModel`` compute ``logits_per_text`` (SigLIP's sigmoid of it is the match probability)."""
-    bias = settings.get("logit_bias")
-    return math.exp(float(settings["logit_scale"])) * cosine + (float(bias) if bias is not None else 0.0)
+    scale, bias = settings.get("logit_scale"), settings.get("logit_bias")
+    if scale is None:  # a one-tower model (CLIPVisionModelWithProjection, ...) has no logit scale
+        raise ValueError(f"{settings.get('family')} has no logit scale: its scores are cosines only")
+    return math.exp(float(scale)) * cosine + (float(bias) if bias is not None else 0.0)
 
 
 class DualEncoderPlan:

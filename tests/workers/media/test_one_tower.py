@@ -5,6 +5,7 @@ import torch
 
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.inputs.media.clip import dual_logit
 from poolgate.workers.load.build import load_model
 from tests.fakes import make_tiny_tokenizer
 from tests.workers.media.dual_encoders import IMAGE_SIZE, PATCH, png, tower
@@ -64,6 +65,8 @@ async def test_vision_tower_alone_without_a_tokenizer(tmp_path, kind):
     ref.eval().save_pretrained(tmp_path)
     model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32"))
     assert model.info.modalities == ("image",)
+    with pytest.raises(ValueError, match="no logit scale"):  # a route asking for logits is told why not
+        dual_logit(model.encoder.files.media, 0.5)
     got = (await embed(model, [image(b) for b in IMAGES])).outputs.values
     pixels = AutoImageProcessor.from_pretrained(str(tmp_path))(
         [Image.open(io.BytesIO(b)).convert("RGB") for b in IMAGES], return_tensors="pt")["pixel_values"]
