@@ -92,7 +92,7 @@ def to_request(req: EmbeddingRequest, task: PoolingTask = "embed", info: ModelIn
     model's) is needed only for a request that names a prompt."""
     if task == "token_embed":
         _check_token_embed(req)
-    inputs, special = req.call_inputs()
+    inputs, special = req.call_inputs(info)
     if req.input_type is not None or req.prompt_name is not None:
         if info is None:
             raise ValueError("a request that names a prompt is converted with its model's info")

@@ -68,6 +68,18 @@ def test_text_only_conversations_stay_chat_inputs_beside_media_ones():
     assert isinstance(media, MediaInput) and media.parts == (MediaRef("image", url=PNG_URL),)
 
 
+def test_a_media_model_reads_every_conversation_as_a_media_input():
+    info = fake_model().info
+    info = type(info)(**{**info.__dict__, "modalities": ("text", "image")})
+    req = openai.EmbeddingRequest.model_validate({"messages": [{"role": "user", "content": [TEXT]}]})
+    assert openai.to_request(req, "embed", info).inputs == [
+        MediaInput(parts=("a cat",), chat=({"role": "user", "content": [TEXT]},))]
+    req = vllm_classify.ClassificationRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    assert vllm_classify.to_request(req, info).inputs == [MediaInput(parts=("hi",), chat=({"role": "user",
+                                                                                         "content": "hi"},))]
+    assert isinstance(vllm_classify.to_request(req, INFO).inputs[0], ChatInput)  # a text model: as before
+
+
 @pytest.mark.parametrize("module, request_model", [
     (vllm_pooling, vllm_pooling.PoolingRequest), (vllm_classify, vllm_classify.ClassificationRequest)])
 def test_pooling_and_classify_read_the_same_parts(module, request_model):
