@@ -99,7 +99,9 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
         chats = self.chat()
         media = info is not None and reads_media(info)
         inputs: list[Input] = list(chat_inputs(chats, self, media=media)) if chats is not None else self.inputs()
-        special = chats is None if self.add_special_tokens is None else self.add_special_tokens
+        # vLLM's default: special tokens for texts and ids, none for a rendered chat; a media model's plan reads
+        # its chats' parts itself and tokenizes their text as a text (CLIP's BOS and EOS included)
+        special = (chats is None or media) if self.add_special_tokens is None else self.add_special_tokens
         return inputs, special
 
 
