@@ -72,6 +72,10 @@ def test_openai_sdk_chat_embeddings_with_images(served):
     vectors = [d.embedding for d in out.data]  # (the SDK asked base64 and decoded it)
     worst_cosine("openai SDK embeddings.create extra_body messages (images)", vectors[:4], want_image)
     worst_cosine("openai SDK embeddings.create extra_body messages (texts)", vectors[4:], want_text)
+    jina = client.embeddings.create(model=NAME, input=[{"text": TEXTS[0]}, {"image": data_url(IMAGES[1])},
+                                                      {"image": base64.b64encode(IMAGES[2]).decode()}])  # Jina's
+    worst_cosine("openai SDK embeddings.create Jina objects", [d.embedding for d in jina.data],
+                 np.stack([want_text[0], want_image[1], want_image[2]]))
     texts = client.embeddings.create(model=NAME, input=TEXTS)  # plain texts go to the text tower
     worst_cosine("openai SDK embeddings.create input (texts)", [d.embedding for d in texts.data], want_text)
     assert out.usage.prompt_tokens > 0

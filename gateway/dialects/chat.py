@@ -60,7 +60,7 @@ class ChatOptions(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-def _no_default(schema: dict) -> None:
+def no_default(schema: dict) -> None:
     schema.pop("default", None)
 
 
@@ -70,9 +70,9 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
     # Either one, never null (a default is not validated, an explicit null is; nor is it documented): a None
     # default on a type without None, which mypy refuses (as it refuses widening PoolingBody's fields).
     input: CompletionInput | Conversation | list[Conversation] = Field(  # type: ignore[assignment]
-        None, json_schema_extra=_no_default
+        None, json_schema_extra=no_default
     )
-    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)  # type: ignore[assignment]
+    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=no_default)  # type: ignore[assignment]
     add_special_tokens: bool | None = None  # type: ignore[assignment]  # None: True for texts and ids, False for chat
 
     @model_validator(mode="before")

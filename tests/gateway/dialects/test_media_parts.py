@@ -115,6 +115,15 @@ def test_parts_of_the_wrong_type_fail_validation(part):
         openai.EmbeddingRequest.model_validate({"messages": [{"role": "user", "content": [part]}]})
 
 
+def test_jina_text_and_image_objects_in_input():
+    inputs = embeddings({"input": [{"text": "a cat"}, {"image": "iVBORw0KGgo="}, {"image": PNG_URL}]})
+    assert inputs == ["a cat", MediaInput(parts=(MediaRef("image", url="iVBORw0KGgo="),)),
+                      MediaInput(parts=(MediaRef("image", url=PNG_URL),))]
+    assert embeddings({"input": ["a", "b"]}) == ["a", "b"]  # the other forms as before
+    with pytest.raises(ValidationError):
+        embeddings({"input": [{"image": 5}]})
+
+
 def test_tokenize_takes_text_messages_only():
     req = TokenizeRequest.model_validate({"messages": [{"role": "user", "content": [IMAGE]}]})
     with pytest.raises(InvalidRequest, match="an image or audio part is not tokenized here"):
