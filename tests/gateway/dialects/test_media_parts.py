@@ -217,8 +217,13 @@ def test_a_cross_encoders_pair_with_an_image_is_one_media_input_query_last():
     plan = plan_scores(info, ["q"], [image, "d"])
     assert plan.inputs == [MediaInput(parts=("caption", MediaRef("image", url=PNG_URL), "q"), role="pair"),
                            TextPair("q", "d")]
-    with pytest.raises(InvalidRequest, match="pass the queries as text"):
-        plan_scores(info, [MediaInput(parts=(MediaRef("image", url=PNG_URL),), role="query")], [image])
+    query_image = MediaInput(parts=(MediaRef("image", url="q.png"),), role="query")
+    plan = plan_scores(info, [query_image], [image, "d"])  # an image query: its one part last
+    assert plan.inputs == [MediaInput(parts=("caption", MediaRef("image", url=PNG_URL), MediaRef("image", url="q.png")),
+                                      role="pair"),
+                           MediaInput(parts=("d", MediaRef("image", url="q.png")), role="pair")]
+    with pytest.raises(InvalidRequest, match="one text or one image"):
+        plan_scores(info, [MediaInput(parts=("q", MediaRef("image", url=PNG_URL)), role="query")], [image])
     with pytest.raises(InvalidRequest, match="apply to text pairs"):
         plan_scores(info, ["q"], [image], SideCaps(document=4))
     with pytest.raises(InvalidRequest, match="apply to text pairs"):
