@@ -1,7 +1,8 @@
 """Dual encoders (CLIP, SigLIP, SigLIP 2): a text and an image tower into one space, each sequence to its tower.
 
-transformers' own ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` is loaded from the folder,
-whole or refused (``workers.models.hf_auto.load_problems``;
+transformers' own ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` (or one of
+their one-tower models, ``TOWERS``: a text or a vision tower alone) is loaded
+from the folder, whole or refused (``workers.models.hf_auto.load_problems``;
 ``--allow-partial-weights`` serves a partial load and logs it). A batch holds
 text sequences and image sequences (one image each, its ids the placeholder
 tokens the gateway's plan put there: ``shared.inputs.media.clip``): the
