@@ -12,11 +12,13 @@ every token attended, as they were trained) and its image processor on the
 decoded images, then the tower's projected features, L2-normalized. One
 ``Check`` row per tower and dtype (``embed text``, ``embed image``). Other
 media families are named as skipped: verify has no reference for them yet.
+``refuse_media_below`` is ``--verify-on-start``'s check of a media model.
 """
 from __future__ import annotations
 
 import asyncio
 import io
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,15 @@ def verify_media(model: LoadedModel, folder: str) -> tuple[list[Check], list[str
     return dual_checks(model, settings, folder), []
 
 
+def refuse_media_below(model: LoadedModel, folder: str, threshold: float) -> None:
+    """``--verify-on-start`` for a media model: ValueError (start-up fails) when a tower is below ``threshold``."""
+    checks, _ = verify_media(model, folder)
+    failed = [c for c in checks if not c.passes(threshold)]
+    if failed:
+        raise ValueError(f"--verify-on-start: {folder} agrees with its reference below {threshold}: "
+                         + "; ".join(c.line() for c in failed))
+
+
 def _served(model: LoadedModel, inputs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """(n, dim) vectors of ``inputs`` in one call, and one call each."""
 
@@ -54,7 +65,8 @@ def _served(model: LoadedModel, inputs: list[Any]) -> tuple[np.ndarray, np.ndarr
         finally:
             await engine.stop()
 
-    return asyncio.run(run())
+    with ThreadPoolExecutor(1) as pool:  # a loop of its own, even where the caller's thread runs one
+        return pool.submit(asyncio.run, run()).result()
 
 
 def _row(name: str, dtype: str, got: tuple[np.ndarray, np.ndarray], want: np.ndarray) -> Check:
