@@ -11,7 +11,9 @@ joined with newlines, as vLLM's "string" content format does, rendered with
 the model's own chat template. A conversation with an image or audio part is
 a ``MediaInput``: every message's parts in order, and the messages themselves
 (short forms spelled out) for a model whose chat template places the media
-tokens. A template sent with the request is refused, as vLLM refuses it
+tokens; so is every conversation sent to a model that reads media
+(``ModelInfo.modalities``; a CLIP text query is a chat of one text part, as
+vLLM serves it), whose media plan reads them all. A template sent with the request is refused, as vLLM refuses it
 without ``--trust-request-chat-template``.
 """
 
@@ -28,7 +30,7 @@ from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.gateway.dialects.route import AsksEncodings
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.wire.media import MediaInput, MediaRef
-from poolgate.shared.wire.messages import ChatInput, Input
+from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo
 
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
@@ -58,7 +60,7 @@ class ChatOptions(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-def _no_default(schema: dict) -> None:
+def no_default(schema: dict) -> None:
     schema.pop("default", None)
 
 
@@ -68,9 +70,9 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
     # Either one, never null (a default is not validated, an explicit null is; nor is it documented): a None
     # default on a type without None, which mypy refuses (as it refuses widening PoolingBody's fields).
     input: CompletionInput | Conversation | list[Conversation] = Field(  # type: ignore[assignment]
-        None, json_schema_extra=_no_default
+        None, json_schema_extra=no_default
     )
-    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=_no_default)  # type: ignore[assignment]
+    messages: Conversation | list[Conversation] = Field(None, json_schema_extra=no_default)  # type: ignore[assignment]
     add_special_tokens: bool | None = None  # type: ignore[assignment]  # None: True for texts and ids, False for chat
 
     @model_validator(mode="before")
@@ -91,17 +93,29 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
             return conversations(self.messages)
         return conversations(self.input) if is_chat(self.input) else None
 
-    def call_inputs(self) -> tuple[list[Input], bool]:
-        """The inputs to pool and whether to add special tokens (as asked, else vLLM's default per style)."""
+    def call_inputs(self, info: ModelInfo | None = None) -> tuple[list[Input], bool]:
+        """The inputs to pool and whether to add special tokens (as asked, else vLLM's default per style);
+        ``info``: the model's, whose modalities decide how a text-only conversation is read."""
         chats = self.chat()
-        inputs: list[Input] = list(chat_inputs(chats, self)) if chats is not None else self.inputs()
-        special = chats is None if self.add_special_tokens is None else self.add_special_tokens
+        media = info is not None and reads_media(info)
+        inputs: list[Input] = list(chat_inputs(chats, self, media=media)) if chats is not None else self.inputs()
+        # vLLM's default: special tokens for texts and ids, none for a rendered chat; a media model's plan reads
+        # its chats' parts itself and tokenizes their text as a text (CLIP's BOS and EOS included)
+        special = (chats is None or media) if self.add_special_tokens is None else self.add_special_tokens
         return inputs, special
 
 
-def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list[ChatInput | MediaInput]:
-    """One input per conversation: a ``ChatInput`` for text only, a ``MediaInput`` with an image or audio part;
-    400 for what vLLM refuses and for a part poolgate does not serve."""
+def reads_media(info: ModelInfo) -> bool:
+    """Whether the model reads images or audio (its media plan reads every input)."""
+    return any(m != "text" for m in info.modalities)
+
+
+def chat_inputs(
+    conversations: list[Conversation], options: ChatOptions, *, media: bool = False
+) -> list[ChatInput | MediaInput]:
+    """One input per conversation: a ``ChatInput`` for text only, a ``MediaInput`` with an image or audio part
+    (every conversation with ``media``: the model reads media); 400 for what vLLM refuses and for a part
+    poolgate does not serve."""
     if options.chat_template is not None:
         raise InvalidRequest(UNTRUSTED_TEMPLATE, param="chat_template")
     if options.continue_final_message and options.add_generation_prompt:
@@ -113,7 +127,7 @@ def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list
             for i, m in enumerate(conversation)
         ]
         parts = [p for _, message_parts in read for p in message_parts]
-        if has_media(parts):
+        if media or has_media(parts):
             inputs.append(MediaInput(parts=tuple(parts), chat=tuple(body for body, _ in read)))
         else:
             inputs.append(

@@ -14,6 +14,14 @@ vLLM makes them (1:1, 1:N, N:N), for the scorer of the model's active task:
   and each document pooled once, then cosine / MaxSim here in numpy
   (``shared.domain.scoring``), the query vectors reused for every document.
 
+Each side's item is a text, Jina's ``{"text"}`` or ``{"image"}``, or vLLM's
+``{"content": [parts]}`` (``dialects.media_parts``: text and images in order,
+ONE input); one holding an image is a ``MediaInput`` with its role
+(``query`` / ``document``), a content list of text only its text. The plan
+carries images through every scorer (a cross-encoder's pair with an image is
+one ``MediaInput`` with role ``pair``, ``shared.domain.score_plan``); the
+rerank answer echoes such a document as ``{multi_modal: [parts]}``, as vLLM.
+
 ``max_tokens_per_*`` cut each side to that many content tokens before the
 special tokens (``TextPair`` / ``CappedText`` caps, applied in the worker);
 they must be below ``max_model_len``. Usage is the call's prompt tokens: per

@@ -197,7 +197,13 @@ def load_model(cfg: WorkerConfig) -> LoadedModel:
     """Everything the worker needs before it reports ready; logs each step."""
     family = media_family_of(cfg)
     if family is not None:  # images or audio in (workers.models.media)
-        return load_media(cfg, family)
+        loaded = load_media(cfg, family)
+        if cfg.verify_on_start is not None:  # its towers against transformers (workers.tools.verify_media)
+            from poolgate.workers.tools.verify_media import refuse_media_below
+
+            refuse_media_below(loaded, cfg.model, cfg.verify_on_start)
+            log.info("verify on start: every tower agrees with its reference at cosine >= %s", cfg.verify_on_start)
+        return loaded
     start = time.perf_counter()
     spec = read_spec(cfg)
     backend = get_backend(cfg.backend)

@@ -3,7 +3,9 @@
 Loads the model as ``poolgate serve`` would (the same model flags), once per
 dtype (``--dtype auto``: float32 and the backend's fast dtype; else the one
 given), and runs ``workers.tools.verify``'s fixed probe set against the
-reference (sentence-transformers, or transformers with the model's pooling).
+reference (sentence-transformers, or transformers with the model's pooling; a
+media model's texts and synthetic images against transformers' own model and
+processors: ``workers.tools.verify_media``).
 Prints one line per task and dtype (worst cosine, max abs difference, batched
 vs single) and exits 0 when every worst cosine reaches ``--threshold``, 1
 when one does not, 2 when the model cannot be loaded. Imports without torch.
@@ -38,12 +40,16 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = worker_config_from_args(args)
         from poolgate.workers.load.build import load_model
+        from poolgate.workers.load.media_build import media_family_of
         from poolgate.workers.load.st_config import read_spec
         from poolgate.workers.tools.verify import verify_loaded
+        from poolgate.workers.tools.verify_media import verify_media
 
-        spec, rows, skipped = read_spec(cfg), [], set()
+        media = media_family_of(cfg) is not None  # images in: texts and probe images (workers.tools.verify_media)
+        spec, rows, skipped = None if media else read_spec(cfg), [], set()
         for dtype in _dtypes(cfg):
-            checks, missed = verify_loaded(load_model(replace(cfg, dtype=dtype)), spec)
+            loaded = load_model(replace(cfg, dtype=dtype))
+            checks, missed = verify_media(loaded, cfg.model) if spec is None else verify_loaded(loaded, spec)
             rows += checks
             skipped.update(missed)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:

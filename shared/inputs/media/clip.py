@@ -3,7 +3,8 @@
 The worker's family (``workers.models.media.clip``) sends its settings in
 ``TokenizerFiles.media``: ``text`` (``max_tokens``, the longest text;
 ``pad_to`` and ``pad_side``, how SigLIP's texts are padded as it was trained;
-``pad_id``) and ``image`` (``pixels``: the processor's ``PixelSettings``;
+``pad_id``; ``vocab_size``, the bound of token ids sent as such) and ``image``
+(``pixels``: the processor's ``PixelSettings``;
 ``tokens``: the vision tower's tokens, patches plus CLIP's class token;
 ``placeholder``: the id that fills an image's sequence; ``naflex``: SigLIP 2's
 ``patch_size`` and ``max_num_patches``, its images cut into patches at their
@@ -50,8 +51,10 @@ def pixel_settings(settings: dict[str, Any]) -> PixelSettings:
 def dual_logit(settings: dict[str, Any], cosine: float) -> float:
     """The model's logit for a text-image cosine: ``exp(logit_scale) * cosine (+ logit_bias)``, as
     ``CLIPModel``/``SiglipModel`` compute ``logits_per_text`` (SigLIP's sigmoid of it is the match probability)."""
-    bias = settings.get("logit_bias")
-    return math.exp(float(settings["logit_scale"])) * cosine + (float(bias) if bias is not None else 0.0)
+    scale, bias = settings.get("logit_scale"), settings.get("logit_bias")
+    if scale is None:  # a one-tower model (CLIPVisionModelWithProjection, ...) has no logit scale
+        raise ValueError(f"{settings.get('family')} has no logit scale: its scores are cosines only")
+    return math.exp(float(scale)) * cosine + (float(bias) if bias is not None else 0.0)
 
 
 class DualEncoderPlan:
@@ -119,6 +122,12 @@ class DualEncoderPlan:
     def _text_ids(self, ids: list[int], where: str) -> list[int]:
         if self.text is None:
             raise InvalidRequest(f"{self._name} embeds images only; {where} holds token ids", param="input")
+        vocab = self.text.get("vocab_size")
+        if vocab is not None and ids and max(ids) >= int(vocab):
+            raise InvalidRequest(
+                f"{where}: token id {max(ids)} is out of vocabulary (the text tower has {vocab} tokens)",
+                param="input",
+            )
         if len(ids) > int(self.text["max_tokens"]):
             raise InvalidRequest(
                 f"{where}: {len(ids)} token ids, over the text tower's {self.text['max_tokens']} positions",
@@ -152,6 +161,16 @@ class DualEncoderPlan:
         if naflex:  # SigLIP 2: patches at the image's own aspect ratio (shared.inputs.media.naflex)
             arrays = naflex_arrays(image.pixels, self.pixels, int(naflex["patch_size"]), int(naflex["max_num_patches"]))
         else:
+            # CLIP resizes the short side and keeps the aspect ratio: a 1 x 20,000 image would be resized to
+            # 224 x 4,480,000 before its crop (seconds and gigabytes), so its resized size is held to the limit too
+            height, width = self.pixels._resized(image.height, image.width)
+            if height * width > limits.max_image_pixels:
+                raise InvalidRequest(
+                    f"{where}: the image is {image.width} x {image.height}; this model's processor would resize it "
+                    f"to {width} x {height} = {height * width:,} pixels, over this server's --max-image-pixels "
+                    f"{limits.max_image_pixels:,} (too extreme an aspect ratio)",
+                    param=where,
+                )
             arrays = {"pixel_values": pixel_values(image.pixels, self.pixels)}
         tokens = int(self.image["tokens"])
         item = MediaItem(

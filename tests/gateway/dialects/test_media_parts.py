@@ -68,6 +68,18 @@ def test_text_only_conversations_stay_chat_inputs_beside_media_ones():
     assert isinstance(media, MediaInput) and media.parts == (MediaRef("image", url=PNG_URL),)
 
 
+def test_a_media_model_reads_every_conversation_as_a_media_input():
+    info = fake_model().info
+    info = type(info)(**{**info.__dict__, "modalities": ("text", "image")})
+    req = openai.EmbeddingRequest.model_validate({"messages": [{"role": "user", "content": [TEXT]}]})
+    assert openai.to_request(req, "embed", info).inputs == [
+        MediaInput(parts=("a cat",), chat=({"role": "user", "content": [TEXT]},))]
+    req = vllm_classify.ClassificationRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    assert vllm_classify.to_request(req, info).inputs == [MediaInput(parts=("hi",), chat=({"role": "user",
+                                                                                         "content": "hi"},))]
+    assert isinstance(vllm_classify.to_request(req, INFO).inputs[0], ChatInput)  # a text model: as before
+
+
 @pytest.mark.parametrize("module, request_model", [
     (vllm_pooling, vllm_pooling.PoolingRequest), (vllm_classify, vllm_classify.ClassificationRequest)])
 def test_pooling_and_classify_read_the_same_parts(module, request_model):
@@ -101,6 +113,15 @@ def test_parts_that_are_not_served_are_400s_naming_the_part(part, message):
 def test_parts_of_the_wrong_type_fail_validation(part):
     with pytest.raises(ValidationError):
         openai.EmbeddingRequest.model_validate({"messages": [{"role": "user", "content": [part]}]})
+
+
+def test_jina_text_and_image_objects_in_input():
+    inputs = embeddings({"input": [{"text": "a cat"}, {"image": "iVBORw0KGgo="}, {"image": PNG_URL}]})
+    assert inputs == ["a cat", MediaInput(parts=(MediaRef("image", url="iVBORw0KGgo="),)),
+                      MediaInput(parts=(MediaRef("image", url=PNG_URL),))]
+    assert embeddings({"input": ["a", "b"]}) == ["a", "b"]  # the other forms as before
+    with pytest.raises(ValidationError):
+        embeddings({"input": [{"image": 5}]})
 
 
 def test_tokenize_takes_text_messages_only():
@@ -196,8 +217,13 @@ def test_a_cross_encoders_pair_with_an_image_is_one_media_input_query_last():
     plan = plan_scores(info, ["q"], [image, "d"])
     assert plan.inputs == [MediaInput(parts=("caption", MediaRef("image", url=PNG_URL), "q"), role="pair"),
                            TextPair("q", "d")]
-    with pytest.raises(InvalidRequest, match="pass the queries as text"):
-        plan_scores(info, [MediaInput(parts=(MediaRef("image", url=PNG_URL),), role="query")], [image])
+    query_image = MediaInput(parts=(MediaRef("image", url="q.png"),), role="query")
+    plan = plan_scores(info, [query_image], [image, "d"])  # an image query: its one part last
+    assert plan.inputs == [MediaInput(parts=("caption", MediaRef("image", url=PNG_URL), MediaRef("image", url="q.png")),
+                                      role="pair"),
+                           MediaInput(parts=("d", MediaRef("image", url="q.png")), role="pair")]
+    with pytest.raises(InvalidRequest, match="one text or one image"):
+        plan_scores(info, [MediaInput(parts=("q", MediaRef("image", url=PNG_URL)), role="query")], [image])
     with pytest.raises(InvalidRequest, match="apply to text pairs"):
         plan_scores(info, ["q"], [image], SideCaps(document=4))
     with pytest.raises(InvalidRequest, match="apply to text pairs"):

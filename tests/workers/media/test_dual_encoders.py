@@ -9,9 +9,10 @@ from transformers import AutoImageProcessor, AutoTokenizer
 
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.score_plan import plan_scores
-from poolgate.shared.inputs.media.clip import dual_logit
+from poolgate.shared.inputs.media.clip import DualEncoderPlan, dual_logit
 from poolgate.shared.inputs.media.synthetic import data_url
 from poolgate.shared.wire.media import MediaInput, MediaRef
 from poolgate.shared.wire.messages import PoolingCall
@@ -104,6 +105,18 @@ async def test_text_and_image_in_one_input_is_a_400(dual):
     two = MediaInput((MediaRef("image", data_url(IMAGES[0])), MediaRef("image", data_url(IMAGES[1]))))
     with pytest.raises(InvalidRequest, match="2 images"):
         await embed(model, [two])
+    ids = model.encoder.encode([TEXTS[0]])[0]  # token ids sent as such: the text's vector (SigLIP's padded too)
+    as_ids, as_text = (await embed(model, [ids])).outputs.values, (await embed(model, [TEXTS[0]])).outputs.values
+    np.testing.assert_allclose(as_ids, as_text, atol=1e-6)
+    with pytest.raises(InvalidRequest, match="token id 100 is out of vocabulary"):  # never a 500 in a batch
+        await embed(model, [[2, 5, 100, 3]])
+    with pytest.raises(InvalidRequest, match="over the text tower's"):
+        await embed(model, [[5] * (TEXT_LEN[kind] + 1)])
+    if kind == "clip":  # the short side resized to 32 keeps the aspect ratio: 1 x 5,000 would be 160,000 x 32
+        plan = DualEncoderPlan(model.info, model.encoder, model.encoder.files.media)
+        call = PoolingCall(request_id="r", model="t", inputs=[image(png(5, 5000, 1))])
+        with pytest.raises(InvalidRequest, match="would resize it to 160000 x 32 = 5,120,000 pixels"):
+            plan.encode(call, MediaLimits(max_image_pixels=1_000_000))
     with pytest.raises(InvalidRequest, match="not valid base64|corrupt"):
         await embed(model, [MediaInput((MediaRef("image", "data:image/png;base64,AAAA"),))])
 

@@ -1,7 +1,8 @@
 """Dual encoders (CLIP, SigLIP, SigLIP 2): a text and an image tower into one space, each sequence to its tower.
 
-transformers' own ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` is loaded from the folder,
-whole or refused (``workers.models.hf_auto.load_problems``;
+transformers' own ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` (or one of
+their one-tower models, ``TOWERS``: a text or a vision tower alone) is loaded
+from the folder, whole or refused (``workers.models.hf_auto.load_problems``;
 ``--allow-partial-weights`` serves a partial load and logs it). A batch holds
 text sequences and image sequences (one image each, its ids the placeholder
 tokens the gateway's plan put there: ``shared.inputs.media.clip``): the
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 
 from poolgate.shared.inputs.media.pixels import PixelSettings
+from poolgate.shared.inputs.words import WordSettings
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.load.checkpoint import InMemory
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
@@ -43,6 +45,32 @@ log = logging.getLogger("poolgate.worker")
 IMAGE_CHUNK = 64  # images per vision-tower forward (a batch of many images runs in slices of this many)
 
 
+@dataclass(frozen=True)
+class Towers:
+    """How one architecture's towers are read (``DualEncoder._tower``; None: it has no such tower)."""
+
+    kind: str  # clip, siglip, siglip2: how texts are padded and images processed
+    text: str | None
+    image: str | None
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        return tuple(m for m, read in (("text", self.text), ("image", self.image)) if read)
+
+
+TOWERS = {
+    "CLIPModel": Towers("clip", "features", "features"),
+    "CLIPTextModelWithProjection": Towers("clip", "text_embeds", None),
+    "CLIPVisionModelWithProjection": Towers("clip", None, "image_embeds"),
+    "SiglipModel": Towers("siglip", "features", "features"),
+    "SiglipTextModel": Towers("siglip", "pooler_output", None),
+    "SiglipVisionModel": Towers("siglip", None, "pooler_output"),
+    "Siglip2Model": Towers("siglip2", "features", "features"),
+    "Siglip2TextModel": Towers("siglip2", "pooler_output", None),
+    "Siglip2VisionModel": Towers("siglip2", None, "pooler_output"),
+}
+
+
 class DualEncoder(nn.Module):
     """transformers' dual encoder over a packed batch (module doc): (n_tokens, dim), vectors in LAST rows."""
 
@@ -50,10 +78,19 @@ class DualEncoder(nn.Module):
     packed_rows = False  # transformers' own forward: no token-bucket rows
     needs_groups = False
 
-    def __init__(self, model: nn.Module, *, dim: int, pad_id: int, text_mask: bool):
+    def __init__(self, model: nn.Module, spec: Towers, *, dim: int, pad_id: int):
         super().__init__()
-        self.model = model
-        self.dim, self.pad_id, self.text_mask = dim, pad_id, text_mask
+        self.model, self.spec = model, spec
+        self.dim, self.pad_id, self.text_mask = dim, pad_id, spec.kind == "clip"
+
+    def _tower(self, read: str | None, method: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One tower's (k, dim) vectors: ``features`` is a dual model's ``get_*_features``, else the output field
+        of a one-tower model's forward (``text_embeds``, ``image_embeds``, ``pooler_output``)."""
+        if read is None:
+            raise ValueError(f"{type(self.model).__name__} has no tower for this input")  # the plan refuses first
+        if read == "features":
+            return getattr(self.model, method)(**inputs).pooler_output
+        return getattr(self.model(**inputs), read)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         n = int(batch.input_ids.shape[0])
@@ -85,7 +122,7 @@ class DualEncoder(nn.Module):
                 arrays = {name: torch.from_numpy(np.stack([items[j].arrays[name] for j in part])).to(device)
                           for name in items[part[0]].arrays}
                 arrays["pixel_values"] = arrays["pixel_values"].to(dtype)
-                vectors = self.model.get_image_features(**arrays).pooler_output  # (k, dim)
+                vectors = self._tower(self.spec.image, "get_image_features", arrays)  # (k, dim)
                 for j, v in zip(part, vectors, strict=True):
                     out[j] = v
         return torch.stack(out)  # type: ignore[arg-type]
@@ -101,8 +138,8 @@ class DualEncoder(nn.Module):
         for r, i in enumerate(rows):
             ids[r, : lengths[r]] = batch.input_ids[starts[i] : starts[i] + lengths[r]]
             mask[r, : lengths[r]] = 1
-        kwargs = {"attention_mask": mask} if self.text_mask else {}
-        return self.model.get_text_features(input_ids=ids, **kwargs).pooler_output  # (k, dim)
+        inputs = {"input_ids": ids, "attention_mask": mask} if self.text_mask else {"input_ids": ids}
+        return self._tower(self.spec.text, "get_text_features", inputs)  # (k, dim)
 
 
 def load_whole(source: MediaSource, model_class: Any) -> nn.Module:
@@ -135,12 +172,14 @@ def preprocessor_config(source: MediaSource) -> dict[str, Any]:
 
 def text_settings(tokenizer: Any, text_config: Any, *, pad_to_max: bool) -> dict[str, Any]:
     """The plan's text settings: the longest text (the tokenizer's ``model_max_length`` within the text
-    tower's positions), whether texts are padded to it (SigLIP), and the pad id."""
+    tower's positions), whether texts are padded to it (SigLIP) and on which side, the pad id, and the
+    text tower's vocabulary (token ids sent as such are checked against it)."""
     positions = int(text_config.max_position_embeddings)
     longest = int(getattr(tokenizer, "model_max_length", positions) or positions)
     longest = positions if longest <= 0 or longest > positions else longest
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return {"max_tokens": longest, "pad_to": longest if pad_to_max else None, "pad_id": int(pad_id or 0),
+            "vocab_size": int(text_config.vocab_size),
             "pad_side": "left" if getattr(tokenizer, "padding_side", "right") == "left" else "right"}
 
 
@@ -163,35 +202,45 @@ def image_settings(source: MediaSource, vision: Any, kind: str) -> dict[str, Any
     return {"pixels": pixels.to_dict(), "tokens": (size // patch) ** 2 + (1 if kind == "clip" else 0)}
 
 
-def build_dual(source: MediaSource, model_class: Any, kind: str) -> MediaBuilt:
-    """A dual encoder of ``kind``: ``clip`` (class token, masked texts), ``siglip`` (no class token, texts padded
-    to ``model_max_length`` attending every token), ``siglip2`` (as SigLIP, NaFlex images)."""
-    model = load_whole(source, model_class)
+def build_dual(source: MediaSource) -> MediaBuilt:
+    """The towers ``TOWERS`` names for the folder's architecture (module doc): ``clip`` (class token, masked
+    texts), ``siglip`` (no class token, texts padded to ``model_max_length`` attending every token), ``siglip2``
+    (as SigLIP, NaFlex images); a one-tower model's inputs of the other kind are refused by the plan."""
+    import transformers
+
+    spec = TOWERS[source.architecture]
+    model = load_whole(source, getattr(transformers, source.architecture))
     config = model.config
-    vision = config.vision_config
-    if getattr(vision, "vision_use_head", True) is False:
+    text_config = getattr(config, "text_config", config) if spec.text else None
+    vision = getattr(config, "vision_config", config) if spec.image else None
+    if vision is not None and getattr(vision, "vision_use_head", True) is False:
         raise CheckpointError(source.path, "vision_use_head is false: this SigLIP has no pooling head to embed with")
-    image = image_settings(source, vision, kind)
-    tokenizer = read_tokenizer(source.path)
-    text = text_settings(tokenizer, config.text_config, pad_to_max=kind != "clip")
-    image["placeholder"] = text["pad_id"]
-    dim = int(getattr(config, "projection_dim", None) or getattr(config.text_config, "projection_size", None)
-              or config.text_config.hidden_size)  # CLIP: projection_dim; SigLIP: the text head's size
-    bias = getattr(model, "logit_bias", None)
+    image = image_settings(source, vision, spec.kind) if vision is not None else None
+    if text_config is not None:
+        tokenizer = read_tokenizer(source.path)
+        text = text_settings(tokenizer, text_config, pad_to_max=spec.kind != "clip")
+        files = files_of(tokenizer)
+    else:  # images only: no vocabulary to read (the plan refuses texts)
+        text, files = None, WordSettings().files()
+    if image is not None:
+        image["placeholder"] = text["pad_id"] if text else 0
+    dim = int(getattr(config, "projection_dim", None) or getattr(text_config, "projection_size", None)
+              or vision.hidden_size)  # CLIP: projection_dim; SigLIP: the text head's size, or the vision head's
+    scale, bias = getattr(model, "logit_scale", None), getattr(model, "logit_bias", None)
     settings = {
         "plan": "clip",
         "family": source.architecture,
         "text": text,
         "image": image,
-        "logit_scale": float(model.logit_scale.detach().float().reshape(-1)[0]),
+        "logit_scale": None if scale is None else float(scale.detach().float().reshape(-1)[0]),
         "logit_bias": None if bias is None else float(bias.detach().float().reshape(-1)[0]),
     }
-    files = replace(files_of(tokenizer), media=settings)
-    wrapped = DualEncoder(model, dim=dim, pad_id=text["pad_id"], text_mask=kind == "clip")
-    return MediaBuilt(model=wrapped, pooler=_pooler(source), files=files, modalities=("text", "image"),
-                      embedding_dim=dim, max_model_len=max(text["max_tokens"], image["tokens"]),
+    longest = max(text["max_tokens"] if text else 1, image["tokens"] if image else 1)
+    wrapped = DualEncoder(model, spec, dim=dim, pad_id=text["pad_id"] if text else 0)
+    return MediaBuilt(model=wrapped, pooler=_pooler(source), files=replace(files, media=settings),
+                      modalities=spec.modalities, embedding_dim=dim, max_model_len=longest,
                       extra={"logit_scale": settings["logit_scale"], "logit_bias": settings["logit_bias"],
-                             "image_tokens": image["tokens"], "text_tokens": text["max_tokens"]})
+                             "image_tokens": image and image["tokens"], "text_tokens": text and text["max_tokens"]})
 
 
 def _pooler(source: MediaSource) -> DispatchPooler:
@@ -205,27 +254,11 @@ def _pooler(source: MediaSource) -> DispatchPooler:
                           ops=source.ops)
 
 
-def build_clip(source: MediaSource) -> MediaBuilt:
-    from transformers import CLIPModel
-
-    return build_dual(source, CLIPModel, "clip")
-
-
-def build_siglip(source: MediaSource) -> MediaBuilt:
-    from transformers import SiglipModel
-
-    return build_dual(source, SiglipModel, "siglip")
+def _family(architecture: str, spec: Towers) -> MediaFamily:
+    towers = " and ".join(t for t, read in (("text", spec.text), ("image", spec.image)) if read)
+    return MediaFamily(spec.kind, build_dual, f"transformers {architecture} (padded), {towers} tower"
+                       + ("s by input" if spec.text and spec.image else ""), tasks=("embed",),
+                       modalities=spec.modalities)
 
 
-def build_siglip2(source: MediaSource) -> MediaBuilt:
-    from transformers import Siglip2Model
-
-    return build_dual(source, Siglip2Model, "siglip2")
-
-
-CLIP = MediaFamily("clip", build_clip, "transformers CLIPModel (padded), text and image towers by input",
-                   tasks=("embed",), modalities=("text", "image"))
-SIGLIP = MediaFamily("siglip", build_siglip, "transformers SiglipModel (padded), text and image towers by input",
-                     tasks=("embed",), modalities=("text", "image"))
-SIGLIP2 = MediaFamily("siglip2", build_siglip2, "transformers Siglip2Model (padded; NaFlex image patches), text and "
-                      "image towers by input", tasks=("embed",), modalities=("text", "image"))
+FAMILIES = {architecture: _family(architecture, spec) for architecture, spec in TOWERS.items()}

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
-from poolgate.workers.models.media.clip import CLIP, SIGLIP, SIGLIP2
+from poolgate.workers.models.media.clip import FAMILIES as DUAL_ENCODERS
 from poolgate.workers.models.media.colpali import COLMODERNVBERT, COLPALI, COLQWEN2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
-MEDIA_ARCHITECTURES["CLIPModel"] = CLIP  # workers.models.media.clip
-MEDIA_ARCHITECTURES["SiglipModel"] = SIGLIP
-MEDIA_ARCHITECTURES["Siglip2Model"] = SIGLIP2
+MEDIA_ARCHITECTURES.update(DUAL_ENCODERS)  # CLIP, SigLIP, SigLIP 2 and their one-tower models (media.clip)
 MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI  # workers.models.media.colpali
 MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
 MEDIA_ARCHITECTURES["ColModernVBertForRetrieval"] = COLMODERNVBERT
