@@ -10,6 +10,7 @@ budget), called here, not restated.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import torch
 
@@ -23,6 +24,8 @@ from poolgate.workers.pooling.pylate import PYLATE_POOLING
 from poolgate.workers.load.pylate import pylate_config
 from poolgate.workers.load.st_config import ModelSpec, read_spec
 from poolgate.workers.load.weights import weights_source
+from poolgate.workers.load.media_build import DEFAULT_MEDIA_BATCH_TOKENS, media_family_of, read_config
+from poolgate.workers.models.media import MediaFamily
 
 ATTENTION_PATHS = {
     "grouped_sdpa": "SDPA per group of similar lengths (padding only inside a group)",
@@ -102,8 +105,11 @@ def _kernels(arch: Architecture, backend: Backend, dtype: torch.dtype) -> str:
 
 def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | None = None) -> Plan:
     """The plan for ``cfg``'s model on ``backend`` (default: the one ``cfg.backend`` picks)."""
-    spec = spec or read_spec(cfg)
     backend = backend or get_backend(cfg.backend)
+    family = media_family_of(cfg) if spec is None else None
+    if family is not None:
+        return _media_plan(cfg, backend, family)
+    spec = spec or read_spec(cfg)
     arch = architecture_for(spec)
     dtype, torch_dtype = _dtype(cfg, backend)
     tasks = served_tasks(spec)
@@ -115,6 +121,22 @@ def plan(cfg: WorkerConfig, backend: Backend | None = None, spec: ModelSpec | No
         attention=_attention(arch, backend, torch_dtype, spec.hf_config), kernels=_kernels(arch, backend, torch_dtype),
         token_budget=_budget(cfg, backend), cuda_graphs=_graphs(cfg, arch, backend, torch_dtype),
     )
+
+
+def _media_plan(cfg: WorkerConfig, backend: Backend, family: MediaFamily) -> Plan:
+    """A media model's plan (``workers.load.media_build``): transformers' own model, padded, by its family."""
+    hf = read_config(cfg) or {}
+    tasks = ", ".join(family.tasks) or "settled at load"
+    modalities = ", ".join(family.modalities) or "settled at load"
+    dtype = "float32 (auto: media models are served in float32 unless --dtype says otherwise)" \
+        if cfg.dtype == "auto" else cfg.dtype
+    return Plan(
+        model=cfg.model, architecture=hf["architectures"][0], implementation=f"media family {family.name}: "
+        f"{family.implementation}; inputs: {modalities}", weights=weights_source(Path(cfg.model)), tasks=tasks,
+        pooling="the family's own (its tower's projection, LAST row)", max_length="the family's (at load)",
+        dtype=dtype, backend=backend.name, attention=FALLBACK_ATTENTION, kernels="transformers' own modules",
+        token_budget=f"{cfg.max_batch_tokens or DEFAULT_MEDIA_BATCH_TOKENS} tokens per padded batch (an image "
+        "counts its placeholder tokens)", cuda_graphs="off: graphs are for packed models")
 
 
 def _budget(cfg: WorkerConfig, backend: Backend) -> str:

@@ -68,3 +68,5 @@ class MediaFamily:
     name: str
     build: Callable[[MediaSource], MediaBuilt]
     implementation: str  # e.g. "transformers CLIPModel (padded), towers by input"
+    tasks: tuple[str, ...] = ()  # what it serves, for `poolgate inspect` before loading (empty: settled at load)
+    modalities: tuple[str, ...] = ()  # likewise: what its inputs may hold
