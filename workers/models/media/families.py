@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media import MediaFamily, qwen_vl
 
-MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {
+    **{name: qwen_vl.family(name) for name in qwen_vl.BACKBONES},  # Qwen2-VL / Qwen3-VL embedders, jina-reranker-m0
+}
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
