@@ -11,8 +11,14 @@ attention mask, as it does for its processor's output. The last hidden state
 of every real token comes back in packed order.
 
 Embedders pool LAST (GME, Qwen3-VL-Embedding: the final token) or, with
-``--pooler-config '{"seq_pooling_type": "MEAN"}'``, the mean over the tokens
-(jina-embeddings-v4's single vector over its merged checkpoint), normalized.
+``--pooler-config '{"seq_pooling_type": "MEAN"}'``, the mean over the tokens,
+normalized. jina-embeddings-v4's single vector (its config's
+``single_vector_pool_strategy: "mean"``, or that key in ``--hf-overrides`` over a
+merged Qwen2.5-VL checkpoint) is a MEAN over only the image's tokens, from
+``<|vision_start|>`` through ``<|vision_end|>``, for an input holding an image
+(over every token otherwise), as its published ``get_single_vector_embeddings``
+pools; its multi-vector output (``token_embed``) goes through
+``multi_vector_projector`` (hidden → 128) where the checkpoint has one.
 ``JinaVLForRanking`` adds jina-reranker-m0's head on the LAST token: ``score.0``
 (hidden→hidden) → ReLU → ``score.2`` (hidden→1), minus 2.65, sigmoid; its
 prompt is written by the plan (``shared.inputs.media.qwen_vl``).
@@ -43,6 +49,7 @@ from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
+from poolgate.workers.pooling.rows import per_sequence_counts
 
 log = logging.getLogger("poolgate.worker")
 
@@ -61,6 +68,7 @@ UNREAD = ("lm_head.",)  # a generation checkpoint's head: pooling never reads it
 JINA_LOGIT_BIAS = 2.65  # jina-reranker-m0 subtracts it from the head's logit before the sigmoid
 JINA_SCORE_TOKEN = 100  # the token its prompt ends with, whose last hidden state is scored
 JINA_HEAD = ("score.0.weight", "score.0.bias", "score.2.weight", "score.2.bias")
+PROJECTOR = "multi_vector_projector"  # jina-embeddings-v4's token projection (hidden -> 128)
 
 
 class QwenVLEncoder(nn.Module):
@@ -122,6 +130,9 @@ def _backbone(source: MediaSource) -> tuple[nn.Module, Checkpoint]:
         if name not in weights:
             raise CheckpointError(source.path, f"{source.architecture}: the head tensor {name} is missing")
         weights[name]  # read: not an unexpected tensor
+    for name in (f"{PROJECTOR}.weight", f"{PROJECTOR}.bias"):
+        if name in weights and source.architecture not in RERANKERS:
+            weights[name]
     info = {**info, "unexpected_keys": [k for k in info.get("unexpected_keys") or () if not k.startswith(UNREAD)]}
     problems = load_problems(info, weights)
     allow = bool(getattr(source.settings, "allow_partial_weights", False))
@@ -141,6 +152,38 @@ def _jina_head(weights: Checkpoint, hidden: int) -> JinaScore:
              "out_proj.weight": weights["score.2.weight"], "out_proj.bias": weights["score.2.bias"]}
     head.load_state_dict({k: v.float() for k, v in state.items()})
     return head.eval()
+
+
+def _projector(weights: Checkpoint) -> nn.Linear | None:
+    """jina-embeddings-v4's multi-vector projector, where the checkpoint has one."""
+    if f"{PROJECTOR}.weight" not in weights:
+        return None
+    weight = weights[f"{PROJECTOR}.weight"].float()
+    bias = weights[f"{PROJECTOR}.bias"].float() if f"{PROJECTOR}.bias" in weights else None
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    linear.load_state_dict({"weight": weight, **({"bias": bias} if bias is not None else {})})
+    return linear.eval()
+
+
+def vision_spans(start_id: int, end_id: int):
+    """A MEAN row selector (``workers.pooling.rows``): in a sequence holding an image, the rows from each
+    ``start_id`` through its ``end_id``; every row of a sequence without one."""
+
+    def select(ids: np.ndarray, lengths: list[int]) -> tuple[np.ndarray, list[int]]:
+        keep = np.ones(ids.shape[0], dtype=bool)
+        start = 0
+        for n in lengths:
+            seq = ids[start : start + n]
+            opens, closes = np.flatnonzero(seq == start_id), np.flatnonzero(seq == end_id)
+            if opens.size and opens.size == closes.size:  # +1 at each start, -1 after each end: inside > 0
+                mark = np.zeros(n + 1, dtype=np.int64)
+                np.add.at(mark, opens, 1)
+                np.add.at(mark, closes + 1, -1)
+                keep[start : start + n] = np.cumsum(mark[:n]) > 0
+            start += n
+        return np.flatnonzero(keep), per_sequence_counts(keep, lengths)
+
+    return select
 
 
 def _image_settings(path: Path) -> QwenImageSettings:
@@ -183,11 +226,15 @@ def build(source: MediaSource) -> MediaBuilt:
                             use_activation=pooler_config.use_activation)
         pooler = DispatchPooler({"classify": Pooler("LAST", head)}, out_dim=1, ops=ops)
     else:
-        method = pooler_config.sequence_pooling or "LAST"
-        dims = pooler_config.dimensions
+        jina = hf.get("single_vector_pool_strategy") == "mean" and not pooler_config.sequence_pooling
+        method = "MEAN" if jina else pooler_config.sequence_pooling or "LAST"
+        rows = vision_spans(int(hf.get("vision_start_token_id", 151652)), int(hf.get("vision_end_token_id", 151653)))
+        embed = EmbedHead(None, True, pooler_config.dimensions, l2_cut=ops.l2_cut)
+        projector = _projector(weights)
+        tokens = EmbedHead(None if projector is None else projector.to(source.device), True, l2_cut=ops.l2_cut)
         pooler = DispatchPooler(
-            {"embed": Pooler(method, EmbedHead(None, True, dims, l2_cut=ops.l2_cut)),
-             "token_embed": Pooler(pooler_config.token_pooling or "ALL", EmbedHead(None, True, l2_cut=ops.l2_cut))},
+            {"embed": Pooler(method, embed, rows=rows) if jina else Pooler(method, embed),
+             "token_embed": Pooler(pooler_config.token_pooling or "ALL", tokens)},
             active=pooler_config.task, ops=ops)
     weights.close()
     max_len = int(getattr(source.settings, "max_model_len", None) or text.get("max_position_embeddings") or 32768)

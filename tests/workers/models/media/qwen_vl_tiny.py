@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
             "<|video_pad|>", "[UNK]"]
@@ -20,6 +21,11 @@ TEMPLATE = (
     "<|vision_end|>{% elif c.type == 'text' %}{{ c.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+GENERATORS = {
+    "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
+    "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
+    "qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
+}
 PIXELS = {"min_pixels": 56 * 56, "max_pixels": 28 * 28 * 12}
 
 
@@ -36,7 +42,7 @@ def tokenizer():
 
 
 def config(kind: str, architecture: str | None = None, **extra):
-    from transformers import Qwen2VLConfig, Qwen3VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
 
     text = dict(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                 intermediate_size=64, bos_token_id=0, eos_token_id=2,
@@ -48,6 +54,11 @@ def config(kind: str, architecture: str | None = None, **extra):
                       deepstack_visual_indexes=[0])
         return Qwen3VLConfig(text_config={**text, "head_dim": 8}, vision_config=vision, **ids, **extra,
                              architectures=[architecture or "Qwen3VLForConditionalGeneration"])
+    if kind == "qwen2_5_vl":
+        vision = dict(depth=2, hidden_size=32, num_heads=4, intermediate_size=64, out_hidden_size=32, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids, **extra,
+                                architectures=[architecture or "Qwen2_5_VLForConditionalGeneration"])
     vision = dict(depth=2, embed_dim=32, num_heads=4, mlp_ratio=2, hidden_size=32, patch_size=14,
                   spatial_merge_size=2, temporal_patch_size=2)
     return Qwen2VLConfig(text_config=text, vision_config=vision, **ids, **extra,
@@ -61,8 +72,7 @@ def make(folder: Path, kind: str = "qwen2_vl", *, architecture: str | None = Non
 
     torch.manual_seed(seed)
     cfg = config(kind, architecture, **extra)
-    gen = (transformers.Qwen3VLForConditionalGeneration if kind == "qwen3_vl"
-           else transformers.Qwen2VLForConditionalGeneration)(cfg).eval()
+    gen = GENERATORS[kind](cfg).eval()
     with torch.no_grad():  # larger than the init's 0.02, so images and positions move the vectors visibly
         for p in gen.parameters():
             p.mul_(5.0) if p.dim() > 1 else None

@@ -68,7 +68,7 @@ def _embed_cases():
     ]
 
 
-@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 @pytest.mark.parametrize("pooling", ["LAST", "MEAN"])
 def test_embedder_equals_transformers(tmp_path, kind, pooling):
     from poolgate.shared.config.pooler_config import PoolerConfig
@@ -107,6 +107,36 @@ def test_image_tokens_and_refusals(tmp_path):
     with pytest.raises(InvalidRequest, match="not truncated"):
         stage.encode(PoolingCall("r", "m", [MediaInput((_png(pic),))],
                                  PoolingParams(task="embed", truncate_prompt_tokens=5)))
+
+
+def test_jina_embeddings_v4_pooling(tmp_path):
+    """Single vector: the mean over the image's span (vision start..end) for an input with an image, over every
+    token otherwise; multi-vector: each token through multi_vector_projector, normalized."""
+    from safetensors.torch import load_file, save_file
+
+    processor, ref = tiny.make(tmp_path, "qwen2_5_vl")
+    torch.manual_seed(4)
+    proj = {"multi_vector_projector.weight": torch.randn(8, 32), "multi_vector_projector.bias": torch.randn(8)}
+    path = tmp_path / "model.safetensors"
+    save_file({**load_file(path), **proj}, path, metadata={"format": "pt"})
+    cases = _embed_cases()
+    overrides = {"single_vector_pool_strategy": "mean"}
+    norm = torch.nn.functional.normalize
+    vectors, encoded, _ = _serve(tmp_path, [x for x, _, _ in cases], "embed", hf_overrides=overrides)
+    tokens, _, _ = _serve(tmp_path, [x for x, _, _ in cases], "token_embed", hf_overrides=overrides)
+    for (_, text, images), vector, rows, ids in zip(cases, vectors, tokens, encoded.ids, strict=True):
+        hidden, _ = tiny.reference_hidden(processor, ref, text, images)
+        t = torch.tensor(ids)
+        if images:
+            span = torch.cumsum((t == tiny.START).int() - torch.roll((t == tiny.END).int(), 1), 0) > 0
+            assert span.sum() < len(ids)  # the text around the image is left out
+            pooled = hidden[span].mean(0)
+        else:
+            pooled = hidden.mean(0)
+        assert _cos(vector, norm(pooled, dim=-1).numpy()) >= 0.9999, text
+        want = norm(hidden @ proj["multi_vector_projector.weight"].T + proj["multi_vector_projector.bias"], dim=-1)
+        assert rows.shape == (len(ids), 8)
+        assert min(_cos(a, b) for a, b in zip(rows, want.numpy(), strict=True)) >= 0.9999
 
 
 def _make_reranker(folder):
