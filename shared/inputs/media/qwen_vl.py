@@ -157,8 +157,10 @@ class QwenVLPlan:
 
     def _pair(self, x: Input, i: int) -> Shaped:
         """jina-reranker-m0's prompt for a (query, document) pair (module doc)."""
-        if isinstance(x, TextPair):
-            query, document, images = x.text, x.text_pair, []
+        if isinstance(x, TextPair):  # each side cut to its content-token cap first (0: none)
+            query = self.encoder.cut(x.text, x.max_text_tokens) if x.max_text_tokens else x.text
+            document = self.encoder.cut(x.text_pair, x.max_pair_tokens) if x.max_pair_tokens else x.text_pair
+            images: list[MediaRef] = []
         elif isinstance(x, MediaInput) and x.role == "pair" and len(x.parts) >= 2:
             doc, last = x.parts[:-1], x.parts[-1]
             document = "".join(p if isinstance(p, str) else self.placeholder for p in doc)

@@ -174,6 +174,10 @@ def test_jina_reranker_equals_a_hand_built_reference(tmp_path):
         assert np.allclose(got, want, atol=tol), (dtype, got, want)
         assert all(ids[-1] == 100 for ids in encoded.ids)
     assert model.info.tasks[0] == "classify" and "image" in model.info.modalities
+    capped = TextPair("w1 w2 w3", "w4 w5 w6", max_text_tokens=1, max_pair_tokens=2)
+    stage = InputStage(model.info, model.encoder)
+    (ids,) = stage.encode(PoolingCall("r", "m", [capped], PoolingParams(task="classify"))).ids
+    assert ids == tiny.tokenizer()("**Document**:\nw4 w5\n**Query**:\nw1")["input_ids"] + [100]
     with pytest.raises(InvalidRequest, match="pairs only"):
         InputStage(model.info, model.encoder).encode(PoolingCall("r", "m", ["w1"], PoolingParams(task="classify")))
 
