@@ -4,11 +4,15 @@
 (``/v1/embeddings``, ``/classify``, ``/pooling``): ``input`` as texts or token
 ids, or a conversation (list) in ``input`` or ``messages``.
 
-Messages are OpenAI chat messages, text only: ``content`` is a string or a
-list of ``{"type": "text", "text": ...}`` parts (joined with newlines, as
-vLLM's "string" content format does). The worker renders each conversation
-with the model's own chat template. A template sent with the request is
-refused, as vLLM refuses it without ``--trust-request-chat-template``.
+Messages are OpenAI chat messages: ``content`` is a string or a list of
+content parts (``dialects.media_parts``: text, ``image_url``, ``input_audio``,
+``audio_url``). A conversation of text only is a ``ChatInput``: its text parts
+joined with newlines, as vLLM's "string" content format does, rendered with
+the model's own chat template. A conversation with an image or audio part is
+a ``MediaInput``: every message's parts in order, and the messages themselves
+(short forms spelled out) for a model whose chat template places the media
+tokens. A template sent with the request is refused, as vLLM refuses it
+without ``--trust-request-chat-template``.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from poolgate.gateway.dialects.body import validation_failure
 from poolgate.gateway.dialects.encoding import EmbedDType, EncodingFormat, Endianness
+from poolgate.gateway.dialects.media_parts import ContentPart, canonical, has_media, part_of
 from poolgate.gateway.dialects.request import CompletionInput, PoolingBody
 from poolgate.gateway.dialects.route import AsksEncodings
 from poolgate.shared.domain.errors import InvalidRequest
+from poolgate.shared.wire.media import MediaInput, MediaRef
 from poolgate.shared.wire.messages import ChatInput, Input
 
 UNTRUSTED_TEMPLATE = (
@@ -30,14 +36,6 @@ UNTRUSTED_TEMPLATE = (
 )
 BOTH_FLAGS = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
 ONE_OF = "Exactly one of `input` or `messages` must be given."
-
-
-class ContentPart(BaseModel):
-    """One part of a message's content; only ``text`` parts are served."""
-
-    model_config = ConfigDict(extra="allow")
-    type: StrictStr
-    text: StrictStr | None = None
 
 
 class ChatMessage(BaseModel):
@@ -101,21 +99,42 @@ class CompletionOrChatBody(PoolingBody, ChatOptions):
         return inputs, special
 
 
-def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list[ChatInput]:
-    """One ``ChatInput`` per conversation; 400 for what vLLM refuses."""
+def chat_inputs(conversations: list[Conversation], options: ChatOptions) -> list[ChatInput | MediaInput]:
+    """One input per conversation: a ``ChatInput`` for text only, a ``MediaInput`` with an image or audio part;
+    400 for what vLLM refuses and for a part poolgate does not serve."""
     if options.chat_template is not None:
         raise InvalidRequest(UNTRUSTED_TEMPLATE, param="chat_template")
     if options.continue_final_message and options.add_generation_prompt:
         raise InvalidRequest(BOTH_FLAGS, param="continue_final_message")
-    return [
-        ChatInput(
-            messages=[_message(m) for m in conversation],
-            add_generation_prompt=options.add_generation_prompt,
-            continue_final_message=options.continue_final_message,
-            chat_template_kwargs=options.chat_template_kwargs,
+    inputs: list[ChatInput | MediaInput] = []
+    for c, conversation in enumerate(conversations):
+        read = [
+            _read(m, f"messages[{c}][{i}]" if len(conversations) > 1 else f"messages[{i}]")
+            for i, m in enumerate(conversation)
+        ]
+        parts = [p for _, message_parts in read for p in message_parts]
+        if has_media(parts):
+            inputs.append(MediaInput(parts=tuple(parts), chat=tuple(body for body, _ in read)))
+        else:
+            inputs.append(
+                ChatInput(
+                    messages=[_text_message(body) for body, _ in read],
+                    add_generation_prompt=options.add_generation_prompt,
+                    continue_final_message=options.continue_final_message,
+                    chat_template_kwargs=options.chat_template_kwargs,
+                )
+            )
+    return inputs
+
+
+def text_chat(conversation: Conversation, options: ChatOptions) -> ChatInput:
+    """One conversation of text only (``/tokenize``); 400 for an image or audio part."""
+    (one,) = chat_inputs([conversation], options)
+    if isinstance(one, MediaInput):
+        raise InvalidRequest(
+            "this route takes text messages: an image or audio part is not tokenized here", param="messages"
         )
-        for conversation in conversations
-    ]
+    return one
 
 
 def conversations(value: Conversation | list[Conversation]) -> list[Conversation]:
@@ -132,17 +151,21 @@ def is_chat(value: object) -> TypeGuard[Conversation | list[Conversation]]:
     return isinstance(first, ChatMessage)
 
 
-def _message(message: ChatMessage) -> dict:
+def _read(message: ChatMessage, where: str) -> tuple[dict, list[str | MediaRef]]:
+    """The message as a dict (its content parts spelled out) and its parts as text or media, in order."""
     body = message.model_dump(exclude_none=True)
     if isinstance(message.content, list):
-        kinds = [p.type for p in message.content if p.type != "text"]
-        if kinds:
-            raise InvalidRequest(
-                f"Only text content is served; got a content part of type '{kinds[0]}'.", param="messages"
-            )
-        body["content"] = "\n".join(p.text or "" for p in message.content)
-    elif message.content is None:
-        body["content"] = ""
+        parts = [part_of(p, f"{where}.content[{j}]", allow_missing_text=True) for j, p in enumerate(message.content)]
+        body["content"] = [canonical(p, ref) for p, ref in zip(message.content, parts, strict=True)]
+        return body, parts
+    body["content"] = message.content or ""
+    return body, [body["content"]] if message.content else []
+
+
+def _text_message(body: dict) -> dict:
+    """A text-only message with its text parts joined by newlines."""
+    if isinstance(body["content"], list):
+        return {**body, "content": "\n".join(p["text"] for p in body["content"])}
     return body
 
 

@@ -6,14 +6,15 @@ from typing import TYPE_CHECKING
 
 from poolgate.shared.inputs.media import qwen_vl
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
+from poolgate.shared.inputs.media.clip import DualEncoderPlan
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.encoded import TextEncoder
     from poolgate.shared.wire.messages import ModelInfo
 
-PLANS: dict[str, PlanFactory] = {
-    qwen_vl.PLAN: qwen_vl.make_plan,  # Qwen2-VL / Qwen3-VL embedders, jina-reranker-m0
-}
+PLANS: dict[str, PlanFactory] = {}
+PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
+PLANS[qwen_vl.PLAN] = qwen_vl.make_plan  # Qwen2-VL / Qwen3-VL embedders, jina-reranker-m0
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

@@ -248,3 +248,6 @@ def family(name: str) -> MediaFamily:
     what = "jina-reranker-m0 head on the LAST token" if rerank else "LAST/MEAN pooled"
     return MediaFamily(name, build, f"transformers {BACKBONES[name]} (padded), images through its vision tower; {what}",
                        tasks=("classify",) if rerank else ("embed", "token_embed"), modalities=("text", "image"))
+
+
+FAMILIES = {name: family(name) for name in BACKBONES}  # what workers.models.media.families registers
