@@ -57,6 +57,9 @@ def test_embeddings_over_http(tmp_path):
                                                   {"type": "text", "text": "a photo of w2"}]}]
         chat = requests.post(f"{server.url}/v1/embeddings", json={"model": "m", "messages": messages},
                              timeout=60).json()
+        cohere = requests.post(f"{server.url}/v2/embed", json={"model": "m", "input_type": "image",
+                                                               "images": [_png(pic).url], "embedding_types": ["float"]},
+                               timeout=60).json()
     render = tiny.tokenizer().apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "a photo of w2"}]}], tokenize=False)
     hidden, ids = tiny.reference_hidden(processor, ref, render, [pic])
@@ -64,6 +67,12 @@ def test_embeddings_over_http(tmp_path):
     got = np.asarray(chat["data"][0]["embedding"])
     assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) >= 0.9999
     assert chat["usage"]["prompt_tokens"] == len(ids)  # the image's tokens counted
+    # Cohere's images: one user message of the image through the chat template
+    alone = tiny.tokenizer().apply_chat_template([{"role": "user", "content": [{"type": "image"}]}], tokenize=False)
+    hidden, _ = tiny.reference_hidden(processor, ref, alone, [pic])
+    want = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
+    got = np.asarray(cohere["embeddings"]["float"][0])
+    assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) >= 0.9999
     for text, row in zip(texts, body["data"], strict=True):
         hidden, ids = tiny.reference_hidden(processor, ref, text, [])
         want = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
