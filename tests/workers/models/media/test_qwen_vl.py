@@ -90,6 +90,28 @@ def test_embedder_equals_transformers(tmp_path, kind, pooling):
     assert _cos(rows[1], rows[0]) < 0.99
 
 
+def test_a_transformers_4_layout_loads(tmp_path):
+    """GME and jina-reranker-m0 on the Hub are saved as transformers 4 wrote them (``model.layers.*``,
+    ``visual.*``): transformers' own key mapping places them; the vectors are the same."""
+    from safetensors.torch import load_file, save_file
+
+    processor, ref = tiny.make(tmp_path)
+    path = tmp_path / "model.safetensors"
+
+    def old(key: str) -> str:
+        if key.startswith("model.visual."):
+            return key.removeprefix("model.")
+        return key.replace("model.language_model.", "model.", 1)
+
+    save_file({old(k): v for k, v in load_file(path).items()}, path, metadata={"format": "pt"})
+    assert any(k.startswith("visual.") for k in load_file(path))
+    cases = _embed_cases()
+    rows, _, _ = _serve(tmp_path, [x for x, _, _ in cases], "embed")
+    for (_, text, images), got in zip(cases, rows, strict=True):
+        hidden, _ = tiny.reference_hidden(processor, ref, text, images)
+        assert _cos(got, torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()) >= 0.9999
+
+
 def test_image_tokens_and_refusals(tmp_path):
     tiny.make(tmp_path)
     pic = tiny.image(5, 200, 300)
