@@ -57,6 +57,9 @@ def test_embeddings_over_http(tmp_path):
                                                   {"type": "text", "text": "a photo of w2"}]}]
         chat = requests.post(f"{server.url}/v1/embeddings", json={"model": "m", "messages": messages},
                              timeout=60).json()
+        doc = {"content": [{"type": "image_url", "image_url": {"url": _png(pic).url}}]}
+        scored = requests.post(f"{server.url}/score", json={"model": "m", "queries": "w1 w2 w3", "documents": [doc]},
+                               timeout=60).json()
         cohere = requests.post(f"{server.url}/v2/embed", json={"model": "m", "input_type": "image",
                                                                "images": [_png(pic).url], "embedding_types": ["float"]},
                                timeout=60).json()
@@ -73,6 +76,11 @@ def test_embeddings_over_http(tmp_path):
     want = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
     got = np.asarray(cohere["embeddings"]["float"][0])
     assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) >= 0.9999
+    # /score of a text query against an image document (bi-encoder): the cosine of the two vectors
+    image_doc = want
+    hidden, _ = tiny.reference_hidden(processor, ref, "w1 w2 w3", [])
+    query = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
+    assert scored["data"][0]["score"] == pytest.approx(float(query @ image_doc), abs=1e-4), scored
     for text, row in zip(texts, body["data"], strict=True):
         hidden, ids = tiny.reference_hidden(processor, ref, text, [])
         want = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
