@@ -126,6 +126,12 @@ class QwenVLPlan:
                     param="truncate_prompt_tokens",
                 )
             out = out[-k:] if side == "left" else out[:k]
+        if items and len(out) > self.info.max_model_len:  # never split into chunks: an image is read whole
+            raise InvalidRequest(
+                f"input[{i}] is {len(out)} tokens with its images, more than the model's {self.info.max_model_len}; "
+                "an input with images is not processed in chunks",
+                param="input",
+            )
         return out
 
     def _shape(self, x: Input, i: int) -> Shaped:

@@ -126,6 +126,11 @@ def test_image_tokens_and_refusals(tmp_path):
     audio = MediaRef("audio", url="data:audio/wav;base64,AAAA")
     with pytest.raises(InvalidRequest, match="not audio"):
         stage.encode(PoolingCall("r", "m", [MediaInput((audio,))], PoolingParams(task="embed")))
+    from dataclasses import replace
+
+    short = InputStage(replace(model.info, max_model_len=6), model.encoder)
+    with pytest.raises(InvalidRequest, match="not processed in chunks"):
+        short.encode(PoolingCall("r", "m", [MediaInput((_png(pic),))], PoolingParams(task="embed")))
     with pytest.raises(InvalidRequest, match="not truncated"):
         stage.encode(PoolingCall("r", "m", [MediaInput((_png(pic),))],
                                  PoolingParams(task="embed", truncate_prompt_tokens=5)))
