@@ -220,4 +220,4 @@ def test_missing_head_is_refused(tmp_path):
 def test_report_worst_cosines():
     """Prints the figures collected above (run with -s)."""
     for name, value in sorted(WORST.items()):
-        print(f"{name}: {value:.6f}")
+        print(f"{name}: {value:.8f}")
