@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from poolgate.shared.inputs.media import qwen_vl
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
 from poolgate.shared.inputs.media.clip import DualEncoderPlan
 from poolgate.shared.inputs.media.colpali import late_visual_plan
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 PLANS: dict[str, PlanFactory] = {}
 PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
 PLANS["colpali"] = PLANS["colqwen2"] = PLANS["colmodernvbert"] = late_visual_plan  # shared.inputs.media.colpali
+PLANS[qwen_vl.PLAN] = qwen_vl.make_plan  # Qwen2-VL / Qwen3-VL embedders, jina-reranker-m0
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

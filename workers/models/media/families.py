@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media import MediaFamily, qwen_vl
 from poolgate.workers.models.media.clip import FAMILIES as DUAL_ENCODERS
 from poolgate.workers.models.media.colpali import COLMODERNVBERT, COLPALI, COLQWEN2
 
@@ -13,6 +13,7 @@ MEDIA_ARCHITECTURES.update(DUAL_ENCODERS)  # CLIP, SigLIP, SigLIP 2 and their on
 MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI  # workers.models.media.colpali
 MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
 MEDIA_ARCHITECTURES["ColModernVBertForRetrieval"] = COLMODERNVBERT
+MEDIA_ARCHITECTURES.update(qwen_vl.FAMILIES)  # Qwen2/2.5/3-VL embedders, jina-reranker-m0
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
