@@ -20,6 +20,7 @@ from poolgate.shared.domain.late_chunks import TOKEN_TASK, LateChunkText, check_
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.sparse import sparse_head
 from poolgate.shared.domain.tasks import TASK_PARAMS
+from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.wire.messages import CappedText, ChatInput, Input, ModelInfo, PoolingCall, TextPair, WindowedText
 from poolgate.shared.wire.token_call import TokenCall
 
@@ -227,6 +228,10 @@ def check_inputs(info: ModelInfo, inputs: Sequence[Input], task: str | None = No
             _check_late(info, x, task, inputs)
         elif isinstance(x, list) and all(_is_token_id(t) for t in x):
             check_token_ids(info, x)
+        elif isinstance(x, MediaInput):  # its text parts; its media are the model's plan's to read (or refuse)
+            for part in x.parts:
+                if isinstance(part, str):
+                    _check_text(part)
         else:
             raise InvalidRequest(
                 "each input must be a string or a list of non-negative integer token ids", param="input"

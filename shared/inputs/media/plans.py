@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from poolgate.shared.inputs.media.audio_classify import AudioClassifyPlan
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
+from poolgate.shared.inputs.media.image_classify import ImageClassifyPlan
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.encoded import TextEncoder
     from poolgate.shared.wire.messages import ModelInfo
 
-PLANS: dict[str, PlanFactory] = {}
+PLANS: dict[str, PlanFactory] = {
+    "image_classify": ImageClassifyPlan,  # *ForImageClassification (classifiers)
+    "audio_classify": AudioClassifyPlan,  # wav2vec2-style and AST audio classifiers (classifiers)
+}
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
+from poolgate.workers.models.media import audio_classify, image_classify
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+# classifiers: every *ForImageClassification transformers maps, and its audio classifiers that read wav2vec2's or
+# AST's features (the processor or extractor is checked at load)
+MEDIA_ARCHITECTURES.update(dict.fromkeys(image_classify.architectures(), image_classify.FAMILY))
+MEDIA_ARCHITECTURES.update(dict.fromkeys(audio_classify.architectures(), audio_classify.FAMILY))
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:
