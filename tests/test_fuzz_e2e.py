@@ -3,14 +3,19 @@ error body in the shape the document declares for the route's dialect, and the s
 
 Each operation gets schemathesis' schema-valid (positive) and schema-breaking (negative) cases, plus raw
 bodies no schema describes (broken JSON, bad UTF-8, the wrong top-level type, the wrong content type). The
-default run sends a few hundred cases per server; the slow one a few thousand. Two servers: the bundled
-embedder and a tiny random cross-encoder, so the classify routes are fuzzed too (a route is in the
-document only while a served model serves its task).
+default run sends a few hundred cases per server; the slow one a few thousand. Three servers: the bundled
+embedder, a tiny random cross-encoder, so the classify routes are fuzzed too (a route is in the
+document only while a served model serves its task), and a tiny random CLIP, which also gets bodies of random
+content parts (images real, corrupt, truncated or huge; bad data URLs; wrong types) on every route that takes them.
 """
 from __future__ import annotations
 
+import base64
 import collections
 import json
+import random
+import struct
+import zlib
 
 import jsonschema
 import pytest
@@ -19,7 +24,9 @@ from hypothesis import HealthCheck, Phase, errors, given, settings
 
 from poolgate.shared.config.models import DEFAULT_MODEL_NAME
 from tests.fakes import make_tiny_cross_encoder
+from tests.gateway.dialects.test_dialect_fuzz import media_body
 from tests.live_server import live_server
+from tests.workers.media.dual_encoders import make_dual, png
 
 schemathesis = pytest.importorskip("schemathesis")
 from schemathesis.generation.modes import GenerationMode  # noqa: E402
@@ -38,10 +45,14 @@ PROBES = {
                  lambda body: len(body["data"][0]["embedding"]) == 384),
     "cross_encoder": ("/rerank", {"query": "still", "documents": ["answering", "here"]},
                       lambda body: sorted(r["index"] for r in body["results"]) == [0, 1]),
+    "clip": ("/v1/embeddings", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(0)).decode()}}]}]},
+             lambda body: len(body["data"][0]["embedding"]) == 24),
 }
+MEDIA_ROUTES = ["/v1/embeddings", "/pooling", "/v2/embed", "/score", "/rerank"]
 
 
-@pytest.fixture(scope="module", params=["embedder", "cross_encoder"])
+@pytest.fixture(scope="module", params=["embedder", "cross_encoder", "clip"])
 def server(request, tmp_path_factory):
     """The bundled embedder (the embed, score and TEI routes), or a tiny random cross-encoder (classify,
     predict and the cross-encoder's rerank and score)."""
@@ -51,10 +62,13 @@ def server(request, tmp_path_factory):
     if request.param == "cross_encoder":
         make_tiny_cross_encoder(tmp / "cross-encoder")
         model = [str(tmp / "cross-encoder")]
+    elif request.param == "clip":
+        make_dual(tmp / "clip", "clip")
+        model = [str(tmp / "clip")]
     # The Batch API on too (its files, batches and their uploads fuzzed like every route).
     with live_server(tmp, *model, "--api-key", KEY, "--model-root", str(tmp / "models"),
                      "--batch-dir", str(tmp / "batches")) as live:
-        yield live, PROBES[request.param]
+        yield live, (request.param, PROBES[request.param])
 
 
 class Tally:
@@ -106,6 +120,35 @@ def _raw_bodies(url: str, document: dict, tally: Tally) -> None:
             tally.check("POST", path, r.status_code, r.content, body)
 
 
+def image_urls(rng: random.Random) -> list[str]:
+    """A real image, and the same bytes corrupt or truncated, and a PNG header claiming 30,000 x 30,000 pixels."""
+    fmt = rng.choice(["PNG", "JPEG", "GIF", "WEBP"])
+    good = png(rng.randrange(100), rng.randint(1, 80), rng.randint(1, 80), fmt)
+    flipped = bytearray(good)
+    for _ in range(8):
+        flipped[rng.randrange(len(flipped))] ^= 0xFF
+    small = png(0, 4, 4)
+    ihdr = struct.pack(">II", 30000, 30000) + small[24:29]  # IHDR's width and height, its CRC made right
+    bomb = small[:16] + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)) + small[33:]
+    cut = good[: rng.randrange(1, len(good))]
+    return ["data:image/png;base64," + base64.b64encode(x).decode() for x in (good, bytes(flipped), cut, bomb)]
+
+
+def _media_bodies(url: str, tally: Tally, n: int) -> None:
+    """Random content parts (tests.gateway.dialects.test_dialect_fuzz) with real, corrupt, truncated and huge images
+    in their URLs, on every route that reads them."""
+    rng = random.Random(0)
+    for i in range(n):
+        path = MEDIA_ROUTES[i % len(MEDIA_ROUTES)]
+        body = json.loads(json.dumps(media_body(path, rng)))
+        urls = image_urls(rng)
+        text = json.dumps(body)
+        for placeholder in ("data:image/png;base64,iVBORw0KGgo=", "iVBORw0KGgo="):
+            text = text.replace(json.dumps(placeholder), json.dumps(rng.choice(urls)))
+        r = requests.post(f"{url}{path}", data=text, headers={**AUTH, "Content-Type": "application/json"}, timeout=60)
+        tally.check("POST", path, r.status_code, r.content, text[:300])
+
+
 def _assert_healthy(server, probe, workers_before: list[int]) -> None:
     assert requests.get(f"{server.url}/health", timeout=10).status_code == 200
     path, body, holds = probe
@@ -117,7 +160,7 @@ def _assert_healthy(server, probe, workers_before: list[int]) -> None:
 
 @pytest.mark.parametrize("n, at_least", [(5, 200), pytest.param(70, 2500, marks=pytest.mark.slow)])
 def test_fuzz_every_route_from_openapi(server, n, at_least):
-    server, probe = server
+    server, (kind, probe) = server
     document = requests.get(f"{server.url}/openapi.json", timeout=10).json()
     schema = schemathesis.openapi.from_dict(document)
     workers_before = server.workers()
@@ -130,6 +173,8 @@ def test_fuzz_every_route_from_openapi(server, n, at_least):
     for op in operations:
         _fuzz_operation(op, server.url, tally, n)
     _raw_bodies(server.url, document, tally)
+    if kind == "clip":
+        _media_bodies(server.url, tally, n * 40)
     sent = sum(tally.statuses.values())
     print(f"fuzz: {sent} cases over {len(operations)} operations, statuses {dict(sorted(tally.statuses.items()))}")
     assert not tally.problems, "\n".join(tally.problems[:30])

@@ -1,8 +1,15 @@
 """The Cohere dialect: ``POST /v2/embed`` (and ``/v1/embed``) and their pure conversions.
 
 The body is vLLM's ``CohereEmbedRequest``: exactly one non-empty list of
-``texts``, ``inputs`` (text content items; images are refused, poolgate
-serves text models) or ``images``; ``input_type`` picks the model's prompt
+``texts``, ``images`` (data URIs, or bare base64; one vector each) or v4's
+``inputs`` (``{content: [{type: "text", text} | {type: "image_url",
+image_url: {url}}]}``: the parts of one input in order, one vector each);
+at most 96 images or inputs (Cohere's limit; ``dialects.cohere_media``). An
+input with an image is a ``MediaInput`` (``search_query`` / ``search_document``
+name its role); a model that reads text only answers it 400. An input of
+text items only is their text joined by spaces, as before. The answer to
+``images`` lists each image's ``{width, height, format, bit_depth}`` read
+from its header (``images`` is empty otherwise). ``input_type`` picks the model's prompt
 (``dialects.prompts``: a prompt name, or one of Cohere's four standard types
 mapped onto the usual names, which a model without such a prompt accepts and
 applies no prompt for), which is a system turn when the tokenizer has a chat
@@ -24,6 +31,7 @@ from typing import Annotated, Literal
 from aiohttp import web
 from pydantic import BaseModel, Field, StrictStr
 
+from poolgate.gateway.dialects.cohere_media import IMAGE_TYPE, CohereInput, image_meta, inputs_of, with_prompt
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.envelope import EMBEDDINGS, response_id
 from poolgate.gateway.dialects.prompts import prompt_for
@@ -40,22 +48,6 @@ from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64", "sparse"]
 SPARSE = "sparse"  # poolgate's: {indices, values} from the model's sparse head (dialects.sparse_serving)
-ONE_OF = "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"
-NO_IMAGES = "Image inputs are not supported: poolgate serves text models."
-
-
-class TextContent(BaseModel):
-    type: Literal["text"]
-    text: StrictStr
-
-
-class ImageContent(BaseModel):
-    type: Literal["image_url"]
-    image_url: dict
-
-
-class CohereInput(BaseModel):
-    content: list[Annotated[TextContent | ImageContent, Field(discriminator="type")]]
 
 
 class CohereEmbedRequest(AsksEncodings):
@@ -64,7 +56,7 @@ class CohereEmbedRequest(AsksEncodings):
     model: str | None = None
     input_type: str | None = None
     texts: list[StrictStr] | None = None
-    images: list[str] | None = None
+    images: list[StrictStr] | None = None
     inputs: list[CohereInput] | None = None
     output_dimension: int | None = None
     embedding_types: list[EmbeddingType] | None = None
@@ -83,39 +75,32 @@ class CohereEmbedResponse(BaseModel):
     id: str
     embeddings: dict[str, list] | list
     texts: list[str]
+    images: list[dict]  # with images: each one's width, height, format, bit_depth; else empty
     meta: dict
     response_type: str
 
 
-def texts_of(req: CohereEmbedRequest) -> list[str]:
-    """The request's texts: ``texts``, or each input's text items joined by a space."""
-    given = [name for name in ("texts", "images", "inputs") if getattr(req, name)]
-    if len(given) != 1:
-        raise InvalidRequest(ONE_OF, param="texts")
-    if given[0] == "images" or any(isinstance(c, ImageContent) for i in req.inputs or () for c in i.content):
-        raise InvalidRequest(NO_IMAGES, param=given[0])
-    if req.texts:
-        return list(req.texts)
-    return [" ".join(c.text for c in item.content if isinstance(c, TextContent)) for item in req.inputs or ()]
-
-
-def prompted(texts: list[str], input_type: str | None, info: ModelInfo) -> tuple[list[Input], bool]:
+def prompted(inputs: list[Input], input_type: str | None, info: ModelInfo) -> tuple[list[Input], bool]:
     """The inputs with the ``input_type`` prompt applied (``dialects.prompts``: Cohere's standard types
-    always accepted), and whether they are chats (vLLM's rule)."""
-    prompt = prompt_for(info, input_type)
+    always accepted; ``image`` applies none), and whether they are chats (vLLM's rule). A text becomes a
+    system turn and the text when the model has a chat template, else the prompt and the text; a
+    ``MediaInput`` gets the prompt as its first text part."""
+    prompt = None if input_type == IMAGE_TYPE else prompt_for(info, input_type)
     if not prompt:
-        return list(texts), False
-    if info.chat_template:
+        return list(inputs), False
+    if info.chat_template and all(isinstance(x, str) for x in inputs):
         return [
-            ChatInput(messages=[{"role": "system", "content": prompt}, {"role": "user", "content": t}]) for t in texts
+            ChatInput(messages=[{"role": "system", "content": prompt}, {"role": "user", "content": x}])
+            for x in inputs
+            if isinstance(x, str)
         ], True
-    return [prompt + t for t in texts], False
+    return [with_prompt(x, prompt) for x in inputs], False
 
 
 def to_request(req: CohereEmbedRequest, info: ModelInfo) -> tuple[ServeRequest, list[str]]:
     """The dialect-free request, and the texts to echo."""
-    texts = texts_of(req)
-    inputs, chat = prompted(texts, req.input_type, info)
+    inputs, texts = inputs_of(req)
+    inputs, chat = prompted(inputs, req.input_type, info)
     k = None if req.truncate == "NONE" else _keep(req.max_tokens, input_cap(info, "embed"))
     params = PoolingParams(
         task="embed",
@@ -182,6 +167,8 @@ async def _embed(request: web.Request, req: CohereEmbedRequest, version: str) ->
         served = await serve(request, call)
     check_max_tokens(req, served.result.prompt_tokens)
     body = to_response(served, texts, types, version=version, sparse=sparse)
+    meta = [image_meta(x) for x in req.images or ()]
+    body["images"] = meta if None not in meta else []  # (none for an http(s) image: its bytes are not kept)
     record_answer(request, body["id"], served.result.outputs if dense else None)
     return web.Response(body=dumps(body), content_type="application/json")
 

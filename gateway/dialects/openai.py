@@ -1,7 +1,9 @@
 """The OpenAI dialect: ``POST /v1/embeddings`` (vLLM's superset) and its pure request/response conversions.
 
-The body is ``input`` (texts, token ids, or chat messages) or ``messages``
-(one conversation or a list of them), plus vLLM's encoding fields:
+The body is ``input`` (texts, token ids, chat messages, or Jina's
+``[{"text": ...} | {"image": URL or base64}]`` objects, one vector each) or
+``messages`` (one conversation or a list of them; their content parts may hold
+images and audio, ``dialects.chat``), plus vLLM's encoding fields:
 ``encoding_format`` float | base64 | bytes | bytes_only, ``embed_dtype`` and
 ``endianness`` (``dialects.encoding``). ``bytes`` answers
 ``application/octet-stream`` with the items back to back and a ``metadata``
@@ -30,15 +32,17 @@ from __future__ import annotations
 import time
 
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects import late_chunking as late
 from poolgate.gateway.dialects import openai_outputs as outputs
 from poolgate.gateway.dialects.body import validation_failure
-from poolgate.gateway.dialects.chat import EncodedBody
+from poolgate.gateway.dialects.chat import Conversation, EncodedBody, no_default
 from poolgate.gateway.dialects.encoding import json_encoder
 from poolgate.gateway.dialects.envelope import EMBEDDINGS, Usage, encoded_response, list_response, response_id
+from poolgate.gateway.dialects.pairs import ImageObject, TextObject
 from poolgate.gateway.dialects.prompts import prompted
+from poolgate.gateway.dialects.request import CompletionInput
 from poolgate.gateway.dialects.roles import query_inputs, role_prompt
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import ROUTER
@@ -46,11 +50,17 @@ from poolgate.gateway.serving import Served, ServeRequest, record_answer, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.tasks import PoolingTask
-from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.media import IMAGE, MediaInput, MediaRef
+from poolgate.shared.wire.messages import Input, ModelInfo
 
 
 class EmbeddingRequest(EncodedBody):
     """The body of ``POST /v1/embeddings``; unknown fields are allowed and ignored."""
+
+    # Jina's objects as well (jina-clip's texts and images in one list)
+    input: CompletionInput | Conversation | list[Conversation] | list[TextObject | ImageObject] = Field(  # type: ignore[assignment]
+        None, json_schema_extra=no_default
+    )
 
     input_type: str | None = None  # poolgate: a per-request prompt (dialects.prompts), as Cohere's field
     prompt_name: str | None = None  # poolgate: the same by the model's prompt name, as TEI's field
@@ -60,6 +70,16 @@ class EmbeddingRequest(EncodedBody):
     chunk_boundaries: list[int] | None = None  # late chunking: where chunks start (characters)
     chunk_size: int | None = None  # late chunking: tokens per chunk
     task: str | None = None  # Jina's: the task adapter the forward runs with (ModelInfo.adapters; shared.domain.limits)
+
+    def inputs(self) -> list[Input]:
+        """``input`` as inputs: Jina's objects as texts and one-image ``MediaInput``s, others as vLLM reads them."""
+        if isinstance(self.input, list) and self.input and isinstance(self.input[0], TextObject | ImageObject):
+            return [
+                x.text if isinstance(x, TextObject) else MediaInput(parts=(MediaRef(IMAGE, url=x.image),))
+                for x in self.input
+                if isinstance(x, TextObject | ImageObject)
+            ]
+        return super().inputs()
 
 
 class EmbeddingData(BaseModel):
@@ -92,7 +112,7 @@ def to_request(req: EmbeddingRequest, task: PoolingTask = "embed", info: ModelIn
     model's) is needed only for a request that names a prompt."""
     if task == "token_embed":
         _check_token_embed(req)
-    inputs, special = req.call_inputs()
+    inputs, special = req.call_inputs(info)
     if req.input_type is not None or req.prompt_name is not None:
         if info is None:
             raise ValueError("a request that names a prompt is converted with its model's info")

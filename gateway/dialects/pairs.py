@@ -36,20 +36,23 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
+from poolgate.gateway.dialects.media_parts import IMAGE_URL, ContentPart, has_media, part_of
 from poolgate.gateway.dialects.request import reject_removed
 from poolgate.gateway.http.state import ROUTER
 from poolgate.gateway.serving import Scope, Served, ServeRequest, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.score_plan import SideCaps, WindowSpec, plan_scores
 from poolgate.shared.domain.scoring import check_pairs
-from poolgate.shared.wire.messages import ModelInfo
+from poolgate.shared.wire.media import MediaInput
+from poolgate.shared.wire.messages import Input
 
 
 class ContentInput(BaseModel):
-    """vLLM's multimodal score input, ``{"content": [parts]}`` (refused: poolgate models read text)."""
+    """vLLM's multimodal score input, ``{"content": [parts]}``: one input of text and image parts in order
+    (``dialects.media_parts``)."""
 
     model_config = ConfigDict(extra="allow")
-    content: list[Any]
+    content: list[ContentPart]
 
 
 class TextObject(BaseModel):
@@ -59,7 +62,14 @@ class TextObject(BaseModel):
     text: StrictStr
 
 
-ScoreInput = StrictStr | TextObject | ContentInput
+class ImageObject(BaseModel):
+    """Jina's image document, ``{"image": <URL, data URL or bare base64>}``."""
+
+    model_config = ConfigDict(extra="allow")
+    image: StrictStr
+
+
+ScoreInput = StrictStr | TextObject | ImageObject | ContentInput
 ScoreInputs = ScoreInput | list[ScoreInput]
 
 
@@ -116,16 +126,36 @@ class Scored:
         return {"index": k, "start": start, "end": end}
 
 
-def as_text(item: StrictStr | TextObject | ContentInput, info: ModelInfo) -> str:
+def as_input(item: ScoreInput, role: str, where: str) -> Input:
+    """One side's input: a text, or a ``MediaInput`` with ``role`` (query, document) when it holds an image;
+    a content list of text parts only is its text (its parts joined by newlines)."""
     if isinstance(item, str):
         return item
     if isinstance(item, TextObject):
         return item.text
-    raise InvalidRequest(f"MultiModalParam is not supported for {info.architecture}", param="documents")
+    if isinstance(item, ImageObject):
+        return MediaInput(parts=(part_of(ContentPart(type=IMAGE_URL, image_url=item.image), where),), role=role)
+    if not item.content:
+        raise InvalidRequest(f"{where}: a content list needs at least one part", param=where)
+    parts = [part_of(p, f"{where}.content[{j}]") for j, p in enumerate(item.content)]
+    if not has_media(parts):
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return MediaInput(parts=tuple(parts), role=role)
+
+
+def echo(item: ScoreInput) -> dict[str, Any]:
+    """A document as the rerank answer echoes it (vLLM's): ``{text}``, or ``{multi_modal: [parts]}``."""
+    if isinstance(item, str):
+        return {"text": item, "multi_modal": None}
+    if isinstance(item, TextObject):
+        return {"text": item.text, "multi_modal": None}
+    if isinstance(item, ImageObject):
+        return {"text": None, "multi_modal": [{"type": IMAGE_URL, "image_url": {"url": item.image}}]}
+    return {"text": None, "multi_modal": [p.model_dump(exclude_none=True) for p in item.content]}
 
 
 def as_list(value: ScoreInput | Sequence[ScoreInput]) -> list[ScoreInput]:
-    return [value] if isinstance(value, str | TextObject | ContentInput) else list(value)
+    return [value] if isinstance(value, str | TextObject | ImageObject | ContentInput) else list(value)
 
 
 async def score_pairs(
@@ -138,11 +168,12 @@ async def score_pairs(
     info = request.app[ROUTER].lookup(body.model).info
     qs, ds = as_list(queries), as_list(documents)
     check_pairs(len(qs), len(ds))  # before the texts are read: vLLM's order of messages
-    texts_q, texts_d = [as_text(x, info) for x in qs], [as_text(x, info) for x in ds]
+    side_q = [as_input(x, "query", f"queries[{i}]") for i, x in enumerate(qs)]
+    side_d = [as_input(x, "document", f"documents[{i}]") for i, x in enumerate(ds)]
     plan = plan_scores(
         info,
-        texts_q,
-        texts_d,
+        side_q,
+        side_d,
         SideCaps(body.max_tokens_per_query, body.max_tokens_per_doc),
         body.instruction_text(),
         body.window_spec(),

@@ -1,14 +1,16 @@
 """The rerank routes: ``POST /rerank``, ``/v1/rerank`` (vLLM / Jina) and ``/v2/rerank`` (also Cohere v2).
 
 The body is vLLM's ``RerankRequest`` (Jina's shape): ``query``, ``documents``
-(one or a list; texts or Jina's ``{"text"}`` objects), ``top_n`` (0 or absent
+(one or a list; texts, Jina's ``{"text"}`` / ``{"image"}`` objects or vLLM's
+``{"content": [parts]}``, ``dialects.pairs``), ``top_n`` (0 or absent
 = all) and the scoring fields (``dialects.pairs``), plus ``return_documents``
 (default true), which vLLM ignores and poolgate honours; Cohere's SDK sends
 ``max_tokens_per_doc`` and ``priority``, which mean the same here.
 
 One response satisfies all three clients: vLLM's ``{id: "score-…", model,
 usage: {prompt_tokens, total_tokens}, results: [{index, document: {text,
-multi_modal}, relevance_score}]}`` plus Cohere's ``meta: {api_version:
+multi_modal}, relevance_score}]}`` (a text document echoes its ``text``, an
+image one its parts in ``multi_modal``, as vLLM does) plus Cohere's ``meta: {api_version:
 {version: "2"}, billed_units: {search_units}, tokens: {input_tokens}}``
 (one search unit per query and up to 100 documents, as Cohere bills). With
 ``max_chunks_per_doc`` (``dialects.pairs``) long documents are read in windows
@@ -28,7 +30,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from poolgate.gateway.dialects.encoding import dumps
-from poolgate.gateway.dialects.pairs import ContentInput, Scored, ScoreInput, ScoreInputs, ScoringBody, score_pairs
+from poolgate.gateway.dialects.pairs import Scored, ScoreInput, ScoreInputs, ScoringBody, echo, score_pairs
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.http.state import CONFIG
 from poolgate.gateway.serving import record_answer
@@ -69,19 +71,20 @@ def ranking(scores: np.ndarray, top_n: int | None) -> list[int]:
     return [int(i) for i in (order[:top_n] if top_n else order)]
 
 
-def to_response(scored: Scored, texts: list[str], *, top_n: int | None, return_documents: bool) -> dict:
-    """The rerank body for ``scored`` (one score per document, in document order)."""
+def to_response(scored: Scored, documents: list[dict], *, top_n: int | None, return_documents: bool) -> dict:
+    """The rerank body for ``scored`` (one score per document, in document order; ``documents``: each one's
+    echo, ``dialects.pairs.echo``)."""
     served, tokens = scored.served, scored.served.result.total_tokens
     results = []
     for i in ranking(scored.scores, top_n):
         item: dict[str, Any] = {"index": i}
         if return_documents:
-            item["document"] = {"text": texts[i], "multi_modal": None}
+            item["document"] = documents[i]
         item["relevance_score"] = float(scored.scores[i])
         if (chunk := scored.best_chunk(i)) is not None:
             item["best_chunk"] = chunk
         results.append(item)
-    units = math.ceil(len(texts) / DOCUMENTS_PER_SEARCH_UNIT)
+    units = math.ceil(len(documents) / DOCUMENTS_PER_SEARCH_UNIT)
     return {
         "id": f"score-{served.request_id}",
         "model": served.info.served_model_name,
@@ -109,9 +112,7 @@ async def create_rerank(request: web.Request, req: RerankRequest) -> web.Respons
     documents = req.documents if isinstance(req.documents, list) else [req.documents]
     check_documents(request.app[CONFIG], len(documents))
     scored = await score_pairs(request, req, req.query, req.documents)
-    # the texts of the documents (score_pairs refused the others)
-    texts = [d if isinstance(d, str) else d.text for d in documents if not isinstance(d, ContentInput)]
-    body = to_response(scored, texts, top_n=req.top_n, return_documents=req.return_documents)
+    body = to_response(scored, [echo(d) for d in documents], top_n=req.top_n, return_documents=req.return_documents)
     record_answer(request, body["id"])
     return web.Response(body=dumps(body), content_type="application/json")
 

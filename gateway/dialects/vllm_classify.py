@@ -21,8 +21,10 @@ from poolgate.gateway.dialects.chat import CompletionOrChatBody
 from poolgate.gateway.dialects.encoding import dumps, to_float_list
 from poolgate.gateway.dialects.envelope import Usage, list_response
 from poolgate.gateway.dialects.route import Route
+from poolgate.gateway.http.state import ROUTER
 from poolgate.gateway.serving import Served, ServeRequest, record_answer, serve
 from poolgate.shared.domain.params import PoolingParams
+from poolgate.shared.wire.messages import ModelInfo
 
 PATHS = ("/classify", "/v1/classify")
 
@@ -49,8 +51,9 @@ class ClassificationResponse(BaseModel):
     usage: Usage
 
 
-def to_request(req: ClassificationRequest) -> ServeRequest:
-    inputs, special = req.call_inputs()
+def to_request(req: ClassificationRequest, info: ModelInfo | None = None) -> ServeRequest:
+    """The dialect-free request (``info``: the model's, for how its chats are read: ``dialects.chat``)."""
+    inputs, special = req.call_inputs(info)
     params = PoolingParams(
         task="classify", use_activation=req.use_activation, add_special_tokens=special, **req.truncation()
     )
@@ -76,7 +79,7 @@ def label_of(probs: np.ndarray, labels: tuple[str, ...] | None) -> str | None:
 
 
 async def create_classify(request: web.Request, req: ClassificationRequest) -> web.Response:
-    served = await serve(request, to_request(req))
+    served = await serve(request, to_request(req, request.app[ROUTER].lookup(req.model).info))
     body = to_response(served, created=int(time.time()))
     record_answer(request, body["id"])
     return web.Response(body=dumps(body), content_type="application/json")

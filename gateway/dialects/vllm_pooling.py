@@ -108,7 +108,7 @@ def to_request(req: PoolingRequest, info: ModelInfo, plugin: str | None = None) 
     IO-processor plugin, for ``pooling_task``)."""
     if req.dimensions is not None:
         raise InvalidRequest("dimensions is currently not supported", param="dimensions")
-    inputs, special = req.call_inputs()
+    inputs, special = req.call_inputs(info)
     if req.input_type is not None:
         inputs = prompted(inputs, role_prompt(info, req.input_type, None))
     params = PoolingParams(

@@ -2,8 +2,9 @@
 
 A body names its two sides in one of vLLM's four ways: ``queries`` +
 ``documents``, ``queries`` + ``items``, ``data_1`` + ``data_2`` or ``text_1`` +
-``text_2``; each side is one input or a list (a text, Jina's ``{"text"}``, or
-vLLM's multimodal ``{"content"}``, which text models refuse). Pairs are 1:1,
+``text_2``; each side is one input or a list (a text, Jina's ``{"text"}`` or
+``{"image"}``, or vLLM's multimodal ``{"content": [parts]}``, one input of text
+and images; ``dialects.pairs``), a model that reads text only refusing images. Pairs are 1:1,
 1:N or N:N (``shared.domain.scoring.check_pairs``, vLLM's messages). The response is
 vLLM's ``ScoreResponse``: ``{id: "score-…", object: "list", created, model,
 data: [{index, object: "score", score}], usage}``, one item per pair in order.

@@ -21,7 +21,7 @@ from typing import Annotated
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from poolgate.gateway.dialects.chat import ChatOptions, Conversation, chat_inputs
+from poolgate.gateway.dialects.chat import ChatOptions, Conversation, text_chat
 from poolgate.gateway.dialects.encoding import dumps
 from poolgate.gateway.dialects.route import Route
 from poolgate.gateway.serving import chars, lookup
@@ -51,7 +51,7 @@ class TokenizeRequest(ChatOptions):
     def input(self) -> Input:
         """``prompt``, or ``messages`` as one conversation (``_one_form`` checked that one of them is given)."""
         if self.messages is not None:
-            return chat_inputs([self.messages], self)[0]
+            return text_chat(self.messages, self)
         return self.prompt or ""
 
     def special_tokens(self) -> bool:

@@ -21,6 +21,13 @@ are decided once:
   document's score is the max (default) or mean of its windows' scores
   (``shared.domain.windows.fold``), its best window's span named. Without a spec the
   plan is vLLM's.
+- images (``MediaInput`` queries or documents, ``shared.wire.media``): a bi-encoder or
+  late-interaction model pools them like texts (the queries' and documents'
+  roles named); a cross-encoder reads one pair as ONE input,
+  ``MediaInput(parts=(document parts..., query), role="pair")`` (the query,
+  one text or one image, last, as jina-reranker-m0's prompt puts it), its
+  media plan laying it out; caps, windows and an instruction apply to text
+  pairs only.
 - a model whose queries and documents encode differently (``ModelInfo.input_roles``:
   PyLate's markers and query expansion) is told the queries come first
   (``PoolingParams.query_inputs``).
@@ -39,12 +46,16 @@ from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.domain.scoring import SCORERS, check_pairs, query_of
 from poolgate.shared.domain.tasks import SCORE_TYPES, PoolingTask
 from poolgate.shared.domain.windows import FOLDS, WindowedText, Windows, fold
+from poolgate.shared.wire.media import MediaInput, MediaRef
 from poolgate.shared.wire.messages import CappedText, Input, ModelInfo, TextPair, only_texts
 from poolgate.shared.wire.rows import Rows
 
 CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and documents as strings"
 CAPPED_TEXTS = "max_tokens_per_query and max_tokens_per_doc cut texts: pass the inputs as strings"
 WINDOWED_TEXTS = "max_chunks_per_doc cuts texts into windows: pass the documents as strings"
+CROSS_ENCODER_QUERIES = "a cross-encoder's query with images is one text or one image"
+MEDIA_PAIRS = "max_tokens_per_query, max_tokens_per_doc and instruction apply to text pairs, not to pairs with images"
+PAIR = "pair"  # a MediaInput's role: one (document, query) pair a cross-encoder reads as one sequence
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,8 @@ def plan_scores(
             inputs = [_capped(q, caps.query) for q in queries] + [
                 WindowedText(d, windows.max_chunks, windows.overlap, max_tokens=caps.document) for d in docs
             ]
+    elif kind == "cross-encoder" and any(isinstance(x, MediaInput) for x in [*queries, *documents]):
+        inputs = _media_pairs(queries, documents, pair_query, caps, instruction)
     elif kind == "cross-encoder":
         texts = _texts([*queries, *documents], CROSS_ENCODER_TEXTS)
         inputs = [
@@ -202,6 +215,35 @@ def _texts(inputs: Sequence[Input], message: str, param: str | None = None) -> l
     if texts is None:
         raise InvalidRequest(message, param=param)
     return texts
+
+
+def _media_pairs(
+    queries: Sequence[Input], documents: Sequence[Input], pair_query: list[int], caps: SideCaps, instruction: str | None
+) -> list[Input]:
+    """A cross-encoder's pairs with images: each one ``MediaInput`` of the document's parts, then the query's one
+    part (a text or one image); pairs of texts stay ``TextPair``s."""
+    if caps.query or caps.document or instruction is not None:
+        raise InvalidRequest(MEDIA_PAIRS, param="documents")
+    sides: list[str | MediaRef] = []
+    for x in queries:
+        if isinstance(x, MediaInput) and len(x.parts) == 1:
+            sides.append(x.parts[0])
+        elif isinstance(x, str):
+            sides.append(x)
+        else:
+            raise InvalidRequest(CROSS_ENCODER_QUERIES, param="queries")
+    pairs: list[Input] = []
+    for q, d in zip(pair_query, documents, strict=True):
+        query = sides[q]
+        if isinstance(d, MediaInput):
+            pairs.append(MediaInput(parts=(*d.parts, query), role=PAIR))
+        elif isinstance(d, str) and isinstance(query, str):
+            pairs.append(TextPair(query, d))
+        elif isinstance(d, str):
+            pairs.append(MediaInput(parts=(d, query), role=PAIR))
+        else:
+            raise InvalidRequest(CROSS_ENCODER_TEXTS, param="documents")
+    return pairs
 
 
 def _capped(x: Input, cap: int) -> Input:

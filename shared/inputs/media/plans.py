@@ -6,16 +6,17 @@ from typing import TYPE_CHECKING
 
 from poolgate.shared.inputs.media.audio_classify import AudioClassifyPlan
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
+from poolgate.shared.inputs.media.clip import DualEncoderPlan
 from poolgate.shared.inputs.media.image_classify import ImageClassifyPlan
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.encoded import TextEncoder
     from poolgate.shared.wire.messages import ModelInfo
 
-PLANS: dict[str, PlanFactory] = {
-    "image_classify": ImageClassifyPlan,  # *ForImageClassification (classifiers)
-    "audio_classify": AudioClassifyPlan,  # wav2vec2-style and AST audio classifiers (classifiers)
-}
+PLANS: dict[str, PlanFactory] = {}
+PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
+PLANS["image_classify"] = ImageClassifyPlan  # *ForImageClassification (shared.inputs.media.image_classify)
+PLANS["audio_classify"] = AudioClassifyPlan  # wav2vec2-style and AST audio classifiers
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

@@ -30,8 +30,9 @@ async def test_default_is_float_with_cohere_envelope(gateway):
     client = await gateway()
     resp = await client.post("/v2/embed", json={"texts": TEXTS}, headers={"X-Request-Id": "abc"})
     out = await resp.json()
-    assert set(out) == {"id", "embeddings", "texts", "meta", "response_type"}
+    assert set(out) == {"id", "embeddings", "texts", "images", "meta", "response_type"}
     assert out["id"] == "embd-abc" and out["texts"] == TEXTS and out["response_type"] == "embeddings_by_type"
+    assert out["images"] == []
     assert out["meta"] == {"api_version": {"version": "2"}, "billed_units": {"input_tokens": 10}}
     assert list(out["embeddings"]) == ["float"]
     for got, text in zip(out["embeddings"]["float"], TEXTS):
@@ -119,9 +120,12 @@ async def test_output_dimension_is_matryoshka_dimensions(gateway):
     ({"texts": []}, 400, "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"),
     ({"texts": ["a"], "inputs": [{"content": [{"type": "text", "text": "b"}]}]}, 400,
      "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"),
-    ({"images": ["data:image/png;base64,AAAA"]}, 400, "Image inputs are not supported: poolgate serves text models."),
+    ({"images": ["data:image/png;base64,AAAA"]}, 400, "model 'fake-model' reads text only; an input holds image"),
     ({"inputs": [{"content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
-     "Image inputs are not supported: poolgate serves text models."),
+     "model 'fake-model' reads text only; an input holds image"),
+    ({"images": ["data:image/png;base64,AAAA"] * 97}, 400, "images: at most 96 per request, got 97"),
+    ({"inputs": [{"content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]}, 400,
+     "inputs[0].content[0]: Cohere inputs take 'text' and 'image_url' parts"),
     ({"texts": ["a"], "input_type": "bogus"}, 400,
      "Unsupported input_type 'bogus'. Supported values: search_query, search_document, classification, clustering."),
     ({"texts": ["one two three four"], "truncate": "NONE", "max_tokens": 3}, 400,

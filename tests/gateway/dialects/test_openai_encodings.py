@@ -152,7 +152,12 @@ async def test_chat_options_reach_the_template(gateway):
      "Chat template is passed with request, but --trust-request-chat-template is not set. "
      "Refused request with untrusted chat template."),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "Only text content is served; got a content part of type 'image_url'."),
+     "model 'fake-model' reads text only; an input holds image"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_embeds", "image_embeds": "x"}]}]},
+     "messages[0].content[0]: 'image_embeds' parts (precomputed embeddings) are not served; send the image or "
+     "audio itself"),
+    ({"messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}]},
+     "messages[0].content[0]: unknown content part type 'refusal'; served: text, image_url, input_audio, audio_url"),
     ({"messages": CONVO, "input": "x"}, "Exactly one of `input` or `messages` must be given."),
     ({"messages": [[]]}, "a conversation needs at least one message object"),
     ({"messages": [CONVO, []]}, "a conversation needs at least one message object"),

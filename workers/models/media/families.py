@@ -6,8 +6,12 @@ from typing import Any
 
 from poolgate.workers.models.media import MediaFamily
 from poolgate.workers.models.media import audio_classify, image_classify
+from poolgate.workers.models.media.clip import CLIP, SIGLIP, SIGLIP2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+MEDIA_ARCHITECTURES["CLIPModel"] = CLIP  # workers.models.media.clip
+MEDIA_ARCHITECTURES["SiglipModel"] = SIGLIP
+MEDIA_ARCHITECTURES["Siglip2Model"] = SIGLIP2
 # classifiers: every *ForImageClassification transformers maps, and its audio classifiers that read wav2vec2's or
 # AST's features (the processor or extractor is checked at load)
 MEDIA_ARCHITECTURES.update(dict.fromkeys(image_classify.architectures(), image_classify.FAMILY))
