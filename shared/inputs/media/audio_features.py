@@ -77,7 +77,8 @@ def ast_values(
     samples: np.ndarray, num_mel_bins: int, rate: int, max_length: int, do_normalize: bool, mean: float, std: float
 ) -> np.ndarray:
     """AST's ``input_values`` of one clip: (max_length, num_mel_bins) float32 (module doc)."""
-    fbank = log_mel_fbank(samples, num_mel_bins, rate)[:max_length]
+    needed = FRAME + (max_length - 1) * HOP  # the samples of the first max_length frames (the rest is cut)
+    fbank = log_mel_fbank(samples[:needed], num_mel_bins, rate)
     out = np.zeros((max_length, num_mel_bins), np.float32)
     out[: fbank.shape[0]] = fbank
     if do_normalize:

@@ -20,7 +20,6 @@ import numpy as np
 
 KAISER_BETA = 5.0
 HALF_TAPS_PER_RATE = 10  # the filter's half length, in taps per unit of max(up, down)
-CHUNK = 1 << 15  # outputs computed per step (bounds the (outputs, taps) index block)
 
 
 def ratio(from_rate: int, to_rate: int) -> tuple[int, int]:
@@ -51,14 +50,17 @@ def resample(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     h = np.concatenate([h, np.zeros(n_taps * up - len(h))])
     phases = h.reshape(n_taps, up).T  # phases[p, k] = h[p + k * up]
     n_out = -(-x.size * up // down)
-    # input samples n_taps - 1 before the first and after the last stay zero
+    # input samples n_taps before the first and after the last stay zero
     padded = np.concatenate([np.zeros(n_taps), x, np.zeros(n_taps)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, n_taps)  # windows[i] = padded[i : i + n_taps]
     out = np.empty(n_out, dtype=np.float64)
-    k = np.arange(n_taps)
-    for start in range(0, n_out, CHUNK):
-        n = np.arange(start, min(start + CHUNK, n_out), dtype=np.int64)
-        t = n * down + half  # the output's position in the upsampled signal, shifted by the filter's centre
-        phase, base = t % up, t // up  # y[n] = sum_k x[base - k] * h[phase + k * up]
-        rows = padded[(base + n_taps)[:, None] - k[None, :]]  # (outputs, taps)
-        out[n] = np.einsum("ij,ij->i", rows, phases[phase])
+    # y[n] = sum_k x[base - k] * h[phase + k * up] with t = n * down + half, phase = t % up, base = t // up: the
+    # outputs n0, n0 + up, n0 + 2 up, ... share a phase and their bases step by `down`, so each such run is one
+    # matrix-vector product over every `down`-th window
+    for n0 in range(min(up, n_out)):
+        t = n0 * down + half
+        phase, base = t % up, t // up
+        count = len(range(n0, n_out, up))
+        start = base + 1  # x[base - k] is padded[base + n_taps - k]: window base + 1 read backwards
+        out[n0::up] = windows[start : start + (count - 1) * down + 1 : down] @ phases[phase, ::-1]
     return out.astype(np.float32)

@@ -14,7 +14,7 @@ from poolgate.shared.inputs.media.synthetic import probe_images
 from poolgate.shared.wire.media import MediaInput, MediaRef
 
 LABELS = {0: "cat", 1: "dog", 2: "bird"}
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 
 
 def _named(n: int) -> dict:
