@@ -90,7 +90,7 @@ def test_audio_classifier_over_http(tmp_path):
         assert r.status_code == 200, r.text
         assert tiny.cosines(np.asarray([r.json()["data"][0]["probs"]]), want[1:2])[0] >= MIN_COSINE
         bad = {
-            "input[0]: unsupported audio format: a MP3 file": _user(_audio(b"ID3" + bytes(64), "mp3")),
+            "input[0]: unsupported audio format: an MP3 file": _user(_audio(b"ID3" + bytes(64), "mp3")),
             "input[0]: the WAV file is truncated": _user(_audio(tone_wav(0.5)[:-999])),
             "input[0]: this model reads audio clips, not text": _user({"type": "text", "text": "hi"}),
             "input[0]: the clip is too short": _user(_audio(tone_wav(0.01))),

@@ -22,6 +22,7 @@ resamples to the model's rate (``shared.inputs.media.resample``).
 from __future__ import annotations
 
 import io
+import re
 import wave
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ def decode_audio(ref: MediaRef, limits: MediaLimits, where: str = "audio") -> De
     fmt = audio_format(data)
     if fmt not in FORMATS:
         said = f" (declared {ref.format!r})" if ref.format else ""
-        what = f"a {fmt} file" if fmt else "not a WAV or FLAC file"
+        what = f"{'an' if fmt[0] in 'AEIMO' else 'a'} {fmt} file" if fmt else "not a WAV or FLAC file"
         raise InvalidRequest(f"{where}: unsupported audio format: {what}{said}; send WAV or FLAC", param=where)
     if fmt == "wav" and data[:4] == b"RIFF":
         try:
@@ -115,8 +116,7 @@ def _check_header(frames: int, rate: int, channels: int, limits: MediaLimits, wh
     seconds = frames / rate
     if seconds > limits.max_audio_seconds:
         raise InvalidRequest(
-            f"{where}: the clip is {seconds:,.1f} s long, over this server's {limits.max_audio_seconds:g} s "
-            "(--max-audio-seconds)",
+            f"{where}: the clip is {seconds:,.1f} s long, over this server's limit of {limits.max_audio_seconds:g} s",
             param=where,
         )
 
@@ -132,9 +132,9 @@ def _wav(data: bytes, limits: MediaLimits, where: str) -> DecodedAudio:
     except wave.Error as exc:
         if "unknown format" in str(exc):
             raise _NotPcm from None
-        raise InvalidRequest(f"{where}: not a WAV file this server can read ({exc})", param=where) from None
+        raise InvalidRequest(f"{where}: not a WAV file this server can read{_why(exc)}", param=where) from None
     except (EOFError, ValueError) as exc:
-        raise InvalidRequest(f"{where}: the WAV file is truncated or corrupt ({exc})", param=where) from None
+        raise InvalidRequest(f"{where}: the WAV file is truncated or corrupt{_why(exc)}", param=where) from None
     if len(raw) != frames * channels * width:
         raise InvalidRequest(
             f"{where}: the WAV file is truncated: its header gives {frames:,} frames, its data holds "
@@ -142,6 +142,12 @@ def _wav(data: bytes, limits: MediaLimits, where: str) -> DecodedAudio:
             param=where,
         )
     return DecodedAudio(_mono(_pcm(raw, width).reshape(frames, channels)), rate, "wav", channels)
+
+
+def _why(exc: Exception) -> str:
+    """The decoder's reason in parentheses (libsndfile's without its "Error opening <object>:" prefix), or ""."""
+    text = re.sub(r"^Error opening .*?>: (Error : )?", "", str(exc)).strip()
+    return f" ({text})" if text else ""
 
 
 def _pcm(raw: bytes, width: int) -> np.ndarray:
@@ -180,7 +186,7 @@ def _soundfile(data: bytes, fmt: str, limits: MediaLimits, where: str) -> Decode
     except InvalidRequest:
         raise
     except Exception as exc:  # libsndfile's errors (soundfile.LibsndfileError, RuntimeError, ...)
-        raise InvalidRequest(f"{where}: the {name} file is truncated or corrupt ({exc})", param=where) from None
+        raise InvalidRequest(f"{where}: the {name} file is truncated or corrupt{_why(exc)}", param=where) from None
     if samples.shape[0] != info.frames:
         raise InvalidRequest(
             f"{where}: the {name} file is truncated: its header gives {info.frames:,} frames, its data holds "

@@ -56,7 +56,7 @@ def test_bad_clips_are_400s(tmp_path):
         "this model reads audio clips, not images": [MediaInput((MediaRef("image", data=b"\x89PNG"),))],
         "the clip is too short: 20 samples at 16000 Hz, this model reads at least 40 (2 ms)": [
             MediaInput((MediaRef("audio", data=tone_wav(20 / 16000), format="wav"),))],
-        "unsupported audio format: a MP3 file (declared 'mp3')": [
+        "unsupported audio format: an MP3 file (declared 'mp3')": [
             MediaInput((MediaRef("audio", data=b"ID3" + bytes(64), format="mp3"),))],
         "the WAV file is truncated": [MediaInput((MediaRef("audio", data=tone_wav(0.3)[:-500], format="wav"),))],
     }
