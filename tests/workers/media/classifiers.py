@@ -53,6 +53,16 @@ def convnext(folder: Path) -> torch.nn.Module:
     return _save(ConvNextForImageClassification(cfg), ConvNextImageProcessorPil(size={"shortest_edge": 48}), folder)
 
 
+def clip(folder: Path) -> torch.nn.Module:
+    from transformers import CLIPConfig, CLIPForImageClassification, CLIPImageProcessorPil
+
+    torch.manual_seed(6)
+    vision = {**SMALL, "image_size": 32, "patch_size": 8, "projection_dim": 16}
+    cfg = CLIPConfig(vision_config=vision, text_config={**SMALL, "vocab_size": 99}, **_named(3))
+    proc = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    return _save(CLIPForImageClassification(cfg), proc, folder)
+
+
 def wav2vec2(folder: Path, *, layer_norm: bool) -> torch.nn.Module:
     from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
 

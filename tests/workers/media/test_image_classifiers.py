@@ -14,7 +14,7 @@ from tests.workers.media import classifiers as tiny
 CLASSIFY, LOGITS = PoolingParams(task="classify"), PoolingParams(task="classify", use_activation=False)
 
 
-@pytest.mark.parametrize("make", [tiny.vit, tiny.deit, tiny.convnext])
+@pytest.mark.parametrize("make", [tiny.vit, tiny.deit, tiny.convnext, tiny.clip])
 def test_probabilities_and_logits_equal_transformers(make, tmp_path):
     model = make(tmp_path)
     inputs, pixels = tiny.image_inputs()
