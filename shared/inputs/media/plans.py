@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from poolgate.shared.inputs.media import qwen_vl
+from poolgate.shared.inputs.media.audio_classify import AudioClassifyPlan
 from poolgate.shared.inputs.media.base import MediaPlan, PlanFactory
 from poolgate.shared.inputs.media.clip import DualEncoderPlan
 from poolgate.shared.inputs.media.colpali import late_visual_plan
+from poolgate.shared.inputs.media.image_classify import ImageClassifyPlan
 
 if TYPE_CHECKING:
     from poolgate.shared.inputs.encoded import TextEncoder
@@ -17,6 +19,8 @@ PLANS: dict[str, PlanFactory] = {}
 PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
 PLANS["colpali"] = PLANS["colqwen2"] = PLANS["colmodernvbert"] = late_visual_plan  # shared.inputs.media.colpali
 PLANS[qwen_vl.PLAN] = qwen_vl.make_plan  # Qwen2-VL / Qwen3-VL embedders, jina-reranker-m0
+PLANS["image_classify"] = ImageClassifyPlan  # *ForImageClassification (shared.inputs.media.image_classify)
+PLANS["audio_classify"] = AudioClassifyPlan  # wav2vec2-style and AST audio classifiers
 
 
 def plan_for(info: ModelInfo, encoder: TextEncoder) -> MediaPlan | None:

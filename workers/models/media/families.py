@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolgate.workers.models.media import MediaFamily, qwen_vl
+from poolgate.workers.models.media import MediaFamily, audio_classify, image_classify, qwen_vl
 from poolgate.workers.models.media.clip import FAMILIES as DUAL_ENCODERS
 from poolgate.workers.models.media.colpali import COLMODERNVBERT, COLPALI, COLQWEN2
 
 MEDIA_ARCHITECTURES: dict[str, MediaFamily] = {}
+# classifiers: every *ForImageClassification transformers maps, and its audio classifiers that read wav2vec2's or
+# AST's features (the processor or extractor is checked at load)
+MEDIA_ARCHITECTURES.update(dict.fromkeys(image_classify.architectures(), image_classify.FAMILY))
+MEDIA_ARCHITECTURES.update(dict.fromkeys(audio_classify.architectures(), audio_classify.FAMILY))
 MEDIA_ARCHITECTURES.update(DUAL_ENCODERS)  # CLIP, SigLIP, SigLIP 2 and their one-tower models (media.clip)
 MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI  # workers.models.media.colpali
 MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
