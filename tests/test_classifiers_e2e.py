@@ -59,7 +59,7 @@ def test_image_classifier_over_http(tmp_path):
         assert batch.json()["usage"]["prompt_tokens"] == len(images) * 17  # (32 / 8)^2 patches + 1 each
         bad = {
             "input[0]: this model reads images, not text": _user({"type": "text", "text": "a cat"}),
-            "input[0]: not an image this server can read": _user(
+            "input[0]: the PNG image is corrupt": _user(
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAAA"}}),
             "input[0]: this model reads images, not audio clips": _user(_audio(tone_wav(0.1))),
         }

@@ -58,7 +58,7 @@ def test_text_and_audio_and_two_images_are_400s(tmp_path):
         "this model reads images only; send the input without its text": [MediaInput(("a cat", image))],
         "this model reads images, not audio clips": [MediaInput((MediaRef("audio", data=b"RIFF"),))],
         "this model reads one image per input, got 2 media parts": [MediaInput((image, image))],
-        "not an image this server can read": [MediaInput((MediaRef("image", data=b"\x89PNG\r\n\x1a\n" + bytes(9)),))],
+        "the PNG image is corrupt": [MediaInput((MediaRef("image", data=b"\x89PNG\r\n\x1a\n" + bytes(9)),))],
     }
     with PoolingModel(str(tmp_path), dtype="float32") as served:
         for says, call in bad.items():
