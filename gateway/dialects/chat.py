@@ -128,7 +128,15 @@ def chat_inputs(
         ]
         parts = [p for _, message_parts in read for p in message_parts]
         if media or has_media(parts):
-            inputs.append(MediaInput(parts=tuple(parts), chat=tuple(body for body, _ in read)))
+            inputs.append(
+                MediaInput(
+                    parts=tuple(parts),
+                    chat=tuple(body for body, _ in read),
+                    add_generation_prompt=options.add_generation_prompt,
+                    continue_final_message=options.continue_final_message,
+                    chat_template_kwargs=options.chat_template_kwargs,
+                )
+            )
         else:
             inputs.append(
                 ChatInput(

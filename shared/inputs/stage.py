@@ -61,6 +61,8 @@ class InputStage:
         """``tokenize`` with each input's token type ids (None but for a cross-encoder's pairs); a
         ``WindowedText`` becomes one sequence per window (``shared.inputs.window_cuts``), named in ``windows``."""
         if self.media is not None:  # a media model: its plan shapes every call (shared.inputs.media)
+            if not getattr(self.media, "renders_chats", False):
+                _no_chat_options(self.info, call)
             return self.media.encode(call, self.limits)
         media = next((x for x in call.inputs if isinstance(x, MediaInput) and x.media), None)
         if media is not None:
@@ -191,6 +193,17 @@ class InputStage:
             return ids
         # k below a tokenizer's special-token count still keeps k
         return [x[-k:] if side == "left" else x[:k] for x in ids]
+
+
+def _no_chat_options(info: ModelInfo, call: PoolingCall) -> None:
+    """400 for chat options on a media model that reads a chat's parts without a template (never ignored)."""
+    for i, x in enumerate(call.inputs):
+        if isinstance(x, MediaInput) and x.chat_options:
+            raise InvalidRequest(
+                f"input[{i}]: model {info.served_model_name!r} reads a conversation's parts without a chat "
+                f"template, so {', '.join(x.chat_options)} cannot apply; send the request without it",
+                param=x.chat_options[0],
+            )
 
 
 def _as_texts(call: PoolingCall) -> PoolingCall:

@@ -61,6 +61,16 @@ class MediaInput:
     parts: tuple[Part, ...]
     chat: tuple[dict[str, Any], ...] | None = None
     role: str | None = None
+    # a chat's options (vLLM's): honoured by a plan whose model renders its chat template, else refused
+    add_generation_prompt: bool = False
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @property
+    def chat_options(self) -> list[str]:
+        """The chat options set away from their defaults, by name."""
+        names = ("add_generation_prompt", "continue_final_message", "chat_template_kwargs")
+        return [n for n in names if getattr(self, n)]
 
     @property
     def media(self) -> list[MediaRef]:

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 
 
 class MediaPlan(Protocol):
-    """One media model's input shaping (``shared.inputs.media``)."""
+    """One media model's input shaping (``shared.inputs.media``). A plan whose model renders a conversation with
+    its chat template says ``renders_chats = True`` (the chat options then reach it); for the others the input
+    stage refuses those options rather than ignore them."""
 
     def encode(self, call: PoolingCall, limits: MediaLimits) -> Encoded:
         """The call's inputs (texts, ``MediaInput``s, token ids where the model takes them) as ids and items."""

@@ -56,6 +56,8 @@ class QwenVLPlan:
     dict), ``image_token_id``, ``placeholder`` (the image's text), ``prompt`` (``embed`` or ``jina_rerank``),
     ``score_token_id`` (the reranker's)."""
 
+    renders_chats = True  # a chat's options (add_generation_prompt, ...) apply: the template renders it
+
     def __init__(self, info: ModelInfo, encoder: TextEncoder, settings: dict[str, Any]):
         self.info, self.encoder = info, encoder
         self.image = QwenImageSettings.from_dict(settings["image"])
@@ -147,7 +149,12 @@ class QwenVLPlan:
             return Shaped(self.encoder.render_chat(x), [])
         if isinstance(x, MediaInput):
             if x.chat is not None:
-                chat = ChatInput([_image_parts(m) for m in x.chat])
+                chat = ChatInput(
+                    [_image_parts(m) for m in x.chat],
+                    add_generation_prompt=x.add_generation_prompt,
+                    continue_final_message=x.continue_final_message,
+                    chat_template_kwargs=x.chat_template_kwargs,
+                )
                 return Shaped(self.encoder.render_chat(chat), x.media)
             if self.encoder.chat_template:
                 one = ChatInput([{"role": "user", "content": self._content(x)}])

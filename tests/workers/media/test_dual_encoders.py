@@ -119,6 +119,10 @@ async def test_text_and_image_in_one_input_is_a_400(dual):
             plan.encode(call, MediaLimits(max_image_pixels=1_000_000))
     with pytest.raises(InvalidRequest, match="not valid base64|corrupt"):
         await embed(model, [MediaInput((MediaRef("image", "data:image/png;base64,AAAA"),))])
+    chat = ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},)
+    asked = MediaInput((MediaRef("image", data_url(IMAGES[0])),), chat=chat, add_generation_prompt=True)
+    with pytest.raises(InvalidRequest, match="without a chat template, so add_generation_prompt cannot apply"):
+        await embed(model, [asked])  # a dual encoder reads no template: refused, never ignored
 
 
 async def test_bi_encoder_score_of_a_text_query_and_image_documents(dual):

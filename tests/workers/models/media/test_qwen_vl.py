@@ -221,3 +221,21 @@ def test_report_worst_cosines():
     """Prints the figures collected above (run with -s)."""
     for name, value in sorted(WORST.items()):
         print(f"{name}: {value:.8f}")
+
+
+def test_chat_options_reach_the_template(tmp_path):
+    """A media chat's add_generation_prompt is rendered by the template (never dropped): the assistant turn's
+    opening tokens follow the conversation, and a model that reads no template refuses the option instead."""
+    tiny.make(tmp_path)
+    pic = tiny.image(3, 56, 56)
+    chat = ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
+                                         {"type": "text", "text": "a cat"}]},)
+    plain = MediaInput((_png(pic), "a cat"), chat=chat)
+    opened = MediaInput((_png(pic), "a cat"), chat=chat, add_generation_prompt=True)
+    _, encoded, model = _serve(tmp_path, [plain, opened], "embed")
+    stage = InputStage(model.info, model.encoder)
+    want = model.encoder.render_chat(ChatInput([{"role": "user", "content": [{"type": "image"},
+                                                {"type": "text", "text": "a cat"}]}], add_generation_prompt=True))
+    assert want.endswith("<|im_start|>assistant\n")
+    assert len(encoded.ids[1]) > len(encoded.ids[0]) and encoded.ids[1][: len(encoded.ids[0])] == encoded.ids[0]
+    assert stage.encode(PoolingCall("r", "m", [opened], PoolingParams(task="embed"))).ids == [encoded.ids[1]]
