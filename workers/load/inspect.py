@@ -133,10 +133,21 @@ def _media_plan(cfg: WorkerConfig, backend: Backend, family: MediaFamily) -> Pla
     return Plan(
         model=cfg.model, architecture=hf["architectures"][0], implementation=f"media family {family.name}: "
         f"{family.implementation}; inputs: {modalities}", weights=weights_source(Path(cfg.model)), tasks=tasks,
-        pooling="the family's own (its tower's projection, LAST row)", max_length="the family's (at load)",
+        pooling=_media_pooling(family.tasks), max_length="the family's (at load)",
         dtype=dtype, backend=backend.name, attention=FALLBACK_ATTENTION, kernels="transformers' own modules",
         token_budget=f"{cfg.max_batch_tokens or DEFAULT_MEDIA_BATCH_TOKENS} tokens per padded batch (an image "
         "counts its placeholder tokens)", cuda_graphs="off: graphs are for packed models")
+
+
+MEDIA_POOLING = {
+    "embed": "embed: the family's vector in each sequence's LAST row, normalized",
+    "token_embed": "token_embed: every token's vector (ALL), as the family normalizes it",
+    "classify": "classify: the logits in each sequence's LAST row, with the config's activation",
+}
+
+
+def _media_pooling(tasks: tuple[str, ...]) -> str:
+    return "; ".join(MEDIA_POOLING[t] for t in tasks if t in MEDIA_POOLING) or "settled at load"
 
 
 def _budget(cfg: WorkerConfig, backend: Backend) -> str:

@@ -128,3 +128,14 @@ def test_inspect_loads_no_weights(tmp_path, family, monkeypatch):
 
     monkeypatch.setattr(SafetensorsFile, "__init__", lambda *a, **k: pytest.fail("inspect opened the weights"))
     assert _plan(tmp_path).implementation == f"packed {family}"
+
+
+def test_media_family_names_its_path(tmp_path):
+    """A media model's plan names its family, transformers' class, what it reads and how it pools: no load."""
+    from tests.workers.media.dual_encoders import make_dual
+
+    make_dual(tmp_path, "clip")
+    table = plan(WorkerConfig(model=str(tmp_path), served_model_name="m")).table()
+    assert "media family clip: transformers CLIPModel (padded), text and image towers by input" in table
+    assert "inputs: text, image" in table and "embed: the family's vector in each sequence's LAST row" in table
+    assert FALLBACK_ATTENTION in table
