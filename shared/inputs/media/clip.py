@@ -29,7 +29,7 @@ from poolgate.shared.domain.limits import check_length, truncation_length
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.media.images import decode_image
 from poolgate.shared.inputs.media.naflex import naflex_arrays
-from poolgate.shared.inputs.media.pixels import PixelSettings, pixel_values
+from poolgate.shared.inputs.media.pixels import PixelSettings, check_resize, pixel_values
 from poolgate.shared.wire.media import IMAGE, MediaInput, MediaItem, SequenceMedia, digest_of
 from poolgate.shared.wire.messages import CappedText
 
@@ -161,16 +161,7 @@ class DualEncoderPlan:
         if naflex:  # SigLIP 2: patches at the image's own aspect ratio (shared.inputs.media.naflex)
             arrays = naflex_arrays(image.pixels, self.pixels, int(naflex["patch_size"]), int(naflex["max_num_patches"]))
         else:
-            # CLIP resizes the short side and keeps the aspect ratio: a 1 x 20,000 image would be resized to
-            # 224 x 4,480,000 before its crop (seconds and gigabytes), so its resized size is held to the limit too
-            height, width = self.pixels._resized(image.height, image.width)
-            if height * width > limits.max_image_pixels:
-                raise InvalidRequest(
-                    f"{where}: the image is {image.width} x {image.height}; this model's processor would resize it "
-                    f"to {width} x {height} = {height * width:,} pixels, over this server's --max-image-pixels "
-                    f"{limits.max_image_pixels:,} (too extreme an aspect ratio)",
-                    param=where,
-                )
+            check_resize(self.pixels, image.height, image.width, limits.max_image_pixels, where)
             arrays = {"pixel_values": pixel_values(image.pixels, self.pixels)}
         tokens = int(self.image["tokens"])
         item = MediaItem(

@@ -46,7 +46,7 @@ from poolgate.shared.domain.media_limits import check_media_count
 from poolgate.shared.inputs.encoded import Encoded
 from poolgate.shared.inputs.media.idefics3 import TileSettings, placeholder, tiles
 from poolgate.shared.inputs.media.images import decode_image
-from poolgate.shared.inputs.media.pixels import PixelSettings, pixel_values
+from poolgate.shared.inputs.media.pixels import PixelSettings, check_resize, pixel_values
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings, image_item
 from poolgate.shared.wire.media import IMAGE, MediaInput, MediaItem, MediaRef, SequenceMedia, digest_of
 from poolgate.shared.wire.messages import CappedText
@@ -145,6 +145,7 @@ class LateVisualPlan:
             item = MediaItem(IMAGE, {"pixel_values": frames}, digest, each * len(frames), meta)
             middle = placeholder(rows, cols, s["image_token"], each)
         else:  # ColPali: one fixed-size image, image_tokens
+            check_resize(pixels, decoded.height, decoded.width, limits.max_image_pixels, page.where)
             values = pixel_values(decoded.pixels, pixels)
             digest = digest_of(IMAGE, decoded.pixels, pixels.key())
             item = MediaItem(IMAGE, {"pixel_values": values}, digest, int(s["image_tokens"]), meta)

@@ -18,7 +18,7 @@ from typing import Any
 from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
 from poolgate.shared.inputs.media.images import decode_image
-from poolgate.shared.inputs.media.pixels import PixelSettings, pixel_values
+from poolgate.shared.inputs.media.pixels import PixelSettings, check_resize, pixel_values
 from poolgate.shared.inputs.media.single import one_item_per_input, single_media
 from poolgate.shared.wire.media import IMAGE, MediaItem, MediaRef, digest_of
 from poolgate.shared.wire.messages import ModelInfo, PoolingCall
@@ -44,6 +44,7 @@ class ImageClassifyPlan:
     def item(self, ref: MediaRef, limits: MediaLimits, where: str) -> MediaItem:
         """One image, decoded and processed."""
         image = decode_image(ref, limits, where)
+        check_resize(self.pixels, image.height, image.width, limits.max_image_pixels, where)
         values = pixel_values(image.pixels, self.pixels)
         meta = {"width": image.width, "height": image.height, "format": image.format}
         return MediaItem(IMAGE, {"pixel_values": values}, digest_of(IMAGE, image.pixels, self.key), self.tokens, meta)

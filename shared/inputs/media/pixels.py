@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from poolgate.shared.domain.errors import InvalidRequest
+
 BICUBIC = 3
 
 
@@ -80,6 +82,20 @@ class PixelSettings:
         if self.height and self.width:
             return self.height, self.width
         return height, width
+
+
+def check_resize(settings: PixelSettings, height: int, width: int, max_pixels: int, where: str) -> None:
+    """400 when the processor's resize of a ``height`` x ``width`` image would exceed ``max_pixels``: a short side
+    resized up keeps the aspect ratio, so a 1 x 20,000 image would become 224 x 4,480,000 before its crop
+    (seconds and gigabytes in the gateway) though the upload itself is under ``--max-image-pixels``."""
+    new_height, new_width = settings._resized(height, width)
+    if new_height * new_width > max_pixels:
+        raise InvalidRequest(
+            f"{where}: the image is {width} x {height}; this model's processor would resize it to {new_width} x "
+            f"{new_height} = {new_height * new_width:,} pixels, over this server's --max-image-pixels "
+            f"{max_pixels:,} (too extreme an aspect ratio)",
+            param=where,
+        )
 
 
 def pixel_values(pixels: np.ndarray, settings: PixelSettings) -> np.ndarray:
