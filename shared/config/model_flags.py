@@ -63,6 +63,7 @@ def media_limits(settings: ModelSettings) -> MediaLimits:
         max_images_per_request=settings.max_images_per_request,
         max_image_pixels=settings.max_image_pixels,
         max_media_bytes=settings.max_media_bytes,
+        max_audio_seconds=settings.max_audio_seconds,
         allowed_media_domains=tuple(dict.fromkeys(hosts)),
     )
 

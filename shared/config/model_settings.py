@@ -163,6 +163,13 @@ class ModelSettings:
         group=MEDIA,
         help="encoded bytes one image or audio clip may have, sent inline or fetched (a fetch stops there)",
     )
+    max_audio_seconds: float = setting(
+        _MEDIA.max_audio_seconds,
+        gt=0,
+        metavar="SECONDS",
+        group=MEDIA,
+        help="seconds one audio clip may last, read from its header before its samples are decoded",
+    )
     max_loras: int = setting(
         0,
         ge=0,

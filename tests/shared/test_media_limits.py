@@ -29,14 +29,16 @@ def test_the_defaults_are_the_limits_defaults():
 
 def test_the_flags_set_the_limits():
     limits = media_limits(flags("--allowed-media-domains", "Images.Example.com.", "[::1]", "--max-images-per-request",
-                                "3", "--max-image-pixels", "1000", "--max-media-bytes", "2048",
+                                "3", "--max-image-pixels", "1000", "--max-media-bytes", "2048", "--max-audio-seconds", "2.5",
                                 "--allowed-media-domains", "10.0.0.7", "images.example.com", "bücher.example"))
     assert limits.allowed_media_domains == ("images.example.com", "::1", "10.0.0.7", "xn--bcher-kva.example")
     assert (limits.max_images_per_request, limits.max_image_pixels, limits.max_media_bytes) == (3, 1000, 2048)
+    assert limits.max_audio_seconds == 2.5
 
 
 @pytest.mark.parametrize("given", [("--max-images-per-request", "0"), ("--max-image-pixels", "-1"),
-                                   ("--max-media-bytes", "x"), ("--allowed-media-domains",)])
+                                   ("--max-media-bytes", "x"), ("--max-audio-seconds", "0"),
+                                   ("--allowed-media-domains",)])
 def test_a_bad_flag_is_refused_naming_it(given, capsys):
     with pytest.raises(SystemExit):
         flags(*given)

@@ -116,7 +116,8 @@ def _check_header(frames: int, rate: int, channels: int, limits: MediaLimits, wh
     seconds = frames / rate
     if seconds > limits.max_audio_seconds:
         raise InvalidRequest(
-            f"{where}: the clip is {seconds:,.1f} s long, over this server's limit of {limits.max_audio_seconds:g} s",
+            f"{where}: the clip is {seconds:,.1f} s long, over this server's --max-audio-seconds "
+            f"{limits.max_audio_seconds:g}",
             param=where,
         )
 

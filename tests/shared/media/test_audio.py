@@ -89,7 +89,7 @@ BAD = [  # (what, bytes or a callable making them, declared format, limits, the 
     ("truncated WAV", tone_wav(0.2)[:-1000], "wav", LIMITS, "the WAV file is truncated"),
     ("WAV header only", tone_wav(0.2)[:30], "wav", LIMITS, "WAV"),
     ("empty WAV", _wav(np.zeros((0, 1)), 16000, 2), "wav", LIMITS, "the audio is empty"),
-    ("too long", tone_wav(2.0), "wav", MediaLimits(max_audio_seconds=1.5), "over this server's limit of 1.5 s"),
+    ("too long", tone_wav(2.0), "wav", MediaLimits(max_audio_seconds=1.5), "over this server's --max-audio-seconds 1.5"),
     ("too many bytes", tone_wav(1.0), "wav", MediaLimits(max_media_bytes=1000), "over this server's 1,000"),
     ("truncated FLAC", _truncated_flac, "flac", LIMITS, "FLAC file is truncated"),
     ("corrupt FLAC", b"fLaC" + bytes(200), "flac", LIMITS, "FLAC file is truncated or corrupt"),
