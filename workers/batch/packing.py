@@ -204,6 +204,18 @@ def tensors(batch: PackedBatch) -> list[torch.Tensor]:
     return out
 
 
+def padded_ids(batch: PackedBatch, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's ids as a right-padded ``(batch, longest)`` long block filled with ``pad_id``, and its mask
+    (True = a real token), for models that run transformers' own padded forward."""
+    n, width = len(batch.lengths), batch.max_len
+    device = batch.input_ids.device
+    lengths = torch.tensor(batch.lengths, device=device)
+    mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
+    ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    ids[mask] = batch.input_ids.long()
+    return ids, mask
+
+
 def to_device(batch: PackedBatch, device: torch.device) -> PackedBatch:
     """Copy every tensor of ``batch`` to ``device`` (non-blocking where the source is pinned)."""
     if device.type == "cpu":

@@ -13,7 +13,7 @@ import logging
 import torch
 from torch import nn
 
-from poolgate.workers.batch.packing import PackedBatch
+from poolgate.workers.batch.packing import PackedBatch, padded_ids
 from poolgate.workers.load.checkpoint import InMemory, Tensors, few
 from poolgate.workers.load.st_config import ModelSpec
 from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
@@ -89,12 +89,9 @@ class HfAutoEncoder(nn.Module):
         return int(self.model.config.hidden_size)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        n, width = len(batch.lengths), batch.max_len
-        device = batch.input_ids.device
-        lengths = torch.tensor(batch.lengths, device=device)
-        mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
-        ids[mask] = batch.input_ids
+        ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each
+        n, width = ids.shape
+        device = ids.device
         kwargs = {}
         if batch.token_type_ids is not None:  # a cross-encoder's pairs: segment ids, padding as segment 0
             types = torch.zeros((n, width), dtype=torch.long, device=device)

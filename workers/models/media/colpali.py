@@ -31,7 +31,7 @@ from torch import nn
 from poolgate.shared.inputs.media.idefics3 import TileSettings
 from poolgate.shared.inputs.media.pixels import PixelSettings
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
-from poolgate.workers.batch.packing import PackedBatch, pack, to_device
+from poolgate.workers.batch.packing import PackedBatch, pack, padded_ids, to_device
 from poolgate.workers.load.checkpoint import InMemory
 from poolgate.workers.load.hf_tokenizer import files_of
 from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
@@ -55,12 +55,8 @@ class LateVisualModel(nn.Module):
         self.model, self.pad_id, self.kind = model, pad_id, kind
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        n, width = len(batch.lengths), batch.max_len
-        device = batch.input_ids.device
-        lengths = torch.tensor(batch.lengths, device=device)
-        mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
-        ids[mask] = batch.input_ids
+        ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each
+        device = ids.device
         items = [m for seq in (batch.media or []) if seq is not None for m in seq]  # in sequence order
         kwargs: dict[str, Any] = {}
         if items and self.kind == "colqwen2":  # the processor's layout: each image's patches padded, and the grids

@@ -41,6 +41,7 @@ from torch import nn
 
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
 from poolgate.shared.inputs.media.qwen_vl import JINA_RERANK, PLAN
+from poolgate.workers.batch.packing import padded_ids
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError
@@ -83,12 +84,8 @@ class QwenVLEncoder(nn.Module):
         self.model, self.image_token_id, self.pad_id = model, image_token_id, pad_id
 
     def forward(self, batch: Any) -> torch.Tensor:
-        n, width = len(batch.lengths), batch.max_len
-        device = batch.input_ids.device
-        lengths = torch.tensor(batch.lengths, device=device)
-        mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (batch, width)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
-        ids[mask] = batch.input_ids.long()
+        ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each
+        device = ids.device
         items = [m for seq in (batch.media or []) if seq for m in seq]
         extra: dict[str, torch.Tensor] = {}
         if items:  # every image of the batch through the vision tower in one call
