@@ -116,10 +116,10 @@ def decode_embeddings(body: dict, n_inputs: int, encoding_format: str) -> tuple[
             rows = [np.asarray(d["embedding"], dtype=np.float32) for d in data]
     except (KeyError, TypeError, ValueError) as exc:
         raise BadResponse(f"malformed body: {exc!r}") from exc
-    dims = {r.shape[0] for r in rows}
-    if len(dims) != 1 or 0 in dims:
-        raise BadResponse(f"embedding lengths {sorted(dims)} in one response")
-    return np.stack(rows), tokens  # (n_inputs, dim)
+    dims = {r.shape for r in rows}  # a token task's rows: (tokens, dim), one input's tokens each
+    if len(dims) != 1 or 0 in rows[0].shape:
+        raise BadResponse(f"embedding shapes {sorted(dims)} in one response")
+    return np.stack(rows), tokens  # (n_inputs, dim), or (n_inputs, tokens, dim)
 
 
 async def send_one(
@@ -137,10 +137,11 @@ async def send_one(
                 result.add_error(f"HTTP {resp.status}", raw.decode("utf-8", "replace"))
                 return
         vectors, tokens = decode_embeddings(json.loads(raw), n_inputs, cfg.encoding_format)
+        dim = vectors.shape[-1]  # a token task's answer is (inputs, tokens, dim): the vectors' own width
         if result.embedding_dim is None:
-            result.embedding_dim = vectors.shape[1]
-        elif vectors.shape[1] != result.embedding_dim:
-            raise BadResponse(f"dimension {vectors.shape[1]} != {result.embedding_dim} seen before")
+            result.embedding_dim = dim
+        elif dim != result.embedding_dim:
+            raise BadResponse(f"dimension {dim} != {result.embedding_dim} seen before")
         if cfg.keep_vectors:
             result.vectors.setdefault(body, vectors)
     except BadResponse as exc:
