@@ -50,7 +50,8 @@ from poolgate.gateway.http.state import ROUTER
 from poolgate.gateway.serving import Scope, Served, ServeRequest, serve
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.score_plan import SideCaps, WindowSpec, plan_scores
-from poolgate.shared.domain.scoring import check_pairs
+from poolgate.shared.domain.scoring import check_pairs, query_of
+from poolgate.shared.inputs.media.clip import dual_scores
 from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.wire.messages import Input
 
@@ -186,9 +187,15 @@ async def score_pairs(
         body.instruction_text(),
         body.window_spec(),
     )
-    params = plan.params(use_activation=body.use_activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
+    media = getattr(request.app[ROUTER].lookup(body.model).front.encoder.files, "media", None) or {}
+    dual = media.get("plan") == "clip" and plan.kind == "bi-encoder"  # its logits apply (shared.inputs.media.clip)
+    activation = None if dual else body.use_activation  # a dual encoder's vectors stay normalized: cosines first
+    params = plan.params(use_activation=activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
     served = await serve(
         request, ServeRequest(model=body.model, inputs=plan.inputs, params=params, priority=body.priority)
     )
     scores = plan.scores(served.result.outputs, served.result.windows)
-    return Scored(scores.values, served, scores.best)
+    values = scores.values
+    if dual and body.use_activation is not None:  # logits or their trained activation, as asked
+        values = dual_scores(media, values, query_of(len(qs), len(ds)), body.use_activation)
+    return Scored(values, served, scores.best)

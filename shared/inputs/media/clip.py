@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.limits import check_length, truncation_length
 from poolgate.shared.inputs.encoded import Encoded
@@ -55,6 +57,36 @@ def dual_logit(settings: dict[str, Any], cosine: float) -> float:
     if scale is None:  # a one-tower model (CLIPVisionModelWithProjection, ...) has no logit scale
         raise ValueError(f"{settings.get('family')} has no logit scale: its scores are cosines only")
     return math.exp(float(scale)) * cosine + (float(bias) if bias is not None else 0.0)
+
+
+def dual_scores(
+    settings: dict[str, Any], cosines: np.ndarray, pair_query: list[int], use_activation: bool
+) -> np.ndarray:
+    """A dual encoder's scores when a request asks for more than cosines (``use_activation`` on /score and
+    /rerank): False gives the model's logits (``dual_logit``, transformers' ``logits_per_text``); True its
+    trained activation of them: SigLIP's sigmoid (a pair's match probability), CLIP's softmax over each query's
+    documents in the request (its zero-shot probabilities). 400 for a model with no logit scale."""
+    scale, bias = settings.get("logit_scale"), settings.get("logit_bias")
+    if scale is None:
+        raise InvalidRequest(
+            f"use_activation: this {settings.get('family')} model has no logit scale, so its scores are cosines "
+            "only; send the request without use_activation",
+            param="use_activation",
+        )
+    logits = np.float32(math.exp(float(scale))) * cosines.astype(np.float32)
+    if bias is not None:
+        logits = logits + np.float32(bias)
+    if not use_activation:
+        return logits
+    if bias is not None:  # SigLIP: trained with a pairwise sigmoid loss
+        return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+    out = np.empty_like(logits)  # CLIP: a softmax over the documents each query is scored against
+    owners = np.asarray(pair_query)
+    for q in np.unique(owners):
+        mine = owners == q
+        shifted = np.exp(logits[mine] - logits[mine].max())
+        out[mine] = shifted / shifted.sum()
+    return out
 
 
 class DualEncoderPlan:

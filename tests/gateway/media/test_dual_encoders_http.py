@@ -49,6 +49,16 @@ async def test_embeddings_and_score_over_http(gateway, tmp_path, kind):
     np.testing.assert_allclose(scores, [want_text[0] @ want_image[1], want_text[0] @ want_text[1]], atol=1e-5)
     settings = model.encoder.files.media  # what a route that reports logits applies to a score
     assert dual_logit(settings, scores[0]) == pytest.approx(np.exp(2.5) * scores[0] + (0 if kind == "clip" else -3))
+    # use_activation asks for more than cosines: false the model's logits (transformers' logits_per_text),
+    # true their trained activation (SigLIP's sigmoid per pair, CLIP's softmax over the query's documents)
+    cosines = want_text[0] @ np.stack([want_image[0], want_image[1]]).T
+    logits = np.exp(2.5) * cosines + (0 if kind == "clip" else -3)
+    for asked, expect in ((False, logits), (True, np.exp(logits) / np.exp(logits).sum() if kind == "clip"
+                                             else 1 / (1 + np.exp(-logits)))):
+        resp = await client.post("/score", json={"model": "m", "queries": TEXTS[0], "use_activation": asked,
+                                                 "documents": [{"content": [image_part(x)]} for x in IMAGES[:2]]})
+        assert resp.status == 200, await resp.text()
+        np.testing.assert_allclose([d["score"] for d in (await resp.json())["data"]], expect, rtol=1e-4, atol=1e-5)
     # text and an image in one input: the towers embed one or the other (vLLM's 400)
     resp = await client.post("/v1/embeddings", json={
         "model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a cat"},
