@@ -54,7 +54,8 @@ COUNTERS = (names.REQUESTS, names.REQUEST_ERRORS, names.PROMPT_TOKENS, names.ADM
             names.WORKER_RECOVERIES, names.EMBEDDING_CACHE_HITS, names.EMBEDDING_CACHE_MISSES,
             names.TENANT_REQUESTS, names.TENANT_PROMPT_TOKENS, names.DEVICE_OUT_OF_MEMORY,
             names.BATCH_JOB_LINES, names.BATCH_JOB_TOKENS, names.POOL_ADMITTED, names.POOL_ADMITTED_TOKENS,
-            names.POOL_REFUSED, names.PREFIX_CACHE_LOOKED_UP, names.PREFIX_CACHE_HITS, names.PREFIX_CACHE_SHARED)
+            names.POOL_REFUSED, names.PREFIX_CACHE_LOOKED_UP, names.PREFIX_CACHE_HITS, names.PREFIX_CACHE_SHARED,
+            names.MEDIA_ITEMS)
 HISTOGRAMS = (names.REQUEST_DURATION, names.REQUEST_PROMPT_TOKENS, names.QUEUE_TIME, names.INFERENCE_TIME,
               names.BATCH_SIZE, names.BATCH_TOKENS, names.BATCH_FILL)
 GAUGES = (names.REQUESTS_IN_FLIGHT, names.REQUESTS_RUNNING, names.REQUESTS_WAITING,
@@ -247,7 +248,8 @@ class Prometheus:
 
 
 async def send_load(http: aiohttp.ClientSession, base: str, model, *, ok: int, bad: int) -> int:
-    """``ok`` embeddings, ``bad`` over-long inputs (400) and one 429; the number of requests sent."""
+    """``ok`` embeddings, ``bad`` over-long inputs (400), an image for the text model (400) and one 429; the
+    number of requests sent."""
     for i in range(ok):
         texts = [" ".join(f"w{j}" for j in range(1 + (i * k) % 20)) for k in range(1, 2 + i % 4)]
         async with http.post(base + EMBED, json={"model": SERVED, "input": texts}) as resp:
@@ -255,6 +257,9 @@ async def send_load(http: aiohttp.ClientSession, base: str, model, *, ok: int, b
     for _ in range(bad):
         async with http.post(base + EMBED, json={"model": SERVED, "input": LONG}) as resp:
             assert resp.status == 400
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    async with http.post(base + EMBED, json={"model": SERVED, "messages": [{"role": "user", "content": [image]}]}) as resp:
+        assert resp.status == 400  # a text model: the image is counted (media items), then refused
     model.runner.entered.clear()
     model.runner.release.clear()  # hold a batch on the "device": with max_in_flight=1 the next call gets 429
     held = asyncio.create_task(post(http, base, f"held {ok}"))  # new each round: the embedding cache has none
@@ -262,7 +267,7 @@ async def send_load(http: aiohttp.ClientSession, base: str, model, *, ok: int, b
     assert await post(http, base, "refused") == 429
     model.runner.release.set()
     assert await held == 200
-    return ok + bad + 2
+    return ok + bad + 3
 
 
 async def start_batch(http: aiohttp.ClientSession, base: str, lines: int) -> None:

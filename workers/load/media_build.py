@@ -46,6 +46,18 @@ def media_family_of(cfg: WorkerConfig) -> MediaFamily | None:
     return media_family(hf) if hf is not None else None
 
 
+def _vocab_size(hf: dict[str, Any]) -> int | None:
+    """The text model's vocabulary (token ids past it are a 400, never a 500 in a batch): the config's own, else
+    its nearest nested config's (``text_config``, ``vlm_config.text_config``, ...); None where none says."""
+    todo: list[dict[str, Any]] = [hf]
+    while todo:
+        config = todo.pop(0)
+        if isinstance(config.get("vocab_size"), int):
+            return int(config["vocab_size"])
+        todo += [v for k, v in config.items() if isinstance(v, dict) and k.endswith("config")]
+    return None
+
+
 def load_media(cfg: WorkerConfig, family: MediaFamily) -> LoadedModel:
     """Everything the worker needs to serve a media model (module doc); logs each step."""
     start = time.perf_counter()
@@ -68,7 +80,7 @@ def load_media(cfg: WorkerConfig, family: MediaFamily) -> LoadedModel:
         max_model_len=built.max_model_len, embedding_dim=built.embedding_dim, backend=backend.name,
         dtype=str(dtype).removeprefix("torch."), labels=built.labels, **backend.report(dtype, cfg.device),
         chat_template=bool(encoder.chat_template), tokenizer_sha256=encoder.files.sha256,
-        modalities=built.modalities,
+        modalities=built.modalities, vocab_size=_vocab_size(hf),
     )
     if built.warm_up is not None:
         built.warm_up(runner)
