@@ -10,8 +10,10 @@ transformers' own class from the folder in float32, its tokenizer (CLIP's
 texts cut to their positions and padded; SigLIP's padded to their length,
 every token attended, as they were trained) and its image processor on the
 decoded images, then the tower's projected features, L2-normalized. One
-``Check`` row per tower and dtype (``embed text``, ``embed image``). Other
-media families are named as skipped: verify has no reference for them yet.
+``Check`` row per tower and dtype (``embed text``, ``embed image``). Image and
+audio classifiers are checked by ``workers.tools.verify_classify``; the other
+media families (late interaction, Qwen2-VL) are named as skipped: verify has
+no reference for them yet.
 ``refuse_media_below`` is ``--verify-on-start``'s check of a media model.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from poolgate.shared.domain.params import PoolingParams
 from poolgate.shared.inputs.media.synthetic import data_url, probe_images
 from poolgate.shared.wire.media import MediaInput, MediaRef
 from poolgate.shared.wire.messages import PoolingCall
@@ -35,7 +38,12 @@ from poolgate.workers.tools.verify import PROBES, Check, cosines
 def verify_media(model: LoadedModel, folder: str) -> tuple[list[Check], list[str]]:
     """The checks of the media model loaded from ``folder``, and what was skipped (module doc)."""
     settings = model.encoder.files.media or {}
-    if settings.get("plan") != "clip":
+    plan = settings.get("plan")
+    if plan in ("image_classify", "audio_classify"):  # workers.tools.verify_classify
+        from poolgate.workers.tools.verify_classify import classify_checks
+
+        return classify_checks(model, plan, folder, _served, _row), []
+    if plan != "clip":
         return [], [f"{task} ({model.info.architecture}: no media reference in verify)" for task in model.info.tasks]
     return dual_checks(model, settings, folder), []
 
@@ -57,7 +65,8 @@ def _served(model: LoadedModel, inputs: list[Any]) -> tuple[np.ndarray, np.ndarr
         await engine.start()
         try:
             def call(xs: list[Any]) -> PoolingCall:
-                return PoolingCall(request_id="verify", model=model.info.served_model_name, inputs=xs)
+                return PoolingCall(request_id="verify", model=model.info.served_model_name, inputs=xs,
+                                   params=PoolingParams(task=model.info.tasks[0]))
 
             batched = (await engine.submit(call(inputs))).outputs.values
             single = [(await engine.submit(call([x]))).outputs.values for x in inputs]

@@ -49,3 +49,31 @@ async def test_verify_runs_where_the_callers_thread_runs_a_loop(tmp_path):
     model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32"))
     checks, _ = verify_media(model, str(tmp_path))
     assert [c.task for c in checks] == ["embed text", "embed image"] and all(c.passes(0.999) for c in checks)
+
+
+@pytest.mark.parametrize("make", ["vit", "convnext", "wav2vec2", "ast"])
+def test_verify_checks_image_and_audio_classifiers(tmp_path, capsys, make):
+    from tests.workers.media import classifiers as tiny
+
+    if make == "wav2vec2":
+        tiny.wav2vec2(tmp_path, layer_norm=True)
+    else:
+        getattr(tiny, make)(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert main(parser.parse_args([str(tmp_path), "--dtype", "float32"])) == 0
+    out = capsys.readouterr().out
+    kind = "audio" if make in ("wav2vec2", "ast") else "image"
+    assert f"classify {kind} float32" in out and "PASS" in out, out
+
+
+def test_verify_catches_a_classifier_whose_processor_differs(tmp_path):
+    from tests.workers.media import classifiers as tiny
+
+    tiny.vit(tmp_path)
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32"))
+    path = tmp_path / "preprocessor_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "image_mean": [0.9, 0.1, 0.5], "image_std": [0.1, 0.9, 0.2]}))
+    checks, skipped = verify_media(model, str(tmp_path))
+    assert not skipped and len(checks) == 1 and not checks[0].passes(0.9999)
