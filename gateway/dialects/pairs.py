@@ -37,6 +37,7 @@ the document). Without ``max_chunks_per_doc`` nothing changes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -163,6 +164,25 @@ def echo(item: ScoreInput) -> dict[str, Any]:
     return {"text": None, "multi_modal": [p.model_dump(exclude_none=True) for p in item.content]}
 
 
+INPUT_INDEX = re.compile(r"^input\[(\d+)\]")
+
+
+def side_named(exc: InvalidRequest, kind: str, n_queries: int) -> InvalidRequest:
+    """``exc`` with the call's ``input[k]`` named as the request's ``queries[i]`` or ``documents[j]``: a
+    cross-encoder's call holds one input per document (its pair), the others the queries then the documents."""
+    found = INPUT_INDEX.match(exc.message)
+    if found is None:
+        return exc
+    k = int(found.group(1))
+    name = (
+        f"documents[{k}]"
+        if kind == "cross-encoder"
+        else (f"queries[{k}]" if k < n_queries else f"documents[{k - n_queries}]")
+    )
+    renamed = type(exc)(name + exc.message[found.end() :], param=name)
+    return renamed
+
+
 def as_list(value: ScoreInput | Sequence[ScoreInput]) -> list[ScoreInput]:
     return [value] if isinstance(value, str | TextObject | ImageObject | ContentInput) else list(value)
 
@@ -191,9 +211,12 @@ async def score_pairs(
     dual = media.get("plan") == "clip" and plan.kind == "bi-encoder"  # its logits apply (shared.inputs.media.clip)
     activation = None if dual else body.use_activation  # a dual encoder's vectors stay normalized: cosines first
     params = plan.params(use_activation=activation, truncate_prompt_tokens=body.truncate_prompt_tokens)
-    served = await serve(
-        request, ServeRequest(model=body.model, inputs=plan.inputs, params=params, priority=body.priority)
-    )
+    try:
+        served = await serve(
+            request, ServeRequest(model=body.model, inputs=plan.inputs, params=params, priority=body.priority)
+        )
+    except InvalidRequest as exc:  # "input[k]: ..." of the call: named as the request's side instead
+        raise side_named(exc, plan.kind, len(qs)) from None
     scores = plan.scores(served.result.outputs, served.result.windows)
     values = scores.values
     if dual and body.use_activation is not None:  # logits or their trained activation, as asked

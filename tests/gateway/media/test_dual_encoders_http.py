@@ -59,6 +59,11 @@ async def test_embeddings_and_score_over_http(gateway, tmp_path, kind):
                                                  "documents": [{"content": [image_part(x)]} for x in IMAGES[:2]]})
         assert resp.status == 200, await resp.text()
         np.testing.assert_allclose([d["score"] for d in (await resp.json())["data"]], expect, rtol=1e-4, atol=1e-5)
+    # a bad document is named as the request names it, not by the call's input index
+    corrupt = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAAA"}}
+    resp = await client.post("/rerank", json={"model": "m", "query": TEXTS[0],
+                                              "documents": [TEXTS[1], {"content": [corrupt]}]})
+    assert resp.status == 400 and (await resp.json())["error"]["message"].startswith("documents[1]: "), await resp.text()
     # text and an image in one input: the towers embed one or the other (vLLM's 400)
     resp = await client.post("/v1/embeddings", json={
         "model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a cat"},
