@@ -1,14 +1,15 @@
 """Qwen2-VL / Qwen2.5-VL / Qwen3-VL embedders (GME, Qwen3-VL-Embedding, jina-embeddings-v4 style) and the
 jina-reranker-m0 reranker (``JinaVLForRanking``), on transformers' own model.
 
-The batch's sequences are padded (right) into one ``(batch, width)`` id block;
-every image of the batch goes to the vision tower at once (its
-``pixel_values`` rows concatenated, one ``image_grid_thw`` row each: the
-tower's own variable-length plan over the batch's images), transformers
-scatters the image features onto the expanded pad tokens and computes the
-M-RoPE positions from ``mm_token_type_ids`` (1 on image tokens) and the
-attention mask, as it does for its processor's output. The last hidden state
-of every real token comes back in packed order.
+The batch's sequences, text and image tokens alike, run packed: several
+sequences to a row, none padded to another's length, each attending only
+within itself (``workers.models.media.qwen_vl_rows``: four-row position ids,
+M-RoPE's as transformers computes them). Every image of the batch goes to
+the vision tower at once (its ``pixel_values`` rows concatenated, one
+``image_grid_thw`` row each: the tower's own variable-length plan over the
+batch's images), and transformers scatters the image features onto the
+expanded pad tokens. The last hidden state of every real token comes back in
+the batch's packed order.
 
 Embedders pool LAST (GME, Qwen3-VL-Embedding: the final token) or, with
 ``--pooler-config '{"seq_pooling_type": "MEAN"}'``, the mean over the tokens,
@@ -42,6 +43,7 @@ from torch import nn
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
 from poolgate.shared.inputs.media.qwen_vl import JINA_RERANK, PLAN
 from poolgate.workers.batch.packing import padded_ids
+from poolgate.workers.models.media.qwen_vl_rows import grids_of, image_order, lay_out, packed_inputs, rope_positions
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError
@@ -73,7 +75,7 @@ PROJECTOR = "multi_vector_projector"  # jina-embeddings-v4's token projection (h
 
 
 class QwenVLEncoder(nn.Module):
-    """Transformers' Qwen-VL backbone over a padded batch with its images (module doc)."""
+    """Transformers' Qwen-VL backbone over a packed batch with its images (module doc)."""
 
     takes_media = True
     needs_groups = False
@@ -84,21 +86,26 @@ class QwenVLEncoder(nn.Module):
         self.model, self.image_token_id, self.pad_id = model, image_token_id, pad_id
 
     def forward(self, batch: Any) -> torch.Tensor:
-        ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each
+        ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each: where transformers' positions are read
         device = ids.device
-        items = [m for seq in (batch.media or []) if seq for m in seq]
+        items = [m for seq in (batch.media or []) if seq for m in seq]  # in sequence order
+        grids = grids_of(items)
+        grid_block = None if grids is None else torch.from_numpy(grids).to(device=device, dtype=torch.long)
+        positions = rope_positions(self.model, ids, mask, grid_block, self.image_token_id)
+        rows = lay_out(batch.lengths)  # several sequences a row, none padded to another's length
+        packed, position_ids, order = packed_inputs(ids, mask, batch.lengths, positions, self.pad_id, rows)
         extra: dict[str, torch.Tensor] = {}
-        if items:  # every image of the batch through the vision tower in one call
+        if items:  # every image of the batch through the vision tower in one call, in the rows' token order
+            ordered = image_order(batch.media, order)
             dtype = next(self.model.parameters()).dtype
-            pixels = np.concatenate([m.arrays["pixel_values"] for m in items])
-            grids = np.concatenate([m.arrays["image_grid_thw"] for m in items])
+            pixels = np.concatenate([m.arrays["pixel_values"] for m in ordered])
             extra = {
                 "pixel_values": torch.from_numpy(pixels).to(device=device, dtype=dtype),
-                "image_grid_thw": torch.from_numpy(grids).to(device=device, dtype=torch.long),
-                "mm_token_type_ids": (ids == self.image_token_id).int(),
+                "image_grid_thw": torch.from_numpy(grids_of(ordered)).to(device=device, dtype=torch.long),
+                "mm_token_type_ids": (packed == self.image_token_id).int(),
             }
-        out = self.model(input_ids=ids, attention_mask=mask.long(), use_cache=False, **extra).last_hidden_state
-        return out[mask]  # (n_tokens, hidden), packed order
+        out = self.model(input_ids=packed, position_ids=position_ids, use_cache=False, **extra).last_hidden_state
+        return out.reshape(-1, out.shape[-1])[rows.token_index(batch.lengths).to(device)]  # (n_tokens, hidden)
 
 
 class JinaScore(nn.Module):
@@ -243,7 +250,8 @@ def build(source: MediaSource) -> MediaBuilt:
 def family(name: str) -> MediaFamily:
     rerank = name in RERANKERS
     what = "jina-reranker-m0 head on the LAST token" if rerank else "LAST/MEAN pooled"
-    return MediaFamily(name, build, f"transformers {BACKBONES[name]} (padded), images through its vision tower; {what}",
+    how = f"transformers {BACKBONES[name]} (packed rows), images through its vision tower; {what}"
+    return MediaFamily(name, build, how,
                        tasks=("classify",) if rerank else ("embed", "token_embed"), modalities=("text", "image"))
 
 
