@@ -63,6 +63,13 @@ def test_embeddings_over_http(tmp_path):
         cohere = requests.post(f"{server.url}/v2/embed", json={"model": "m", "input_type": "image",
                                                                "images": [_png(pic).url], "embedding_types": ["float"]},
                                timeout=60).json()
+        # the cohere SDK unmodified: v4's inputs, text and an image in ONE vector
+        import cohere as cohere_sdk
+
+        client = cohere_sdk.ClientV2(api_key="unused", base_url=server.url)
+        mixed = client.embed(model="m", input_type="search_document", embedding_types=["float"], inputs=[
+            {"content": [{"type": "text", "text": "a photo of w2"},
+                         {"type": "image_url", "image_url": {"url": _png(pic).url}}]}])
     render = tiny.tokenizer().apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "a photo of w2"}]}], tokenize=False)
     hidden, ids = tiny.reference_hidden(processor, ref, render, [pic])
@@ -76,6 +83,13 @@ def test_embeddings_over_http(tmp_path):
     want = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
     got = np.asarray(cohere["embeddings"]["float"][0])
     assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) >= 0.9999
+    # the SDK's mixed input: one user message of its parts, in order, through the chat template
+    both = tiny.tokenizer().apply_chat_template(
+        [{"role": "user", "content": [{"type": "text", "text": "a photo of w2"}, {"type": "image"}]}], tokenize=False)
+    hidden, _ = tiny.reference_hidden(processor, ref, both, [pic])
+    want_mixed = torch.nn.functional.normalize(hidden[-1], dim=-1).numpy()
+    got = np.asarray(mixed.embeddings.float_[0])
+    assert float(got @ want_mixed / np.linalg.norm(got) / np.linalg.norm(want_mixed)) >= 0.9999
     # /score of a text query against an image document (bi-encoder): the cosine of the two vectors
     image_doc = want
     hidden, _ = tiny.reference_hidden(processor, ref, "w1 w2 w3", [])
