@@ -77,3 +77,20 @@ def test_verify_catches_a_classifier_whose_processor_differs(tmp_path):
     path.write_text(json.dumps({**config, "image_mean": [0.9, 0.1, 0.5], "image_std": [0.1, 0.9, 0.2]}))
     checks, skipped = verify_media(model, str(tmp_path))
     assert not skipped and len(checks) == 1 and not checks[0].passes(0.9999)
+
+
+def test_verify_checks_a_qwen2_vl_embedder_and_catches_a_processor_that_differs(tmp_path, capsys):
+    from tests.workers.models.media import qwen_vl_tiny as tiny
+
+    tiny.make(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert main(parser.parse_args([str(tmp_path), "--dtype", "float32"])) == 0
+    out = capsys.readouterr().out
+    assert "embed text     float32" in out and "embed image    float32" in out and "PASS" in out, out
+    model = load_model(WorkerConfig(model=str(tmp_path), served_model_name="t", dtype="float32"))
+    path = tmp_path / "preprocessor_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "image_mean": [0.9, 0.1, 0.5], "image_std": [0.1, 0.9, 0.2]}))
+    rows = {c.task: c for c in verify_media(model, str(tmp_path))[0]}
+    assert rows["embed text"].passes(0.9999) and not rows["embed image"].passes(0.9999)
