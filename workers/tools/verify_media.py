@@ -143,6 +143,7 @@ class _Reference:
         for data in images:  # one at a time: SigLIP 2's patch grids differ by image
             rgb = convert_to_rgb(Image.open(io.BytesIO(data)), return_numpy=True)  # alpha over white, as served
             pixels = processor([rgb], return_tensors="pt")
-            inputs = {k: v for k, v in pixels.items() if k in ("pixel_values", "pixel_attention_mask", "spatial_shapes")}
+            read = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
+            inputs = {k: v for k, v in pixels.items() if k in read}
             out.append(self._tower(self.spec.image, "get_image_features", inputs))
         return np.concatenate(out)

@@ -36,8 +36,10 @@ def qwen_vl_checks(model: LoadedModel, settings: dict[str, Any], folder: str, se
     from poolgate.workers.models.media.qwen_vl import BACKBONES
 
     pooler = model.runner.pooler.poolers.get("embed")
-    if settings.get("prompt") != "embed" or pooler is None or pooler.selects_rows or pooler.method not in ("LAST", "MEAN"):
-        return [], [f"{t} ({model.info.architecture}: this pooling has no reference in verify)" for t in model.info.tasks]
+    plain = pooler is not None and not pooler.selects_rows and pooler.method in ("LAST", "MEAN")
+    if settings.get("prompt") != "embed" or not plain:
+        why = f"{model.info.architecture}: this pooling has no reference in verify"
+        return [], [f"{task} ({why})" for task in model.info.tasks]
     reference = getattr(transformers, BACKBONES[model.info.architecture]).from_pretrained(folder, dtype=torch.float32)
     ref = _Reference(reference.eval(), folder, int(settings["image_token_id"]), pooler.method)
     texts = [t for t in PROBES if len(t) < 2000]
