@@ -12,8 +12,8 @@ every token attended, as they were trained) and its image processor on the
 decoded images, then the tower's projected features, L2-normalized. One
 ``Check`` row per tower and dtype (``embed text``, ``embed image``). Image and
 audio classifiers are checked by ``workers.tools.verify_classify``, the
-Qwen2-VL-style embedders by ``workers.tools.verify_qwen_vl``; the late-interaction
-families are named as skipped: verify has no reference for them yet.
+Qwen2-VL-style embedders by ``workers.tools.verify_qwen_vl``, the visual
+late-interaction models by ``workers.tools.verify_late``.
 ``refuse_media_below`` is ``--verify-on-start``'s check of a media model.
 """
 from __future__ import annotations
@@ -47,6 +47,10 @@ def verify_media(model: LoadedModel, folder: str) -> tuple[list[Check], list[str
         from poolgate.workers.tools.verify_qwen_vl import qwen_vl_checks
 
         return qwen_vl_checks(model, settings, folder, _served, _row)
+    if plan in ("colpali", "colqwen2", "colmodernvbert"):  # workers.tools.verify_late
+        from poolgate.workers.tools.verify_late import late_checks
+
+        return late_checks(model, folder, _served, _row), []
     if plan != "clip":
         return [], [f"{task} ({model.info.architecture}: no media reference in verify)" for task in model.info.tasks]
     return dual_checks(model, settings, folder), []

@@ -94,3 +94,15 @@ def test_verify_checks_a_qwen2_vl_embedder_and_catches_a_processor_that_differs(
     path.write_text(json.dumps({**config, "image_mean": [0.9, 0.1, 0.5], "image_std": [0.1, 0.9, 0.2]}))
     rows = {c.task: c for c in verify_media(model, str(tmp_path))[0]}
     assert rows["embed text"].passes(0.9999) and not rows["embed image"].passes(0.9999)
+
+
+@pytest.mark.parametrize("name", ["colpali", "colqwen2", "colmodernvbert"])
+def test_verify_checks_visual_late_interaction(tmp_path, capsys, name):
+    from tests.workers.models.test_late_visual import FOLDERS
+
+    FOLDERS[name](tmp_path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert main(parser.parse_args([str(tmp_path), "--dtype", "float32"])) == 0
+    out = capsys.readouterr().out
+    assert "token_embed query float32" in out and "token_embed page float32" in out and "PASS" in out, out
