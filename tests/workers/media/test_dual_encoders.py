@@ -108,7 +108,7 @@ async def test_text_and_image_in_one_input_is_a_400(dual):
     ids = model.encoder.encode([TEXTS[0]])[0]  # token ids sent as such: the text's vector (SigLIP's padded too)
     as_ids, as_text = (await embed(model, [ids])).outputs.values, (await embed(model, [TEXTS[0]])).outputs.values
     np.testing.assert_allclose(as_ids, as_text, atol=1e-6)
-    with pytest.raises(InvalidRequest, match="token id 100 is out of vocabulary"):  # never a 500 in a batch
+    with pytest.raises(InvalidRequest, match="(?i)token id 100 is out of vocabulary"):  # never a 500 in a batch
         await embed(model, [[2, 5, 100, 3]])
     with pytest.raises(InvalidRequest, match="over the text tower's"):
         await embed(model, [[5] * (TEXT_LEN[kind] + 1)])
