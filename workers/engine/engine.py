@@ -25,9 +25,8 @@ host work hides behind the device, and at low load a batch is still
 everything that queued while the last one ran. A batch's outputs are sliced
 per call (views); a call's pieces are joined once, when its last sequence is
 done (chunked inputs folded back to one row each, vectorized over the call),
-and its future is resolved on the loop once. A multi-output call
-(``PoolingParams.outputs``) runs one forward per batch like any other; each of
-its runs carries every output's rows (``runner_api.join_outputs``), gathered
+and its future is resolved on the loop once. A multi-output call (``PoolingParams.outputs``) runs one forward per
+batch like any other; each of its runs carries every output's rows (``runner_api.join_outputs``), gathered
 per output, and the call answers one block per output (``PoolingResult.more``). A client that leaves cancels its
 sequences and the scheduler drops them. An input over the token budget whose task pools LAST on a causal decoder
 runs as chunks (``workers.engine.chunked_prefill``): its next chunk is queued once the last one ran.
@@ -182,8 +181,7 @@ class Engine:
     async def _submit(self, call: TokenCall) -> PoolingResult:
         check_token_call(self.info, call)
         check_deadline(call.deadline)
-        token_lists, types, attend = call.sequences(), call.type_lists(), call.attend_lists()
-        media = call.media_lists()
+        token_lists, types, attend, media = call.sequences(), call.type_lists(), call.attend_lists(), call.media_lists()
         prompt_tokens = call.lengths()
         check_tokens(sum(prompt_tokens), self.max_tokens_per_request)
         state = Call(self._loop.create_future())
