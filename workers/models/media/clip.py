@@ -35,6 +35,7 @@ from poolgate.shared.inputs.words import WordSettings
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.load.checkpoint import InMemory
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
+from poolgate.workers.load.siglip_tokenizer import siglip_tokenizer
 from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
 from poolgate.workers.models.hf_auto import load_problems
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
@@ -217,7 +218,7 @@ def build_dual(source: MediaSource) -> MediaBuilt:
         raise CheckpointError(source.path, "vision_use_head is false: this SigLIP has no pooling head to embed with")
     image = image_settings(source, vision, spec.kind) if vision is not None else None
     if text_config is not None:
-        tokenizer = read_tokenizer(source.path)
+        tokenizer = siglip_tokenizer(source.path) or read_tokenizer(source.path)  # SigLIP v1: its spiece.model
         text = text_settings(tokenizer, text_config, pad_to_max=spec.kind != "clip")
         files = files_of(tokenizer)
     else:  # images only: no vocabulary to read (the plan refuses texts)
