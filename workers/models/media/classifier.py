@@ -1,11 +1,7 @@
-"""What the media classifiers share: transformers' own class loaded whole or refused, logits in the LAST row,
-the classify pooler, and the tokenizer files of a model that reads no text.
+"""What the media classifiers share: logits in the LAST row, the classify pooler, and the tokenizer files of a
+model that reads no text (their transformers class is loaded by ``workers.models.media.loading.load_whole``).
 
-``load_whole`` opens the folder with the architecture's transformers class
-(``transformers.<architecture>``), safetensors unless pickles are allowed,
-and refuses, naming the weights file and the tensors, a load that left
-tensors random or dropped some (``workers.models.hf_auto.load_problems``)
-unless ``--allow-partial-weights``. ``LogitsInLastRow`` runs a family's
+``LogitsInLastRow`` runs a family's
 batch forward and puts each sequence's logits in its last row, where the
 classify pooler (LAST, then ``ClassifyHead`` with no score layer of its own:
 the model's head already scored) reads them; the activation is the config's
@@ -15,7 +11,6 @@ sigmoid for multi-label), the labels its ``id2label``.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any
 
 import torch
@@ -24,36 +19,10 @@ from torch import nn
 from poolgate.shared.inputs.tokenizer_files import TokenizerFiles
 from poolgate.shared.inputs.words import WordSettings
 from poolgate.workers.batch.packing import PackedBatch
-from poolgate.workers.load.checkpoint import InMemory
-from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
-from poolgate.workers.models.hf_auto import load_problems
 from poolgate.workers.models.media import MediaSource
 from poolgate.workers.pooling.classify import ClassifyHead, activation_for, labels_of
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 
-log = logging.getLogger("poolgate.worker")
-
-
-def load_whole(source: MediaSource) -> nn.Module:
-    """``source.architecture``'s transformers model from the folder, loaded whole or refused (module doc)."""
-    import transformers
-
-    cls = getattr(transformers, source.architecture, None)
-    if cls is None:
-        raise CheckpointError(source.path / "config.json", f"transformers has no class {source.architecture}")
-    settings = source.settings
-    allow_pickle = bool(getattr(settings, "allow_pickle_weights", False))
-    weight_files(source.path, allow_pickle=allow_pickle)  # no pickle without the flag, named as for text models
-    model, info = cls.from_pretrained(str(source.path), dtype=torch.float32, output_loading_info=True,
-                                      ignore_mismatched_sizes=True, use_safetensors=None if allow_pickle else True)
-    where = weights_source(source.path)
-    problems = load_problems(info, InMemory({}, where))
-    if problems and not getattr(settings, "allow_partial_weights", False):
-        raise CheckpointError(where, "; ".join(problems) + f" (for {source.architecture}; --allow-partial-weights "
-                              "serves it anyway)")
-    if problems:
-        log.warning("%s: serving a partial load (--allow-partial-weights): %s", where, "; ".join(problems))
-    return model.eval()
 
 
 class LogitsInLastRow(nn.Module):

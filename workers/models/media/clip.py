@@ -2,7 +2,7 @@
 
 transformers' own ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` (or one of
 their one-tower models, ``TOWERS``: a text or a vision tower alone) is loaded
-from the folder, whole or refused (``workers.models.hf_auto.load_problems``;
+from the folder, whole or refused (``workers.models.media.loading.load_whole``;
 ``--allow-partial-weights`` serves a partial load and logs it). A batch holds
 text sequences and image sequences (one image each, its ids the placeholder
 tokens the gateway's plan put there: ``shared.inputs.media.clip``): the
@@ -22,7 +22,6 @@ settings, for a route that reports logits (``shared.inputs.media.clip.dual_logit
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,16 +32,14 @@ from torch import nn
 from poolgate.shared.inputs.media.pixels import PixelSettings
 from poolgate.shared.inputs.words import WordSettings
 from poolgate.workers.batch.packing import PackedBatch
-from poolgate.workers.load.checkpoint import InMemory
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.siglip_tokenizer import siglip_tokenizer
-from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
-from poolgate.workers.models.hf_auto import load_problems
+from poolgate.workers.load.weights import CheckpointError
+from poolgate.workers.models.media.loading import load_whole
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
 
-log = logging.getLogger("poolgate.worker")
 IMAGE_CHUNK = 64  # images per vision-tower forward (a batch of many images runs in slices of this many)
 
 
@@ -143,25 +140,6 @@ class DualEncoder(nn.Module):
         return self._tower(self.spec.text, "get_text_features", inputs)  # (k, dim)
 
 
-def load_whole(source: MediaSource, model_class: Any) -> nn.Module:
-    """transformers' ``model_class`` from the folder in fp32, whole or refused (module doc)."""
-    cfg = source.settings
-    allow_pickle = bool(getattr(cfg, "allow_pickle_weights", False))
-    weight_files(source.path, allow_pickle=allow_pickle)  # no pickle without the flag, named as for packed models
-    model, info = model_class.from_pretrained(
-        str(source.path), dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True,
-        use_safetensors=None if allow_pickle else True,
-    )
-    where = weights_source(source.path)
-    problems = load_problems(info, InMemory({}, str(where)))
-    if problems and not getattr(cfg, "allow_partial_weights", False):
-        raise CheckpointError(where, "; ".join(problems) + f" (for {type(model).__name__}; "
-                              "--allow-partial-weights serves it anyway)")
-    if problems:
-        log.warning("%s: serving a partial load (--allow-partial-weights): %s", where, "; ".join(problems))
-    return model.eval()
-
-
 def preprocessor_config(source: MediaSource) -> dict[str, Any]:
     """The folder's ``preprocessor_config.json`` (its image processor's settings); refused where it has none."""
     path = source.path / "preprocessor_config.json"
@@ -207,10 +185,9 @@ def build_dual(source: MediaSource) -> MediaBuilt:
     """The towers ``TOWERS`` names for the folder's architecture (module doc): ``clip`` (class token, masked
     texts), ``siglip`` (no class token, texts padded to ``model_max_length`` attending every token), ``siglip2``
     (as SigLIP, NaFlex images); a one-tower model's inputs of the other kind are refused by the plan."""
-    import transformers
 
     spec = TOWERS[source.architecture]
-    model = load_whole(source, getattr(transformers, source.architecture))
+    model = load_whole(source)
     config = model.config
     text_config = getattr(config, "text_config", config) if spec.text else None
     vision = getattr(config, "vision_config", config) if spec.image else None

@@ -32,10 +32,8 @@ from poolgate.shared.inputs.media.idefics3 import TileSettings
 from poolgate.shared.inputs.media.pixels import PixelSettings
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
 from poolgate.workers.batch.packing import PackedBatch, pack, padded_ids, to_device
-from poolgate.workers.load.checkpoint import InMemory
 from poolgate.workers.load.hf_tokenizer import files_of
-from poolgate.workers.load.weights import CheckpointError, weight_files, weights_source
-from poolgate.workers.models.hf_auto import load_problems
+from poolgate.workers.models.media.loading import load_whole
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
@@ -77,22 +75,6 @@ class LateVisualModel(nn.Module):
             kwargs["token_type_ids"] = torch.zeros_like(ids)  # (PaliGemma's mask is causal without them when padded)
         out = self.model(input_ids=ids, attention_mask=mask.long(), **kwargs).embeddings  # (batch, width, dim)
         return out[mask]  # (n_tokens, dim), in packed order
-
-
-def _load(source: MediaSource, cls: Any) -> nn.Module:
-    """transformers' model from the folder, whole or refused (``workers.models.hf_auto.load_problems``)."""
-    allow_pickle = bool(getattr(source.settings, "allow_pickle_weights", False))
-    weight_files(source.path, allow_pickle=allow_pickle)
-    model, info = cls.from_pretrained(str(source.path), dtype=torch.float32, output_loading_info=True,
-                                      ignore_mismatched_sizes=True, use_safetensors=None if allow_pickle else True)
-    where = weights_source(source.path)
-    problems = load_problems(info, InMemory({}, str(where)))
-    if problems and not getattr(source.settings, "allow_partial_weights", False):
-        raise CheckpointError(where, "; ".join(problems) + f" (for {cls.__name__}; --allow-partial-weights serves "
-                              "it anyway)")
-    if problems:
-        log.warning("%s: serving a partial load (--allow-partial-weights): %s", where, "; ".join(problems))
-    return model.eval()
 
 
 def _augmentation(processor: Any) -> str:
@@ -170,12 +152,11 @@ def _warm_up(files: Any, architecture: str, max_len: int, dim: int) -> Any:
 
 
 def _build(source: MediaSource, kind: str) -> MediaBuilt:
-    import transformers
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(str(source.path))
     settings = SETTINGS[kind](processor)
-    model = _load(source, getattr(transformers, source.architecture))
+    model = load_whole(source)
     text = model.config.vlm_config.get_text_config()
     pad = processor.tokenizer.pad_token_id
     files = replace(files_of(processor.tokenizer), media=settings)

@@ -37,7 +37,8 @@ from poolgate.shared.inputs.media.pixels import PixelSettings
 from poolgate.workers.batch.packing import PackedBatch
 from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
-from poolgate.workers.models.media.classifier import LogitsInLastRow, classify_pooler, load_whole, no_text_files
+from poolgate.workers.models.media.classifier import LogitsInLastRow, classify_pooler, no_text_files
+from poolgate.workers.models.media.loading import load_whole
 from poolgate.workers.pooling.classify import labels_of
 
 PROCESSORS = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
