@@ -32,7 +32,10 @@ Settings (``TokenizerFiles.media``, written by ``workers.models.media.colpali``)
 ``image_tokens`` (ColPali's fixed count, ColModernVBERT's per tile; None where
 the image's size decides it),
 ``image_before``/``image_after``, ``query_prefix``/``query_suffix``,
-``add_special_tokens``.
+``add_special_tokens``, ``strip_query`` (the query's text stripped first).
+
+ColQwen3 (``workers.models.media.colqwen3``) uses this plan with the Qwen2-VL
+patches (Qwen3-VL's 16-pixel patches) and each publisher's strings.
 """
 
 from __future__ import annotations
@@ -95,7 +98,11 @@ class LateVisualPlan:
         ids: list[list[int]] = [[] for _ in read]
         media: list[SequenceMedia] = [None] * len(read)
         if queries:
-            texts = [self.settings["query_prefix"] + q + self.settings["query_suffix"] for _, q in queries]
+            strip = bool(self.settings.get("strip_query"))  # TomoroAI's ColQwen3 processor strips the query
+            texts = [
+                self.settings["query_prefix"] + (q.strip() if strip else q) + self.settings["query_suffix"]
+                for _, q in queries
+            ]
             encoded = self.encoder.encode(texts, max_tokens=k, add_special_tokens=self.special)
             for (i, _), one in zip(queries, encoded, strict=True):
                 ids[i] = one if k is None else one[:k]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 PLANS: dict[str, PlanFactory] = {}
 PLANS["clip"] = DualEncoderPlan  # CLIP, SigLIP (shared.inputs.media.clip)
 PLANS["colpali"] = PLANS["colqwen2"] = PLANS["colmodernvbert"] = late_visual_plan  # shared.inputs.media.colpali
+PLANS["colqwen3"] = late_visual_plan  # ColQwen3's publishers' prompts (workers.models.media.colqwen3)
 PLANS[qwen_vl.PLAN] = qwen_vl.make_plan  # Qwen2-VL / Qwen3-VL embedders, jina-reranker-m0
 PLANS["image_classify"] = ImageClassifyPlan  # *ForImageClassification (shared.inputs.media.image_classify)
 PLANS["audio_classify"] = AudioClassifyPlan  # wav2vec2-style and AST audio classifiers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolgate.workers.models.media import MediaFamily, audio_classify, image_classify, qwen_vl
+from poolgate.workers.models.media import MediaFamily, audio_classify, colqwen3, image_classify, qwen_vl
 from poolgate.workers.models.media.clip import FAMILIES as DUAL_ENCODERS
 from poolgate.workers.models.media.colpali import COLMODERNVBERT, COLPALI, COLQWEN2
 
@@ -18,6 +18,7 @@ MEDIA_ARCHITECTURES["ColPaliForRetrieval"] = COLPALI  # workers.models.media.col
 MEDIA_ARCHITECTURES["ColQwen2ForRetrieval"] = COLQWEN2
 MEDIA_ARCHITECTURES["ColModernVBertForRetrieval"] = COLMODERNVBERT
 MEDIA_ARCHITECTURES.update(qwen_vl.FAMILIES)  # Qwen2/2.5/3-VL embedders, jina-reranker-m0
+MEDIA_ARCHITECTURES.update(colqwen3.FAMILIES)  # ColQwen3: colpali-engine / TomoroAI, OpenSearch-AI, NVIDIA
 
 
 def media_family(hf_config: dict[str, Any]) -> MediaFamily | None:

@@ -43,7 +43,8 @@ from torch import nn
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
 from poolgate.shared.inputs.media.qwen_vl import JINA_RERANK, PLAN
 from poolgate.workers.batch.packing import padded_ids
-from poolgate.workers.models.media.qwen_vl_rows import grids_of, image_order, lay_out, packed_inputs, rope_positions
+from poolgate.workers.models.media.qwen_vl_rows import (block_mask, grids_of, image_order, lay_out, packed_inputs,
+                                                        rope_positions)
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError
@@ -81,9 +82,10 @@ class QwenVLEncoder(nn.Module):
     needs_groups = False
     packed_rows = False
 
-    def __init__(self, model: nn.Module, image_token_id: int, pad_id: int):
+    def __init__(self, model: nn.Module, image_token_id: int, pad_id: int, *, bidirectional: bool = False):
         super().__init__()
         self.model, self.image_token_id, self.pad_id = model, image_token_id, pad_id
+        self.bidirectional = bidirectional  # every token of a sequence sees all of it (``qwen_vl_rows.block_mask``)
 
     def forward(self, batch: Any) -> torch.Tensor:
         ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each: where transformers' positions are read
@@ -104,6 +106,9 @@ class QwenVLEncoder(nn.Module):
                 "image_grid_thw": torch.from_numpy(grids_of(ordered)).to(device=device, dtype=torch.long),
                 "mm_token_type_ids": (packed == self.image_token_id).int(),
             }
+        if self.bidirectional:  # a 4-D mask is used as given: each sequence attends within itself, both ways
+            dtype = next(self.model.parameters()).dtype
+            extra["attention_mask"] = block_mask(rows, batch.lengths, dtype).to(device)
         out = self.model(input_ids=packed, position_ids=position_ids, use_cache=False, **extra).last_hidden_state
         return out.reshape(-1, out.shape[-1])[rows.token_index(batch.lengths).to(device)]  # (n_tokens, hidden)
 

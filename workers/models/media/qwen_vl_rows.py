@@ -77,6 +77,18 @@ def packed_inputs(ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], pos
     return out, torch.cat([text[None], rope]), order
 
 
+def block_mask(rows: Rows, lengths: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """(rows, 1, width, width) additive mask for bidirectional attention over the packed rows: 0 where query
+    and key belong to one sequence, the dtype's minimum elsewhere; a row's free tail is a sequence of its own
+    (its states are never read, and no query row is all masked)."""
+    segment = torch.full((rows.count, rows.width), -1, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        segment[rows.row[i], rows.start[i] : rows.start[i] + n] = i
+    same = segment[:, :, None] == segment[:, None, :]
+    mask = torch.zeros(same.shape, dtype=dtype)
+    return mask.masked_fill_(~same, torch.finfo(dtype).min)[:, None]
+
+
 def image_order(media: list | None, order: list[int]) -> list:
     """The batch's image items in the order their tokens come in the rows."""
     if not media:
