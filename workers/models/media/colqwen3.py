@@ -17,6 +17,10 @@ layout is read from the checkpoint and the architecture:
   attends both ways (its published code turns ``is_causal`` off in every layer),
   and each token's last hidden state is normalised (``hidden`` wide).
 
+- ``ColQwen3_5`` (colpali-engine's ColQwen3.5): the same head and prompts over
+  transformers' ``Qwen3_5Model``, whose linear-attention layers carry a state
+  along a row, so its batches run padded, one sequence a row.
+
 The backbone is transformers' ``Qwen3VLModel`` over packed rows
 (``workers.models.media.qwen_vl.QwenVLEncoder``; bidirectional with a block
 mask for NVIDIA's). The gateway's plan is the late-interaction one
@@ -55,6 +59,7 @@ from poolgate.workers.pooling.head import EmbedHead
 log = logging.getLogger("poolgate.worker")
 
 COLPALI_ENGINE, OPENSEARCH, NEMOTRON = "ColQwen3", "OpsColQwen3Model", "Qwen3VLNemotronEmbedModel"
+QWEN3_5 = "ColQwen3_5"  # colpali-engine's ColQwen3.5: a Qwen3.5 backbone (linear-attention layers: padded, not packed)
 PROJECTIONS = ("custom_text_proj", "embedding_proj_layer")  # colpali-engine / OpenSearch-AI, TomoroAI
 WRAPPERS = ("base_model.model.", "vlm.model.", "vlm.", "model.")  # stripped, first match, before the backbone's names
 UNREAD = ("lm_head.",)  # a generation head (TomoroAI's vlm.lm_head, NVIDIA's lm_head): never read by pooling
@@ -102,14 +107,16 @@ def _projection(weights: Checkpoint, prefix: str) -> nn.Linear:
 def _backbone(source: MediaSource, weights: Checkpoint, projection: str | None) -> nn.Module:
     """transformers' ``Qwen3VLModel`` from the folder's tensors (wrapper prefixes dropped), loaded whole or refused;
     the projection's and a generation head's tensors are the only others allowed."""
-    from transformers import Qwen3VLConfig, Qwen3VLModel
+    import transformers
 
+    names = ("Qwen3_5Config", "Qwen3_5Model") if source.architecture == QWEN3_5 else ("Qwen3VLConfig", "Qwen3VLModel")
+    config_class, model_class = (getattr(transformers, n) for n in names)
     hf = source.hf_config.get("vlm_config") or source.hf_config
-    config = Qwen3VLConfig(**{k: hf[k] for k in BACKBONE_KEYS if k in hf})
+    config = config_class(**{k: hf[k] for k in BACKBONE_KEYS if k in hf})
     allow_pickle = bool(getattr(source.settings, "allow_pickle_weights", False))
     weight_files(source.path, allow_pickle=allow_pickle)
     mapping = {r"^base_model\.model\.": "", r"^vlm\.model\.": "", r"^vlm\.": "", r"^model\.": ""}
-    model, info = Qwen3VLModel.from_pretrained(str(source.path), config=config, dtype=torch.float32,
+    model, info = model_class.from_pretrained(str(source.path), config=config, dtype=torch.float32,
                                                key_mapping=mapping, output_loading_info=True,
                                                use_safetensors=None if allow_pickle else True)
     if projection is not None:
@@ -121,8 +128,8 @@ def _backbone(source: MediaSource, weights: Checkpoint, projection: str | None) 
     info = {**info, "unexpected_keys": [k for k in info.get("unexpected_keys") or () if k not in unread]}
     problems = load_problems(info, weights)
     if problems and not getattr(source.settings, "allow_partial_weights", False):
-        raise CheckpointError(source.path, "; ".join(problems) + f" (for {source.architecture} over Qwen3VLModel; "
-                              "--allow-partial-weights serves it anyway)")
+        raise CheckpointError(source.path, "; ".join(problems) + f" (for {source.architecture} over "
+                              f"{model_class.__name__}; --allow-partial-weights serves it anyway)")
     if problems:
         log.warning("%s: serving a partial load (--allow-partial-weights): %s", source.path, "; ".join(problems))
     return model.eval()
@@ -206,12 +213,13 @@ def build(source: MediaSource) -> MediaBuilt:
                 "publisher": publisher, **prompts}
     files = replace(files_of(tokenizer), media=settings)
     pad_id = int(text.get("pad_token_id") or hf.get("pad_token_id") or 0)
-    encoder = QwenVLEncoder(model, image_token_id, pad_id, bidirectional=publisher == "nemotron")
+    encoder = QwenVLEncoder(model, image_token_id, pad_id, bidirectional=publisher == "nemotron",
+                            packed=source.architecture != QWEN3_5)
     tokens = EmbedHead(None if head is None else head.to(source.device), True, cut, l2_cut=source.ops.l2_cut)
     pooler = DispatchPooler({"token_embed": Pooler("ALL", tokens)}, active="token_embed", ops=source.ops)
     max_len = int(getattr(source.settings, "max_model_len", None) or text.get("max_position_embeddings") or 32768)
     return MediaBuilt(model=encoder, pooler=pooler, files=files, modalities=("text", "image"), embedding_dim=dims,
-                      max_model_len=max_len, extra={"publisher": publisher, "backbone": "Qwen3VLModel",
+                      max_model_len=max_len, extra={"publisher": publisher, "backbone": type(model).__name__,
                                                     "bidirectional": publisher == "nemotron",
                                                     "image_processor": settings["pixels"]})
 
@@ -220,3 +228,6 @@ FAMILIES = {name: MediaFamily(f"colqwen3 ({name})", build, "transformers Qwen3VL
                               "checkpoint's projection, a normalised vector per token", tasks=("token_embed",),
                               modalities=("text", "image"))
             for name in (COLPALI_ENGINE, OPENSEARCH, NEMOTRON)}
+FAMILIES[QWEN3_5] = MediaFamily("colqwen3.5", build, "transformers Qwen3_5Model (padded, a sequence a row) + "
+                                "custom_text_proj, a normalised vector per token", tasks=("token_embed",),
+                                modalities=("text", "image"))

@@ -82,15 +82,30 @@ class QwenVLEncoder(nn.Module):
     needs_groups = False
     packed_rows = False
 
-    def __init__(self, model: nn.Module, image_token_id: int, pad_id: int, *, bidirectional: bool = False):
+    def __init__(self, model: nn.Module, image_token_id: int, pad_id: int, *, bidirectional: bool = False,
+                 packed: bool = True):
         super().__init__()
         self.model, self.image_token_id, self.pad_id = model, image_token_id, pad_id
         self.bidirectional = bidirectional  # every token of a sequence sees all of it (``qwen_vl_rows.block_mask``)
+        self.packed = packed  # False: a sequence a row, padded on the right (recurrent layers would carry state on)
+
+    def _padded(self, ids: torch.Tensor, mask: torch.Tensor, items: list) -> torch.Tensor:
+        """One sequence a row, padded on the right under its attention mask (transformers' positions from it)."""
+        extra: dict[str, torch.Tensor] = {"mm_token_type_ids": (ids == self.image_token_id).int()}
+        if items:
+            dtype = next(self.model.parameters()).dtype
+            pixels = np.concatenate([m.arrays["pixel_values"] for m in items])
+            extra["pixel_values"] = torch.from_numpy(pixels).to(device=ids.device, dtype=dtype)
+            extra["image_grid_thw"] = torch.from_numpy(grids_of(items)).to(device=ids.device, dtype=torch.long)
+        out = self.model(input_ids=ids, attention_mask=mask.long(), use_cache=False, **extra).last_hidden_state
+        return out[mask]  # (n_tokens, hidden), in packed order
 
     def forward(self, batch: Any) -> torch.Tensor:
         ids, mask = padded_ids(batch, self.pad_id)  # (batch, width) each: where transformers' positions are read
         device = ids.device
         items = [m for seq in (batch.media or []) if seq for m in seq]  # in sequence order
+        if not self.packed:
+            return self._padded(ids, mask, items)
         grids = grids_of(items)
         grid_block = None if grids is None else torch.from_numpy(grids).to(device=device, dtype=torch.long)
         positions = rope_positions(self.model, ids, mask, grid_block, self.image_token_id)

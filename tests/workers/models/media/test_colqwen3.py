@@ -1,4 +1,5 @@
-"""ColQwen3 (``workers.models.media.colqwen3``) in its three published layouts, against colpali-engine's own model.
+"""ColQwen3 (``workers.models.media.colqwen3``) in its three published layouts, and colpali-engine's ColQwen3.5,
+against colpali-engine's own models.
 
 colpali-engine 0.3.18's ``ColQwen3`` (its modeling file, loaded alone: the package imports torchvision, which has
 no wheel for this torch; ``.ci/run`` unpacks the wheel under ``.cache/colpali-engine``) is the reference for its
@@ -149,7 +150,7 @@ def _serve(folder: Path, inputs: list, dtype: str = "float32"):
     return [np.asarray(o.rows.item(i)) for o in outputs for i in range(len(o.rows))], encoded, model
 
 
-def _reference_inputs(text: str, images: list[np.ndarray], max_pixels: int | None = None):
+def _reference_inputs(text: str, images: list[np.ndarray], max_pixels: int | None = None, tok=None):
     """The ids and model inputs the publisher's processor makes for one input (``tiny.reference_hidden``'s steps)."""
     from transformers import Qwen2VLImageProcessorPil
 
@@ -161,7 +162,7 @@ def _reference_inputs(text: str, images: list[np.ndarray], max_pixels: int | Non
         n = int(out["image_grid_thw"][0].prod()) // processor.merge_size**2
         text = text.replace("<|image_pad|>", "<|image_pad|>" * n)
         kwargs = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
-    ids = tiny.tokenizer()(text, add_special_tokens=True)["input_ids"]
+    ids = (tok or tiny.tokenizer())(text, add_special_tokens=True)["input_ids"]
     input_ids = torch.tensor([ids])
     kwargs["mm_token_type_ids"] = (input_ids == tiny.IMAGE_TOKEN).int()
     return ids, input_ids, kwargs
@@ -314,3 +315,77 @@ def test_rerank_over_http_is_maxsim(engine):
         assert [x["index"] for x in results] == list(np.argsort(maxsim)[::-1])
         np.testing.assert_allclose([x["relevance_score"] for x in results], sorted(maxsim, reverse=True), rtol=1e-4,
                                    atol=1e-4)
+
+
+def _qwen3_5_config():
+    from transformers import Qwen3_5Config
+
+    text = dict(vocab_size=200, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=8, intermediate_size=64, linear_num_value_heads=4, linear_num_key_heads=2,
+                linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, full_attention_interval=2,
+                rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 10000.0,
+                                 "partial_rotary_factor": 1.0})
+    vision = dict(depth=2, hidden_size=32, num_heads=4, intermediate_size=64, out_hidden_size=32, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64)
+    return Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=tiny.IMAGE_TOKEN, video_token_id=6,
+                         vision_start_token_id=tiny.START, vision_end_token_id=tiny.END, architectures=["ColQwen3_5"])
+
+
+def test_colqwen3_5_equals_colpali_engine(tmp_path):
+    """colpali-engine's ColQwen3.5 (a Qwen3.5 backbone: linear-attention and full-attention layers) served padded,
+    a sequence a row, against its own forward one input at a time."""
+    spec = importlib.util.spec_from_file_location("colqwen3_5_reference",
+                                                  _engine_file("qwen3_5/colqwen3_5/modeling_colqwen3_5.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = module.ColQwen3_5(_qwen3_5_config()).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(5.0) if p.dim() > 1 else None
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    _save(tmp_path, _tensors(tmp_path), json.loads((tmp_path / "config.json").read_text()))
+    # transformers reads a qwen3_5 folder with its Qwen3_5Tokenizer (byte-level BPE) whatever the file names: a
+    # character vocabulary it can read, the vision tokens at the tiny config's ids
+    from transformers import AutoTokenizer, Qwen3_5Tokenizer
+
+    from poolgate.workers.tools.late_shapes import small_vocab
+
+    specials = tiny.SPECIALS[:7]
+    bpe = Qwen3_5Tokenizer(vocab=small_vocab(specials, "Ġ", "Ċ"), merges=[])
+    bpe.add_special_tokens({"additional_special_tokens": specials[1:]})
+    bpe.save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # as colpali-engine's processor loads it
+    assert tok.convert_tokens_to_ids("<|image_pad|>") == tiny.IMAGE_TOKEN and len(tok) <= 200
+    strings = {}
+    for node in ast.walk(ast.parse(_engine_file("qwen3_5/colqwen3_5/processing_colqwen3_5.py").read_text())):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.value, ast.Constant):
+            strings[node.target.id] = node.value.value
+    texts = [q + strings["query_augmentation_token"] * 10 for q in QUERIES]
+    cases = [_reference_inputs(t, [], tok=tok) for t in texts]
+    cases += [_reference_inputs(strings["visual_prompt_prefix"], [tiny.image(seed, h, w)], tok=tok)
+              for h, w, seed in PAGES]
+    with torch.no_grad():
+        want = []
+        for ids, input_ids, kwargs in cases:
+            if "pixel_values" in kwargs:
+                kwargs = {**kwargs, "pixel_values": kwargs["pixel_values"][None]}
+            want.append((ids, model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)[0]))
+    with torch.no_grad():  # colpali-engine's own forward in bf16 too: on this tiny model bf16 alone moves the
+        half = model.to(torch.bfloat16)  # linear-attention recurrence's vectors to ~0.96, so bf16 is checked against it
+        want_bf16 = []
+        for ids, input_ids, kwargs in cases:
+            if "pixel_values" in kwargs:
+                kwargs = {**kwargs, "pixel_values": kwargs["pixel_values"][None].bfloat16()}
+            got = half(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)[0].float()
+            want_bf16.append((ids, got))
+    for dtype, floor, reference in (("float32", 0.9999, want), ("bfloat16", 0.99, want_bf16)):
+        rows, encoded, served = _serve(tmp_path, _inputs(), dtype)
+        assert served.info.embedding_dim == 128
+        worst = 1.0
+        for got, ids, (want_ids, vec) in zip(rows, encoded.ids, reference, strict=True):
+            assert list(ids) == want_ids
+            worst = min(worst, *(_cos(a, b) for a, b in zip(got, vec.numpy(), strict=True)))
+        WORST[f"colqwen3.5 {dtype}"] = worst
+        print(f"ColQwen3.5 {dtype}: worst per-token cosine to colpali-engine in {dtype} {worst:.7f}")
+        assert worst >= floor, (dtype, worst)
