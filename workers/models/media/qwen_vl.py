@@ -43,13 +43,19 @@ from torch import nn
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
 from poolgate.shared.inputs.media.qwen_vl import JINA_RERANK, PLAN
 from poolgate.workers.batch.packing import padded_ids
-from poolgate.workers.models.media.qwen_vl_rows import (block_mask, grids_of, image_order, lay_out, packed_inputs,
-                                                        rope_positions)
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.models.hf_auto import load_problems
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
+from poolgate.workers.models.media.qwen_vl_rows import (
+    block_mask,
+    grids_of,
+    image_order,
+    lay_out,
+    packed_inputs,
+    rope_positions,
+)
 from poolgate.workers.pooling.classify import ClassifyHead
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead

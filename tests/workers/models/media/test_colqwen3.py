@@ -57,10 +57,10 @@ def _engine_model():
     return module.ColQwen3
 
 
-def _engine_strings() -> dict[str, str]:
-    """colpali-engine's ColQwen3Processor's class strings, and its base class's query prefix, as written there."""
+def _engine_strings(processing: str = "qwen3/colqwen3/processing_colqwen3.py") -> dict[str, str]:
+    """A colpali-engine processor's class strings, and its base class's query prefix, as written there."""
     found: dict[str, str] = {}
-    for relative in ("qwen3/colqwen3/processing_colqwen3.py", "../utils/processing_utils.py"):
+    for relative in (processing, "../utils/processing_utils.py"):
         tree = ast.parse(_engine_file(relative).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
@@ -357,11 +357,8 @@ def test_colqwen3_5_equals_colpali_engine(tmp_path):
     bpe.save_pretrained(tmp_path)
     tok = AutoTokenizer.from_pretrained(tmp_path)  # as colpali-engine's processor loads it
     assert tok.convert_tokens_to_ids("<|image_pad|>") == tiny.IMAGE_TOKEN and len(tok) <= 200
-    strings = {}
-    for node in ast.walk(ast.parse(_engine_file("qwen3_5/colqwen3_5/processing_colqwen3_5.py").read_text())):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.value, ast.Constant):
-            strings[node.target.id] = node.value.value
-    texts = [q + strings["query_augmentation_token"] * 10 for q in QUERIES]
+    strings = _engine_strings("qwen3_5/colqwen3_5/processing_colqwen3_5.py")
+    texts = [strings["query_prefix"] + q + strings["query_augmentation_token"] * 10 for q in QUERIES]
     cases = [_reference_inputs(t, [], tok=tok) for t in texts]
     cases += [_reference_inputs(strings["visual_prompt_prefix"], [tiny.image(seed, h, w)], tok=tok)
               for h, w, seed in PAGES]
