@@ -224,10 +224,14 @@ def build(source: MediaSource) -> MediaBuilt:
                                                     "image_processor": settings["pixels"]})
 
 
-FAMILIES = {name: MediaFamily(f"colqwen3 ({name})", build, "transformers Qwen3VLModel (packed rows) + the "
-                              "checkpoint's projection, a normalised vector per token", tasks=("token_embed",),
+HOW = {
+    COLPALI_ENGINE: "transformers Qwen3VLModel (packed rows) + the checkpoint's custom_text_proj or "
+                    "embedding_proj_layer (colpali-engine's or TomoroAI's layout)",
+    OPENSEARCH: "transformers Qwen3VLModel (packed rows) + custom_text_proj (hidden -> hidden), its first `dims` kept",
+    NEMOTRON: "transformers Qwen3VLModel attending both ways (packed rows under a block mask), no projection",
+    QWEN3_5: "transformers Qwen3_5Model (padded, a sequence a row) + custom_text_proj",
+}
+FAMILIES = {name: MediaFamily("colqwen3.5" if name == QWEN3_5 else "colqwen3", build,
+                              f"{how}; a normalised vector per token", tasks=("token_embed",),
                               modalities=("text", "image"))
-            for name in (COLPALI_ENGINE, OPENSEARCH, NEMOTRON)}
-FAMILIES[QWEN3_5] = MediaFamily("colqwen3.5", build, "transformers Qwen3_5Model (padded, a sequence a row) + "
-                                "custom_text_proj, a normalised vector per token", tasks=("token_embed",),
-                                modalities=("text", "image"))
+            for name, how in HOW.items()}
