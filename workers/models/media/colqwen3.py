@@ -16,7 +16,6 @@ layout is read from the checkpoint and the architecture:
 - ``Qwen3VLNemotronEmbedModel`` (NVIDIA): no projection; the language model
   attends both ways (its published code turns ``is_causal`` off in every layer),
   and each token's last hidden state is normalised (``hidden`` wide).
-
 - ``ColQwen3_5`` (colpali-engine's ColQwen3.5): the same head and prompts over
   transformers' ``Qwen3_5Model``, whose linear-attention layers carry a state
   along a row, so its batches run padded, one sequence a row.
@@ -105,8 +104,8 @@ def _projection(weights: Checkpoint, prefix: str) -> nn.Linear:
 
 
 def _backbone(source: MediaSource, weights: Checkpoint, projection: str | None) -> nn.Module:
-    """transformers' ``Qwen3VLModel`` from the folder's tensors (wrapper prefixes dropped), loaded whole or refused;
-    the projection's and a generation head's tensors are the only others allowed."""
+    """transformers' ``Qwen3VLModel`` (``Qwen3_5Model`` for ColQwen3.5) from the folder's tensors (wrapper prefixes
+    dropped), loaded whole or refused; the projection's and a generation head's tensors are the only others allowed."""
     import transformers
 
     names = ("Qwen3_5Config", "Qwen3_5Model") if source.architecture == QWEN3_5 else ("Qwen3VLConfig", "Qwen3VLModel")
