@@ -13,7 +13,8 @@ decoded images, then the tower's projected features, L2-normalized. One
 ``Check`` row per tower and dtype (``embed text``, ``embed image``). Image and
 audio classifiers are checked by ``workers.tools.verify_classify``, the
 Qwen2-VL-style embedders by ``workers.tools.verify_qwen_vl``, the visual
-late-interaction models by ``workers.tools.verify_late``.
+late-interaction models by ``workers.tools.verify_late`` (ColQwen3 and
+ColQwen3.5 by ``workers.tools.verify_colqwen3``).
 ``refuse_media_below`` is ``--verify-on-start``'s check of a media model.
 """
 from __future__ import annotations
@@ -47,6 +48,10 @@ def verify_media(model: LoadedModel, folder: str) -> tuple[list[Check], list[str
         from poolgate.workers.tools.verify_qwen_vl import qwen_vl_checks
 
         return qwen_vl_checks(model, settings, folder, _served, _row)
+    if plan == "colqwen3":  # workers.tools.verify_colqwen3
+        from poolgate.workers.tools.verify_colqwen3 import colqwen3_checks
+
+        return colqwen3_checks(model, settings, folder, _served, _row), []
     if plan in ("colpali", "colqwen2", "colmodernvbert"):  # workers.tools.verify_late
         from poolgate.workers.tools.verify_late import late_checks
 

@@ -386,3 +386,14 @@ def test_colqwen3_5_equals_colpali_engine(tmp_path):
         WORST[f"colqwen3.5 {dtype}"] = worst
         print(f"ColQwen3.5 {dtype}: worst per-token cosine to colpali-engine in {dtype} {worst:.7f}")
         assert worst >= floor, (dtype, worst)
+
+
+@pytest.mark.parametrize("name", ["tomoro", "nemotron"])
+def test_verify_checks_colqwen3(engine, tmp_path, name):
+    """``poolgate verify``'s ColQwen3 checks (workers.tools.verify_colqwen3): probe queries and pages, every token."""
+    from poolgate.workers.tools.verify_media import verify_media
+
+    folder = _variant(engine, tmp_path, name)
+    checks, skipped = verify_media(load_model(WorkerConfig(model=str(folder), served_model_name="m")), str(folder))
+    assert [c.task for c in checks] == ["token_embed query", "token_embed page"] and not skipped
+    assert all(c.passes(0.9999) for c in checks), [c.line() for c in checks]
