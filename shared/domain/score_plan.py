@@ -26,8 +26,9 @@ are decided once:
   roles named); a cross-encoder reads one pair as ONE input,
   ``MediaInput(parts=(document parts..., query), role="pair")`` (the query,
   one text or one image, last, as jina-reranker-m0's prompt puts it), its
-  media plan laying it out; caps, windows and an instruction apply to text
-  pairs only.
+  media plan laying it out (an ``instruction`` goes with it, as the pair's
+  ``chat_template_kwargs``, for a prompt with a place for one); caps and
+  windows apply to text pairs only.
 - a model whose queries and documents encode differently (``ModelInfo.input_roles``:
   PyLate's markers and query expansion) is told the queries come first
   (``PoolingParams.query_inputs``).
@@ -54,7 +55,7 @@ CROSS_ENCODER_TEXTS = "a cross-encoder scores texts: pass the queries and docume
 CAPPED_TEXTS = "max_tokens_per_query and max_tokens_per_doc cut texts: pass the inputs as strings"
 WINDOWED_TEXTS = "max_chunks_per_doc cuts texts into windows: pass the documents as strings"
 CROSS_ENCODER_QUERIES = "a cross-encoder's query with images is one text or one image"
-MEDIA_PAIRS = "max_tokens_per_query, max_tokens_per_doc and instruction apply to text pairs, not to pairs with images"
+MEDIA_PAIRS = "max_tokens_per_query and max_tokens_per_doc apply to text pairs, not to pairs with images"
 PAIR = "pair"  # a MediaInput's role: one (document, query) pair a cross-encoder reads as one sequence
 
 
@@ -222,8 +223,9 @@ def _media_pairs(
 ) -> list[Input]:
     """A cross-encoder's pairs with images: each one ``MediaInput`` of the document's parts, then the query's one
     part (a text or one image); pairs of texts stay ``TextPair``s."""
-    if caps.query or caps.document or instruction is not None:
+    if caps.query or caps.document:
         raise InvalidRequest(MEDIA_PAIRS, param="documents")
+    options = {"instruction": instruction} if instruction is not None else None  # the plan's prompt places it
     sides: list[str | MediaRef] = []
     for x in queries:
         if isinstance(x, MediaInput) and len(x.parts) == 1:
@@ -236,11 +238,11 @@ def _media_pairs(
     for q, d in zip(pair_query, documents, strict=True):
         query = sides[q]
         if isinstance(d, MediaInput):
-            pairs.append(MediaInput(parts=(*d.parts, query), role=PAIR))
+            pairs.append(MediaInput(parts=(*d.parts, query), role=PAIR, chat_template_kwargs=options))
         elif isinstance(d, str) and isinstance(query, str):
-            pairs.append(TextPair(query, d))
+            pairs.append(TextPair(query, d, instruction=instruction))
         elif isinstance(d, str):
-            pairs.append(MediaInput(parts=(d, query), role=PAIR))
+            pairs.append(MediaInput(parts=(d, query), role=PAIR, chat_template_kwargs=options))
         else:
             raise InvalidRequest(CROSS_ENCODER_TEXTS, param="documents")
     return pairs

@@ -17,7 +17,11 @@ input becomes text:
 - for the jina-reranker-m0 prompt (``prompt: "jina_rerank"``), a pair: a
   ``TextPair`` (query, document) or a ``MediaInput`` with ``role="pair"`` whose
   LAST part is the query and the parts before it the document; its text is
-  ``**Document**:\\n{document}\\n**Query**:\\n{query}`` with the score token appended.
+  ``**Document**:\\n{document}\\n**Query**:\\n{query}`` with the score token appended;
+- for Qwen3-VL-Reranker (``prompt: "qwen3_vl_rerank"``), the same pairs in vLLM's
+  ``qwen3_vl_reranker.jinja`` prompt (``qwen3_vl_rerank``: its system turn, the
+  instruction (``instruction`` on ``/score`` and ``/rerank``, else its default), the
+  query and the document, a document's parts joined by newlines).
 
 An input holding images is never truncated (a cut could split an image): one
 longer than the asked truncation is a 400, as one longer than the model is.
@@ -39,6 +43,22 @@ from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCa
 
 PLAN = "qwen_vl"
 JINA_RERANK = "jina_rerank"
+QWEN3_VL_RERANK = "qwen3_vl_rerank"
+QWEN3_VL_SYSTEM = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
+    'Note that the answer can only be "yes" or "no".'
+)
+QWEN3_VL_INSTRUCTION = "Given a search query, retrieve relevant candidates that answer the query."
+NO_INSTRUCTION = "takes no instruction (its prompt has no place for one)"
+
+
+def qwen3_vl_rerank(query: str, document: str, instruction: str | None) -> str:
+    """Qwen3-VL-Reranker's prompt, as vLLM's ``qwen3_vl_reranker.jinja`` writes it."""
+    return (
+        f"<|im_start|>system\n{QWEN3_VL_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        f"<Instruct>: {instruction or QWEN3_VL_INSTRUCTION}<Query>:{query}\n<Document>:{document}<|im_end|>\n"
+        "<|im_start|>assistant\n\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -137,7 +157,7 @@ class QwenVLPlan:
         return out
 
     def _shape(self, x: Input, i: int) -> Shaped:
-        if self.prompt == JINA_RERANK:
+        if self.prompt in (JINA_RERANK, QWEN3_VL_RERANK):
             return self._pair(x, i)
         if isinstance(x, str):
             return Shaped(x, [])
@@ -169,21 +189,28 @@ class QwenVLPlan:
         return [{"type": "text", "text": p} if isinstance(p, str) else {"type": p.kind} for p in x.parts]
 
     def _pair(self, x: Input, i: int) -> Shaped:
-        """jina-reranker-m0's prompt for a (query, document) pair (module doc)."""
+        """A reranker's prompt for a (query, document) pair (module doc)."""
+        join = "\n" if self.prompt == QWEN3_VL_RERANK else ""  # a document's parts, as each reranker's reader joins
         if isinstance(x, TextPair):  # each side cut to its content-token cap first (0: none)
             query = self.encoder.cut(x.text, x.max_text_tokens) if x.max_text_tokens else x.text
             document = self.encoder.cut(x.text_pair, x.max_pair_tokens) if x.max_pair_tokens else x.text_pair
             images: list[MediaRef] = []
+            instruction = x.instruction
         elif isinstance(x, MediaInput) and x.role == "pair" and len(x.parts) >= 2:
             doc, last = x.parts[:-1], x.parts[-1]
-            document = "".join(p if isinstance(p, str) else self.placeholder for p in doc)
+            document = join.join(p if isinstance(p, str) else self.placeholder for p in doc)
             query = last if isinstance(last, str) else self.placeholder
+            instruction = (x.chat_template_kwargs or {}).get("instruction")
             images = [p for p in doc if isinstance(p, MediaRef)] + ([last] if isinstance(last, MediaRef) else [])
         else:
             raise InvalidRequest(
                 f"input[{i}]: model {self.info.served_model_name!r} scores (query, document) pairs only",
                 param="input",
             )
+        if self.prompt == QWEN3_VL_RERANK:
+            return Shaped(qwen3_vl_rerank(query, document, instruction), images)
+        if instruction is not None:
+            raise InvalidRequest(f"model {self.info.served_model_name!r} {NO_INSTRUCTION}", param="instruction")
         suffix = () if self.score_token_id is None else (int(self.score_token_id),)
         return Shaped(f"**Document**:\n{document}\n**Query**:\n{query}", images, suffix=suffix)
 

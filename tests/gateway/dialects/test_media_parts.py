@@ -226,5 +226,7 @@ def test_a_cross_encoders_pair_with_an_image_is_one_media_input_query_last():
         plan_scores(info, [MediaInput(parts=("q", MediaRef("image", url=PNG_URL)), role="query")], [image])
     with pytest.raises(InvalidRequest, match="apply to text pairs"):
         plan_scores(info, ["q"], [image], SideCaps(document=4))
-    with pytest.raises(InvalidRequest, match="apply to text pairs"):
-        plan_scores(info, ["q"], [image], instruction="judge")
+    plan = plan_scores(info, ["q"], [image, "d"], instruction="judge")  # for the plan's prompt to place or refuse
+    assert plan.inputs == [MediaInput(parts=("caption", MediaRef("image", url=PNG_URL), "q"), role="pair",
+                                      chat_template_kwargs={"instruction": "judge"}),
+                           TextPair("q", "d", instruction="judge")]

@@ -24,6 +24,11 @@ pools; its multi-vector output (``token_embed``) goes through
 (hidden→hidden) → ReLU → ``score.2`` (hidden→1), minus 2.65, sigmoid; its
 prompt is written by the plan (``shared.inputs.media.qwen_vl``).
 
+``Qwen3VLForSequenceClassification`` (Qwen3-VL-Reranker, served as vLLM documents it: ``--hf-overrides
+'{"architectures": ["Qwen3VLForSequenceClassification"], "classifier_from_token": ["no", "yes"],
+"is_original_qwen3_reranker": true}'``) scores the LAST token with the LM head's ``yes`` row minus its
+``no`` row, sigmoid; its prompt (vLLM's ``qwen3_vl_reranker.jinja``) is written by the plan.
+
 A checkpoint saved as ``*ForConditionalGeneration`` carries a language-model
 head (``lm_head``) that pooling never reads: it is left unloaded and allowed.
 """
@@ -41,7 +46,7 @@ import torch
 from torch import nn
 
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings
-from poolgate.shared.inputs.media.qwen_vl import JINA_RERANK, PLAN
+from poolgate.shared.inputs.media.qwen_vl import JINA_RERANK, PLAN, QWEN3_VL_RERANK
 from poolgate.workers.batch.packing import padded_ids
 from poolgate.workers.load.checkpoint import Checkpoint
 from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
@@ -72,8 +77,10 @@ BACKBONES = {
     "Qwen3VLForConditionalGeneration": "Qwen3VLModel",
     "Qwen3VLModel": "Qwen3VLModel",
     "JinaVLForRanking": "Qwen2VLModel",
+    "Qwen3VLForSequenceClassification": "Qwen3VLModel",  # Qwen3-VL-Reranker, as vLLM documents it (module doc)
 }
-RERANKERS = frozenset({"JinaVLForRanking"})
+QWEN3_RERANK = "Qwen3VLForSequenceClassification"
+RERANKERS = frozenset({"JinaVLForRanking", QWEN3_RERANK})
 UNREAD = ("lm_head.",)  # a generation checkpoint's head: pooling never reads it
 JINA_LOGIT_BIAS = 2.65  # jina-reranker-m0 subtracts it from the head's logit before the sigmoid
 JINA_SCORE_TOKEN = 100  # the token its prompt ends with, whose last hidden state is scored
@@ -156,7 +163,7 @@ def _backbone(source: MediaSource) -> tuple[nn.Module, Checkpoint]:
         str(source.path), torch_dtype=torch.float32, output_loading_info=True, use_safetensors=True
     )
     weights = Checkpoint.open(source.path)
-    for name in JINA_HEAD if source.architecture in RERANKERS else ():
+    for name in JINA_HEAD if source.architecture == "JinaVLForRanking" else ():
         if name not in weights:
             raise CheckpointError(source.path, f"{source.architecture}: the head tensor {name} is missing")
         weights[name]  # read: not an unexpected tensor
@@ -182,6 +189,22 @@ def _jina_head(weights: Checkpoint, hidden: int) -> JinaScore:
              "out_proj.weight": weights["score.2.weight"], "out_proj.bias": weights["score.2.bias"]}
     head.load_state_dict({k: v.float() for k, v in state.items()})
     return head.eval()
+
+
+def _token_head(source: MediaSource, weights: Checkpoint, tokenizer: Any) -> nn.Module:
+    """Qwen3-VL-Reranker's score: the LM head's rows for ``classifier_from_token`` (``["no", "yes"]``: one row,
+    yes − no), from ``lm_head.weight`` or, for a tied checkpoint, the input embeddings."""
+    from poolgate.workers.models.score import _from_tokens
+
+    tokens = source.hf_config.get("classifier_from_token")
+    if not tokens or len(tokens) > 2:
+        raise CheckpointError(source.path, f"{QWEN3_RERANK} scores LM-head rows: it needs --hf-overrides "
+                              '\'{"classifier_from_token": ["no", "yes"]}\' (one or two tokens)')
+    tied = ("model.language_model.embed_tokens.weight", "model.embed_tokens.weight")
+    name = next((n for n in ("lm_head.weight", *tied) if n in weights), None)
+    if name is None:
+        raise CheckpointError(source.path, f"{QWEN3_RERANK}: the checkpoint has no LM head (lm_head.weight) to score")
+    return _from_tokens({"lm_head.weight": weights[name]}, tokenizer, list(tokens)).eval()
 
 
 def _projector(weights: Checkpoint) -> nn.Linear | None:
@@ -242,9 +265,10 @@ def build(source: MediaSource) -> MediaBuilt:
     placeholder = "".join(tokenizer.convert_ids_to_tokens(
         [int(hf.get("vision_start_token_id", 151652)), image_token_id, int(hf.get("vision_end_token_id", 151653))]))
     rerank = source.architecture in RERANKERS
+    prompt = QWEN3_VL_RERANK if source.architecture == QWEN3_RERANK else JINA_RERANK if rerank else "embed"
     media = {"plan": PLAN, "image": _image_settings(source.path).to_dict(), "image_token_id": image_token_id,
-             "placeholder": placeholder, "prompt": JINA_RERANK if rerank else "embed"}
-    if rerank:
+             "placeholder": placeholder, "prompt": prompt}
+    if prompt == JINA_RERANK:
         media["score_token_id"] = JINA_SCORE_TOKEN
     files = replace(files_of(tokenizer), chat_template=_chat_template(tokenizer, source.path), media=media)
     pad_id = int(text.get("pad_token_id") or hf.get("pad_token_id") or 0)
@@ -252,8 +276,8 @@ def build(source: MediaSource) -> MediaBuilt:
     pooler_config = source.settings.pooler_config
     ops = source.ops
     if rerank:
-        head = ClassifyHead(_jina_head(weights, hidden).to(source.device), nn.Sigmoid(),
-                            use_activation=pooler_config.use_activation)
+        score = _token_head(source, weights, tokenizer) if prompt == QWEN3_VL_RERANK else _jina_head(weights, hidden)
+        head = ClassifyHead(score.to(source.device), nn.Sigmoid(), use_activation=pooler_config.use_activation)
         pooler = DispatchPooler({"classify": Pooler("LAST", head)}, out_dim=1, ops=ops)
     else:
         jina = hf.get("single_vector_pool_strategy") == "mean" and not pooler_config.sequence_pooling
@@ -275,7 +299,8 @@ def build(source: MediaSource) -> MediaBuilt:
 
 def family(name: str) -> MediaFamily:
     rerank = name in RERANKERS
-    what = "jina-reranker-m0 head on the LAST token" if rerank else "LAST/MEAN pooled"
+    what = ("sigmoid of the LM head's yes − no on the LAST token" if name == QWEN3_RERANK
+            else "jina-reranker-m0 head on the LAST token" if rerank else "LAST/MEAN pooled")
     how = f"transformers {BACKBONES[name]} (packed rows), images through its vision tower; {what}"
     return MediaFamily(name, build, how,
                        tasks=("classify",) if rerank else ("embed", "token_embed"), modalities=("text", "image"))

@@ -49,12 +49,24 @@ def _engine_file(relative: str) -> Path:
     return path
 
 
-def _engine_model():
-    spec = importlib.util.spec_from_file_location("colqwen3_reference",
-                                                  _engine_file("qwen3/colqwen3/modeling_colqwen3.py"))
+def _engine_module(relative: str):
+    """A colpali-engine modeling file, loaded alone. Importing it registers a weight-name mapping for every
+    ``qwen3_vl`` model in the process (transformers' ``register_checkpoint_conversion_mapping``); that is undone
+    here, so no other test's Qwen3-VL checkpoint is saved or loaded through it."""
+    from transformers import conversion_mapping
+
+    before = set(conversion_mapping.USER_REGISTERED_MAPPINGS)
+    spec = importlib.util.spec_from_file_location(f"reference_{Path(relative).stem}", _engine_file(relative))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.ColQwen3
+    for name in conversion_mapping.USER_REGISTERED_MAPPINGS - before:
+        conversion_mapping.USER_REGISTERED_MAPPINGS.discard(name)
+        conversion_mapping._checkpoint_conversion_mapping_cache.pop(name, None)
+    return module
+
+
+def _engine_model():
+    return _engine_module("qwen3/colqwen3/modeling_colqwen3.py").ColQwen3
 
 
 def _engine_strings(processing: str = "qwen3/colqwen3/processing_colqwen3.py") -> dict[str, str]:
@@ -87,8 +99,8 @@ def _save(folder: Path, tensors: dict[str, torch.Tensor], config: dict, *, templ
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    """colpali-engine's ColQwen3 (random, weights scaled up so images and positions move the vectors), saved as
-    colpali-engine saves it; and the folder."""
+    """colpali-engine's ColQwen3 (random, weights scaled up so images and positions move the vectors), saved (its
+    tensors as the module names them: ``visual.*``, ``language_model.*``, ``custom_text_proj.*``); and the folder."""
     cls = _engine_model()
     torch.manual_seed(0)
     model = cls(tiny.config("qwen3_vl", "ColQwen3")).eval()
@@ -334,10 +346,7 @@ def _qwen3_5_config():
 def test_colqwen3_5_equals_colpali_engine(tmp_path):
     """colpali-engine's ColQwen3.5 (a Qwen3.5 backbone: linear-attention and full-attention layers) served padded,
     a sequence a row, against its own forward one input at a time."""
-    spec = importlib.util.spec_from_file_location("colqwen3_5_reference",
-                                                  _engine_file("qwen3_5/colqwen3_5/modeling_colqwen3_5.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _engine_module("qwen3_5/colqwen3_5/modeling_colqwen3_5.py")
     torch.manual_seed(0)
     model = module.ColQwen3_5(_qwen3_5_config()).eval()
     with torch.no_grad():
