@@ -134,7 +134,8 @@ def _media_plan(cfg: WorkerConfig, backend: Backend, family: MediaFamily) -> Pla
         model=cfg.model, architecture=hf["architectures"][0], implementation=f"media family {family.name}: "
         f"{family.implementation}; inputs: {modalities}", weights=weights_source(Path(cfg.model)), tasks=tasks,
         pooling=_media_pooling(family.tasks), max_length="the family's (at load)",
-        dtype=dtype, backend=backend.name, attention=FALLBACK_ATTENTION, kernels="transformers' own modules",
+        dtype=dtype, backend=backend.name, attention=family.attention or FALLBACK_ATTENTION,
+        kernels="transformers' own modules",
         token_budget=f"{cfg.max_batch_tokens or DEFAULT_MEDIA_BATCH_TOKENS} tokens per padded batch (an image "
         "counts its placeholder tokens)", cuda_graphs="off: graphs are for packed models")
 

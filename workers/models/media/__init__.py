@@ -70,3 +70,4 @@ class MediaFamily:
     implementation: str  # e.g. "transformers CLIPModel (padded), towers by input"
     tasks: tuple[str, ...] = ()  # what it serves, for `poolgate inspect` before loading (empty: settled at load)
     modalities: tuple[str, ...] = ()  # likewise: what its inputs may hold
+    attention: str | None = None  # for `poolgate inspect`, where it is not transformers' own over a padded batch

@@ -51,7 +51,7 @@ from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError, weight_files
 from poolgate.workers.models.hf_auto import load_problems
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
-from poolgate.workers.models.media.qwen_vl import QwenVLEncoder, _chat_template
+from poolgate.workers.models.media.qwen_vl import PACKED_ATTENTION, QwenVLEncoder, _chat_template
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
 
@@ -230,7 +230,13 @@ HOW = {
     NEMOTRON: "transformers Qwen3VLModel attending both ways (packed rows under a block mask), no projection",
     QWEN3_5: "transformers Qwen3_5Model (padded, a sequence a row) + custom_text_proj",
 }
+ATTENTION = {
+    COLPALI_ENGINE: PACKED_ATTENTION, OPENSEARCH: PACKED_ATTENTION,
+    NEMOTRON: PACKED_ATTENTION.replace("within itself", "within itself, both ways (a block mask)"),
+    QWEN3_5: "transformers' own, a sequence a row padded on the right (its linear-attention layers carry a state "
+             "along a row)",
+}
 FAMILIES = {name: MediaFamily("colqwen3.5" if name == QWEN3_5 else "colqwen3", build,
                               f"{how}; a normalised vector per token", tasks=("token_embed",),
-                              modalities=("text", "image"))
+                              modalities=("text", "image"), attention=ATTENTION[name])
             for name, how in HOW.items()}

@@ -88,6 +88,10 @@ JINA_HEAD = ("score.0.weight", "score.0.bias", "score.2.weight", "score.2.bias")
 PROJECTOR = "multi_vector_projector"  # jina-embeddings-v4's token projection (hidden -> 128)
 
 
+PACKED_ATTENTION = ("transformers' own over packed rows: several sequences a row, none padded to another's "
+                    "length, each attending only within itself")
+
+
 class QwenVLEncoder(nn.Module):
     """Transformers' Qwen-VL backbone over a packed batch with its images (module doc)."""
 
@@ -303,7 +307,8 @@ def family(name: str) -> MediaFamily:
             else "jina-reranker-m0 head on the LAST token" if rerank else "LAST/MEAN pooled")
     how = f"transformers {BACKBONES[name]} (packed rows), images through its vision tower; {what}"
     return MediaFamily(name, build, how,
-                       tasks=("classify",) if rerank else ("embed", "token_embed"), modalities=("text", "image"))
+                       tasks=("classify",) if rerank else ("embed", "token_embed"), modalities=("text", "image"),
+                       attention=PACKED_ATTENTION)
 
 
 FAMILIES = {name: family(name) for name in BACKBONES}  # what workers.models.media.families registers

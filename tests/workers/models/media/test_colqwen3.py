@@ -406,3 +406,14 @@ def test_verify_checks_colqwen3(engine, tmp_path, name):
     checks, skipped = verify_media(load_model(WorkerConfig(model=str(folder), served_model_name="m")), str(folder))
     assert [c.task for c in checks] == ["token_embed query", "token_embed page"] and not skipped
     assert all(c.passes(0.9999) for c in checks), [c.line() for c in checks]
+
+
+def test_inspect_names_each_layouts_path(engine, tmp_path):
+    from poolgate.workers.load.inspect import plan
+
+    nemotron = plan(WorkerConfig(model=str(_variant(engine, tmp_path, "nemotron")), served_model_name="m"))
+    assert "no projection" in nemotron.implementation and "both ways (a block mask)" in nemotron.attention
+    colpali = plan(WorkerConfig(model=str(engine[1]), served_model_name="m"))
+    assert "custom_text_proj" in colpali.implementation
+    assert colpali.attention.startswith("transformers' own over packed")
+    assert "token_embed" in colpali.pooling
