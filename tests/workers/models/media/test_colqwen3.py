@@ -417,3 +417,15 @@ def test_inspect_names_each_layouts_path(engine, tmp_path):
     assert "custom_text_proj" in colpali.implementation
     assert colpali.attention.startswith("transformers' own over packed")
     assert "token_embed" in colpali.pooling
+
+
+def test_late_shapes_writes_a_servable_colqwen3(tmp_path):
+    """``python -m poolgate.workers.tools.late_shapes DIR --family colqwen3``'s writer (tiny widths here): TomoroAI's
+    layout, served whole: a ``dim``-wide vector per token of a query and of a page."""
+    from poolgate.workers.tools.late_shapes import write_colqwen3
+
+    write_colqwen3(tmp_path, hidden=32, intermediate=64, layers=2, heads=4, kv_heads=2, vision_dim=32, vision_depth=2,
+                   vision_heads=4, vision_intermediate=64, dim=24, mrope=[24, 20, 20])
+    rows, encoded, model = _serve(tmp_path, ["what is the revenue", MediaInput((_png(tiny.image(1, 64, 96)),))])
+    assert model.info.architecture == "ColQwen3" and model.info.embedding_dim == 24
+    assert [r.shape for r in rows] == [(len(ids), 24) for ids in encoded.ids]
