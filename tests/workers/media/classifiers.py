@@ -84,6 +84,18 @@ def ast(folder: Path) -> torch.nn.Module:
     return _save(ASTForAudioClassification(cfg), ASTFeatureExtractor(num_mel_bins=32, max_length=100), folder)
 
 
+def whisper(folder: Path) -> torch.nn.Module:
+    """A 2-layer Whisper encoder (d_model 32, 80 mel bins, 1,500 positions: 30 s) with a 3-label head."""
+    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForAudioClassification
+
+    torch.manual_seed(0)
+    cfg = WhisperConfig(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64, decoder_layers=1,
+                        decoder_attention_heads=4, decoder_ffn_dim=64, num_mel_bins=80, max_source_positions=1500,
+                        vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=3,
+                        classifier_proj_size=16, **_named(3))
+    return _save(WhisperForAudioClassification(cfg), WhisperFeatureExtractor(), folder)
+
+
 def image_inputs() -> tuple[list[MediaInput], list[np.ndarray]]:
     """The probe images as inputs, and each one's RGB pixels as the gateway decodes them."""
     refs = [MediaRef("image", data=data) for _, data in probe_images()]

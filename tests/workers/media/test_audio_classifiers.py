@@ -18,6 +18,7 @@ MAKERS = {
     "wav2vec2 group norm (each clip alone)": lambda p: tiny.wav2vec2(p, layer_norm=False),
     "wav2vec2 layer norm (padded with its mask)": lambda p: tiny.wav2vec2(p, layer_norm=True),
     "AST": tiny.ast,
+    "Whisper (30 s of log-mel features)": tiny.whisper,
 }
 
 
@@ -40,6 +41,8 @@ def test_probabilities_and_logits_equal_transformers(name, tmp_path):
             assert worst[dtype] >= 0.9999
             if name == "AST":  # (100 - 16) // 10 + 1 = 9 time patches, (32 - 16) // 10 + 1 = 2 mel ones, + 2
                 assert probs.prompt_tokens == [9 * 2 + 2] * len(refs)
+            elif name.startswith("Whisper"):  # the encoder's positions: 3,000 frames halved by its conv
+                assert probs.prompt_tokens == [1500] * len(refs)
             else:  # the conv encoder's frames of the first clip (0.5 s at 16 kHz): 8000 -> 1599 -> 799 -> 399
                 assert probs.prompt_tokens[0] == 399
         else:
@@ -71,12 +74,33 @@ def test_bad_clips_are_400s(tmp_path):
 
 
 def test_an_extractor_poolgate_does_not_compute_is_refused(tmp_path):
-    from transformers import WhisperFeatureExtractor
+    from transformers import SeamlessM4TFeatureExtractor, WhisperFeatureExtractor
 
     tiny.wav2vec2(tmp_path, layer_norm=False)
-    WhisperFeatureExtractor().save_pretrained(tmp_path)
-    with pytest.raises(CheckpointError, match="feature extractor WhisperFeatureExtractor is not supported"):
+    SeamlessM4TFeatureExtractor().save_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="feature extractor SeamlessM4TFeatureExtractor is not supported"):
         PoolingModel(str(tmp_path), dtype="float32")
+    WhisperFeatureExtractor().save_pretrained(tmp_path)  # one poolgate computes, for a model that reads another input
+    with pytest.raises(CheckpointError, match="reads input_values, not the input_features"):
+        PoolingModel(str(tmp_path), dtype="float32")
+
+
+def test_whisper_features_equal_its_extractor():
+    """The gateway's numpy log-mel (shared.inputs.media.whisper_features) against WhisperFeatureExtractor (its
+    torch STFT path): short, long (cut at 30 s) and 128-bin clips."""
+    from transformers import WhisperFeatureExtractor
+
+    from poolgate.shared.inputs.media.whisper_features import slaney_filters, whisper_features
+
+    rng = np.random.default_rng(0)
+    for bins, seconds in ((80, 0.5), (80, 7.3), (80, 31.0), (128, 2.0)):
+        fe = WhisperFeatureExtractor(feature_size=bins)
+        assert np.abs(slaney_filters(400, bins, 16000) - fe.mel_filters).max() < 1e-9
+        t = np.arange(int(seconds * 16000)) / 16000
+        x = (0.3 * np.sin(2 * np.pi * rng.uniform(100, 3000) * t) + 0.05 * rng.standard_normal(t.size))
+        want = fe(x.astype(np.float32), sampling_rate=16000, return_tensors="np")["input_features"][0]
+        got = whisper_features(x, bins, 16000, 400, 160, 480000)
+        assert got.shape == want.shape == (bins, 3000) and np.abs(got - want).max() < 1e-4
 
 
 def test_a_partial_checkpoint_is_refused(tmp_path):

@@ -51,7 +51,7 @@ async def test_verify_runs_where_the_callers_thread_runs_a_loop(tmp_path):
     assert [c.task for c in checks] == ["embed text", "embed image"] and all(c.passes(0.999) for c in checks)
 
 
-@pytest.mark.parametrize("make", ["vit", "convnext", "wav2vec2", "ast"])
+@pytest.mark.parametrize("make", ["vit", "convnext", "wav2vec2", "ast", "whisper"])
 def test_verify_checks_image_and_audio_classifiers(tmp_path, capsys, make):
     from tests.workers.media import classifiers as tiny
 
@@ -63,7 +63,7 @@ def test_verify_checks_image_and_audio_classifiers(tmp_path, capsys, make):
     add_arguments(parser)
     assert main(parser.parse_args([str(tmp_path), "--dtype", "float32"])) == 0
     out = capsys.readouterr().out
-    kind = "audio" if make in ("wav2vec2", "ast") else "image"
+    kind = "audio" if make in ("wav2vec2", "ast", "whisper") else "image"
     assert f"classify {kind} float32" in out and "PASS" in out, out
 
 

@@ -1,12 +1,15 @@
-"""Audio classifiers (wav2vec2-style ``*ForSequenceClassification`` and ``ASTForAudioClassification``), padded.
+"""Audio classifiers (wav2vec2-style ``*ForSequenceClassification``, ``ASTForAudioClassification`` and
+``WhisperForAudioClassification``), padded.
 
 The model is transformers' own class, loaded whole or refused
 (``workers.models.media.classifier``); it reads ``input_values`` made by the
 gateway's ``audio_classify`` plan with the folder's feature extractor's
 settings, which must be ``Wav2Vec2FeatureExtractor``'s (wav2vec2, HuBERT,
 WavLM, SEW, SEW-D, UniSpeech, UniSpeechSat, Data2VecAudio, Wav2Vec2-Conformer)
-or ``ASTFeatureExtractor``'s; any other extractor, or a model whose forward
-reads something else (Wav2Vec2-BERT's ``input_features``), is refused at load.
+or ``ASTFeatureExtractor``'s, or a Whisper encoder's ``input_features`` from
+``WhisperFeatureExtractor``'s settings (30 s of log-mel frames, a batch
+stacked); any other extractor, or a model whose forward reads something else
+(Wav2Vec2-BERT's ``input_features``), is refused at load.
 
 AST's features are all ``max_length`` frames long: a batch is stacked and run
 at once. wav2vec2's clips differ in length: where the extractor returns an
@@ -32,7 +35,9 @@ from poolgate.workers.models.media.classifier import LogitsInLastRow, classify_p
 from poolgate.workers.models.media.loading import load_whole
 from poolgate.workers.pooling.classify import labels_of
 
-EXTRACTORS = {"Wav2Vec2FeatureExtractor": "wav2vec2", "ASTFeatureExtractor": "ast"}
+EXTRACTORS = {"Wav2Vec2FeatureExtractor": "wav2vec2", "ASTFeatureExtractor": "ast",
+              "WhisperFeatureExtractor": "whisper"}
+INPUTS = {"wav2vec2": "input_values", "ast": "input_values", "whisper": "input_features"}  # what each model reads
 DEFAULT_MAX_SECONDS = 60  # wav2vec2's max_model_len without --max-model-len: a minute of frames
 
 
@@ -51,10 +56,16 @@ def extractor_settings(path: Any) -> dict[str, Any]:
 
     fe = AutoFeatureExtractor.from_pretrained(str(path))
     settings = {"plan": "audio_classify", "extractor": EXTRACTORS[name], "sampling_rate": int(fe.sampling_rate),
-                "do_normalize": bool(fe.do_normalize)}
+                "do_normalize": bool(getattr(fe, "do_normalize", False))}
     if name == "ASTFeatureExtractor":
         return {**settings, "num_mel_bins": int(fe.num_mel_bins), "max_length": int(fe.max_length),
                 "mean": float(fe.mean), "std": float(fe.std)}
+    if name == "WhisperFeatureExtractor":  # 30 s of log-mel features whatever the clip (no normalisation, no mask)
+        if getattr(fe, "dither", 0.0) or getattr(fe, "padding_value", 0.0):
+            raise CheckpointError(where, "a Whisper extractor with dither or a padding_value: poolgate computes "
+                                         "its features without noise and pads with zeros")
+        return {**settings, "do_normalize": False, "feature_size": int(fe.feature_size), "n_fft": int(fe.n_fft),
+                "hop_length": int(fe.hop_length), "n_samples": int(fe.n_samples)}
     if getattr(fe, "padding_value", 0.0) != 0.0:
         raise CheckpointError(where, f"padding_value {fe.padding_value}: poolgate pads wav2vec2 clips with zeros")
     return {**settings, "attention_mask": bool(fe.return_attention_mask)}
@@ -72,6 +83,9 @@ class AudioClassifier(LogitsInLastRow):
         if len(media) != len(batch.lengths) or any(m is None or len(m) != 1 for m in media):
             raise ValueError("an audio classifier reads one clip per sequence")
         device, dtype = self.device_dtype()
+        if "input_features" in media[0][0].arrays:  # Whisper: all 30 s of features
+            features = np.stack([m[0].arrays["input_features"] for m in media])
+            return self.model(input_features=torch.from_numpy(features).to(device, dtype)).logits
         clips = [m[0].arrays["input_values"] for m in media]
         if self.stacked:  # AST: all max_length frames
             return self.model(input_values=torch.from_numpy(np.stack(clips)).to(device, dtype)).logits
@@ -90,9 +104,10 @@ class AudioClassifier(LogitsInLastRow):
 def build(source: MediaSource) -> MediaBuilt:
     settings = extractor_settings(source.path)
     model = load_whole(source)
-    if model.main_input_name != "input_values":
+    reads = INPUTS[settings["extractor"]]
+    if model.main_input_name != reads:
         raise CheckpointError(source.path / "config.json", f"{source.architecture} reads {model.main_input_name}, "
-                              "not the input_values poolgate's audio features are")
+                              f"not the {reads} its feature extractor makes")
     hf = json.loads(model.config.to_json_string())
     if settings["extractor"] == "ast":
         patch = int(hf.get("patch_size", 16))
@@ -102,6 +117,12 @@ def build(source: MediaSource) -> MediaBuilt:
         if hf.get("num_mel_bins") != settings["num_mel_bins"] or hf.get("max_length") != settings["max_length"]:
             raise CheckpointError(source.path, "the feature extractor's num_mel_bins/max_length differ from "
                                                "config.json's")
+    elif settings["extractor"] == "whisper":  # the encoder's positions: the features' frames halved by its conv
+        settings["tokens"] = max_len = int(hf["max_source_positions"])
+        if hf.get("num_mel_bins") != settings["feature_size"] or settings["n_samples"] // settings["hop_length"] != \
+                2 * max_len:
+            raise CheckpointError(source.path, "the feature extractor's feature_size/chunk_length do not match "
+                                               "config.json's num_mel_bins/max_source_positions")
     else:
         settings["conv"] = [[int(k), int(s)] for k, s in zip(hf["conv_kernel"], hf["conv_stride"], strict=True)]
         max_len = getattr(source.settings, "max_model_len", None) or conv_frames(
@@ -120,7 +141,7 @@ FAMILY = MediaFamily("audio_classify", build, "transformers audio classifier (pa
 
 def architectures() -> list[str]:
     """The classes transformers' ``AutoModelForAudioClassification`` maps whose model type's feature extractor is
-    wav2vec2's or AST's."""
+    wav2vec2's, AST's or Whisper's."""
     from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES
 
