@@ -34,6 +34,20 @@ def qwen3_reranker(query: str, document: str, instruction: str | None) -> str:
     )
 
 
+QWEN3_VL_INSTRUCTION = "Given a search query, retrieve relevant candidates that answer the query."
+
+
+def qwen3_vl_rerank(query: str, document: str, instruction: str | None) -> str:
+    """Qwen3-VL-Reranker's prompt (vLLM's ``qwen3_vl_reranker.jinja``): Qwen3-Reranker's system turn, the instruction,
+    query and document run together in the user turn, an opened assistant turn; its image pairs are laid out by the
+    media plan (``shared.inputs.media.qwen_vl``)."""
+    return (
+        f"<|im_start|>system\n{QWEN3_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        f"<Instruct>: {instruction or QWEN3_VL_INSTRUCTION}<Query>:{query}\n<Document>:{document}<|im_end|>\n"
+        "<|im_start|>assistant\n\n"
+    )
+
+
 def bge_reranker_gemma(query: str, document: str, instruction: str | None) -> str:
     """bge-reranker-v2-gemma's prompt (vLLM's ``bge-reranker-v2-gemma.jinja``); served with
     ``classifier_from_token: ["Yes"]`` its score is sigmoid(logit_Yes)."""

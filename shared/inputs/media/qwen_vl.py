@@ -38,27 +38,14 @@ from poolgate.shared.domain.media_limits import MediaLimits
 from poolgate.shared.inputs.encoded import Encoded, TextEncoder
 from poolgate.shared.inputs.media.images import decode_image
 from poolgate.shared.inputs.media.qwen2_vl import QwenImageSettings, image_item
+from poolgate.shared.inputs.score_templates import qwen3_vl_rerank
 from poolgate.shared.wire.media import IMAGE, MediaInput, MediaItem, MediaRef
 from poolgate.shared.wire.messages import ChatInput, Input, ModelInfo, PoolingCall, TextPair
 
 PLAN = "qwen_vl"
 JINA_RERANK = "jina_rerank"
-QWEN3_VL_RERANK = "qwen3_vl_rerank"
-QWEN3_VL_SYSTEM = (
-    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
-    'Note that the answer can only be "yes" or "no".'
-)
-QWEN3_VL_INSTRUCTION = "Given a search query, retrieve relevant candidates that answer the query."
+QWEN3_VL_RERANK = "qwen3_vl_rerank"  # the prompt: shared.inputs.score_templates.qwen3_vl_rerank
 NO_INSTRUCTION = "takes no instruction (its prompt has no place for one)"
-
-
-def qwen3_vl_rerank(query: str, document: str, instruction: str | None) -> str:
-    """Qwen3-VL-Reranker's prompt, as vLLM's ``qwen3_vl_reranker.jinja`` writes it."""
-    return (
-        f"<|im_start|>system\n{QWEN3_VL_SYSTEM}<|im_end|>\n<|im_start|>user\n"
-        f"<Instruct>: {instruction or QWEN3_VL_INSTRUCTION}<Query>:{query}\n<Document>:{document}<|im_end|>\n"
-        "<|im_start|>assistant\n\n"
-    )
 
 
 @dataclass(frozen=True)

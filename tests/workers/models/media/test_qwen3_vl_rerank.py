@@ -11,7 +11,7 @@ import torch
 from poolgate.shared.config.frozen import WorkerConfig
 from poolgate.shared.domain.errors import InvalidRequest
 from poolgate.shared.domain.params import PoolingParams
-from poolgate.shared.inputs.media.qwen_vl import qwen3_vl_rerank
+from poolgate.shared.inputs.score_templates import qwen3_vl_rerank
 from poolgate.shared.inputs.stage import InputStage
 from poolgate.shared.wire.media import MediaInput
 from poolgate.shared.wire.messages import PoolingCall, TextPair
