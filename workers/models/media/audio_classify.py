@@ -74,21 +74,18 @@ def extractor_settings(path: Any) -> dict[str, Any]:
 class AudioClassifier(LogitsInLastRow):
     """A batch of clips through the model (module doc); logits in each sequence's last row."""
 
-    def __init__(self, model: torch.nn.Module, num_labels: int, *, stacked: bool, masked: bool):
+    def __init__(self, model: torch.nn.Module, num_labels: int, *, stacked: bool, masked: bool, reads: str):
         super().__init__(model, num_labels)
-        self.stacked, self.masked = stacked, masked
+        self.stacked, self.masked, self.reads = stacked, masked, reads  # reads: input_values or input_features
 
     def logits(self, batch: PackedBatch) -> torch.Tensor:
         media = batch.media or []
         if len(media) != len(batch.lengths) or any(m is None or len(m) != 1 for m in media):
             raise ValueError("an audio classifier reads one clip per sequence")
         device, dtype = self.device_dtype()
-        if "input_features" in media[0][0].arrays:  # Whisper: all 30 s of features
-            features = np.stack([m[0].arrays["input_features"] for m in media])
-            return self.model(input_features=torch.from_numpy(features).to(device, dtype)).logits
-        clips = [m[0].arrays["input_values"] for m in media]
-        if self.stacked:  # AST: all max_length frames
-            return self.model(input_values=torch.from_numpy(np.stack(clips)).to(device, dtype)).logits
+        clips = [m[0].arrays[self.reads] for m in media]
+        if self.stacked:  # AST: all max_length frames; Whisper: all 30 s of features
+            return self.model(**{self.reads: torch.from_numpy(np.stack(clips)).to(device, dtype)}).logits
         if not self.masked:  # trained without a mask: each clip alone
             return torch.cat([self.model(input_values=torch.from_numpy(c)[None].to(device, dtype)).logits
                               for c in clips])
@@ -128,8 +125,8 @@ def build(source: MediaSource) -> MediaBuilt:
         max_len = getattr(source.settings, "max_model_len", None) or conv_frames(
             DEFAULT_MAX_SECONDS * settings["sampling_rate"], [tuple(x) for x in settings["conv"]])
     num_labels = int(model.config.num_labels)
-    clf = AudioClassifier(model, num_labels, stacked=settings["extractor"] == "ast",
-                          masked=bool(settings.get("attention_mask")))
+    clf = AudioClassifier(model, num_labels, stacked=settings["extractor"] in ("ast", "whisper"),
+                          masked=bool(settings.get("attention_mask")), reads=reads)
     return MediaBuilt(model=clf, pooler=classify_pooler(source, hf), files=no_text_files(settings),
                       modalities=("audio",), embedding_dim=num_labels, max_model_len=max_len, labels=labels_of(hf),
                       extra={"feature extractor": settings["extractor"], "sampling rate": settings["sampling_rate"]})

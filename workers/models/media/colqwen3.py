@@ -37,7 +37,6 @@ one input are refused, as for the other late-interaction models.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,11 +50,10 @@ from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError, weight_files
 from poolgate.workers.models.hf_auto import load_problems
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
+from poolgate.workers.models.media.loading import refuse_partial
 from poolgate.workers.models.media.qwen_vl import PACKED_ATTENTION, QwenVLEncoder, _chat_template
 from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
-
-log = logging.getLogger("poolgate.worker")
 
 COLPALI_ENGINE, OPENSEARCH, NEMOTRON = "ColQwen3", "OpsColQwen3Model", "Qwen3VLNemotronEmbedModel"
 QWEN3_5 = "ColQwen3_5"  # colpali-engine's ColQwen3.5: a Qwen3.5 backbone (linear-attention layers: padded, not packed)
@@ -125,12 +123,8 @@ def _backbone(source: MediaSource, weights: Checkpoint, projection: str | None) 
     unread = [k for k in info.get("unexpected_keys") or () if _short(k).startswith(UNREAD)
               or _short(k).split(".")[0] in PROJECTIONS]
     info = {**info, "unexpected_keys": [k for k in info.get("unexpected_keys") or () if k not in unread]}
-    problems = load_problems(info, weights)
-    if problems and not getattr(source.settings, "allow_partial_weights", False):
-        raise CheckpointError(source.path, "; ".join(problems) + f" (for {source.architecture} over "
-                              f"{model_class.__name__}; --allow-partial-weights serves it anyway)")
-    if problems:
-        log.warning("%s: serving a partial load (--allow-partial-weights): %s", source.path, "; ".join(problems))
+    refuse_partial(source, source.path, load_problems(info, weights), f"{source.architecture} over "
+                   f"{model_class.__name__}")
     return model.eval()
 
 

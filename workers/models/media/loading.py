@@ -35,10 +35,14 @@ def load_whole(source: MediaSource, cls: Any = None) -> nn.Module:
     model, info = cls.from_pretrained(str(source.path), dtype=torch.float32, output_loading_info=True,
                                       ignore_mismatched_sizes=True, use_safetensors=None if allow_pickle else True)
     where = weights_source(source.path)
-    problems = load_problems(info, InMemory({}, str(where)))
-    if problems and not getattr(settings, "allow_partial_weights", False):
-        raise CheckpointError(where, "; ".join(problems) + f" (for {cls.__name__}; --allow-partial-weights "
-                              "serves it anyway)")
+    refuse_partial(source, where, load_problems(info, InMemory({}, str(where))), cls.__name__)
+    return model.eval()
+
+
+def refuse_partial(source: MediaSource, where: Any, problems: list[str], what: str) -> None:
+    """A load with ``problems`` (``load_problems``) stops here, naming ``where`` and ``what`` was loaded, unless
+    ``--allow-partial-weights``, which serves it and logs what was left out."""
+    if problems and not getattr(source.settings, "allow_partial_weights", False):
+        raise CheckpointError(where, "; ".join(problems) + f" (for {what}; --allow-partial-weights serves it anyway)")
     if problems:
         log.warning("%s: serving a partial load (--allow-partial-weights): %s", where, "; ".join(problems))
-    return model.eval()

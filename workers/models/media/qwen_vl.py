@@ -36,7 +36,6 @@ head (``lm_head``) that pooling never reads: it is left unloaded and allowed.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from poolgate.workers.load.hf_tokenizer import files_of, read_tokenizer
 from poolgate.workers.load.weights import CheckpointError
 from poolgate.workers.models.hf_auto import load_problems
 from poolgate.workers.models.media import MediaBuilt, MediaFamily, MediaSource
+from poolgate.workers.models.media.loading import refuse_partial
 from poolgate.workers.models.media.qwen_vl_rows import (
     block_mask,
     grids_of,
@@ -66,8 +66,7 @@ from poolgate.workers.pooling.dispatch import DispatchPooler, Pooler
 from poolgate.workers.pooling.head import EmbedHead
 from poolgate.workers.pooling.rows import per_sequence_counts
 
-log = logging.getLogger("poolgate.worker")
-
+JINA_RANK, QWEN3_RERANK = "JinaVLForRanking", "Qwen3VLForSequenceClassification"
 # architecture -> transformers' base model class (the backbone without a language-model head)
 BACKBONES = {
     "Qwen2VLForConditionalGeneration": "Qwen2VLModel",
@@ -76,11 +75,10 @@ BACKBONES = {
     "Qwen2_5_VLModel": "Qwen2_5_VLModel",
     "Qwen3VLForConditionalGeneration": "Qwen3VLModel",
     "Qwen3VLModel": "Qwen3VLModel",
-    "JinaVLForRanking": "Qwen2VLModel",
-    "Qwen3VLForSequenceClassification": "Qwen3VLModel",  # Qwen3-VL-Reranker, as vLLM documents it (module doc)
+    JINA_RANK: "Qwen2VLModel",
+    QWEN3_RERANK: "Qwen3VLModel",  # Qwen3-VL-Reranker, as vLLM documents it (module doc)
 }
-QWEN3_RERANK = "Qwen3VLForSequenceClassification"
-RERANKERS = frozenset({"JinaVLForRanking", QWEN3_RERANK})
+RERANKERS = frozenset({JINA_RANK, QWEN3_RERANK})
 UNREAD = ("lm_head.",)  # a generation checkpoint's head: pooling never reads it
 JINA_LOGIT_BIAS = 2.65  # jina-reranker-m0 subtracts it from the head's logit before the sigmoid
 JINA_SCORE_TOKEN = 100  # the token its prompt ends with, whose last hidden state is scored
@@ -167,7 +165,7 @@ def _backbone(source: MediaSource) -> tuple[nn.Module, Checkpoint]:
         str(source.path), torch_dtype=torch.float32, output_loading_info=True, use_safetensors=True
     )
     weights = Checkpoint.open(source.path)
-    for name in JINA_HEAD if source.architecture == "JinaVLForRanking" else ():
+    for name in JINA_HEAD if source.architecture == JINA_RANK else ():
         if name not in weights:
             raise CheckpointError(source.path, f"{source.architecture}: the head tensor {name} is missing")
         weights[name]  # read: not an unexpected tensor
@@ -175,15 +173,7 @@ def _backbone(source: MediaSource) -> tuple[nn.Module, Checkpoint]:
         if name in weights and source.architecture not in RERANKERS:
             weights[name]
     info = {**info, "unexpected_keys": [k for k in info.get("unexpected_keys") or () if not k.startswith(UNREAD)]}
-    problems = load_problems(info, weights)
-    allow = bool(getattr(source.settings, "allow_partial_weights", False))
-    if problems and not allow:
-        raise CheckpointError(
-            source.path,
-            "; ".join(problems) + f" (for {cls.__name__}; --allow-partial-weights serves it anyway)",
-        )
-    if problems:
-        log.warning("%s: serving a partial load (--allow-partial-weights): %s", source.path, "; ".join(problems))
+    refuse_partial(source, source.path, load_problems(info, weights), cls.__name__)
     return model.eval(), weights
 
 
