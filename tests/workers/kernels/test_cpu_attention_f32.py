@@ -5,8 +5,9 @@ token against ``reference_attention`` computed in float64, over mixed lengths (1
 16-key blocks, past 512), causal masks, windows and grouped-query heads, to 2e-6 absolute on unit-normal
 inputs up to a head of 64, growing with the square root of the head dim past it (``tol``): fp32 rounding, the
 order of grouped SDPA's own error in fp32 (asserted alongside). A score is one chain of head-dim FMAs, whose
-rounding grows with its length: on an AMD EPYC Zen 4 a head of 256 measured 2.2e-6, grouped SDPA 0.7e-6. It runs wherever the
-machine has AVX2 and FMA, so also under ``POOLGATE_CPU_CLASS=avx2`` (the suite's CPU-class override).
+rounding grows with its length: on an AMD EPYC Zen 4 a head of 256 measured 2.2e-6, grouped SDPA 0.7e-6.
+It runs wherever the machine has AVX2 and FMA, so also under ``POOLGATE_CPU_CLASS=avx2`` (the suite's
+CPU-class override).
 """
 import os
 import subprocess
