@@ -24,18 +24,22 @@ BAR = 0.999
 SCHEMES = ("sym", "asym")
 
 
+def _symmetric(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on the int8 grid of each last-dim row's own scale (max |row| / 127), in float32."""
+    scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127
+    return torch.round(x / scale).clamp(-127, 127) * scale
+
+
 def int8_weight(w: torch.Tensor) -> torch.Tensor:
-    """``w`` (out, in) on the int8 grid of its own row's scale (max |w| / 127), in float32."""
-    scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127
-    return torch.round(w / scale).clamp(-127, 127) * scale
+    """``w`` (out, in) on its int8 grid, one scale per output channel."""
+    return _symmetric(w)
 
 
 def int8_tokens(x: torch.Tensor, scheme: str) -> torch.Tensor:
     """``x`` (..., in) on each token's int8 grid: ``sym`` max |x| / 127; ``asym`` (max - min) / 255 with a zero
     point, as a u8 activation with s8 weights has it."""
     if scheme == "sym":
-        scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127
-        return torch.round(x / scale).clamp(-127, 127) * scale
+        return _symmetric(x)
     lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
     scale = ((hi - lo) / 255).clamp_min(1e-12)
     zero = torch.round(-lo / scale)
